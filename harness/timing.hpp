@@ -1,0 +1,37 @@
+// GPU timing: CUDA events around each sample, the L2 flushed before every sample (cold), warm-up
+// first, batches of samples until the stopping rule (stats.hpp) is met. nvbench's cold measurement
+// is the model.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <vector>
+
+#include "harness/cuda_check.hpp"
+#include "harness/stats.hpp"
+
+namespace replay {
+
+/// Evicts the L2 by writing a buffer of twice its size. Owns the buffer; not copyable.
+class L2Flush {
+ public:
+  L2Flush();
+  L2Flush(const L2Flush&) = delete;
+  L2Flush& operator=(const L2Flush&) = delete;
+  void flush(cudaStream_t s);
+
+ private:
+  DeviceBuffer buf_;
+};
+
+/// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then samples
+/// of one run each with the L2 flushed before it, until `rule` says stop. Returns µs per sample.
+std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                              L2Flush& l2, const StopRule& rule, int warmup = 3);
+
+/// Device-to-device copy bandwidth in GB/s, bytes read + written (cudaMemcpyAsync of `bytes`,
+/// median of 20). This is the SOL denominator.
+double measure_copy_bandwidth_gbps(cudaStream_t s, size_t bytes = size_t(1) << 30);
+
+}  // namespace replay

@@ -1,0 +1,27 @@
+// Reference executor: CPU, Eigen, float64 arithmetic and accumulation. The oracle for every GPU
+// result.
+//
+// Precision policy: every op computes in float64. A value whose dtype is narrower than float32
+// (bfloat16, float16, float8) is rounded to it after the op that produces it, as PyTorch's
+// materialized tensor would be; float32 values are kept in float64 (so the reference is at least as
+// accurate as PyTorch's fp32 "opmath").
+#pragma once
+
+#include <map>
+
+#include "workloads/graph.hpp"
+#include "workloads/host_tensor.hpp"
+
+namespace replay {
+
+/// Evaluate one node given the values of its operands (looked up in `values` by value index).
+/// Returns one HostTensor per node output, each contiguous with the recorded dtype.
+/// Throws std::invalid_argument for an op the reference cannot evaluate.
+std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
+                                       const std::map<int, HostTensor>& values);
+
+/// Evaluate the whole graph. `inputs` maps every graph input's value index to its data. Returns
+/// every value of the graph (inputs included), keyed by value index.
+std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, HostTensor>& inputs);
+
+}  // namespace replay

@@ -1,0 +1,102 @@
+// Results JSON and Markdown report: what they contain, from plain data.
+#include <gtest/gtest.h>
+
+#include "harness/results.hpp"
+
+using namespace replay;
+
+namespace {
+
+VariantResult timed(const std::string& name, std::vector<double> us, bool pass = true) {
+  VariantResult v;
+  v.variant = name;
+  v.samples_us = std::move(us);
+  v.stats = summarize(v.samples_us);
+  NumericsResult n;
+  n.value = "y";
+  n.numel = 10;
+  n.mismatches = pass ? 0 : 3;
+  v.numerics.push_back(n);
+  return v;
+}
+
+RunResult sample_run(bool pass) {
+  RunResult run;
+  run.seed = 42;
+  run.bandwidth_gbps = 4000;
+  run.environment = {{"device", "NVIDIA H200"}, {"git_revision", "abc123"},
+                     {"driver_version", "13.0"}, {"cuda_runtime", "13.0"}};
+  TraceResult t;
+  t.name = "nanogpt_layernorm_fwd_16x1024x1600";
+  t.file = "traces/x.json";
+  t.input_source = "generated (seed 42)";
+  RegionResult r;
+  r.label = "trace = region 0: layernorm_fwd";
+  r.fusion = "layernorm_fwd";
+  r.sol_bytes = 100e6;  // 100 MB at 4000 GB/s = 25 µs
+  VariantResult ref;
+  ref.variant = "reference";
+  ref.skipped = "CPU float64 oracle: not timed";
+  r.variants = {ref, timed("eager", {400, 410, 420}), timed("baseline", {50, 50, 50}),
+                timed("optimized", {25, 26, 27}, pass)};
+  t.regions.push_back(r);
+  run.traces.push_back(t);
+  return run;
+}
+
+}  // namespace
+
+TEST(Results, SolPercent) {
+  RegionResult r;
+  r.sol_bytes = 100e6;
+  EXPECT_DOUBLE_EQ(r.sol_pct(25.0, 4000), 100.0);
+  EXPECT_DOUBLE_EQ(r.sol_pct(50.0, 4000), 50.0);
+  EXPECT_EQ(r.sol_pct(0, 4000), 0);
+}
+
+TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
+  auto j = to_json(sample_run(true));
+  EXPECT_EQ(j["schema"], kResultsSchema);
+  EXPECT_EQ(j["seed"], 42);
+  EXPECT_EQ(j["environment"]["git_revision"], "abc123");
+  EXPECT_TRUE(j["numerics_pass"].get<bool>());
+  const auto& vs = j["traces"][0]["regions"][0]["variants"];
+  ASSERT_EQ(vs.size(), 4u);
+  EXPECT_EQ(vs[0]["skipped"], "CPU float64 oracle: not timed");
+  EXPECT_EQ(vs[3]["samples_us"], nlohmann::json::array({25.0, 26.0, 27.0}));
+  EXPECT_DOUBLE_EQ(vs[3]["stats"]["median_us"].get<double>(), 26.0);
+  EXPECT_NEAR(vs[3]["sol_pct"].get<double>(), 100.0 * 25.0 / 26.0, 1e-9);
+}
+
+TEST(Results, FailingNumericsPropagate) {
+  RunResult run = sample_run(false);
+  EXPECT_FALSE(run.numerics_pass());
+  EXPECT_FALSE(to_json(run)["traces"][0]["numerics_pass"].get<bool>());
+  std::string md = render_markdown(run);
+  EXPECT_NE(md.find("**FAIL** 3/10 mismatched"), std::string::npos) << md;
+  EXPECT_NE(md.find("Overall numerics: **FAIL**"), std::string::npos);
+}
+
+TEST(Results, MarkdownTable) {
+  std::string md = render_markdown(sample_run(true));
+  EXPECT_NE(md.find("## nanogpt_layernorm_fwd_16x1024x1600"), std::string::npos);
+  EXPECT_NE(md.find("| variant | median µs |"), std::string::npos);
+  EXPECT_NE(md.find("| optimized | 26.00 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("1.92×"), std::string::npos) << md;  // baseline 50 / optimized 26
+  EXPECT_NE(md.find("SOL time 25.00 µs"), std::string::npos) << md;
+  EXPECT_NE(md.find("skipped: CPU float64 oracle"), std::string::npos);
+  EXPECT_NE(md.find("Overall numerics: PASS"), std::string::npos);
+}
+
+TEST(Results, NoDeviceNoteAndTraceErrors) {
+  RunResult run;
+  run.gpu_note = "GPU replay needs a CUDA device: none was found";
+  TraceResult bad;
+  bad.name = "broken";
+  bad.error = "traces/broken.json: node 'sub': recorded output shape ...";
+  run.traces.push_back(bad);
+  std::string md = render_markdown(run);
+  EXPECT_NE(md.find("GPU replay needs a CUDA device"), std::string::npos);
+  EXPECT_NE(md.find("**error:** traces/broken.json: node 'sub'"), std::string::npos);
+  EXPECT_EQ(to_json(run)["traces"][0]["error"], bad.error);
+}

@@ -1,0 +1,81 @@
+// Helpers shared by the unit tests: bundled trace paths and small synthetic traces.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace replay::test {
+
+inline std::string trace_path(const std::string& name) {
+  return std::string(REPLAY_TRACES_DIR) + "/" + name + ".json";
+}
+
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+
+/// Writes `text` to a fresh file under the test temp dir; returns its path.
+inline std::string write_temp(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / "replay_tests";
+  std::filesystem::create_directories(dir);
+  auto p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+inline nlohmann::json tensor(std::vector<int64_t> shape, const std::string& dtype) {
+  std::vector<int64_t> st(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    st[i] = s;
+    s *= shape[i];
+  }
+  return {{"shape", shape}, {"stride", st}, {"dtype", dtype}};
+}
+
+inline nlohmann::json ref(const std::string& v) { return {{"ref", v}}; }
+
+/// A nanoGPT-style LayerNorm forward trace of [rows, cols] in `dtype` (weights in `dtype`,
+/// math in float32, output cast back), as Inductor's decomposition writes it.
+inline nlohmann::json layernorm_trace(int64_t rows, int64_t cols, const std::string& dtype) {
+  using nlohmann::json;
+  std::vector<int64_t> x{rows, cols}, s{rows, 1}, w{cols};
+  auto in = [&](const char* id, std::vector<int64_t> sh, double mean, double std) {
+    json t = tensor(sh, dtype);
+    t["id"] = id;
+    t["stats"] = {{"mean", mean}, {"std", std}, {"min", mean - 6 * std}, {"max", mean + 6 * std}};
+    return t;
+  };
+  auto node = [](const char* id, const char* op, json args, json outs, json kwargs = json::object()) {
+    return json{{"id", id}, {"op", op}, {"args", args}, {"kwargs", kwargs}, {"outputs", outs}};
+  };
+  json nodes = json::array({
+      node("x32", "prims.convert_element_type.default", {ref("x"), {{"dtype", "float32"}}},
+           {tensor(x, "float32")}),
+      node("var_mean", "aten.var_mean.correction", {ref("x32"), {1}},
+           {tensor(s, "float32"), tensor(s, "float32")}, {{"correction", 0}, {"keepdim", true}}),
+      node("var", "getitem", {ref("var_mean"), 0}, {tensor(s, "float32")}),
+      node("mean", "getitem", {ref("var_mean"), 1}, {tensor(s, "float32")}),
+      node("add", "aten.add.Tensor", {ref("var"), 1e-5}, {tensor(s, "float32")}),
+      node("rstd", "aten.rsqrt.default", {ref("add")}, {tensor(s, "float32")}),
+      node("sub", "aten.sub.Tensor", {ref("x32"), ref("mean")}, {tensor(x, "float32")}),
+      node("norm", "aten.mul.Tensor", {ref("sub"), ref("rstd")}, {tensor(x, "float32")}),
+      node("scaled", "aten.mul.Tensor", {ref("norm"), ref("weight")}, {tensor(x, "float32")}),
+      node("shifted", "aten.add.Tensor", {ref("scaled"), ref("bias")}, {tensor(x, "float32")}),
+      node("y", "prims.convert_element_type.default", {ref("shifted"), {{"dtype", dtype}}},
+           {tensor(x, dtype)}),
+  });
+  return {{"schema", "replay-trace/1"},
+          {"name", "synthetic_layernorm_" + std::to_string(rows) + "x" + std::to_string(cols) + "_" + dtype},
+          {"source", {{"model", "synthetic"}, {"phase", "fwd"}}},
+          {"world_size", 1},
+          {"inputs", {in("x", x, 0.3, 2.0), in("weight", w, 1.0, 0.1), in("bias", w, 0.0, 0.1)}},
+          {"nodes", nodes},
+          {"outputs", {"y"}}};
+}
+
+}  // namespace replay::test
