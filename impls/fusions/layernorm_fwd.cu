@@ -2,13 +2,14 @@
 //
 // Napkin math, nanoGPT [16, 1024, 1600] bf16: x 52.4 MB read + y 52.4 MB written + w, b 6.4 KB
 // = 104.9 MB; at ~4.3 TB/s (H200 copy) SOL is ~24.7 µs. The baseline moves x twice (~157 MB)
-// plus launch two kernels, so it can reach at most ~2/3 of SOL.
+// and launches two kernels, so it can reach at most ~2/3 of SOL (~37 µs).
 #include "impls/fusions/layernorm_fwd.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "harness/cuda_check.hpp"
 #include "impls/dtype_device.cuh"
@@ -16,36 +17,152 @@
 namespace replay {
 namespace {
 
-__device__ __forceinline__ float apply_epilogue(const NormFwdArgs& a, float v, float w0, float w1) {
+// 16-byte vectors of T: kElems elements, widened to / narrowed from fp32. The 16-bit types convert
+// in pairs (one F2FP instruction for two elements; single conversions take the slower pipe).
+template <typename T>
+struct Vec;
+
+template <typename T2, typename Ops>
+struct Vec16 {
+  static constexpr int kElems = 8;
+  __device__ static void unpack(const uint4& raw, float* f) {
+    const T2* p = reinterpret_cast<const T2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 t = Ops::to_float2(p[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  }
+  __device__ static uint4 pack(const float* f) {
+    uint4 raw;
+    T2* p = reinterpret_cast<T2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = Ops::from_float2(f[2 * i], f[2 * i + 1]);
+    return raw;
+  }
+};
+struct Bf16Ops {
+  __device__ static float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+  __device__ static __nv_bfloat162 from_float2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+struct F16Ops {
+  __device__ static float2 to_float2(__half2 v) { return __half22float2(v); }
+  __device__ static __half2 from_float2(float a, float b) { return __floats2half2_rn(a, b); }
+};
+template <>
+struct Vec<__nv_bfloat16> : Vec16<__nv_bfloat162, Bf16Ops> {
+  __device__ static float first(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+};
+template <>
+struct Vec<__half> : Vec16<__half2, F16Ops> {
+  __device__ static float first(const __half* p) { return __half2float(*p); }
+};
+template <>
+struct Vec<float> {
+  static constexpr int kElems = 4;
+  __device__ static void unpack(const uint4& raw, float* f) {
+    f[0] = __uint_as_float(raw.x);
+    f[1] = __uint_as_float(raw.y);
+    f[2] = __uint_as_float(raw.z);
+    f[3] = __uint_as_float(raw.w);
+  }
+  __device__ static uint4 pack(const float* f) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                      __float_as_uint(f[3]));
+  }
+  __device__ static float first(const float* p) { return *p; }
+};
+
+// Round 8 fp32 values to a 16-bit type and back, two at a time.
+template <typename Ops>
+__device__ __forceinline__ void round8(float* y) {
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    float2 t = Ops::to_float2(Ops::from_float2(y[e], y[e + 1]));
+    y[e] = t.x;
+    y[e + 1] = t.y;
+  }
+}
+
+template <typename T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, __nv_bfloat16> ? DType::kBFloat16
+         : std::is_same_v<T, __half>      ? DType::kFloat16
+                                          : DType::kFloat32;
+}
+
+// The epilogue on one vector of normalized values. Every branch depends only on kernel
+// arguments, so it is uniform across the grid; the per-element work is straight-line code.
+// w0 / w1 point at weight 0's / 1's 16-byte vectors (global or shared memory); selected, not
+// indexed, so that no pointer array goes to local memory.
+template <typename T>
+__device__ __forceinline__ void apply_epilogue(const NormFwdArgs& a, float* y, const uint4* w0,
+                                               const uint4* w1, int v) {
+  constexpr int E = Vec<T>::kElems;
 #pragma unroll
   for (int s = 0; s < kNormMaxEpilogue; ++s) {
     if (s >= a.n_epilogue) break;
     const NormEpilogueStep st = a.epilogue[s];
     if (st.op != EpilogueOp::kRound) {
-      float w = st.weight == 0 ? w0 : w1;
-      v = st.op == EpilogueOp::kMul ? v * w : v + w;
+      float wf[E];
+      Vec<T>::unpack((st.weight == 0 ? w0 : w1)[v], wf);
+      if (st.op == EpilogueOp::kMul) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) y[e] *= wf[e];
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) y[e] += wf[e];
+      }
     }
-    v = round_float(st.dtype, v);
+    // A final rounding to the output dtype is what the store's pack does anyway.
+    const bool last = s + 1 == a.n_epilogue;
+    if (last && st.dtype == dtype_of<T>()) break;
+    if constexpr (E == 8) {  // rounding applies to fp32 values in 8-element vectors only
+      if (st.dtype == DType::kBFloat16) round8<Bf16Ops>(y);
+      else if (st.dtype == DType::kFloat16) round8<F16Ops>(y);
+    } else {
+      if (st.dtype == DType::kBFloat16)
+        for (int e = 0; e < E; e += 2) {
+          float2 t = Bf16Ops::to_float2(Bf16Ops::from_float2(y[e], y[e + 1]));
+          y[e] = t.x;
+          y[e + 1] = t.y;
+        }
+      else if (st.dtype == DType::kFloat16)
+        for (int e = 0; e < E; e += 2) {
+          float2 t = F16Ops::to_float2(F16Ops::from_float2(y[e], y[e + 1]));
+          y[e] = t.x;
+          y[e + 1] = t.y;
+        }
+    }
   }
-  return v;
 }
 
 // ---------------------------------------------------------------------------------------------
-// baseline: kernel 1, one warp per row: mean and rstd (shifted single pass, fp32).
+// baseline, kernel 1: one warp per row; mean and rstd by a shifted single pass (fp32), written to
+// memory. 16-byte loads.
+template <typename T>
 __global__ void norm_stats_kernel(NormFwdArgs a, float* mean, float* rstd) {
+  constexpr int E = Vec<T>::kElems;
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
   if (row >= a.rows) return;
-  const int64_t base = row * a.x_row_stride;
+  const T* xr = static_cast<const T*>(a.x) + row * a.x_row_stride;
   const bool ln = a.kind == NormKind::kLayerNorm;
-  // Shift by the row's first element: sum((x-s)^2) does not cancel catastrophically.
-  const float shift = ln ? load_elem<float>(a.x, base, a.x_dtype) : 0.f;
+  const float shift = ln ? Vec<T>::first(xr) : 0.f;  // avoids cancellation in s2 - s1^2
+  const int nvec = static_cast<int>(a.cols / E);
   float s1 = 0.f, s2 = 0.f;
-  for (int64_t c = lane; c < a.cols; c += 32) {
-    float d = load_elem<float>(a.x, base + c, a.x_dtype) - shift;
-    s1 += d;
-    s2 += d * d;
+  for (int v = lane; v < nvec; v += 32) {
+    float f[E];
+    Vec<T>::unpack(reinterpret_cast<const uint4*>(xr)[v], f);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float d = f[e] - shift;
+      s1 += d;
+      s2 += d * d;
+    }
   }
+#pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     s1 += __shfl_xor_sync(0xffffffffu, s1, o);
     s2 += __shfl_xor_sync(0xffffffffu, s2, o);
@@ -59,56 +176,36 @@ __global__ void norm_stats_kernel(NormFwdArgs a, float* mean, float* rstd) {
   }
 }
 
-// baseline: kernel 2, one thread per element: normalize + epilogue.
+// baseline, kernel 2: one thread per 16-byte vector: reads x again with the row's mean/rstd,
+// applies the epilogue (weights through L1/L2), writes y.
+template <typename T>
 __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float* rstd) {
-  const int64_t n = a.rows * a.cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / a.cols, c = i % a.cols;
-    float v = (load_elem<float>(a.x, row * a.x_row_stride + c, a.x_dtype) - mean[row]) * rstd[row];
-    float w0 = a.n_weights > 0 ? load_elem<float>(a.w[0], c, a.w_dtype[0]) : 0.f;
-    float w1 = a.n_weights > 1 ? load_elem<float>(a.w[1], c, a.w_dtype[1]) : 0.f;
-    store_elem<float>(a.out, row * a.out_row_stride + c, a.out_dtype, apply_epilogue(a, v, w0, w1));
+  constexpr int E = Vec<T>::kElems;
+  const uint32_t nvec = static_cast<uint32_t>(a.cols / E);
+  const uint64_t total = uint64_t(a.rows) * nvec;
+  const auto* w0 = static_cast<const uint4*>(a.w[0]);
+  const auto* w1 = static_cast<const uint4*>(a.w[1]);
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < total;
+       i += uint64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = static_cast<int64_t>(i / nvec);
+    const int v = static_cast<int>(i - uint64_t(row) * nvec);
+    float y[E];
+    Vec<T>::unpack(reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride)[v], y);
+    const float m = mean[row], r = rstd[row];
+#pragma unroll
+    for (int e = 0; e < E; ++e) y[e] = (y[e] - m) * r;
+    apply_epilogue<T>(a, y, w0, w1, v);
+    reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride)[v] = Vec<T>::pack(y);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// optimized: one persistent kernel. A group of 32*WARPS threads owns a row; each thread holds VPT
-// 16-byte vectors of the row (elements v*EPV .. v*EPV+EPV-1 for v = tid + k*32*WARPS) in
-// registers. Block = 128 threads = 4 warps = 4/WARPS rows per iteration; the grid strides over
-// rows. Weights are loaded once per thread and kept packed in registers across rows.
+// optimized: one persistent kernel. A group of 32*WARPS threads owns a row; thread t holds the
+// row's 16-byte vectors t, t+G, t+2G, ... (VPT of them) packed in registers, so x is read from
+// memory once. Statistics: two passes over the registers (exact two-pass variance). Block = 128
+// threads = 4/WARPS rows per iteration; the grid (SMs x resident blocks) strides over rows.
+// The epilogue weights are staged once per block in shared memory.
 constexpr int kOptThreads = 128;
-
-template <typename T>
-struct Vec {
-  static constexpr int kElems = 16 / sizeof(T);
-  __device__ static void unpack(const uint4& raw, float* f) {
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kElems; ++i) f[i] = to_float(e[i]);
-  }
-  __device__ static uint4 pack(const float* f) {
-    uint4 raw;
-    T* e = reinterpret_cast<T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < kElems; ++i) e[i] = from_float(f[i]);
-    return raw;
-  }
-  __device__ static float to_float(T v);
-  __device__ static T from_float(float v);
-};
-template <>
-__device__ float Vec<__nv_bfloat16>::to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __nv_bfloat16 Vec<__nv_bfloat16>::from_float(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ float Vec<__half>::to_float(__half v) { return __half2float(v); }
-template <>
-__device__ __half Vec<__half>::from_float(float v) { return __float2half_rn(v); }
-template <>
-__device__ float Vec<float>::to_float(float v) { return v; }
-template <>
-__device__ float Vec<float>::from_float(float v) { return v; }
 
 template <int WARPS>
 __device__ __forceinline__ float group_sum(float v, float (*smem)[4]) {
@@ -132,64 +229,61 @@ template <typename T, int VPT, int WARPS>
 __global__ void __launch_bounds__(kOptThreads) norm_fwd_persistent_kernel(NormFwdArgs a) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
-  constexpr int G = 32 * WARPS;           // threads per row
-  constexpr int RPB = kOptThreads / G;    // rows per block iteration
-  __shared__ float smem[RPB][4];
+  constexpr int G = 32 * WARPS;         // threads per row
+  constexpr int RPB = kOptThreads / G;  // rows per block iteration
+  __shared__ float red[RPB][4];
+  extern __shared__ uint4 w_smem[];  // [n_weights][nvec]
   const int tid = threadIdx.x % G, grp = threadIdx.x / G;
   const int nvec = static_cast<int>(a.cols / E);
   const bool ln = a.kind == NormKind::kLayerNorm;
 
-  uint4 w0[VPT], w1[VPT];
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int v = tid + k * G;
-    w0[k] = w1[k] = make_uint4(0, 0, 0, 0);
-    if (v < nvec) {
-      if (a.n_weights > 0) w0[k] = __ldg(static_cast<const uint4*>(a.w[0]) + v);
-      if (a.n_weights > 1) w1[k] = __ldg(static_cast<const uint4*>(a.w[1]) + v);
-    }
-  }
+  const uint4* w0 = w_smem;
+  const uint4* w1 = w_smem + nvec;
+  for (int i = 0; i < a.n_weights; ++i)
+    for (int v = threadIdx.x; v < nvec; v += kOptThreads)
+      w_smem[i * nvec + v] = __ldg(static_cast<const uint4*>(a.w[i]) + v);
+  __syncthreads();
 
   for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += int64_t(gridDim.x) * RPB) {
     const int64_t row = row0 + grp;
     const bool valid = row < a.rows;
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride);
-    float x[VPT][E];
+    uint4 raw[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
-      uint4 raw = make_uint4(0, 0, 0, 0);
-      if (valid && v < nvec) raw = __ldcs(xr + v);  // read once: stream past L2
-      V::unpack(raw, x[k]);
+      raw[k] = (valid && v < nvec) ? __ldcs(xr + v) : make_uint4(0, 0, 0, 0);  // zeros add nothing
     }
     float s = 0.f;
 #pragma unroll
-    for (int k = 0; k < VPT; ++k)
+    for (int k = 0; k < VPT; ++k) {
+      float f[E];
+      V::unpack(raw[k], f);
 #pragma unroll
-      for (int e = 0; e < E; ++e) s += x[k][e];  // out-of-range slots hold 0
-    const float mean = ln ? group_sum<WARPS>(s, smem) / float(a.cols) : 0.f;
+      for (int e = 0; e < E; ++e) s += f[e];
+    }
+    const float mean = ln ? group_sum<WARPS>(s, red) / float(a.cols) : 0.f;
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const bool in = tid + k * G < nvec;
+      if (tid + k * G >= nvec) continue;
+      float f[E];
+      V::unpack(raw[k], f);
 #pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const float d = x[k][e] - mean;
-        ss += in ? d * d : 0.f;
-      }
+      for (int e = 0; e < E; ++e) ss += (f[e] - mean) * (f[e] - mean);
     }
-    const float rstd = rsqrtf(group_sum<WARPS>(ss, smem) / float(a.cols) + a.eps);
+    const float rstd = rsqrtf(group_sum<WARPS>(ss, red) / float(a.cols) + a.eps);
     uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
       if (!valid || v >= nvec) continue;
-      float wf0[E], wf1[E], y[E];
-      V::unpack(w0[k], wf0);
-      V::unpack(w1[k], wf1);
+      float y[E];
+      V::unpack(raw[k], y);
 #pragma unroll
-      for (int e = 0; e < E; ++e) y[e] = apply_epilogue(a, (x[k][e] - mean) * rstd, wf0[e], wf1[e]);
-      __stcs(yr + v, V::pack(y));
+      for (int e = 0; e < E; ++e) y[e] = (y[e] - mean) * rstd;
+      apply_epilogue<T>(a, y, w0, w1, v);
+      __stcs(yr + v, V::pack(y));  // written once: stream past L2
     }
   }
 }
@@ -197,18 +291,16 @@ __global__ void __launch_bounds__(kOptThreads) norm_fwd_persistent_kernel(NormFw
 template <typename T, int VPT, int WARPS>
 void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
   auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS>;
-  static int blocks_per_sm = -1, sms = 0;  // per instantiation, computed once
-  if (blocks_per_sm < 0) {
-    int dev = 0;
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kOptThreads, 0));
-  }
+  const size_t smem = size_t(a.n_weights) * size_t(a.cols) * sizeof(T);
+  int dev = 0, sms = 0, blocks_per_sm = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kOptThreads, smem));
   constexpr int RPB = kOptThreads / (32 * WARPS);
   const int64_t needed = (a.rows + RPB - 1) / RPB;
   const int grid = static_cast<int>(std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)));
   if (grid == 0) return;
-  kernel<<<grid, kOptThreads, 0, stream>>>(a);
+  kernel<<<grid, kOptThreads, smem, stream>>>(a);
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
 }
 
@@ -236,7 +328,7 @@ std::pair<int, int> geometry(int64_t nvec) {
 }
 
 template <typename T>
-void dispatch(const NormFwdArgs& a, cudaStream_t s) {
+void dispatch_optimized(const NormFwdArgs& a, cudaStream_t s) {
   auto [warps, vpt] = geometry(a.cols / Vec<T>::kElems);
   if (warps == 1)
     dispatch_vpt<T, 1>(vpt, a, s);
@@ -244,13 +336,25 @@ void dispatch(const NormFwdArgs& a, cudaStream_t s) {
     dispatch_vpt<T, 4>(vpt, a, s);
 }
 
+template <typename T>
+void launch_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream) {
+  constexpr int kStatsThreads = 256;  // 8 rows per block
+  const int64_t stats_blocks = (a.rows + kStatsThreads / 32 - 1) / (kStatsThreads / 32);
+  norm_stats_kernel<T><<<static_cast<unsigned>(stats_blocks), kStatsThreads, 0, stream>>>(a, mean, rstd);
+  REPLAY_CUDA_LAUNCH("norm_stats_kernel");
+  constexpr int kApplyThreads = 256;
+  const int64_t n = a.rows * (a.cols / Vec<T>::kElems);
+  const int64_t blocks = std::min<int64_t>((n + kApplyThreads - 1) / kApplyThreads, 132 * 16);
+  norm_apply_kernel<T><<<static_cast<unsigned>(blocks), kApplyThreads, 0, stream>>>(a, mean, rstd);
+  REPLAY_CUDA_LAUNCH("norm_apply_kernel");
+}
+
 }  // namespace
 
 std::string layernorm_fwd_supports(const NormFwdArgs& a, const std::string& variant) {
+  if (variant != "baseline" && variant != "optimized") return "unknown variant " + variant;
   if (a.n_weights > kNormMaxWeights) return "more than 2 weight operands in the epilogue";
   if (a.rows <= 0 || a.cols <= 0) return "empty rows";
-  if (variant == "baseline") return "";
-  if (variant != "optimized") return "unknown variant " + variant;
   const DType t = a.x_dtype;
   if (t != DType::kBFloat16 && t != DType::kFloat16 && t != DType::kFloat32)
     return "x dtype " + std::string(dtype_name(t)) + " (needs bfloat16, float16 or float32)";
@@ -264,31 +368,29 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, const std::string& vari
   if (!aligned(a.x) || !aligned(a.out) || (a.n_weights > 0 && !aligned(a.w[0])) ||
       (a.n_weights > 1 && !aligned(a.w[1])))
     return "a pointer is not 16-byte aligned";
-  if (geometry(a.cols / elems).second > kMaxVpt)
+  if (variant == "optimized" && geometry(a.cols / elems).second > kMaxVpt)
     return "row of " + std::to_string(a.cols) + " elements is longer than the register-resident "
            "kernel holds (" + std::to_string(kMaxVpt * 128 * elems) + ")";
   return "";
 }
 
 void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream) {
-  constexpr int kStatsThreads = 256;  // 8 rows per block
-  const int64_t stats_blocks = (a.rows + kStatsThreads / 32 - 1) / (kStatsThreads / 32);
-  norm_stats_kernel<<<static_cast<unsigned>(stats_blocks), kStatsThreads, 0, stream>>>(a, mean, rstd);
-  REPLAY_CUDA_LAUNCH("norm_stats_kernel");
-  constexpr int kApplyThreads = 256;
-  const int64_t n = a.rows * a.cols;
-  const int64_t blocks = std::min<int64_t>((n + kApplyThreads - 1) / kApplyThreads, 65535 * 16);
-  norm_apply_kernel<<<static_cast<unsigned>(blocks), kApplyThreads, 0, stream>>>(a, mean, rstd);
-  REPLAY_CUDA_LAUNCH("norm_apply_kernel");
+  std::string why = layernorm_fwd_supports(a, "baseline");
+  if (!why.empty()) throw std::invalid_argument("layernorm_fwd baseline: " + why);
+  switch (a.x_dtype) {
+    case DType::kBFloat16: return launch_baseline<__nv_bfloat16>(a, mean, rstd, stream);
+    case DType::kFloat16: return launch_baseline<__half>(a, mean, rstd, stream);
+    default: return launch_baseline<float>(a, mean, rstd, stream);
+  }
 }
 
 void layernorm_fwd_optimized(const NormFwdArgs& a, cudaStream_t stream) {
   std::string why = layernorm_fwd_supports(a, "optimized");
   if (!why.empty()) throw std::invalid_argument("layernorm_fwd optimized: " + why);
   switch (a.x_dtype) {
-    case DType::kBFloat16: return dispatch<__nv_bfloat16>(a, stream);
-    case DType::kFloat16: return dispatch<__half>(a, stream);
-    default: return dispatch<float>(a, stream);
+    case DType::kBFloat16: return dispatch_optimized<__nv_bfloat16>(a, stream);
+    case DType::kFloat16: return dispatch_optimized<__half>(a, stream);
+    default: return dispatch_optimized<float>(a, stream);
   }
 }
 
