@@ -7,8 +7,8 @@ namespace replay {
 
 Tolerance default_tolerance(DType t) {
   switch (t) {
-    case DType::kBFloat16: return {1e-5, 1.6e-2};
-    case DType::kFloat16: return {1e-5, 1e-3};
+    case DType::kBFloat16: return {1.6e-2, 1.6e-2};
+    case DType::kFloat16: return {2e-3, 2e-3};
     case DType::kFloat32: return {1e-5, 1e-5};
     case DType::kFloat64: return {1e-7, 1e-7};
     case DType::kFloat8E4M3: return {1e-3, 1.25e-1};  // 3 mantissa bits

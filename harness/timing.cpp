@@ -34,9 +34,14 @@ size_t l2_bytes() {
 
 }  // namespace
 
-L2Flush::L2Flush() : buf_(2 * l2_bytes()) {}
+L2Flush::L2Flush() : buf_(2 * l2_bytes()), sink_(sizeof(unsigned)) {
+  REPLAY_CUDA(cudaMemset(buf_.get(), 0, buf_.bytes()));
+  REPLAY_CUDA(cudaDeviceSynchronize());
+}
 
-void L2Flush::flush(cudaStream_t s) { REPLAY_CUDA(cudaMemsetAsync(buf_.get(), 0, buf_.bytes(), s)); }
+void L2Flush::flush(cudaStream_t s) {
+  l2_flush_read(buf_.get(), buf_.bytes() / 16 * 16, static_cast<unsigned*>(sink_.get()), s);
+}
 
 std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
                               L2Flush& l2, const StopRule& rule, int warmup) {

@@ -13,7 +13,8 @@
 
 namespace replay {
 
-/// Evicts the L2 by writing a buffer of twice its size. Owns the buffer; not copyable.
+/// Evicts the L2 by reading a zeroed buffer of twice its size (l2_flush.cu), leaving only clean
+/// lines. Owns the buffer; not copyable.
 class L2Flush {
  public:
   L2Flush();
@@ -23,7 +24,11 @@ class L2Flush {
 
  private:
   DeviceBuffer buf_;
+  DeviceBuffer sink_;
 };
+
+/// Enqueue a read of `bytes` at `buf` (a multiple of 16) through the L2; `sink` is a device word.
+void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s);
 
 /// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then samples
 /// of one run each with the L2 flushed before it, until `rule` says stop. Returns µs per sample.

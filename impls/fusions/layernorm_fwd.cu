@@ -201,11 +201,23 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 
 // ---------------------------------------------------------------------------------------------
 // optimized: one persistent kernel. A group of 32*WARPS threads owns a row; thread t holds the
-// row's 16-byte vectors t, t+G, t+2G, ... (VPT of them) packed in registers, so x is read from
-// memory once. Statistics: two passes over the registers (exact two-pass variance). Block = 128
-// threads = 4/WARPS rows per iteration; the grid (SMs x resident blocks) strides over rows.
-// The epilogue weights are staged once per block in shared memory.
+// row's 16-byte vectors t, t+G, t+2G, ... (VPT of them) in registers as fp32, so x is read from
+// memory once; the next row's vectors are loaded (packed) while the current row is computed, so
+// every warp keeps a row of loads in flight. Statistics: exact two passes over registers.
+// Block = 128 threads = 4/WARPS rows per iteration; the grid (SMs x resident blocks) strides over
+// rows. Epilogue weights are converted to fp32 once per block into shared memory, and the
+// epilogue shapes the matcher produces for nanoGPT and Llama are compiled as straight-line code.
 constexpr int kOptThreads = 128;
+
+/// Epilogue shapes with a compile-time body; anything else takes the generic run-time path.
+/// A last rounding to the output dtype is left to the store in every shape.
+enum class EpiKind : int {
+  kGeneric,
+  kIdentity,    // (round to out dtype)
+  kScale,       // * w0, fp32 (+ round)
+  kAffine,      // * w0 + w1, fp32 (+ round): nanoGPT LayerNorm
+  kRoundScale,  // round to T, * w0 in T: Hugging Face LlamaRMSNorm
+};
 
 template <int WARPS>
 __device__ __forceinline__ float group_sum(float v, float (*smem)[4]) {
@@ -225,82 +237,190 @@ __device__ __forceinline__ float group_sum(float v, float (*smem)[4]) {
   }
 }
 
-template <typename T, int VPT, int WARPS>
-__global__ void __launch_bounds__(kOptThreads) norm_fwd_persistent_kernel(NormFwdArgs a) {
+// E fp32 weights of vector v from shared memory.
+template <int E>
+__device__ __forceinline__ void load_w(const float* w, int v, float* out) {
+  const float4* p = reinterpret_cast<const float4*>(w) + v * (E / 4);
+#pragma unroll
+  for (int i = 0; i < E / 4; ++i) {
+    float4 t = p[i];
+    out[4 * i] = t.x;
+    out[4 * i + 1] = t.y;
+    out[4 * i + 2] = t.z;
+    out[4 * i + 3] = t.w;
+  }
+}
+
+template <typename T, EpiKind K>
+__device__ __forceinline__ void fast_epilogue(const NormFwdArgs& a, float* y, const float* w0,
+                                              const float* w1, int v) {
+  constexpr int E = Vec<T>::kElems;
+  float wa[E], wb[E];
+  if constexpr (K == EpiKind::kScale || K == EpiKind::kRoundScale || K == EpiKind::kAffine)
+    load_w<E>(w0, v, wa);
+  if constexpr (K == EpiKind::kAffine) load_w<E>(w1, v, wb);
+  if constexpr (K == EpiKind::kRoundScale) Vec<T>::unpack(Vec<T>::pack(y), y);
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    if constexpr (K == EpiKind::kScale || K == EpiKind::kRoundScale) y[e] *= wa[e];
+    if constexpr (K == EpiKind::kAffine) y[e] = fmaf(y[e], wa[e], wb[e]);
+  }
+  if constexpr (K == EpiKind::kGeneric) {
+#pragma unroll
+    for (int s = 0; s < kNormMaxEpilogue; ++s) {
+      if (s >= a.n_epilogue) break;
+      const NormEpilogueStep st = a.epilogue[s];
+      if (s + 1 == a.n_epilogue && st.op == EpilogueOp::kRound && st.dtype == dtype_of<T>()) break;
+      if (st.op != EpilogueOp::kRound) {
+        load_w<E>(st.weight == 0 ? w0 : w1, v, wa);
+#pragma unroll
+        for (int e = 0; e < E; ++e) y[e] = st.op == EpilogueOp::kMul ? y[e] * wa[e] : y[e] + wa[e];
+      }
+      if (st.dtype == DType::kBFloat16 || st.dtype == DType::kFloat16) {
+#pragma unroll
+        for (int e = 0; e < E; e += 2) {
+          float2 t = st.dtype == DType::kBFloat16
+                         ? Bf16Ops::to_float2(Bf16Ops::from_float2(y[e], y[e + 1]))
+                         : F16Ops::to_float2(F16Ops::from_float2(y[e], y[e + 1]));
+          y[e] = t.x;
+          y[e + 1] = t.y;
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int VPT, int WARPS, EpiKind K>
+__device__ __forceinline__ void norm_rows(const NormFwdArgs& a, const float* w0, const float* w1,
+                                          float (*red)[4]) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
   constexpr int G = 32 * WARPS;         // threads per row
   constexpr int RPB = kOptThreads / G;  // rows per block iteration
-  __shared__ float red[RPB][4];
-  extern __shared__ uint4 w_smem[];  // [n_weights][nvec]
   const int tid = threadIdx.x % G, grp = threadIdx.x / G;
   const int nvec = static_cast<int>(a.cols / E);
   const bool ln = a.kind == NormKind::kLayerNorm;
+  const float inv_cols = 1.f / float(a.cols);
+  const int64_t step = int64_t(gridDim.x) * RPB;
 
-  const uint4* w0 = w_smem;
-  const uint4* w1 = w_smem + nvec;
-  for (int i = 0; i < a.n_weights; ++i)
-    for (int v = threadIdx.x; v < nvec; v += kOptThreads)
-      w_smem[i * nvec + v] = __ldg(static_cast<const uint4*>(a.w[i]) + v);
-  __syncthreads();
-
-  for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += int64_t(gridDim.x) * RPB) {
-    const int64_t row = row0 + grp;
-    const bool valid = row < a.rows;
+  auto load_row = [&](int64_t row, uint4* raw) {
     const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride);
-    uint4 raw[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
-      raw[k] = (valid && v < nvec) ? __ldcs(xr + v) : make_uint4(0, 0, 0, 0);  // zeros add nothing
+      raw[k] = (row < a.rows && v < nvec) ? __ldcs(xr + v) : make_uint4(0, 0, 0, 0);
     }
+  };
+  uint4 raw[VPT];
+  int64_t row = int64_t(blockIdx.x) * RPB + grp;
+  load_row(row, raw);
+  for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += step, row += step) {
+    float x[VPT][E];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) V::unpack(raw[k], x[k]);
+    load_row(row + step, raw);  // prefetch the next row while this one is computed
     float s = 0.f;
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      float f[E];
-      V::unpack(raw[k], f);
+    for (int k = 0; k < VPT; ++k)
 #pragma unroll
-      for (int e = 0; e < E; ++e) s += f[e];
-    }
-    const float mean = ln ? group_sum<WARPS>(s, red) / float(a.cols) : 0.f;
+      for (int e = 0; e < E; ++e) s += x[k][e];  // out-of-range slots hold 0
+    const float mean = ln ? group_sum<WARPS>(s, red) * inv_cols : 0.f;
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       if (tid + k * G >= nvec) continue;
-      float f[E];
-      V::unpack(raw[k], f);
 #pragma unroll
-      for (int e = 0; e < E; ++e) ss += (f[e] - mean) * (f[e] - mean);
+      for (int e = 0; e < E; ++e) {
+        const float d = x[k][e] - mean;
+        ss = fmaf(d, d, ss);
+      }
     }
-    const float rstd = rsqrtf(group_sum<WARPS>(ss, red) / float(a.cols) + a.eps);
+    const float rstd = rsqrtf(group_sum<WARPS>(ss, red) * inv_cols + a.eps);
+    const float shift = -mean * rstd;
+    if (row >= a.rows) continue;
     uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
-      if (!valid || v >= nvec) continue;
-      float y[E];
-      V::unpack(raw[k], y);
+      if (v >= nvec) continue;
+      float* y = x[k];
 #pragma unroll
-      for (int e = 0; e < E; ++e) y[e] = (y[e] - mean) * rstd;
-      apply_epilogue<T>(a, y, w0, w1, v);
+      for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
+      fast_epilogue<T, K>(a, y, w0, w1, v);
       __stcs(yr + v, V::pack(y));  // written once: stream past L2
     }
   }
 }
 
 template <typename T, int VPT, int WARPS>
+__global__ void __launch_bounds__(kOptThreads) norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
+  constexpr int RPB = kOptThreads / (32 * WARPS);
+  __shared__ float red[RPB][4];
+  extern __shared__ float4 w_smem4[];  // [n_weights][cols] fp32
+  float* w_smem = reinterpret_cast<float*>(w_smem4);
+  const int cols = static_cast<int>(a.cols);
+  constexpr int E = Vec<T>::kElems;
+  for (int i = 0; i < a.n_weights; ++i)  // 16-byte loads, widened once per block
+    for (int v = threadIdx.x; v < cols / E; v += kOptThreads) {
+      float f[E];
+      Vec<T>::unpack(__ldg(static_cast<const uint4*>(a.w[i]) + v), f);
+#pragma unroll
+      for (int e = 0; e < E; ++e) w_smem[i * cols + v * E + e] = f[e];
+    }
+  __syncthreads();
+  const float* w0 = w_smem;
+  const float* w1 = w_smem + cols;
+  switch (kind) {  // uniform: one body per epilogue shape
+    case EpiKind::kIdentity: return norm_rows<T, VPT, WARPS, EpiKind::kIdentity>(a, w0, w1, red);
+    case EpiKind::kScale: return norm_rows<T, VPT, WARPS, EpiKind::kScale>(a, w0, w1, red);
+    case EpiKind::kAffine: return norm_rows<T, VPT, WARPS, EpiKind::kAffine>(a, w0, w1, red);
+    case EpiKind::kRoundScale: return norm_rows<T, VPT, WARPS, EpiKind::kRoundScale>(a, w0, w1, red);
+    default: return norm_rows<T, VPT, WARPS, EpiKind::kGeneric>(a, w0, w1, red);
+  }
+}
+
+// The compile-time epilogue shape of `a`'s steps, if it has one.
+EpiKind classify_epilogue(const NormFwdArgs& a) {
+  int n = a.n_epilogue;
+  const NormEpilogueStep* st = a.epilogue;
+  if (n > 0 && st[n - 1].op == EpilogueOp::kRound && st[n - 1].dtype == a.out_dtype) --n;
+  auto is = [&](int i, EpilogueOp op, DType dt, int w) {
+    return st[i].op == op && st[i].dtype == dt && (op == EpilogueOp::kRound || st[i].weight == w);
+  };
+  const DType f32 = DType::kFloat32;
+  if (n == 0) return EpiKind::kIdentity;
+  if (n == 1 && is(0, EpilogueOp::kMul, f32, 0)) return EpiKind::kScale;
+  if (n == 1 && is(0, EpilogueOp::kMul, a.out_dtype, 0)) return EpiKind::kScale;  // pack rounds
+  if (n == 2 && is(0, EpilogueOp::kMul, f32, 0) && is(1, EpilogueOp::kAdd, f32, 1))
+    return EpiKind::kAffine;
+  if (n == 2 && is(0, EpilogueOp::kRound, a.out_dtype, -1) && is(1, EpilogueOp::kMul, a.out_dtype, 0))
+    return EpiKind::kRoundScale;
+  return EpiKind::kGeneric;
+}
+
+template <typename T, int VPT, int WARPS>
 void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
   auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS>;
-  const size_t smem = size_t(a.n_weights) * size_t(a.cols) * sizeof(T);
-  int dev = 0, sms = 0, blocks_per_sm = 0;
-  REPLAY_CUDA(cudaGetDevice(&dev));
-  REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kOptThreads, smem));
+  const size_t smem = size_t(a.n_weights) * size_t(a.cols) * sizeof(float);
+  // Occupancy is a host query of several µs: computed once per (instantiation, smem size), so that
+  // a timed launch costs only the launch.
+  static int dev = -1, sms = 0, blocks_per_sm = 0;
+  static size_t smem_seen = ~size_t(0);
+  int cur = 0;
+  REPLAY_CUDA(cudaGetDevice(&cur));
+  if (cur != dev || smem != smem_seen) {
+    dev = cur;
+    smem_seen = smem;
+    REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (smem > 48 * 1024)
+      REPLAY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kOptThreads, smem));
+  }
   constexpr int RPB = kOptThreads / (32 * WARPS);
   const int64_t needed = (a.rows + RPB - 1) / RPB;
   const int grid = static_cast<int>(std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)));
   if (grid == 0) return;
-  kernel<<<grid, kOptThreads, smem, stream>>>(a);
+  kernel<<<grid, kOptThreads, smem, stream>>>(a, classify_epilogue(a));
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
 }
 

@@ -108,6 +108,21 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(77, 1600, "float16"), std::make_tuple(50, 1024, "float32"),
                       std::make_tuple(19, 4096, "float32")));
 
+// Every epilogue shape: the compiled ones (affine, scale, none) and the generic run-time path.
+class NormEpilogue : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(NormEpilogue, AllVariantsMatchReference) {
+  REQUIRE_GPU();
+  auto [epilogue, dtype] = GetParam();
+  Graph g = parse_trace(layernorm_trace(97, 1600, dtype, epilogue), "<synthetic>");
+  ASSERT_EQ(make_plan(g).regions.size(), 1u) << epilogue;
+  for (const char* variant : {"eager", "baseline", "optimized"}) expect_variant_matches(g, variant, 13);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, NormEpilogue,
+                         ::testing::Combine(::testing::Values("affine", "scale", "none", "mixed"),
+                                            ::testing::Values("bfloat16", "float16", "float32")));
+
 TEST(GpuReplay, TooLongRowFallsBackWithAReason) {
   REQUIRE_GPU();
   Graph g = parse_trace(layernorm_trace(4, 16384, "bfloat16"), "<long-row>");
