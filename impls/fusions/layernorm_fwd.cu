@@ -208,6 +208,9 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 // rows. Epilogue weights are converted to fp32 once per block into shared memory, and the
 // epilogue shapes the matcher produces for nanoGPT and Llama are compiled as straight-line code.
 constexpr int kOptThreads = 128;
+// Resident blocks per SM asked of ptxas: 4 (x 4 warps) caps registers at 128, which holds up to
+// 7 vectors per thread without spilling (6 with 4 warps per row); more need 3.
+constexpr int min_blocks(int vpt, int warps) { return vpt >= (warps > 1 ? 7 : 8) ? 3 : 4; }
 
 /// Epilogue shapes with a compile-time body; anything else takes the generic run-time path.
 /// A last rounding to the output dtype is left to the store in every shape.
@@ -219,20 +222,39 @@ enum class EpiKind : int {
   kRoundScale,  // round to T, * w0 in T: Hugging Face LlamaRMSNorm
 };
 
+// Pairwise sum of N values (N a power of two).
+template <int N>
+__device__ __forceinline__ float tree_sum(float* p) {
+#pragma unroll
+  for (int w = N / 2; w > 0; w /= 2)
+#pragma unroll
+    for (int i = 0; i < w; ++i) p[i] += p[i + w];
+  return p[0];
+}
+
+// Two sums over the row group at once (independent shuffles interleave).
 template <int WARPS>
-__device__ __forceinline__ float group_sum(float v, float (*smem)[4]) {
+__device__ __forceinline__ float2 group_sum2(float a, float b, float (*smem)[4]) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
   if constexpr (WARPS == 1) {
-    return v;
+    return make_float2(a, b);
   } else {
-    const int warp = threadIdx.x / 32, grp = warp / WARPS, wig = warp % WARPS;
-    if (threadIdx.x % 32 == 0) smem[grp][wig] = v;
+    const int warp = threadIdx.x / 32, grp = warp / WARPS;
+    __shared__ float2 part[kOptThreads / 32];
+    if (threadIdx.x % 32 == 0) part[warp] = make_float2(a, b);
     __syncthreads();
-    float t = 0.f;
+    float2 t = make_float2(0.f, 0.f);
 #pragma unroll
-    for (int i = 0; i < WARPS; ++i) t += smem[grp][i];
-    __syncthreads();  // smem is reused by the next call
+    for (int i = 0; i < WARPS; ++i) {
+      t.x += part[grp * WARPS + i].x;
+      t.y += part[grp * WARPS + i].y;
+    }
+    __syncthreads();  // part is reused by the next call
+    (void)smem;
     return t;
   }
 }
@@ -290,8 +312,23 @@ __device__ __forceinline__ void fast_epilogue(const NormFwdArgs& a, float* y, co
   }
 }
 
+// Widen the epilogue weights to fp32 in shared memory, once per block (16-byte loads).
+template <typename T>
+__device__ __forceinline__ void stage_weights(const NormFwdArgs& a, float* w_smem) {
+  constexpr int E = Vec<T>::kElems;
+  const int cols = static_cast<int>(a.cols);
+  for (int i = 0; i < a.n_weights; ++i)
+    for (int v = threadIdx.x; v < cols / E; v += kOptThreads) {
+      float f[E];
+      Vec<T>::unpack(__ldg(static_cast<const uint4*>(a.w[i]) + v), f);
+#pragma unroll
+      for (int e = 0; e < E; ++e) w_smem[i * cols + v * E + e] = f[e];
+    }
+  __syncthreads();
+}
+
 template <typename T, int VPT, int WARPS, EpiKind K>
-__device__ __forceinline__ void norm_rows(const NormFwdArgs& a, const float* w0, const float* w1,
+__device__ __forceinline__ void norm_rows(const NormFwdArgs& a, float* w0, float* w1,
                                           float (*red)[4]) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
@@ -313,29 +350,45 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, const float* w0,
   };
   uint4 raw[VPT];
   int64_t row = int64_t(blockIdx.x) * RPB + grp;
-  load_row(row, raw);
+  load_row(row, raw);       // the first row is in flight while the weights are staged
+  stage_weights<T>(a, w0);  // w1 follows w0 in the same buffer
   for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += step, row += step) {
     float x[VPT][E];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) V::unpack(raw[k], x[k]);
     load_row(row + step, raw);  // prefetch the next row while this one is computed
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k)
-#pragma unroll
-      for (int e = 0; e < E; ++e) s += x[k][e];  // out-of-range slots hold 0
-    const float mean = ln ? group_sum<WARPS>(s, red) * inv_cols : 0.f;
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (tid + k * G >= nvec) continue;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const float d = x[k][e] - mean;
-        ss = fmaf(d, d, ss);
+    // One pass, shifted by the row's first element c (broadcast from lane 0 of the group):
+    // s1 = sum(x - c), s2 = sum((x - c)^2), var = s2/n - (s1/n)^2. With c a sample of the row,
+    // |mean - c| is of the order of the standard deviation, so the subtraction does not cancel
+    // catastrophically even when |mean| >> std; both sums reduce together (one shuffle chain).
+    // E independent partial sums per thread avoid a serial chain of VPT*E dependent adds.
+    float c = 0.f;
+    if (ln) {
+      c = __shfl_sync(0xffffffffu, x[0][0], 0);
+      if constexpr (WARPS > 1) {  // lane 0 of the group's first warp holds element 0
+        if (threadIdx.x % G == 0) red[grp][0] = x[0][0];
+        __syncthreads();
+        c = red[grp][0];
+        __syncthreads();
       }
     }
-    const float rstd = rsqrtf(group_sum<WARPS>(ss, red) * inv_cols + a.eps);
+    float p1[E], p2[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      p1[e] = 0.f;
+      p2[e] = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const float d = tid + k * G < nvec ? x[k][e] - c : 0.f;
+        p1[e] += d;
+        p2[e] = fmaf(d, d, p2[e]);
+      }
+    }
+    float2 sums = group_sum2<WARPS>(tree_sum<E>(p1), tree_sum<E>(p2), red);
+    const float m1 = sums.x * inv_cols;
+    const float mean = ln ? c + m1 : 0.f;
+    const float var = ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) : sums.y * inv_cols;
+    const float rstd = rsqrtf(var + a.eps);
     const float shift = -mean * rstd;
     if (row >= a.rows) continue;
     uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
@@ -347,29 +400,24 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, const float* w0,
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
       fast_epilogue<T, K>(a, y, w0, w1, v);
-      __stcs(yr + v, V::pack(y));  // written once: stream past L2
+#ifdef REPLAY_LN_PLAIN_STORES
+      yr[v] = V::pack(y);
+#else
+      __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
+#endif
     }
   }
 }
 
 template <typename T, int VPT, int WARPS>
-__global__ void __launch_bounds__(kOptThreads) norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
+__global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS)) norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
   constexpr int RPB = kOptThreads / (32 * WARPS);
   __shared__ float red[RPB][4];
-  extern __shared__ float4 w_smem4[];  // [n_weights][cols] fp32
+  extern __shared__ float4 w_smem4[];  // [n_weights][cols] fp32, filled by norm_rows
   float* w_smem = reinterpret_cast<float*>(w_smem4);
-  const int cols = static_cast<int>(a.cols);
-  constexpr int E = Vec<T>::kElems;
-  for (int i = 0; i < a.n_weights; ++i)  // 16-byte loads, widened once per block
-    for (int v = threadIdx.x; v < cols / E; v += kOptThreads) {
-      float f[E];
-      Vec<T>::unpack(__ldg(static_cast<const uint4*>(a.w[i]) + v), f);
-#pragma unroll
-      for (int e = 0; e < E; ++e) w_smem[i * cols + v * E + e] = f[e];
-    }
-  __syncthreads();
-  const float* w0 = w_smem;
-  const float* w1 = w_smem + cols;
+  const int64_t cols = a.cols;
+  float* w0 = w_smem;
+  float* w1 = w_smem + cols;
   switch (kind) {  // uniform: one body per epilogue shape
     case EpiKind::kIdentity: return norm_rows<T, VPT, WARPS, EpiKind::kIdentity>(a, w0, w1, red);
     case EpiKind::kScale: return norm_rows<T, VPT, WARPS, EpiKind::kScale>(a, w0, w1, red);
