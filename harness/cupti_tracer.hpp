@@ -8,9 +8,9 @@
 
 namespace replay {
 
-/// Run `fn` (which enqueues and synchronizes GPU work) with CUPTI concurrent-kernel activity
-/// recording on, and summarize the kernel records by demangled name. Never throws for CUPTI
-/// failures: they are reported in CuptiSummary::error.
+/// Run `fn` (which enqueues and synchronizes GPU work) twice with CUPTI concurrent-kernel activity
+/// recording on, and summarize the second run's kernel records by demangled name. Never throws for
+/// CUPTI failures: they are reported in CuptiSummary::error.
 CuptiSummary trace_kernels(const std::function<void()>& fn);
 
 }  // namespace replay

@@ -72,6 +72,7 @@ nlohmann::json to_json(const RunResult& r) {
                          {"fusion", reg.fusion},
                          {"nodes", reg.nodes},
                          {"sol_bytes", reg.sol_bytes},
+                         {"copy_us", reg.copy_us},
                          {"variants", vs}});
     }
     nlohmann::json golden = nlohmann::json::array();
@@ -147,6 +148,9 @@ std::string render_markdown(const RunResult& r) {
       md += "SOL bytes: " + fmt_num(reg.sol_bytes / 1e6, 2) + " MB";
       if (r.bandwidth_gbps > 0)
         md += " → SOL time " + fmt_num(reg.sol_bytes / (r.bandwidth_gbps * 1e3), 2) + " µs";
+      if (reg.copy_us > 0)
+        md += "; a device copy of the same bytes, timed the same way: " + fmt_num(reg.copy_us, 2) +
+              " µs";
       md += "\n\n| variant | median µs | IQR µs | min µs | samples | % SOL | vs baseline | "
             "numerics | kernels (CUPTI: launches, sum µs, span µs) |\n";
       md += "|---|---:|---:|---:|---:|---:|---:|---|---|\n";

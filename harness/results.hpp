@@ -47,6 +47,10 @@ struct RegionResult {
   std::string fusion;  ///< empty for the whole trace
   std::vector<std::string> nodes;
   double sol_bytes = 0;  ///< bytes that must move: each input read once, each output written once
+  /// Median µs of a device-to-device copy of sol_bytes/2 (read + write = sol_bytes), timed like the
+  /// variants (L2 flushed, events): the practical floor at this size, launch and ramp included.
+  /// 0 when not measured.
+  double copy_us = 0;
   std::vector<VariantResult> variants;
   /// % of speed-of-light of a median time: (sol_bytes / bandwidth) / time.
   double sol_pct(double median_us, double bandwidth_gbps) const;

@@ -19,6 +19,21 @@ GpuSession::GpuSession() {
   bandwidth_gbps_ = measure_copy_bandwidth_gbps(stream_);
 }
 
+double GpuSession::copy_us(double sol_bytes, const StopRule& rule) {
+  const auto bytes = static_cast<size_t>(sol_bytes / 2) / 16 * 16;
+  if (bytes == 0) return 0;
+  auto it = copy_cache_.find(bytes);
+  if (it != copy_cache_.end()) return it->second;
+  DeviceBuffer src(bytes), dst(bytes);
+  REPLAY_CUDA(cudaMemsetAsync(src.get(), 1, bytes, stream_));
+  auto samples = time_cold(
+      [&](cudaStream_t s) {
+        REPLAY_CUDA(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
+      },
+      stream_, *l2_, rule);
+  return copy_cache_[bytes] = summarize(samples).median;
+}
+
 GpuSession::~GpuSession() {
   if (stream_) cudaStreamDestroy(stream_);
 }
@@ -127,6 +142,9 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       rr.sol_bytes = bytes_of(g, plan.regions[r].inputs) + bytes_of(g, plan.regions[r].outputs);
       tr.regions.push_back(rr);
     }
+
+  if (gpu)
+    for (auto& row : tr.regions) row.copy_us = gpu->copy_us(row.sol_bytes, opt.rule);
 
   for (const auto& variant : opt.variants) {
     if (variant == "reference") {

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,11 +37,15 @@ class GpuSession {
   double bandwidth_gbps() const { return bandwidth_gbps_; }
   /// Device name, SMs, memory, L2, driver and runtime versions.
   nlohmann::json environment() const;
+  /// Median µs of a cold device-to-device copy moving `sol_bytes` (half read, half written),
+  /// timed like the variants; cached per size.
+  double copy_us(double sol_bytes, const StopRule& rule);
 
  private:
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<L2Flush> l2_;
   double bandwidth_gbps_ = 0;
+  std::map<size_t, double> copy_cache_;
 };
 
 /// Replay one trace file. Trace errors (TraceError) are caught and reported in

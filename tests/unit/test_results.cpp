@@ -34,6 +34,7 @@ RunResult sample_run(bool pass) {
   r.label = "trace = region 0: layernorm_fwd";
   r.fusion = "layernorm_fwd";
   r.sol_bytes = 100e6;  // 100 MB at 4000 GB/s = 25 µs
+  r.copy_us = 27.5;
   VariantResult ref;
   ref.variant = "reference";
   ref.skipped = "CPU float64 oracle: not timed";
@@ -59,6 +60,7 @@ TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
   EXPECT_EQ(j["schema"], kResultsSchema);
   EXPECT_EQ(j["seed"], 42);
   EXPECT_EQ(j["environment"]["git_revision"], "abc123");
+  EXPECT_EQ(j["traces"][0]["regions"][0]["copy_us"], 27.5);
   EXPECT_TRUE(j["numerics_pass"].get<bool>());
   const auto& vs = j["traces"][0]["regions"][0]["variants"];
   ASSERT_EQ(vs.size(), 4u);
@@ -84,6 +86,7 @@ TEST(Results, MarkdownTable) {
   EXPECT_NE(md.find("| optimized | 26.00 |"), std::string::npos) << md;
   EXPECT_NE(md.find("1.92×"), std::string::npos) << md;  // baseline 50 / optimized 26
   EXPECT_NE(md.find("SOL time 25.00 µs"), std::string::npos) << md;
+  EXPECT_NE(md.find("timed the same way: 27.50 µs"), std::string::npos) << md;
   EXPECT_NE(md.find("skipped: CPU float64 oracle"), std::string::npos);
   EXPECT_NE(md.find("Overall numerics: PASS"), std::string::npos);
 }
