@@ -16,9 +16,9 @@ namespace replay {
                        cudaGetErrorString(e) + ") at " + file + ":" + std::to_string(line));
 }
 
-#define REPLAY_CUDA(call)                                                        \
-  do {                                                                           \
-    cudaError_t err_ = (call);                                                   \
+#define REPLAY_CUDA(call)                                                           \
+  do {                                                                              \
+    cudaError_t err_ = (call);                                                      \
     if (err_ != cudaSuccess) ::replay::throw_cuda(err_, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -1,7 +1,7 @@
 #include "harness/cupti_tracer.hpp"
 
-#include <cupti.h>
 #include <cuda_runtime.h>
+#include <cupti.h>
 #include <cxxabi.h>
 
 #include <algorithm>

@@ -14,29 +14,47 @@ namespace {
 PointwiseOp pointwise_op(Op op) {
   switch (op) {
     case Op::kConvertElementType:
-    case Op::kClone: return PointwiseOp::kCopy;
-    case Op::kRsqrt: return PointwiseOp::kRsqrt;
-    case Op::kSqrt: return PointwiseOp::kSqrt;
-    case Op::kNeg: return PointwiseOp::kNeg;
-    case Op::kAbs: return PointwiseOp::kAbs;
-    case Op::kExp: return PointwiseOp::kExp;
-    case Op::kReciprocal: return PointwiseOp::kReciprocal;
-    case Op::kPowTensorScalar: return PointwiseOp::kPow;
-    case Op::kAdd: return PointwiseOp::kAdd;
-    case Op::kSub: return PointwiseOp::kSub;
-    case Op::kMul: return PointwiseOp::kMul;
-    case Op::kDiv: return PointwiseOp::kDiv;
-    default: throw std::invalid_argument("not a pointwise op: " + std::string(op_name(op)));
+    case Op::kClone:
+      return PointwiseOp::kCopy;
+    case Op::kRsqrt:
+      return PointwiseOp::kRsqrt;
+    case Op::kSqrt:
+      return PointwiseOp::kSqrt;
+    case Op::kNeg:
+      return PointwiseOp::kNeg;
+    case Op::kAbs:
+      return PointwiseOp::kAbs;
+    case Op::kExp:
+      return PointwiseOp::kExp;
+    case Op::kReciprocal:
+      return PointwiseOp::kReciprocal;
+    case Op::kPowTensorScalar:
+      return PointwiseOp::kPow;
+    case Op::kAdd:
+      return PointwiseOp::kAdd;
+    case Op::kSub:
+      return PointwiseOp::kSub;
+    case Op::kMul:
+      return PointwiseOp::kMul;
+    case Op::kDiv:
+      return PointwiseOp::kDiv;
+    default:
+      throw std::invalid_argument("not a pointwise op: " + std::string(op_name(op)));
   }
 }
 
 ReduceOp reduce_op(Op op) {
   switch (op) {
-    case Op::kVarMean: return ReduceOp::kVarMean;
-    case Op::kMeanDim: return ReduceOp::kMean;
-    case Op::kSumDim: return ReduceOp::kSum;
-    case Op::kAmax: return ReduceOp::kAmax;
-    default: throw std::invalid_argument("not a reduction: " + std::string(op_name(op)));
+    case Op::kVarMean:
+      return ReduceOp::kVarMean;
+    case Op::kMeanDim:
+      return ReduceOp::kMean;
+    case Op::kSumDim:
+      return ReduceOp::kSum;
+    case Op::kAmax:
+      return ReduceOp::kAmax;
+    default:
+      throw std::invalid_argument("not a reduction: " + std::string(op_name(op)));
   }
 }
 
@@ -50,7 +68,8 @@ TensorMeta dense_layout(const TensorMeta& recorded) {
 }  // namespace
 
 void* GpuProgram::Slot::ptr() const {
-  return static_cast<char*>(storage->get()) + offset * static_cast<int64_t>(dtype_size(layout.dtype));
+  return static_cast<char*>(storage->get()) +
+         offset * static_cast<int64_t>(dtype_size(layout.dtype));
 }
 
 GpuProgram::Slot& GpuProgram::alloc(int value, const TensorMeta& m) {
@@ -87,7 +106,8 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
   }
   // Every value a step reads must exist by then (inputs are bound first).
   for (int v : g.outputs)
-    if (!slots_.count(v)) throw std::logic_error("graph output '" + g.values[v].name + "' not produced");
+    if (!slots_.count(v))
+      throw std::logic_error("graph output '" + g.values[v].name + "' not produced");
 }
 
 void GpuProgram::add_eager_step(int ni) {
@@ -115,13 +135,16 @@ void GpuProgram::add_eager_step(int ni) {
         v.layout.stride.insert(v.layout.stride.begin() + n.dim, st);
         break;
       }
-      case Op::kExpand: v.layout = expand_meta(x.layout, n.dims); break;
+      case Op::kExpand:
+        v.layout = expand_meta(x.layout, n.dims);
+        break;
       default: {  // view / _unsafe_view / reshape
         auto st = view_strides(x.layout.shape, x.layout.stride, om.shape);
         if (st) {
           v.layout.stride = *st;
         } else if (n.op == Op::kReshape || n.op == Op::kUnsafeView) {
-          Slot& out = alloc(n.outputs[0], TensorMeta{om.shape, contiguous_strides(om.shape), om.dtype});
+          Slot& out =
+              alloc(n.outputs[0], TensorMeta{om.shape, contiguous_strides(om.shape), om.dtype});
           DeviceTensor src = device_tensor(x.ptr(), x.layout);
           TensorMeta as_in{x.layout.shape, contiguous_strides(x.layout.shape), om.dtype};
           DeviceTensor dst = device_tensor(out.ptr(), as_in);  // same storage, input's shape
@@ -214,16 +237,19 @@ void GpuProgram::poison_outputs(cudaStream_t s) const {
   for (const auto& st : steps_)
     for (int v : st.writes) {
       const Slot& sl = slots_.at(v);
-      poison(sl.ptr(), static_cast<size_t>(sl.layout.storage_elems()) * dtype_size(sl.layout.dtype), s);
+      poison(sl.ptr(), static_cast<size_t>(sl.layout.storage_elems()) * dtype_size(sl.layout.dtype),
+             s);
     }
 }
 
 HostTensor GpuProgram::download(int value) const {
   auto it = slots_.find(value);
   if (it == slots_.end())
-    throw std::invalid_argument("value '" + g_.values[value].name + "' is not materialized in variant " + variant_);
+    throw std::invalid_argument("value '" + g_.values[value].name +
+                                "' is not materialized in variant " + variant_);
   const Slot& sl = it->second;
-  std::vector<uint8_t> bytes(static_cast<size_t>(sl.layout.storage_elems()) * dtype_size(sl.layout.dtype));
+  std::vector<uint8_t> bytes(static_cast<size_t>(sl.layout.storage_elems()) *
+                             dtype_size(sl.layout.dtype));
   REPLAY_CUDA(cudaMemcpy(bytes.data(), sl.ptr(), bytes.size(), cudaMemcpyDeviceToHost));
   return unpack(bytes, sl.layout);
 }

@@ -9,7 +9,8 @@ namespace {
 
 __global__ void l2_flush_read_kernel(const uint4* buf, size_t n, unsigned* sink) {
   unsigned acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     uint4 v = buf[i];
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }

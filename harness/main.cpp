@@ -14,9 +14,7 @@
 #include "workloads/plan.hpp"
 #include "workloads/trace_loader.hpp"
 
-#ifndef REPLAY_GIT_REVISION
-#define REPLAY_GIT_REVISION "unknown"
-#endif
+#include "git_revision.hpp"  // generated at build time
 #ifndef REPLAY_TRACES_DIR
 #define REPLAY_TRACES_DIR "traces"
 #endif
@@ -129,7 +127,8 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
             const std::string& out_dir) {
   for (const auto& v : opt.variants)
     if (std::find(kAllVariants.begin(), kAllVariants.end(), v) == kAllVariants.end()) {
-      std::cerr << "error: unknown variant '" << v << "' (expected reference, eager, baseline, optimized)\n";
+      std::cerr << "error: unknown variant '" << v
+                << "' (expected reference, eager, baseline, optimized)\n";
       return kExitBadInput;
     }
   RunResult run;
@@ -146,8 +145,9 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
       run.bandwidth_gbps = gpu->bandwidth_gbps();
     } else {
       no_device = true;
-      run.gpu_note = "GPU replay needs a CUDA device: none was found, so only the reference executor, "
-                     "trace validation and the fusion matchers ran.";
+      run.gpu_note =
+          "GPU replay needs a CUDA device: none was found, so only the reference executor, "
+          "trace validation and the fusion matchers ran.";
       std::cout << "NOTE: " << run.gpu_note << "\n";
     }
   }
@@ -179,25 +179,33 @@ int main(int argc, char** argv) {
   std::string traces_dir = REPLAY_TRACES_DIR;
   app.add_option("--traces-dir", traces_dir, "folder of bundled traces")->capture_default_str();
 
-  auto* list = app.add_subcommand("list", "bundled traces, fusions and their variants, supported ops");
+  auto* list =
+      app.add_subcommand("list", "bundled traces, fusions and their variants, supported ops");
   auto* validate = app.add_subcommand("validate", "load and validate traces; exit 0 or 2");
   std::vector<std::string> vtraces;
   validate->add_option("traces", vtraces, "trace files or folders")->required();
   auto* plan = app.add_subcommand("plan", "the fusion regions found in a trace, as JSON");
   std::string ptrace;
   plan->add_option("trace", ptrace, "trace file")->required();
-  auto* run = app.add_subcommand("run", "replay traces through every variant; write results.json and report.md");
+  auto* run = app.add_subcommand(
+      "run", "replay traces through every variant; write results.json and report.md");
   std::vector<std::string> rtraces;
   run->add_option("traces", rtraces, "trace files or folders")->required();
   std::string variants_csv;
   RunOptions opt;
   std::string out_dir = "reports/latest";
-  run->add_option("--variants", variants_csv, "comma-separated subset of reference,eager,baseline,optimized");
-  run->add_option("--seed", opt.seed, "input generation seed (traces without golden inputs)")->capture_default_str();
+  run->add_option("--variants", variants_csv,
+                  "comma-separated subset of reference,eager,baseline,optimized");
+  run->add_option("--seed", opt.seed, "input generation seed (traces without golden inputs)")
+      ->capture_default_str();
   run->add_option("--out", out_dir, "output folder")->capture_default_str();
-  run->add_option("--min-samples", opt.rule.min_samples, "timing: minimum samples")->capture_default_str();
-  run->add_option("--max-time", opt.rule.timeout_s, "timing: seconds per measurement before giving up on the noise target")->capture_default_str();
-  run->add_option("--noise", opt.rule.max_noise, "timing: relative noise target (stdev/mean)")->capture_default_str();
+  run->add_option("--min-samples", opt.rule.min_samples, "timing: minimum samples")
+      ->capture_default_str();
+  run->add_option("--max-time", opt.rule.timeout_s,
+                  "timing: seconds per measurement before giving up on the noise target")
+      ->capture_default_str();
+  run->add_option("--noise", opt.rule.max_noise, "timing: relative noise target (stdev/mean)")
+      ->capture_default_str();
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
 

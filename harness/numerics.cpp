@@ -7,13 +7,20 @@ namespace replay {
 
 Tolerance default_tolerance(DType t) {
   switch (t) {
-    case DType::kBFloat16: return {1.6e-2, 1.6e-2};
-    case DType::kFloat16: return {2e-3, 2e-3};
-    case DType::kFloat32: return {1e-5, 1e-5};
-    case DType::kFloat64: return {1e-7, 1e-7};
-    case DType::kFloat8E4M3: return {1e-3, 1.25e-1};  // 3 mantissa bits
-    case DType::kFloat8E5M2: return {1e-3, 2.5e-1};   // 2 mantissa bits
-    default: return {0, 0};                           // integers and bool: exact
+    case DType::kBFloat16:
+      return {1.6e-2, 1.6e-2};
+    case DType::kFloat16:
+      return {2e-3, 2e-3};
+    case DType::kFloat32:
+      return {1e-5, 1e-5};
+    case DType::kFloat64:
+      return {1e-7, 1e-7};
+    case DType::kFloat8E4M3:
+      return {1e-3, 1.25e-1};  // 3 mantissa bits
+    case DType::kFloat8E5M2:
+      return {1e-3, 2.5e-1};  // 2 mantissa bits
+    default:
+      return {0, 0};  // integers and bool: exact
   }
 }
 
@@ -63,15 +70,22 @@ NumericsResult compare_tensors(const std::string& value, const HostTensor& got,
 }
 
 nlohmann::json to_json(const NumericsResult& r) {
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  nlohmann::json j = {{"value", r.value},         {"numel", r.numel},
-                      {"mismatches", r.mismatches}, {"nan_count", r.nan_count},
-                      {"max_abs_err", num(r.max_abs_err)}, {"max_rel_err", num(r.max_rel_err)},
-                      {"rel_l2", num(r.rel_l2)},     {"atol", r.tol.atol},
-                      {"rtol", r.tol.rtol},         {"pass", r.pass()}};
+  auto num = [](double v) {
+    return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+  };
+  nlohmann::json j = {{"value", r.value},
+                      {"numel", r.numel},
+                      {"mismatches", r.mismatches},
+                      {"nan_count", r.nan_count},
+                      {"max_abs_err", num(r.max_abs_err)},
+                      {"max_rel_err", num(r.max_rel_err)},
+                      {"rel_l2", num(r.rel_l2)},
+                      {"atol", r.tol.atol},
+                      {"rtol", r.tol.rtol},
+                      {"pass", r.pass()}};
   if (!r.first_mismatch.empty())
-    j["first_mismatch"] = {{"index", r.first_mismatch}, {"got", num(r.first_got)},
-                           {"ref", num(r.first_ref)}};
+    j["first_mismatch"] = {
+        {"index", r.first_mismatch}, {"got", num(r.first_got)}, {"ref", num(r.first_ref)}};
   return j;
 }
 

@@ -33,8 +33,8 @@ struct NumericsResult {
   int64_t mismatches = 0;  ///< elements outside tolerance, NaN/inf included
   int64_t nan_count = 0;   ///< NaN (or inf where the reference is finite) in `got`
   double max_abs_err = 0;
-  double max_rel_err = 0;  ///< max |got-ref| / |ref| over elements with ref != 0
-  double rel_l2 = 0;       ///< ||got - ref|| / ||ref||
+  double max_rel_err = 0;               ///< max |got-ref| / |ref| over elements with ref != 0
+  double rel_l2 = 0;                    ///< ||got - ref|| / ||ref||
   std::vector<int64_t> first_mismatch;  ///< multi-index of the first mismatch (empty if none)
   double first_got = 0, first_ref = 0;
   Tolerance tol;

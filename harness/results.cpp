@@ -21,8 +21,8 @@ const VariantResult* RegionResult::find(const std::string& v) const {
 }
 
 bool TraceResult::numerics_pass() const {
-  bool ok = std::all_of(golden_check.begin(), golden_check.end(),
-                        [](const auto& n) { return n.pass(); });
+  bool ok =
+      std::all_of(golden_check.begin(), golden_check.end(), [](const auto& n) { return n.pass(); });
   for (const auto& r : regions)
     for (const auto& v : r.variants) ok &= v.numerics_pass();
   return ok;
@@ -51,9 +51,8 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, doubl
     nlohmann::json ks = nlohmann::json::array();
     for (const auto& k : v.cupti->kernels)
       ks.push_back({{"name", k.name}, {"count", k.count}, {"total_us", k.total_us}});
-    j["cupti"] = {{"kernels", ks},
-                  {"kernel_sum_us", v.cupti->kernel_sum_us},
-                  {"span_us", v.cupti->span_us}};
+    j["cupti"] = {
+        {"kernels", ks}, {"kernel_sum_us", v.cupti->kernel_sum_us}, {"span_us", v.cupti->span_us}};
     if (!v.cupti->error.empty()) j["cupti"]["error"] = v.cupti->error;
   }
   return j;
@@ -77,18 +76,15 @@ nlohmann::json to_json(const RunResult& r) {
     }
     nlohmann::json golden = nlohmann::json::array();
     for (const auto& n : t.golden_check) golden.push_back(to_json(n));
-    nlohmann::json tj = {{"name", t.name},        {"file", t.file},
-                         {"input_source", t.input_source}, {"golden_check", golden},
-                         {"regions", regions},    {"numerics_pass", t.numerics_pass()}};
+    nlohmann::json tj = {
+        {"name", t.name},         {"file", t.file},     {"input_source", t.input_source},
+        {"golden_check", golden}, {"regions", regions}, {"numerics_pass", t.numerics_pass()}};
     if (!t.error.empty()) tj["error"] = t.error;
     traces.push_back(tj);
   }
-  return {{"schema", kResultsSchema},
-          {"environment", r.environment},
-          {"seed", r.seed},
-          {"copy_bandwidth_GBps", r.bandwidth_gbps},
-          {"gpu_note", r.gpu_note},
-          {"numerics_pass", r.numerics_pass()},
+  return {{"schema", kResultsSchema}, {"environment", r.environment},
+          {"seed", r.seed},           {"copy_bandwidth_GBps", r.bandwidth_gbps},
+          {"gpu_note", r.gpu_note},   {"numerics_pass", r.numerics_pass()},
           {"traces", traces}};
 }
 
@@ -109,9 +105,12 @@ std::string numerics_cell(const VariantResult& v) {
     total += n.numel;
     rel = std::max(rel, n.rel_l2);
   }
-  std::string s = v.numerics_pass() ? "PASS" : "**FAIL** " + std::to_string(bad) + "/" +
-                                                   std::to_string(total) + " mismatched";
-  return s + " (rel_l2 " + (rel == rel ? fmt_num(rel * 1e6, 2) + "e-6" : std::string("NaN")) + ")";
+  std::string s = v.numerics_pass() ? "PASS"
+                                    : "**FAIL** " + std::to_string(bad) + "/" +
+                                          std::to_string(total) + " mismatched";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", rel);
+  return s + " (rel_l2 " + (rel == rel ? std::string(buf) : std::string("NaN")) + ")";
 }
 
 }  // namespace
@@ -120,9 +119,9 @@ std::string render_markdown(const RunResult& r) {
   std::string md = "# Replay report\n\n";
   const nlohmann::json env = r.environment.is_object() ? r.environment : nlohmann::json::object();
   md += "- device: " + env.value("device", std::string("none")) + "\n";
-  if (env.contains("driver_version")) md += "- driver " + env["driver_version"].get<std::string>() +
-                                            ", CUDA runtime " +
-                                            env.value("cuda_runtime", std::string("?")) + "\n";
+  if (env.contains("driver_version"))
+    md += "- driver " + env["driver_version"].get<std::string>() + ", CUDA runtime " +
+          env.value("cuda_runtime", std::string("?")) + "\n";
   md += "- git revision: " + env.value("git_revision", std::string("unknown")) + "\n";
   md += "- seed: " + std::to_string(r.seed) + "\n";
   if (r.bandwidth_gbps > 0)
@@ -139,9 +138,9 @@ std::string render_markdown(const RunResult& r) {
       continue;
     }
     for (const auto& n : t.golden_check)
-      md += "\n- reference vs PyTorch golden `" + n.value + "`: " +
-            (n.pass() ? "PASS" : "**FAIL**") + " (max abs err " + fmt_num(n.max_abs_err, 6) +
-            ", " + std::to_string(n.mismatches) + " mismatched)";
+      md += "\n- reference vs PyTorch golden `" + n.value +
+            "`: " + (n.pass() ? "PASS" : "**FAIL**") + " (max abs err " +
+            fmt_num(n.max_abs_err, 6) + ", " + std::to_string(n.mismatches) + " mismatched)";
     if (!t.golden_check.empty()) md += "\n";
     for (const auto& reg : t.regions) {
       md += "\n### " + reg.label + "\n\n";
@@ -151,8 +150,9 @@ std::string render_markdown(const RunResult& r) {
       if (reg.copy_us > 0)
         md += "; a device copy of the same bytes, timed the same way: " + fmt_num(reg.copy_us, 2) +
               " µs";
-      md += "\n\n| variant | median µs | IQR µs | min µs | samples | % SOL | vs baseline | "
-            "numerics | kernels (CUPTI: launches, sum µs, span µs) |\n";
+      md +=
+          "\n\n| variant | median µs | IQR µs | min µs | samples | % SOL | vs baseline | "
+          "numerics | CUPTI: launches, kernel sum µs, span µs (host launch gaps included) |\n";
       md += "|---|---:|---:|---:|---:|---:|---:|---|---|\n";
       const VariantResult* base = reg.find("baseline");
       for (const auto& v : reg.variants) {

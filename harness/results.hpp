@@ -59,8 +59,8 @@ struct RegionResult {
 
 struct TraceResult {
   std::string name, file;
-  std::string error;        ///< non-empty: the trace could not be replayed (load error, ...)
-  std::string input_source; ///< "generated (seed N)" or "golden (<file>)"
+  std::string error;         ///< non-empty: the trace could not be replayed (load error, ...)
+  std::string input_source;  ///< "generated (seed N)" or "golden (<file>)"
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
   std::vector<RegionResult> regions;         ///< [0] is the whole trace
   bool numerics_pass() const;
@@ -69,8 +69,8 @@ struct TraceResult {
 struct RunResult {
   nlohmann::json environment;  ///< device, driver, CUDA version, git revision, host, ...
   uint64_t seed = 0;
-  double bandwidth_gbps = 0;   ///< measured device-to-device copy bandwidth (read + write)
-  std::string gpu_note;        ///< e.g. "GPU replay needs a CUDA device: none found"
+  double bandwidth_gbps = 0;  ///< measured device-to-device copy bandwidth (read + write)
+  std::string gpu_note;       ///< e.g. "GPU replay needs a CUDA device: none found"
   std::vector<TraceResult> traces;
   bool numerics_pass() const;
 };

@@ -84,8 +84,8 @@ std::map<int, HostTensor> make_inputs(const Graph& g, uint64_t seed, std::string
         throw TraceError(g.golden->path, g.values[v].name, "golden file lacks this graph input");
       if (it->second.meta.shape != g.meta(v).shape)
         throw TraceError(g.golden->path, g.values[v].name,
-                         "golden tensor shape " + it->second.meta.str() + " differs from the trace's " +
-                             g.meta(v).str());
+                         "golden tensor shape " + it->second.meta.str() +
+                             " differs from the trace's " + g.meta(v).str());
       in[v] = it->second;
     }
     *source = "golden (" + g.golden->path + ")";
@@ -181,9 +181,10 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       }
       v.numerics = check(g, prog, whole_row ? g.outputs : plan.regions[r].outputs, ref);
       if (v.skipped.empty()) {
-        auto fn = whole_row ? std::function<void(cudaStream_t)>(
-                                  [&](cudaStream_t st) { prog.run_all(st); })
-                            : [&, r](cudaStream_t st) { prog.run_region(r, st); };
+        auto fn =
+            whole_row
+                ? std::function<void(cudaStream_t)>([&](cudaStream_t st) { prog.run_all(st); })
+                : [&, r](cudaStream_t st) { prog.run_region(r, st); };
         v.samples_us = time_cold(fn, s, gpu->l2(), opt.rule);
         v.stats = summarize(v.samples_us);
         if (opt.cupti)

@@ -14,7 +14,8 @@
 
 namespace replay {
 
-inline const std::vector<std::string> kAllVariants = {"reference", "eager", "baseline", "optimized"};
+inline const std::vector<std::string> kAllVariants = {"reference", "eager", "baseline",
+                                                      "optimized"};
 
 struct RunOptions {
   std::vector<std::string> variants = kAllVariants;

@@ -47,9 +47,16 @@ bool should_stop(const std::vector<double>& samples_us, double wall_s, const Sto
 }
 
 nlohmann::json to_json(const SampleStats& s) {
-  return {{"n", s.n},       {"median_us", s.median}, {"q1_us", s.q1},   {"q3_us", s.q3},
-          {"iqr_us", s.iqr}, {"min_us", s.min},       {"max_us", s.max}, {"mean_us", s.mean},
-          {"stdev_us", s.stdev}, {"rel_noise", s.rel_noise}};
+  return {{"n", s.n},
+          {"median_us", s.median},
+          {"q1_us", s.q1},
+          {"q3_us", s.q3},
+          {"iqr_us", s.iqr},
+          {"min_us", s.min},
+          {"max_us", s.max},
+          {"mean_us", s.mean},
+          {"stdev_us", s.stdev},
+          {"rel_noise", s.rel_noise}};
 }
 
 }  // namespace replay

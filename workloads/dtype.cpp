@@ -36,7 +36,9 @@ constexpr bool table_in_enum_order() {
 }
 static_assert(table_in_enum_order(), "kInfo rows must follow the enum order");
 
-const DTypeInfo& info(DType t) { return kInfo.at(static_cast<size_t>(t)); }
+const DTypeInfo& info(DType t) {
+  return kInfo.at(static_cast<size_t>(t));
+}
 
 // Generic minifloat rounding for float8 formats: `mant` explicit mantissa bits, `emin` smallest
 // normal exponent, `maxval` largest finite value (saturating formats return NaN past it, as
@@ -57,7 +59,9 @@ double round_minifloat(double v, int mant, int emin, double maxval, bool has_inf
 
 }  // namespace
 
-std::string_view dtype_name(DType t) { return info(t).name; }
+std::string_view dtype_name(DType t) {
+  return info(t).name;
+}
 
 std::optional<DType> parse_dtype(std::string_view name) {
   for (const auto& i : kInfo)
@@ -65,8 +69,12 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
-size_t dtype_size(DType t) { return info(t).size; }
-bool is_floating(DType t) { return info(t).floating; }
+size_t dtype_size(DType t) {
+  return info(t).size;
+}
+bool is_floating(DType t) {
+  return info(t).floating;
+}
 
 uint16_t float_to_bf16_bits(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -75,7 +83,9 @@ uint16_t float_to_bf16_bits(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
-float bf16_bits_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+float bf16_bits_to_float(uint16_t h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+}
 
 uint16_t float_to_f16_bits(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -83,7 +93,7 @@ uint16_t float_to_f16_bits(float f) {
   uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (abs < 0x38800000u) {                                                // subnormal or zero
+  if (abs < 0x38800000u) {                                               // subnormal or zero
     float a = std::bit_cast<float>(abs);
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
   }
@@ -106,23 +116,34 @@ float f16_bits_to_float(uint16_t h) {
 
 double round_to(DType t, double v) {
   switch (t) {
-    case DType::kFloat64: return v;
-    case DType::kFloat32: return static_cast<float>(v);
-    case DType::kBFloat16: return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v)));
-    case DType::kFloat16: return f16_bits_to_float(float_to_f16_bits(static_cast<float>(v)));
-    case DType::kFloat8E4M3: return round_minifloat(v, 3, -6, 448.0, false);
-    case DType::kFloat8E5M2: return round_minifloat(v, 2, -14, 57344.0, true);
+    case DType::kFloat64:
+      return v;
+    case DType::kFloat32:
+      return static_cast<float>(v);
+    case DType::kBFloat16:
+      return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v)));
+    case DType::kFloat16:
+      return f16_bits_to_float(float_to_f16_bits(static_cast<float>(v)));
+    case DType::kFloat8E4M3:
+      return round_minifloat(v, 3, -6, 448.0, false);
+    case DType::kFloat8E5M2:
+      return round_minifloat(v, 2, -14, 57344.0, true);
     case DType::kInt64:
-    case DType::kInt32: return std::trunc(v);
-    case DType::kBool: return v != 0 ? 1.0 : 0.0;
-    case DType::kCount: break;
+    case DType::kInt32:
+      return std::trunc(v);
+    case DType::kBool:
+      return v != 0 ? 1.0 : 0.0;
+    case DType::kCount:
+      break;
   }
   throw std::logic_error("round_to: bad dtype");
 }
 
 void store_as(DType t, double v, void* dst) {
   switch (t) {
-    case DType::kFloat64: std::memcpy(dst, &v, 8); return;
+    case DType::kFloat64:
+      std::memcpy(dst, &v, 8);
+      return;
     case DType::kFloat32: {
       float f = static_cast<float>(v);
       std::memcpy(dst, &f, 4);
@@ -148,10 +169,13 @@ void store_as(DType t, double v, void* dst) {
       std::memcpy(dst, &i, 4);
       return;
     }
-    case DType::kBool: *static_cast<uint8_t*>(dst) = v != 0; return;
+    case DType::kBool:
+      *static_cast<uint8_t*>(dst) = v != 0;
+      return;
     case DType::kFloat8E4M3:
     case DType::kFloat8E5M2:
-    case DType::kCount: break;
+    case DType::kCount:
+      break;
   }
   throw std::runtime_error("store_as: no host storage for dtype " + std::string(dtype_name(t)));
 }
@@ -188,10 +212,12 @@ double load_as(DType t, const void* src) {
       std::memcpy(&i, src, 4);
       return i;
     }
-    case DType::kBool: return *static_cast<const uint8_t*>(src) ? 1.0 : 0.0;
+    case DType::kBool:
+      return *static_cast<const uint8_t*>(src) ? 1.0 : 0.0;
     case DType::kFloat8E4M3:
     case DType::kFloat8E5M2:
-    case DType::kCount: break;
+    case DType::kCount:
+      break;
   }
   throw std::runtime_error("load_as: no host storage for dtype " + std::string(dtype_name(t)));
 }

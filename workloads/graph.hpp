@@ -40,9 +40,9 @@ struct ValueStats {
 struct Value {
   std::string name;
   TensorMeta meta;
-  int producer = -1;      ///< node index, or -1 for a graph input
-  int output_index = 0;   ///< which output of the producer
-  std::vector<int> users; ///< node indices that read this value
+  int producer = -1;       ///< node index, or -1 for a graph input
+  int output_index = 0;    ///< which output of the producer
+  std::vector<int> users;  ///< node indices that read this value
   std::optional<ValueStats> stats;
   bool graph_input = false;
   bool graph_output = false;
@@ -64,8 +64,8 @@ struct Node {
   /// Reduction dims (normalized to [0, ndim), sorted), permute order, or view/expand shape.
   std::vector<int64_t> dims;
   bool keepdim = false;
-  double correction = 1;  ///< var_mean: divisor is N - correction
-  double alpha = 1;       ///< add/sub: a + alpha * b
+  double correction = 1;          ///< var_mean: divisor is N - correction
+  double alpha = 1;               ///< add/sub: a + alpha * b
   DType dtype = DType::kFloat32;  ///< convert_element_type target
   int64_t dim = 0;                ///< unsqueeze position
   std::vector<int> outputs;       ///< value indices
@@ -84,9 +84,9 @@ struct Graph {
   nlohmann::json source;
   int world_size = 1;
   std::vector<Value> values;
-  std::vector<Node> nodes;  ///< topological order (as captured)
-  std::vector<int> inputs;  ///< value indices of graph inputs
-  std::vector<int> outputs; ///< value indices of graph outputs
+  std::vector<Node> nodes;   ///< topological order (as captured)
+  std::vector<int> inputs;   ///< value indices of graph inputs
+  std::vector<int> outputs;  ///< value indices of graph outputs
   std::optional<GoldenRef> golden;
 
   /// Value index by name, or -1.

@@ -85,8 +85,8 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
     throw TraceError(path, "", std::string("malformed safetensors header: ") + e.what());
   }
   static const std::map<std::string, DType> kDt = {
-      {"F32", DType::kFloat32}, {"F64", DType::kFloat64}, {"F16", DType::kFloat16},
-      {"BF16", DType::kBFloat16}, {"I64", DType::kInt64}, {"I32", DType::kInt32},
+      {"F32", DType::kFloat32},   {"F64", DType::kFloat64}, {"F16", DType::kFloat16},
+      {"BF16", DType::kBFloat16}, {"I64", DType::kInt64},   {"I32", DType::kInt32},
       {"BOOL", DType::kBool}};
   std::map<std::string, HostTensor> out;
   const size_t base = 8 + hlen;

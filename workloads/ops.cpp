@@ -41,7 +41,9 @@ static_assert(table_in_enum_order(), "kOpTable rows must follow the Op enum orde
 
 }  // namespace
 
-const OpInfo& op_info(Op op) { return kOpTable.at(static_cast<size_t>(op)); }
+const OpInfo& op_info(Op op) {
+  return kOpTable.at(static_cast<size_t>(op));
+}
 
 std::optional<Op> parse_op(std::string_view name) {
   for (const auto& i : kOpTable)

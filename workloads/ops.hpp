@@ -52,7 +52,9 @@ struct OpInfo {
 };
 
 const OpInfo& op_info(Op op);
-inline std::string_view op_name(Op op) { return op_info(op).name; }
+inline std::string_view op_name(Op op) {
+  return op_info(op).name;
+}
 /// Look an ATen op name up; std::nullopt for an op the harness does not know.
 std::optional<Op> parse_op(std::string_view name);
 

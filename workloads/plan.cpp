@@ -22,8 +22,8 @@ Plan make_plan(const Graph& g) {
     std::vector<Region> found;
     m.match(g, p.node_region, found);
     for (auto& r : found) {
-      bool free = std::all_of(r.nodes.begin(), r.nodes.end(),
-                              [&](int n) { return p.node_region[n] < 0; });
+      bool free =
+          std::all_of(r.nodes.begin(), r.nodes.end(), [&](int n) { return p.node_region[n] < 0; });
       if (!free) continue;
       for (int n : r.nodes) p.node_region[n] = static_cast<int>(p.regions.size());
       p.regions.push_back(std::move(r));

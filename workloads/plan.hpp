@@ -13,10 +13,10 @@ namespace replay {
 
 /// One matched fusion instance.
 struct Region {
-  std::string fusion;       ///< fusion name, e.g. "layernorm_fwd"
-  std::vector<int> nodes;   ///< node indices it claims, in graph order
-  std::vector<int> inputs;  ///< value indices it reads from outside
-  std::vector<int> outputs; ///< value indices it produces for the rest of the graph
+  std::string fusion;        ///< fusion name, e.g. "layernorm_fwd"
+  std::vector<int> nodes;    ///< node indices it claims, in graph order
+  std::vector<int> inputs;   ///< value indices it reads from outside
+  std::vector<int> outputs;  ///< value indices it produces for the rest of the graph
   /// Fusion-specific description the variants are built from (e.g. kind, eps, rows, cols,
   /// epilogue). Also printed by `replay plan`.
   nlohmann::json params;
@@ -31,7 +31,8 @@ struct Plan {
 struct FusionMatcher {
   const char* fusion;
   const char* description;
-  std::vector<const char*> variants;  ///< GPU variants besides eager, e.g. {"baseline", "optimized"}
+  std::vector<const char*>
+      variants;  ///< GPU variants besides eager, e.g. {"baseline", "optimized"}
   void (*match)(const Graph& g, const std::vector<int>& node_region, std::vector<Region>& out);
 };
 

@@ -154,7 +154,8 @@ TensorMeta expand_meta(const TensorMeta& in, const Shape& sizes) {
 std::vector<Shape> infer_output_shapes(const Graph& g, const Node& n) {
   const Shape& x = g.meta(n.operands.at(0).value).shape;
   switch (op_info(n.op).kind) {
-    case OpKind::kUnary: return {x};
+    case OpKind::kUnary:
+      return {x};
     case OpKind::kBinary: {
       Shape s;
       bool any = false;
@@ -175,7 +176,8 @@ std::vector<Shape> infer_output_shapes(const Graph& g, const Node& n) {
       switch (n.op) {
         case Op::kView:
         case Op::kUnsafeView:
-        case Op::kReshape: return {resolve_view_shape(n.dims, m.numel())};
+        case Op::kReshape:
+          return {resolve_view_shape(n.dims, m.numel())};
         case Op::kPermute: {
           Shape s;
           for (int64_t d : n.dims) s.push_back(x.at(d));
@@ -186,12 +188,15 @@ std::vector<Shape> infer_output_shapes(const Graph& g, const Node& n) {
           s.insert(s.begin() + n.dim, 1);
           return {s};
         }
-        case Op::kExpand: return {expand_meta(m, n.dims).shape};
-        default: break;
+        case Op::kExpand:
+          return {expand_meta(m, n.dims).shape};
+        default:
+          break;
       }
       break;
     }
-    case OpKind::kGetItem: break;
+    case OpKind::kGetItem:
+      break;
   }
   throw std::invalid_argument("no shape rule for " + std::string(op_name(n.op)));
 }

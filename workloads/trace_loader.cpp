@@ -26,8 +26,8 @@ class Parser {
     if (!doc_.is_object()) fail("", "expected a JSON object at the top level");
     std::string schema = str_field(doc_, "schema", "");
     if (schema != kTraceSchema)
-      fail("", "expected \"schema\": \"" + std::string(kTraceSchema) + "\", found \"" + schema +
-                   "\"");
+      fail("",
+           "expected \"schema\": \"" + std::string(kTraceSchema) + "\", found \"" + schema + "\"");
     g_.file = file_;
     g_.name = str_field(doc_, "name", "");
     g_.source = doc_.value("source", json::object());
@@ -39,7 +39,8 @@ class Parser {
         parse_node(n);
       } catch (const json::exception& e) {  // an argument of the wrong JSON type
         bool has_id = n.is_object() && n.contains("id") && n["id"].is_string();
-        fail(has_id ? n["id"].get<std::string>() : "", std::string("unexpected JSON type: ") + e.what());
+        fail(has_id ? n["id"].get<std::string>() : "",
+             std::string("unexpected JSON type: ") + e.what());
       }
     }
     for (const auto& o : array_field(doc_, "outputs", "")) {
@@ -101,8 +102,8 @@ class Parser {
     m.shape = int_list(j["shape"], node, "shape");
     for (auto d : m.shape)
       if (d < 0) fail(node, "negative size in shape " + shape_str(m.shape));
-    m.stride = j.contains("stride") ? int_list(j["stride"], node, "stride")
-                                    : contiguous_strides(m.shape);
+    m.stride =
+        j.contains("stride") ? int_list(j["stride"], node, "stride") : contiguous_strides(m.shape);
     if (m.stride.size() != m.shape.size())
       fail(node, "stride " + shape_str(m.stride) + " has a different rank than shape " +
                      shape_str(m.shape));
@@ -140,8 +141,8 @@ class Parser {
     if (in.contains("stats")) {
       const auto& s = in["stats"];
       ValueStats st;
-      for (auto [key, dst] : {std::pair{"mean", &st.mean}, {"std", &st.std}, {"min", &st.min},
-                              {"max", &st.max}}) {
+      for (auto [key, dst] :
+           {std::pair{"mean", &st.mean}, {"std", &st.std}, {"min", &st.min}, {"max", &st.max}}) {
         if (!s.contains(key) || !s[key].is_number())
           fail(id, std::string("expected a number \"") + key + "\" in \"stats\"");
         *dst = s[key].get<double>();
@@ -192,8 +193,7 @@ class Parser {
     if (*op == Op::kGetItem) {  // FX's tuple indexing: alias the producer's k-th output
       int src = lookup(args[0]["ref"].get<std::string>(), id);
       const Value& sv = g_.values[src];
-      if (args.size() < 2 || !args[1].is_number_integer())
-        fail(id, "expected getitem(ref, index)");
+      if (args.size() < 2 || !args[1].is_number_integer()) fail(id, "expected getitem(ref, index)");
       int k = args[1].get<int>();
       if (sv.producer < 0 || sv.output_index != 0 || k < 0 ||
           k >= static_cast<int>(g_.nodes[sv.producer].outputs.size()))
@@ -228,8 +228,8 @@ class Parser {
         break;
       case OpKind::kReduction: {
         const json* d = arg(args, kwargs, 1, "dim");
-        std::vector<int64_t> dims = (d && !d->is_null()) ? int_list(*d, id, "dim")
-                                                         : std::vector<int64_t>{};
+        std::vector<int64_t> dims =
+            (d && !d->is_null()) ? int_list(*d, id, "dim") : std::vector<int64_t>{};
         const json* kd = *op == Op::kVarMean ? arg(json::array(), kwargs, 0, "keepdim")
                                              : arg(args, kwargs, 2, "keepdim");
         n.keepdim = kd && kd->get<bool>();
@@ -264,7 +264,8 @@ class Parser {
                            std::to_string(nd) + " dims");
         }
         break;
-      case OpKind::kGetItem: break;
+      case OpKind::kGetItem:
+        break;
     }
     for (const auto& o : n.operands)
       if (o.is_tensor() && !is_floating(g_.meta(o.value).dtype) && kind != OpKind::kView)
@@ -286,13 +287,12 @@ class Parser {
     for (size_t k = 0; k < outs.size(); ++k) {
       TensorMeta m = meta_of(outs[k], id);
       if (m.shape != expect[k])
-        fail(id, "recorded output shape " + shape_str(m.shape) + " disagrees with the inputs: " +
-                     std::string(op_name(n.op)) + " of " + describe_inputs(n) + " gives " +
-                     shape_str(expect[k]));
+        fail(id, "recorded output shape " + shape_str(m.shape) +
+                     " disagrees with the inputs: " + std::string(op_name(n.op)) + " of " +
+                     describe_inputs(n) + " gives " + shape_str(expect[k]));
       if (*op == Op::kConvertElementType && m.dtype != n.dtype)
         fail(id, "recorded output dtype " + std::string(dtype_name(m.dtype)) +
-                     " disagrees with the conversion target " +
-                     std::string(dtype_name(n.dtype)));
+                     " disagrees with the conversion target " + std::string(dtype_name(n.dtype)));
       if (kind == OpKind::kView && m.dtype != g_.meta(n.operands[0].value).dtype)
         fail(id, "a view must keep its input's dtype");
       std::string vname = outs.size() == 1 ? id : id + "." + std::to_string(k);
@@ -337,7 +337,9 @@ class Parser {
 
 }  // namespace
 
-Graph parse_trace(const json& doc, const std::string& file) { return Parser(doc, file).parse(); }
+Graph parse_trace(const json& doc, const std::string& file) {
+  return Parser(doc, file).parse();
+}
 
 Graph load_trace(const std::string& path) {
   std::ifstream f(path);

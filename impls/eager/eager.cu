@@ -50,18 +50,30 @@ struct PointwiseArgs {
 template <typename acc_t>
 __device__ acc_t apply(PointwiseOp op, acc_t x, acc_t y, acc_t alpha) {
   switch (op) {
-    case PointwiseOp::kCopy: return x;
-    case PointwiseOp::kRsqrt: return acc_t(1) / sqrt(x);
-    case PointwiseOp::kSqrt: return sqrt(x);
-    case PointwiseOp::kNeg: return -x;
-    case PointwiseOp::kAbs: return fabs(x);
-    case PointwiseOp::kExp: return exp(x);
-    case PointwiseOp::kReciprocal: return acc_t(1) / x;
-    case PointwiseOp::kPow: return y == acc_t(2) ? x * x : pow(x, y);
-    case PointwiseOp::kAdd: return x + alpha * y;
-    case PointwiseOp::kSub: return x - alpha * y;
-    case PointwiseOp::kMul: return x * y;
-    case PointwiseOp::kDiv: return x / y;
+    case PointwiseOp::kCopy:
+      return x;
+    case PointwiseOp::kRsqrt:
+      return acc_t(1) / sqrt(x);
+    case PointwiseOp::kSqrt:
+      return sqrt(x);
+    case PointwiseOp::kNeg:
+      return -x;
+    case PointwiseOp::kAbs:
+      return fabs(x);
+    case PointwiseOp::kExp:
+      return exp(x);
+    case PointwiseOp::kReciprocal:
+      return acc_t(1) / x;
+    case PointwiseOp::kPow:
+      return y == acc_t(2) ? x * x : pow(x, y);
+    case PointwiseOp::kAdd:
+      return x + alpha * y;
+    case PointwiseOp::kSub:
+      return x - alpha * y;
+    case PointwiseOp::kMul:
+      return x * y;
+    case PointwiseOp::kDiv:
+      return x / y;
   }
   return x;
 }
@@ -176,7 +188,8 @@ __global__ void reduction_kernel(ReduceArgs p) {
       float mean = total / float(p.red_numel);
       float ss = 0.f;
       for (int64_t r = threadIdx.x; r < p.red_numel; r += blockDim.x) {
-        float d = load_elem<float>(p.in, in_off + red_offset<index_t>(p, index_t(r)), p.in_dtype) - mean;
+        float d =
+            load_elem<float>(p.in, in_off + red_offset<index_t>(p, index_t(r)), p.in_dtype) - mean;
         ss += d * d;
       }
       float m2 = block_reduce(ss, false, smem);

@@ -27,7 +27,18 @@ DeviceTensor device_tensor(void* ptr, const TensorMeta& meta);
 
 /// Elementwise ops of the pointwise kernel.
 enum class PointwiseOp : uint8_t {
-  kCopy, kRsqrt, kSqrt, kNeg, kAbs, kExp, kReciprocal, kPow, kAdd, kSub, kMul, kDiv
+  kCopy,
+  kRsqrt,
+  kSqrt,
+  kNeg,
+  kAbs,
+  kExp,
+  kReciprocal,
+  kPow,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv
 };
 
 /// out = op(a, b) elementwise with broadcasting. `b` may be null (unary op, or a Python scalar

@@ -44,7 +44,9 @@ struct Vec16 {
 };
 struct Bf16Ops {
   __device__ static float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-  __device__ static __nv_bfloat162 from_float2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  __device__ static __nv_bfloat162 from_float2(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+  }
 };
 struct F16Ops {
   __device__ static float2 to_float2(__half2 v) { return __half22float2(v); }
@@ -119,8 +121,10 @@ __device__ __forceinline__ void apply_epilogue(const NormFwdArgs& a, float* y, c
     const bool last = s + 1 == a.n_epilogue;
     if (last && st.dtype == dtype_of<T>()) break;
     if constexpr (E == 8) {  // rounding applies to fp32 values in 8-element vectors only
-      if (st.dtype == DType::kBFloat16) round8<Bf16Ops>(y);
-      else if (st.dtype == DType::kFloat16) round8<F16Ops>(y);
+      if (st.dtype == DType::kBFloat16)
+        round8<Bf16Ops>(y);
+      else if (st.dtype == DType::kFloat16)
+        round8<F16Ops>(y);
     } else {
       if (st.dtype == DType::kBFloat16)
         for (int e = 0; e < E; e += 2) {
@@ -190,7 +194,8 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
     const int64_t row = static_cast<int64_t>(i / nvec);
     const int v = static_cast<int>(i - uint64_t(row) * nvec);
     float y[E];
-    Vec<T>::unpack(reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride)[v], y);
+    Vec<T>::unpack(
+        reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride)[v], y);
     const float m = mean[row], r = rstd[row];
 #pragma unroll
     for (int e = 0; e < E; ++e) y[e] = (y[e] - m) * r;
@@ -210,7 +215,9 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 constexpr int kOptThreads = 128;
 // Resident blocks per SM asked of ptxas: 4 (x 4 warps) caps registers at 128, which holds up to
 // 7 vectors per thread without spilling (6 with 4 warps per row); more need 3.
-constexpr int min_blocks(int vpt, int warps) { return vpt >= (warps > 1 ? 7 : 8) ? 3 : 4; }
+constexpr int min_blocks(int vpt, int warps) {
+  return vpt >= (warps > 1 ? 7 : 8) ? 3 : 4;
+}
 
 /// Epilogue shapes with a compile-time body; anything else takes the generic run-time path.
 /// A last rounding to the output dtype is left to the store in every shape.
@@ -331,7 +338,8 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   const int64_t step = int64_t(gridDim.x) * RPB;
 
   auto load_row = [&](int64_t row, uint4* raw) {
-    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride);
+    const uint4* xr =
+        reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
@@ -400,18 +408,24 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
 }
 
 template <typename T, int VPT, int WARPS>
-__global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS)) norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
+__global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS))
+    norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
   constexpr int RPB = kOptThreads / (32 * WARPS);
   __shared__ float red[RPB][4];
   extern __shared__ uint4 w_smem[];  // [n_weights][cols] of T, filled by norm_rows
   void* w0 = w_smem;
   const void* w1 = reinterpret_cast<const T*>(w_smem) + a.cols;
   switch (kind) {  // uniform: one body per epilogue shape
-    case EpiKind::kIdentity: return norm_rows<T, VPT, WARPS, EpiKind::kIdentity>(a, w0, w1, red);
-    case EpiKind::kScale: return norm_rows<T, VPT, WARPS, EpiKind::kScale>(a, w0, w1, red);
-    case EpiKind::kAffine: return norm_rows<T, VPT, WARPS, EpiKind::kAffine>(a, w0, w1, red);
-    case EpiKind::kRoundScale: return norm_rows<T, VPT, WARPS, EpiKind::kRoundScale>(a, w0, w1, red);
-    default: return norm_rows<T, VPT, WARPS, EpiKind::kGeneric>(a, w0, w1, red);
+    case EpiKind::kIdentity:
+      return norm_rows<T, VPT, WARPS, EpiKind::kIdentity>(a, w0, w1, red);
+    case EpiKind::kScale:
+      return norm_rows<T, VPT, WARPS, EpiKind::kScale>(a, w0, w1, red);
+    case EpiKind::kAffine:
+      return norm_rows<T, VPT, WARPS, EpiKind::kAffine>(a, w0, w1, red);
+    case EpiKind::kRoundScale:
+      return norm_rows<T, VPT, WARPS, EpiKind::kRoundScale>(a, w0, w1, red);
+    default:
+      return norm_rows<T, VPT, WARPS, EpiKind::kGeneric>(a, w0, w1, red);
   }
 }
 
@@ -429,7 +443,8 @@ EpiKind classify_epilogue(const NormFwdArgs& a) {
   if (n == 1 && is(0, EpilogueOp::kMul, a.out_dtype, 0)) return EpiKind::kScale;  // pack rounds
   if (n == 2 && is(0, EpilogueOp::kMul, f32, 0) && is(1, EpilogueOp::kAdd, f32, 1))
     return EpiKind::kAffine;
-  if (n == 2 && is(0, EpilogueOp::kRound, a.out_dtype, -1) && is(1, EpilogueOp::kMul, a.out_dtype, 0))
+  if (n == 2 && is(0, EpilogueOp::kRound, a.out_dtype, -1) &&
+      is(1, EpilogueOp::kMul, a.out_dtype, 0))
     return EpiKind::kRoundScale;
   return EpiKind::kGeneric;
 }
@@ -449,12 +464,15 @@ void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
     smem_seen = smem;
     REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     if (smem > 48 * 1024)
-      REPLAY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kOptThreads, smem));
+      REPLAY_CUDA(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    REPLAY_CUDA(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kOptThreads, smem));
   }
   constexpr int RPB = kOptThreads / (32 * WARPS);
   const int64_t needed = (a.rows + RPB - 1) / RPB;
-  const int grid = static_cast<int>(std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)));
+  const int grid =
+      static_cast<int>(std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)));
   if (grid == 0) return;
   kernel<<<grid, kOptThreads, smem, stream>>>(a, classify_epilogue(a));
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
@@ -463,15 +481,24 @@ void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
 template <typename T, int WARPS>
 void dispatch_vpt(int vpt, const NormFwdArgs& a, cudaStream_t s) {
   switch (vpt) {
-    case 1: return launch_persistent<T, 1, WARPS>(a, s);
-    case 2: return launch_persistent<T, 2, WARPS>(a, s);
-    case 3: return launch_persistent<T, 3, WARPS>(a, s);
-    case 4: return launch_persistent<T, 4, WARPS>(a, s);
-    case 5: return launch_persistent<T, 5, WARPS>(a, s);
-    case 6: return launch_persistent<T, 6, WARPS>(a, s);
-    case 7: return launch_persistent<T, 7, WARPS>(a, s);
-    case 8: return launch_persistent<T, 8, WARPS>(a, s);
-    default: throw std::invalid_argument("layernorm_fwd optimized: vectors per thread out of range");
+    case 1:
+      return launch_persistent<T, 1, WARPS>(a, s);
+    case 2:
+      return launch_persistent<T, 2, WARPS>(a, s);
+    case 3:
+      return launch_persistent<T, 3, WARPS>(a, s);
+    case 4:
+      return launch_persistent<T, 4, WARPS>(a, s);
+    case 5:
+      return launch_persistent<T, 5, WARPS>(a, s);
+    case 6:
+      return launch_persistent<T, 6, WARPS>(a, s);
+    case 7:
+      return launch_persistent<T, 7, WARPS>(a, s);
+    case 8:
+      return launch_persistent<T, 8, WARPS>(a, s);
+    default:
+      throw std::invalid_argument("layernorm_fwd optimized: vectors per thread out of range");
   }
 }
 
@@ -496,7 +523,8 @@ template <typename T>
 void launch_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream) {
   constexpr int kStatsThreads = 256;  // 8 rows per block
   const int64_t stats_blocks = (a.rows + kStatsThreads / 32 - 1) / (kStatsThreads / 32);
-  norm_stats_kernel<T><<<static_cast<unsigned>(stats_blocks), kStatsThreads, 0, stream>>>(a, mean, rstd);
+  norm_stats_kernel<T>
+      <<<static_cast<unsigned>(stats_blocks), kStatsThreads, 0, stream>>>(a, mean, rstd);
   REPLAY_CUDA_LAUNCH("norm_stats_kernel");
   constexpr int kApplyThreads = 256;
   const int64_t n = a.rows * (a.cols / Vec<T>::kElems);
@@ -525,8 +553,10 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, const std::string& vari
       (a.n_weights > 1 && !aligned(a.w[1])))
     return "a pointer is not 16-byte aligned";
   if (variant == "optimized" && geometry(a.cols / elems).second > kMaxVpt)
-    return "row of " + std::to_string(a.cols) + " elements is longer than the register-resident "
-           "kernel holds (" + std::to_string(kMaxVpt * 128 * elems) + ")";
+    return "row of " + std::to_string(a.cols) +
+           " elements is longer than the register-resident "
+           "kernel holds (" +
+           std::to_string(kMaxVpt * 128 * elems) + ")";
   return "";
 }
 
@@ -534,9 +564,12 @@ void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, cuda
   std::string why = layernorm_fwd_supports(a, "baseline");
   if (!why.empty()) throw std::invalid_argument("layernorm_fwd baseline: " + why);
   switch (a.x_dtype) {
-    case DType::kBFloat16: return launch_baseline<__nv_bfloat16>(a, mean, rstd, stream);
-    case DType::kFloat16: return launch_baseline<__half>(a, mean, rstd, stream);
-    default: return launch_baseline<float>(a, mean, rstd, stream);
+    case DType::kBFloat16:
+      return launch_baseline<__nv_bfloat16>(a, mean, rstd, stream);
+    case DType::kFloat16:
+      return launch_baseline<__half>(a, mean, rstd, stream);
+    default:
+      return launch_baseline<float>(a, mean, rstd, stream);
   }
 }
 
@@ -544,9 +577,12 @@ void layernorm_fwd_optimized(const NormFwdArgs& a, cudaStream_t stream) {
   std::string why = layernorm_fwd_supports(a, "optimized");
   if (!why.empty()) throw std::invalid_argument("layernorm_fwd optimized: " + why);
   switch (a.x_dtype) {
-    case DType::kBFloat16: return dispatch_optimized<__nv_bfloat16>(a, stream);
-    case DType::kFloat16: return dispatch_optimized<__half>(a, stream);
-    default: return dispatch_optimized<float>(a, stream);
+    case DType::kBFloat16:
+      return dispatch_optimized<__nv_bfloat16>(a, stream);
+    case DType::kFloat16:
+      return dispatch_optimized<__half>(a, stream);
+    default:
+      return dispatch_optimized<float>(a, stream);
   }
 }
 

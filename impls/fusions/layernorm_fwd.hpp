@@ -1,5 +1,6 @@
 // layernorm_fwd fusion: LayerNorm / RMSNorm forward over the last dim, with an epilogue of
-// casts, a [C] weight multiply and a [C] bias add, as matched by workloads/matchers/layernorm_fwd.cpp.
+// casts, a [C] weight multiply and a [C] bias add, as matched by
+// workloads/matchers/layernorm_fwd.cpp.
 //
 // Variants (layernorm_fwd.cu):
 //   baseline  — a statistics kernel (mean, rstd per row, fp32) and a normalize+epilogue kernel:

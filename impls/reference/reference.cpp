@@ -45,10 +45,10 @@ ArrayXd broadcast_to(const HostTensor& t, const Shape& shape) {
 ArrayXd operand_array(const Node& n, size_t i, const std::map<int, HostTensor>& vals,
                       const Shape& shape) {
   const Operand& o = n.operands.at(i);
-  if (!o.is_tensor()) return ArrayXd::Constant(static_cast<Eigen::Index>(
-                                                   std::accumulate(shape.begin(), shape.end(),
-                                                                   int64_t{1}, std::multiplies<>())),
-                                               o.scalar);
+  if (!o.is_tensor())
+    return ArrayXd::Constant(static_cast<Eigen::Index>(std::accumulate(
+                                 shape.begin(), shape.end(), int64_t{1}, std::multiplies<>())),
+                             o.scalar);
   return broadcast_to(vals.at(o.value), shape);
 }
 
@@ -85,17 +85,31 @@ std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
   std::vector<HostTensor> out;
   switch (n.op) {
     case Op::kConvertElementType:
-    case Op::kClone: out.push_back(from_array(as_array(x), om)); break;
-    case Op::kRsqrt: out.push_back(from_array(as_array(x).rsqrt(), om)); break;
-    case Op::kSqrt: out.push_back(from_array(as_array(x).sqrt(), om)); break;
-    case Op::kNeg: out.push_back(from_array(-as_array(x), om)); break;
-    case Op::kAbs: out.push_back(from_array(as_array(x).abs(), om)); break;
-    case Op::kExp: out.push_back(from_array(as_array(x).exp(), om)); break;
-    case Op::kReciprocal: out.push_back(from_array(as_array(x).inverse(), om)); break;
+    case Op::kClone:
+      out.push_back(from_array(as_array(x), om));
+      break;
+    case Op::kRsqrt:
+      out.push_back(from_array(as_array(x).rsqrt(), om));
+      break;
+    case Op::kSqrt:
+      out.push_back(from_array(as_array(x).sqrt(), om));
+      break;
+    case Op::kNeg:
+      out.push_back(from_array(-as_array(x), om));
+      break;
+    case Op::kAbs:
+      out.push_back(from_array(as_array(x).abs(), om));
+      break;
+    case Op::kExp:
+      out.push_back(from_array(as_array(x).exp(), om));
+      break;
+    case Op::kReciprocal:
+      out.push_back(from_array(as_array(x).inverse(), om));
+      break;
     case Op::kPowTensorScalar: {
       double e = n.operands[1].scalar;
-      out.push_back(from_array(e == 2 ? ArrayXd(as_array(x).square()) : ArrayXd(as_array(x).pow(e)),
-                               om));
+      out.push_back(
+          from_array(e == 2 ? ArrayXd(as_array(x).square()) : ArrayXd(as_array(x).pow(e)), om));
       break;
     }
     case Op::kAdd:
@@ -126,8 +140,8 @@ std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
         out.push_back(from_array(sum / cols, om));
       } else {  // two-pass variance in float64
         ArrayXd mean = sum / cols;
-        ArrayXd var = (m.colwise() - mean).square().rowwise().sum() /
-                      std::max(cols - n.correction, 0.0);
+        ArrayXd var =
+            (m.colwise() - mean).square().rowwise().sum() / std::max(cols - n.correction, 0.0);
         out.push_back(from_array(var, om));
         out.push_back(from_array(mean, g.meta(n.outputs[1])));
       }
@@ -155,7 +169,8 @@ std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
       break;
     }
     case Op::kGetItem:
-    case Op::kCount: throw std::invalid_argument("reference: no rule for " + std::string(op_name(n.op)));
+    case Op::kCount:
+      throw std::invalid_argument("reference: no rule for " + std::string(op_name(n.op)));
   }
   for (auto& t : out) round_inplace(t);
   return out;

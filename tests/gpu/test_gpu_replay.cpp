@@ -31,8 +31,8 @@ void expect_variant_matches(const Graph& g, const std::string& variant, uint64_t
     auto res = compare_tensors(g.values[v].name, prog.download(v), ref.at(v),
                                default_tolerance(g.meta(v).dtype));
     EXPECT_TRUE(res.pass()) << g.name << " " << variant << ": " << res.mismatches << "/"
-                            << res.numel << " mismatched, " << res.nan_count
-                            << " NaN, max abs err " << res.max_abs_err;
+                            << res.numel << " mismatched, " << res.nan_count << " NaN, max abs err "
+                            << res.max_abs_err;
     EXPECT_LT(res.rel_l2, 5e-3) << g.name << " " << variant;
   }
 }
@@ -48,13 +48,12 @@ TEST_P(BundledTrace, VariantMatchesReference) {
   for (uint64_t seed : {1u, 2u}) expect_variant_matches(g, variant, seed);  // fresh inputs
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllVariants, BundledTrace,
-    ::testing::Combine(::testing::Values("nanogpt_layernorm_fwd_2x8x1600",
-                                         "nanogpt_layernorm_fwd_16x128x1600",
-                                         "nanogpt_layernorm_fwd_16x1024x1600",
-                                         "llama_rmsnorm_fwd_2x8x4096"),
-                       ::testing::Values("eager", "baseline", "optimized")));
+INSTANTIATE_TEST_SUITE_P(AllVariants, BundledTrace,
+                         ::testing::Combine(::testing::Values("nanogpt_layernorm_fwd_2x8x1600",
+                                                              "nanogpt_layernorm_fwd_16x128x1600",
+                                                              "nanogpt_layernorm_fwd_16x1024x1600",
+                                                              "llama_rmsnorm_fwd_2x8x4096"),
+                                            ::testing::Values("eager", "baseline", "optimized")));
 
 TEST(GpuReplay, PoisonCatchesUnwrittenOutputs) {
   REQUIRE_GPU();
@@ -82,8 +81,9 @@ TEST(GpuReplay, GoldenInputsMatchPyTorchOutputs) {
       prog.run_all(nullptr);
       REPLAY_CUDA(cudaDeviceSynchronize());
       int out = g.outputs[0];
-      auto res = compare_tensors(g.values[out].name, prog.download(out), golden.at(g.values[out].name),
-                                 default_tolerance(g.meta(out).dtype));
+      auto res =
+          compare_tensors(g.values[out].name, prog.download(out), golden.at(g.values[out].name),
+                          default_tolerance(g.meta(out).dtype));
       EXPECT_TRUE(res.pass()) << name << " " << variant << " vs PyTorch: " << res.mismatches;
     }
   }
@@ -97,13 +97,15 @@ TEST_P(SyntheticNorm, AllVariantsMatchReference) {
   REQUIRE_GPU();
   auto [rows, cols, dtype] = GetParam();
   Graph g = parse_trace(layernorm_trace(rows, cols, dtype), "<synthetic>");
-  for (const char* variant : {"eager", "baseline", "optimized"}) expect_variant_matches(g, variant, 11);
+  for (const char* variant : {"eager", "baseline", "optimized"})
+    expect_variant_matches(g, variant, 11);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, SyntheticNorm,
     ::testing::Values(std::make_tuple(1, 8, "bfloat16"), std::make_tuple(7, 256, "bfloat16"),
-                      std::make_tuple(333, 768, "bfloat16"), std::make_tuple(1001, 2048, "bfloat16"),
+                      std::make_tuple(333, 768, "bfloat16"),
+                      std::make_tuple(1001, 2048, "bfloat16"),
                       std::make_tuple(129, 4096, "bfloat16"), std::make_tuple(65, 8192, "bfloat16"),
                       std::make_tuple(77, 1600, "float16"), std::make_tuple(50, 1024, "float32"),
                       std::make_tuple(19, 4096, "float32")));
@@ -116,7 +118,8 @@ TEST_P(NormEpilogue, AllVariantsMatchReference) {
   auto [epilogue, dtype] = GetParam();
   Graph g = parse_trace(layernorm_trace(97, 1600, dtype, epilogue), "<synthetic>");
   ASSERT_EQ(make_plan(g).regions.size(), 1u) << epilogue;
-  for (const char* variant : {"eager", "baseline", "optimized"}) expect_variant_matches(g, variant, 13);
+  for (const char* variant : {"eager", "baseline", "optimized"})
+    expect_variant_matches(g, variant, 13);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, NormEpilogue,
@@ -134,5 +137,6 @@ TEST(GpuReplay, TooLongRowFallsBackWithAReason) {
   prog.run_all(nullptr);  // the region's nodes ran eagerly instead
   REPLAY_CUDA(cudaDeviceSynchronize());
   EXPECT_TRUE(compare_tensors("y", prog.download(g.outputs[0]), ref.at(g.outputs[0]),
-                              default_tolerance(DType::kBFloat16)).pass());
+                              default_tolerance(DType::kBFloat16))
+                  .pass());
 }

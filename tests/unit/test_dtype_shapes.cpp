@@ -29,7 +29,7 @@ TEST(DType, Float16AndFloat8) {
   EXPECT_TRUE(std::isinf(round_to(DType::kFloat16, 70000.0)));
   EXPECT_EQ(round_to(DType::kFloat16, std::ldexp(1.0, -24)), std::ldexp(1.0, -24));  // subnormal
   EXPECT_EQ(round_to(DType::kFloat8E4M3, 448.0), 448.0);
-  EXPECT_EQ(round_to(DType::kFloat8E4M3, 1.0625), 1.0);    // 3 mantissa bits, tie to even
+  EXPECT_EQ(round_to(DType::kFloat8E4M3, 1.0625), 1.0);  // 3 mantissa bits, tie to even
   EXPECT_EQ(round_to(DType::kFloat8E4M3, 1.1875), 1.25);
 }
 

@@ -11,7 +11,9 @@ using nlohmann::json;
 
 namespace {
 
-json small_trace() { return read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600")); }
+json small_trace() {
+  return read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+}
 
 json& node(json& t, const std::string& id) {
   for (auto& n : t["nodes"])
@@ -36,8 +38,9 @@ std::string load_error(const std::string& file, const std::string& text) {
 }  // namespace
 
 TEST(Loader, LoadsBundledTraces) {
-  for (const char* name : {"nanogpt_layernorm_fwd_16x128x1600", "nanogpt_layernorm_fwd_16x1024x1600",
-                           "nanogpt_layernorm_fwd_2x8x1600", "llama_rmsnorm_fwd_2x8x4096"}) {
+  for (const char* name :
+       {"nanogpt_layernorm_fwd_16x128x1600", "nanogpt_layernorm_fwd_16x1024x1600",
+        "nanogpt_layernorm_fwd_2x8x1600", "llama_rmsnorm_fwd_2x8x4096"}) {
     Graph g = load_trace(trace_path(name));
     EXPECT_EQ(g.name, name);
     EXPECT_FALSE(g.nodes.empty());

@@ -10,7 +10,8 @@ using namespace replay::test;
 using nlohmann::json;
 
 TEST(Matcher, FindsLayerNormInBothNanoGPTTraces) {
-  for (const char* name : {"nanogpt_layernorm_fwd_16x128x1600", "nanogpt_layernorm_fwd_16x1024x1600"}) {
+  for (const char* name :
+       {"nanogpt_layernorm_fwd_16x128x1600", "nanogpt_layernorm_fwd_16x1024x1600"}) {
     Graph g = load_trace(trace_path(name));
     Plan p = make_plan(g);
     ASSERT_EQ(p.regions.size(), 1u) << name;
@@ -20,7 +21,8 @@ TEST(Matcher, FindsLayerNormInBothNanoGPTTraces) {
     EXPECT_EQ(r.params["kind"], "layernorm");
     EXPECT_EQ(r.params["x"], "x");
     EXPECT_EQ(r.params["cols"], 1600);
-    EXPECT_EQ(r.params["rows"], std::string(name).find("16x1024") != std::string::npos ? 16384 : 2048);
+    EXPECT_EQ(r.params["rows"],
+              std::string(name).find("16x1024") != std::string::npos ? 16384 : 2048);
     EXPECT_DOUBLE_EQ(r.params["eps"].get<double>(), 1e-5);
     json want = json::array({{{"op", "mul"}, {"value", "weight"}, {"dtype", "float32"}},
                              {{"op", "add"}, {"value", "bias"}, {"dtype", "float32"}},
@@ -64,10 +66,18 @@ TEST(Matcher, NothingInAGraphWithoutThePattern) {
   json x = tensor({4, 16}, "float32");
   x["id"] = "x";
   t["inputs"] = {x};
-  t["nodes"] = {
-      {{"id", "m"}, {"op", "aten.mean.dim"}, {"args", {ref("x"), {-1}, true}}, {"outputs", {tensor({4, 1}, "float32")}}},
-      {{"id", "s"}, {"op", "aten.sub.Tensor"}, {"args", {ref("x"), ref("m")}}, {"outputs", {tensor({4, 16}, "float32")}}},
-      {{"id", "y"}, {"op", "aten.mul.Tensor"}, {"args", {ref("s"), 2.0}}, {"outputs", {tensor({4, 16}, "float32")}}}};
+  t["nodes"] = {{{"id", "m"},
+                 {"op", "aten.mean.dim"},
+                 {"args", {ref("x"), {-1}, true}},
+                 {"outputs", {tensor({4, 1}, "float32")}}},
+                {{"id", "s"},
+                 {"op", "aten.sub.Tensor"},
+                 {"args", {ref("x"), ref("m")}},
+                 {"outputs", {tensor({4, 16}, "float32")}}},
+                {{"id", "y"},
+                 {"op", "aten.mul.Tensor"},
+                 {"args", {ref("s"), 2.0}},
+                 {"outputs", {tensor({4, 16}, "float32")}}}};
   Plan p = make_plan(parse_trace(t, "<no-pattern>"));
   EXPECT_TRUE(p.regions.empty());
   EXPECT_EQ(std::count(p.node_region.begin(), p.node_region.end(), -1), 3);
@@ -93,8 +103,8 @@ TEST(Matcher, RejectsUnbiasedVarianceAndOtherDims) {
   for (auto& n : t2["nodes"])
     if (n["id"] == "var_mean") n["args"][1] = {1};
   for (auto& n : t2["nodes"])  // shapes follow the reduction over dim 1
-    if (n["id"] == "var_mean" || n["id"] == "getitem" || n["id"] == "getitem_1" || n["id"] == "add" ||
-        n["id"] == "rsqrt")
+    if (n["id"] == "var_mean" || n["id"] == "getitem" || n["id"] == "getitem_1" ||
+        n["id"] == "add" || n["id"] == "rsqrt")
       for (auto& o : n["outputs"]) o["shape"] = {2, 1, 1600}, o["stride"] = {1600, 1600, 1};
   EXPECT_TRUE(make_plan(parse_trace(t2, "<dim1>")).regions.empty());
 }
@@ -103,7 +113,8 @@ TEST(Matcher, PlanJson) {
   Graph g = load_trace(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
   json j = plan_to_json(g, make_plan(g));
   ASSERT_EQ(j["regions"].size(), 1u);
-  EXPECT_EQ(j["regions"][0]["variants"], json::array({"reference", "eager", "baseline", "optimized"}));
+  EXPECT_EQ(j["regions"][0]["variants"],
+            json::array({"reference", "eager", "baseline", "optimized"}));
   EXPECT_TRUE(j["eager_nodes"].empty());
 }
 

@@ -17,7 +17,10 @@ std::vector<HostTensor> eval_one(const std::vector<int64_t>& shape, const std::v
                                  json node_json, const std::string& extra_input = "",
                                  const std::vector<int64_t>& extra_shape = {},
                                  const std::vector<double>& extra = {}) {
-  json t = {{"schema", "replay-trace/1"}, {"name", "op"}, {"nodes", {node_json}}, {"outputs", {node_json["id"]}}};
+  json t = {{"schema", "replay-trace/1"},
+            {"name", "op"},
+            {"nodes", {node_json}},
+            {"outputs", {node_json["id"]}}};
   json x_in = tensor(shape, "float32");
   x_in["id"] = "x";
   t["inputs"] = {x_in};
@@ -41,7 +44,9 @@ std::vector<HostTensor> eval_one(const std::vector<int64_t>& shape, const std::v
 
 TEST(Reference, VarMeanPopulation) {
   auto out = eval_one({2, 4}, {1, 2, 3, 4, 10, 10, 10, 10},
-                      {{"id", "vm"}, {"op", "aten.var_mean.correction"}, {"args", {ref("x"), {1}}},
+                      {{"id", "vm"},
+                       {"op", "aten.var_mean.correction"},
+                       {"args", {ref("x"), {1}}},
                        {"kwargs", {{"correction", 0}, {"keepdim", true}}},
                        {"outputs", {tensor({2, 1}, "float32"), tensor({2, 1}, "float32")}}});
   ASSERT_EQ(out.size(), 2u);
@@ -53,39 +58,52 @@ TEST(Reference, VarMeanPopulation) {
 
 TEST(Reference, VarUnbiasedAndReduceOverDim0) {
   auto out = eval_one({2, 2}, {1, 5, 3, 9},
-                      {{"id", "vm"}, {"op", "aten.var_mean.correction"}, {"args", {ref("x"), {0}}},
+                      {{"id", "vm"},
+                       {"op", "aten.var_mean.correction"},
+                       {"args", {ref("x"), {0}}},
                        {"kwargs", {{"correction", 1}}},
                        {"outputs", {tensor({2}, "float32"), tensor({2}, "float32")}}});
-  EXPECT_DOUBLE_EQ(out[0].data[0], 2.0);   // var(1, 3), N-1
-  EXPECT_DOUBLE_EQ(out[0].data[1], 8.0);   // var(5, 9)
+  EXPECT_DOUBLE_EQ(out[0].data[0], 2.0);  // var(1, 3), N-1
+  EXPECT_DOUBLE_EQ(out[0].data[1], 8.0);  // var(5, 9)
   EXPECT_DOUBLE_EQ(out[1].data[1], 7.0);
 }
 
 TEST(Reference, BroadcastBinaryAndScalar) {
   auto out = eval_one({2, 3}, {1, 2, 3, 4, 5, 6},
-                      {{"id", "m"}, {"op", "aten.mul.Tensor"}, {"args", {ref("x"), ref("w")}},
+                      {{"id", "m"},
+                       {"op", "aten.mul.Tensor"},
+                       {"args", {ref("x"), ref("w")}},
                        {"outputs", {tensor({2, 3}, "float32")}}},
                       "w", {3}, {10, 100, 1000});
   EXPECT_EQ(out[0].data, (std::vector<double>{10, 200, 3000, 40, 500, 6000}));
   auto sub = eval_one({3}, {1, 2, 3},
-                      {{"id", "s"}, {"op", "aten.sub.Tensor"}, {"args", {ref("x"), 0.5}},
-                       {"kwargs", {{"alpha", 2}}}, {"outputs", {tensor({3}, "float32")}}});
+                      {{"id", "s"},
+                       {"op", "aten.sub.Tensor"},
+                       {"args", {ref("x"), 0.5}},
+                       {"kwargs", {{"alpha", 2}}},
+                       {"outputs", {tensor({3}, "float32")}}});
   EXPECT_EQ(sub[0].data, (std::vector<double>{0, 1, 2}));
 }
 
 TEST(Reference, UnaryAndConvertRounding) {
   auto rs = eval_one({2}, {4, 0.25},
-                     {{"id", "r"}, {"op", "aten.rsqrt.default"}, {"args", {ref("x")}},
+                     {{"id", "r"},
+                      {"op", "aten.rsqrt.default"},
+                      {"args", {ref("x")}},
                       {"outputs", {tensor({2}, "float32")}}});
   EXPECT_DOUBLE_EQ(rs[0].data[0], 0.5);
   EXPECT_DOUBLE_EQ(rs[0].data[1], 2.0);
   auto cv = eval_one({2}, {1.00390625, 1.01171875},
-                     {{"id", "c"}, {"op", "prims.convert_element_type.default"},
-                      {"args", {ref("x"), {{"dtype", "bfloat16"}}}}, {"outputs", {tensor({2}, "bfloat16")}}});
-  EXPECT_DOUBLE_EQ(cv[0].data[0], 1.0);         // 1 + 2^-8: tie -> even
-  EXPECT_DOUBLE_EQ(cv[0].data[1], 1.015625);    // 1 + 3*2^-8 -> 1 + 2^-6
+                     {{"id", "c"},
+                      {"op", "prims.convert_element_type.default"},
+                      {"args", {ref("x"), {{"dtype", "bfloat16"}}}},
+                      {"outputs", {tensor({2}, "bfloat16")}}});
+  EXPECT_DOUBLE_EQ(cv[0].data[0], 1.0);       // 1 + 2^-8: tie -> even
+  EXPECT_DOUBLE_EQ(cv[0].data[1], 1.015625);  // 1 + 3*2^-8 -> 1 + 2^-6
   auto p = eval_one({2}, {-3, 2},
-                    {{"id", "p"}, {"op", "aten.pow.Tensor_Scalar"}, {"args", {ref("x"), 2}},
+                    {{"id", "p"},
+                     {"op", "aten.pow.Tensor_Scalar"},
+                     {"args", {ref("x"), 2}},
                      {"outputs", {tensor({2}, "float32")}}});
   EXPECT_EQ(p[0].data, (std::vector<double>{9, 4}));
 }
@@ -93,23 +111,35 @@ TEST(Reference, UnaryAndConvertRounding) {
 TEST(Reference, ReductionsAndViews) {
   std::vector<double> x{1, -7, 3, 4, 5, 6};
   auto amax = eval_one({2, 3}, x,
-                       {{"id", "a"}, {"op", "aten.amax.default"}, {"args", {ref("x"), {1}}},
+                       {{"id", "a"},
+                        {"op", "aten.amax.default"},
+                        {"args", {ref("x"), {1}}},
                         {"outputs", {tensor({2}, "float32")}}});
   EXPECT_EQ(amax[0].data, (std::vector<double>{3, 6}));
   auto sum = eval_one({2, 3}, x,
-                      {{"id", "s"}, {"op", "aten.sum.dim_IntList"}, {"args", {ref("x"), {0}, true}},
+                      {{"id", "s"},
+                       {"op", "aten.sum.dim_IntList"},
+                       {"args", {ref("x"), {0}, true}},
                        {"outputs", {tensor({1, 3}, "float32")}}});
   EXPECT_EQ(sum[0].data, (std::vector<double>{5, -2, 9}));
-  auto perm = eval_one({2, 3}, x,
-                       {{"id", "p"}, {"op", "aten.permute.default"}, {"args", {ref("x"), {1, 0}}},
-                        {"outputs", {{{"shape", {3, 2}}, {"stride", {1, 3}}, {"dtype", "float32"}}}}});
+  auto perm =
+      eval_one({2, 3}, x,
+               {{"id", "p"},
+                {"op", "aten.permute.default"},
+                {"args", {ref("x"), {1, 0}}},
+                {"outputs", {{{"shape", {3, 2}}, {"stride", {1, 3}}, {"dtype", "float32"}}}}});
   EXPECT_EQ(perm[0].data, (std::vector<double>{1, 4, -7, 5, 3, 6}));
-  auto ex = eval_one({1, 3}, {1, 2, 3},
-                     {{"id", "e"}, {"op", "aten.expand.default"}, {"args", {ref("x"), {2, 3}}},
-                      {"outputs", {{{"shape", {2, 3}}, {"stride", {0, 1}}, {"dtype", "float32"}}}}});
+  auto ex =
+      eval_one({1, 3}, {1, 2, 3},
+               {{"id", "e"},
+                {"op", "aten.expand.default"},
+                {"args", {ref("x"), {2, 3}}},
+                {"outputs", {{{"shape", {2, 3}}, {"stride", {0, 1}}, {"dtype", "float32"}}}}});
   EXPECT_EQ(ex[0].data, (std::vector<double>{1, 2, 3, 1, 2, 3}));
   auto v = eval_one({2, 3}, x,
-                    {{"id", "v"}, {"op", "aten.view.default"}, {"args", {ref("x"), {3, -1}}},
+                    {{"id", "v"},
+                     {"op", "aten.view.default"},
+                     {"args", {ref("x"), {3, -1}}},
                      {"outputs", {tensor({3, 2}, "float32")}}});
   EXPECT_EQ(v[0].data, x);
 }
@@ -126,21 +156,23 @@ TEST_P(ReferenceGolden, MatchesPyTorch) {
   auto vals = run_reference(g, in);
   for (int v : g.outputs) {
     const HostTensor& want = golden.at(g.values[v].name);
-    NumericsResult r = compare_tensors(g.values[v].name, vals.at(v), want,
-                                       default_tolerance(g.meta(v).dtype));
+    NumericsResult r =
+        compare_tensors(g.values[v].name, vals.at(v), want, default_tolerance(g.meta(v).dtype));
     EXPECT_TRUE(r.pass()) << r.mismatches << " mismatches, max abs err " << r.max_abs_err;
     EXPECT_LT(r.rel_l2, 4e-3);  // bf16 rounding only
     // The check can fail: a perturbed weight must be caught.
     std::map<int, HostTensor> bad = in;
     bad[g.inputs[1]].data[7] += 0.5;
     auto bad_vals = run_reference(g, bad);
-    EXPECT_FALSE(compare_tensors("perturbed", bad_vals.at(v), want,
-                                 default_tolerance(g.meta(v).dtype)).pass());
+    EXPECT_FALSE(
+        compare_tensors("perturbed", bad_vals.at(v), want, default_tolerance(g.meta(v).dtype))
+            .pass());
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, ReferenceGolden,
-                         ::testing::Values("nanogpt_layernorm_fwd_2x8x1600", "llama_rmsnorm_fwd_2x8x4096"));
+                         ::testing::Values("nanogpt_layernorm_fwd_2x8x1600",
+                                           "llama_rmsnorm_fwd_2x8x4096"));
 
 TEST(InputGeneration, SeededAndFollowsStats) {
   Graph g = load_trace(trace_path("nanogpt_layernorm_fwd_16x128x1600"));

@@ -24,8 +24,10 @@ RunResult sample_run(bool pass) {
   RunResult run;
   run.seed = 42;
   run.bandwidth_gbps = 4000;
-  run.environment = {{"device", "NVIDIA H200"}, {"git_revision", "abc123"},
-                     {"driver_version", "13.0"}, {"cuda_runtime", "13.0"}};
+  run.environment = {{"device", "NVIDIA H200"},
+                     {"git_revision", "abc123"},
+                     {"driver_version", "13.0"},
+                     {"cuda_runtime", "13.0"}};
   TraceResult t;
   t.name = "nanogpt_layernorm_fwd_16x1024x1600";
   t.file = "traces/x.json";

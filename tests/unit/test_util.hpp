@@ -37,7 +37,9 @@ inline nlohmann::json tensor(std::vector<int64_t> shape, const std::string& dtyp
   return {{"shape", shape}, {"stride", st}, {"dtype", dtype}};
 }
 
-inline nlohmann::json ref(const std::string& v) { return {{"ref", v}}; }
+inline nlohmann::json ref(const std::string& v) {
+  return {{"ref", v}};
+}
 
 /// A nanoGPT-style LayerNorm forward trace of [rows, cols] in `dtype` (weights in `dtype`,
 /// math in float32, output cast back), as Inductor's decomposition writes it.
@@ -54,7 +56,8 @@ inline nlohmann::json layernorm_trace(int64_t rows, int64_t cols, const std::str
     t["stats"] = {{"mean", mean}, {"std", std}, {"min", mean - 6 * std}, {"max", mean + 6 * std}};
     return t;
   };
-  auto node = [](const char* id, const char* op, json args, json outs, json kwargs = json::object()) {
+  auto node = [](const char* id, const char* op, json args, json outs,
+                 json kwargs = json::object()) {
     return json{{"id", id}, {"op", op}, {"args", args}, {"kwargs", kwargs}, {"outputs", outs}};
   };
   json nodes = json::array({
@@ -71,24 +74,30 @@ inline nlohmann::json layernorm_trace(int64_t rows, int64_t cols, const std::str
   });
   json outputs = {"y"};
   if (epilogue == "affine" || epilogue == "scale") {
-    nodes.push_back(node("scaled", "aten.mul.Tensor", {ref("norm"), ref("weight")}, {tensor(x, "float32")}));
+    nodes.push_back(
+        node("scaled", "aten.mul.Tensor", {ref("norm"), ref("weight")}, {tensor(x, "float32")}));
     if (epilogue == "affine")
-      nodes.push_back(node("shifted", "aten.add.Tensor", {ref("scaled"), ref("bias")}, {tensor(x, "float32")}));
+      nodes.push_back(
+          node("shifted", "aten.add.Tensor", {ref("scaled"), ref("bias")}, {tensor(x, "float32")}));
     nodes.push_back(node("y", "prims.convert_element_type.default",
-                         {ref(epilogue == "affine" ? "shifted" : "scaled"), {{"dtype", dtype}}}, {tensor(x, dtype)}));
+                         {ref(epilogue == "affine" ? "shifted" : "scaled"), {{"dtype", dtype}}},
+                         {tensor(x, dtype)}));
   } else if (epilogue == "none") {
-    nodes.push_back(node("y", "prims.convert_element_type.default", {ref("norm"), {{"dtype", dtype}}}, {tensor(x, dtype)}));
+    nodes.push_back(node("y", "prims.convert_element_type.default",
+                         {ref("norm"), {{"dtype", dtype}}}, {tensor(x, dtype)}));
   } else {  // mixed
-    nodes.push_back(node("low", "prims.convert_element_type.default", {ref("norm"), {{"dtype", dtype}}}, {tensor(x, dtype)}));
-    nodes.push_back(node("scaled", "aten.mul.Tensor", {ref("low"), ref("weight")}, {tensor(x, dtype)}));
+    nodes.push_back(node("low", "prims.convert_element_type.default",
+                         {ref("norm"), {{"dtype", dtype}}}, {tensor(x, dtype)}));
+    nodes.push_back(
+        node("scaled", "aten.mul.Tensor", {ref("low"), ref("weight")}, {tensor(x, dtype)}));
     nodes.push_back(node("y", "aten.add.Tensor", {ref("scaled"), ref("bias")}, {tensor(x, dtype)}));
   }
   json inputs = {in("x", x, 0.3, 2.0)};
   if (epilogue != "none") inputs.push_back(in("weight", w, 1.0, 0.1));
   if (epilogue == "affine" || epilogue == "mixed") inputs.push_back(in("bias", w, 0.0, 0.1));
   return {{"schema", "replay-trace/1"},
-          {"name", "synthetic_layernorm_" + std::to_string(rows) + "x" + std::to_string(cols) + "_" +
-                       dtype + "_" + epilogue},
+          {"name", "synthetic_layernorm_" + std::to_string(rows) + "x" + std::to_string(cols) +
+                       "_" + dtype + "_" + epilogue},
           {"source", {{"model", "synthetic"}, {"phase", "fwd"}}},
           {"world_size", 1},
           {"inputs", inputs},

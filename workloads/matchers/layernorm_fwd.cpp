@@ -114,8 +114,7 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
     std::vector<int> with = nodes;
     with.push_back(conv);
     const auto& users = g.values[src].users;
-    if (!g.values[src].graph_output &&
-        std::all_of(users.begin(), users.end(), [&](int u) {
+    if (!g.values[src].graph_output && std::all_of(users.begin(), users.end(), [&](int u) {
           return std::find(with.begin(), with.end(), u) != with.end();
         })) {
       nodes.push_back(conv);
