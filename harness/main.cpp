@@ -233,9 +233,6 @@ int main(int argc, char** argv) {
   } catch (const TraceError& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitBadInput;
-  } catch (const NoDeviceError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitNoDevice;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitRuntime;

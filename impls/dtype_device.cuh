@@ -63,16 +63,4 @@ __device__ __forceinline__ void store_elem(void* p, int64_t i, DType t, acc_t v)
   }
 }
 
-/// `v` rounded to dtype `t` and widened back to float (identity for float32).
-__device__ __forceinline__ float round_float(DType t, float v) {
-  switch (t) {
-    case DType::kBFloat16:
-      return __bfloat162float(__float2bfloat16_rn(v));
-    case DType::kFloat16:
-      return __half2float(__float2half_rn(v));
-    default:
-      return v;
-  }
-}
-
 }  // namespace replay

@@ -42,10 +42,4 @@ class RuntimeFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// GPU work was requested where no CUDA device is available. Maps to exit code 3.
-class NoDeviceError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 }  // namespace replay

@@ -1,8 +1,10 @@
 // layernorm_fwd: baseline and optimized variants side by side (see layernorm_fwd.hpp).
 //
 // Napkin math, nanoGPT [16, 1024, 1600] bf16: x 52.4 MB read + y 52.4 MB written + w, b 6.4 KB
-// = 104.9 MB; at ~4.3 TB/s (H200 copy) SOL is ~24.7 µs. The baseline moves x twice (~157 MB)
-// and launches two kernels, so it can reach at most ~2/3 of SOL (~37 µs).
+// = 104.9 MB; at 4.22 TB/s (H200 1 GiB copy) SOL is 24.8 µs, and a copy of the same 104.9 MB
+// timed the same way takes 28.9 µs. The baseline moves x twice (~157 MB) and launches two
+// kernels, so it can reach at most ~2/3 of SOL (~37 µs). Measured history:
+// reports/layernorm_fwd_tuning.md.
 #include "impls/fusions/layernorm_fwd.hpp"
 
 #include <cuda_bf16.h>
@@ -12,7 +14,6 @@
 #include <type_traits>
 
 #include "harness/cuda_check.hpp"
-#include "impls/dtype_device.cuh"
 
 namespace replay {
 namespace {
@@ -208,7 +209,8 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 // optimized: one persistent kernel. A group of 32*WARPS threads owns a row; thread t holds the
 // row's 16-byte vectors t, t+G, t+2G, ... (VPT of them) in registers as fp32, so x is read from
 // memory once; the next row's vectors are loaded (packed) while the current row is computed, so
-// every warp keeps a row of loads in flight. Statistics: exact two passes over registers.
+// every warp keeps a row of loads in flight. Statistics: one pass over registers, shifted by the
+// row's first element, both sums reduced together.
 // Block = 128 threads = 4/WARPS rows per iteration; the grid (SMs x resident blocks) strides over
 // rows. Epilogue weights are staged once per block in shared memory, and the epilogue shapes the
 // matcher produces for nanoGPT and Llama are compiled as straight-line code.
@@ -398,11 +400,7 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
       fast_epilogue<T, K>(a, y, w0, w1, v);
-#ifdef REPLAY_LN_PLAIN_STORES
-      yr[v] = V::pack(y);
-#else
       __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
-#endif
     }
   }
 }

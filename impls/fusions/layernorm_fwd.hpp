@@ -6,7 +6,7 @@
 //   baseline  — a statistics kernel (mean, rstd per row, fp32) and a normalize+epilogue kernel:
 //               x is read twice, mean/rstd round-trip through memory; 16-byte vector I/O.
 //   optimized — one persistent row kernel: each row is read once into registers with 16-byte
-//               vector loads, statistics in fp32 (exact two passes over registers), epilogue
+//               vector loads, statistics in fp32 (one shifted pass over registers), epilogue
 //               applied in registers, 16-byte streaming stores; the next row's loads are in
 //               flight while a row is computed; weights staged once per block in shared memory.
 // Both need x, y and the weights in one dtype (bf16, fp16 or fp32), 16-byte aligned rows; the
