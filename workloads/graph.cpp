@@ -24,10 +24,14 @@ bool TensorMeta::is_contiguous() const {
   return true;
 }
 
-std::string TensorMeta::str() const {
-  std::string s = std::string(dtype_name(dtype)) + "[";
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+std::string TensorMeta::str() const {
+  return std::string(dtype_name(dtype)) + shape_str(shape);
 }
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {

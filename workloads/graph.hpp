@@ -29,6 +29,9 @@ struct TensorMeta {
   std::string str() const;  ///< e.g. "bfloat16[16, 1024, 1600]"
 };
 
+/// "[d0, d1, ...]" for error messages.
+std::string shape_str(const std::vector<int64_t>& shape);
+
 /// Row-major strides of a shape.
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 

@@ -7,12 +7,6 @@
 namespace replay {
 namespace {
 
-std::string shape_str(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 int64_t numel_of(const Shape& s) {
   int64_t n = 1;
   for (auto d : s) n *= d;

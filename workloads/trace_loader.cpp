@@ -12,12 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 class Parser {
  public:
   Parser(const json& doc, std::string file) : doc_(doc), file_(std::move(file)) {}

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "workloads/graph.hpp"
+
 namespace replay::test {
 
 inline std::string trace_path(const std::string& name) {
@@ -28,13 +30,7 @@ inline std::string write_temp(const std::string& name, const std::string& text) 
 }
 
 inline nlohmann::json tensor(std::vector<int64_t> shape, const std::string& dtype) {
-  std::vector<int64_t> st(shape.size());
-  int64_t s = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    st[i] = s;
-    s *= shape[i];
-  }
-  return {{"shape", shape}, {"stride", st}, {"dtype", dtype}};
+  return {{"shape", shape}, {"stride", contiguous_strides(shape)}, {"dtype", dtype}};
 }
 
 inline nlohmann::json ref(const std::string& v) {
