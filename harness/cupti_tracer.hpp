@@ -2,15 +2,19 @@
 // from the first kernel start to the last kernel end (span - sum = launch gaps).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <functional>
 
 #include "harness/results.hpp"
 
 namespace replay {
 
-/// Run `fn` (which enqueues and synchronizes GPU work) twice with CUPTI concurrent-kernel activity
-/// recording on, and summarize the second run's kernel records by demangled name. Never throws for
-/// CUPTI failures: they are reported in CuptiSummary::error.
-CuptiSummary trace_kernels(const std::function<void()>& fn);
+/// Replay `enqueue` (which enqueues GPU work on the stream it is given) twice with CUPTI
+/// concurrent-kernel activity recording on, and summarize the second replay's kernel records by
+/// demangled name. Each replay is queued behind a spin kernel (excluded from the summary), so its
+/// kernels run back to back and span - kernel sum measures device-side gaps, not host launch
+/// time. Never throws for CUPTI failures: they are reported in CuptiSummary::error.
+CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s);
 
 }  // namespace replay

@@ -1,6 +1,8 @@
+// Device-side helpers of the timing layer.
 // L2 flush by reading: streams a buffer of twice the L2 size through the cache. Unlike a memset,
 // this leaves clean lines behind, so the timed kernel that follows does not pay for writing back
 // tens of MB of the flush's own dirty data.
+// Spin: keeps the GPU busy so that launches queue up behind it (CUPTI sees device-side gaps).
 #include "harness/cuda_check.hpp"
 #include "harness/timing.hpp"
 
@@ -17,7 +19,22 @@ __global__ void l2_flush_read_kernel(const uint4* buf, size_t n, unsigned* sink)
   if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads alive; never true for a zeroed buffer
 }
 
+__global__ void replay_spin_kernel(long long ns) {
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (static_cast<long long>(t - t0) >= ns) break;
+  }
+}
+
 }  // namespace
+
+void enqueue_spin(cudaStream_t s, double us) {
+  replay_spin_kernel<<<1, 1, 0, s>>>(static_cast<long long>(us * 1e3));
+  REPLAY_CUDA_LAUNCH("replay_spin_kernel");
+}
 
 void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s) {
   int dev = 0, sms = 0;

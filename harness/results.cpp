@@ -41,6 +41,7 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, doubl
   if (!v.samples_us.empty()) {
     j["samples_us"] = v.samples_us;
     j["stats"] = to_json(v.stats);
+    j["host_enqueue"] = to_json(v.host_stats);
     j["sol_pct"] = r.sol_pct(v.stats.median, bw);
   }
   nlohmann::json nums = nlohmann::json::array();
@@ -158,12 +159,12 @@ std::string render_markdown(const RunResult& r) {
       for (const auto& v : reg.variants) {
         md += "| " + v.variant + " | ";
         if (!v.skipped.empty() || !v.error.empty()) {
-          md += "– | – | – | – | – | – | " +
+          md += "– | – | – | – | – | – | – | " +
                 (v.error.empty() ? "skipped: " + v.skipped : "**error:** " + v.error) + " | – |\n";
           continue;
         }
         if (v.samples_us.empty()) {
-          md += "– | – | – | – | – | – | ";
+          md += "– | – | – | – | – | – | – | ";
         } else {
           md += fmt_num(v.stats.median, 2) + " | " + fmt_num(v.stats.iqr, 2) + " | " +
                 fmt_num(v.stats.min, 2) + " | " + std::to_string(v.stats.n) + " | " +
@@ -171,7 +172,8 @@ std::string render_markdown(const RunResult& r) {
           md += (base && !base->samples_us.empty())
                     ? fmt_num(base->stats.median / v.stats.median, 2) + "×"
                     : std::string("–");
-          md += " | ";
+          md +=
+              " | " + (v.host_stats.n ? fmt_num(v.host_stats.median, 2) : std::string("–")) + " | ";
         }
         md += numerics_cell(v) + " | ";
         if (v.cupti && v.cupti->error.empty()) {

@@ -25,17 +25,18 @@ struct KernelRecord {
 struct CuptiSummary {
   std::vector<KernelRecord> kernels;
   double kernel_sum_us = 0;  ///< sum of kernel durations
-  double span_us = 0;        ///< first kernel start to last kernel end
+  double span_us = 0;        ///< first kernel start to last kernel end (launches queued ahead)
   std::string error;         ///< set when CUPTI could not record
 };
 
 /// One variant (reference, eager, baseline, optimized) of one region or of the whole trace.
 struct VariantResult {
   std::string variant;
-  std::string skipped;  ///< non-empty: why it did not run (e.g. no CUDA device)
-  std::string error;    ///< non-empty: it failed (CUDA error, unsupported region, ...)
-  std::vector<double> samples_us;
+  std::string skipped;             ///< non-empty: why it did not run (e.g. no CUDA device)
+  std::string error;               ///< non-empty: it failed (CUDA error, unsupported region, ...)
+  std::vector<double> samples_us;  ///< GPU time per sample (CUDA events), µs
   SampleStats stats;
+  SampleStats host_stats;                ///< host time to enqueue one replay (launch overhead), µs
   std::vector<NumericsResult> numerics;  ///< one per checked output
   std::optional<CuptiSummary> cupti;
   bool numerics_pass() const;

@@ -185,13 +185,11 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
             whole_row
                 ? std::function<void(cudaStream_t)>([&](cudaStream_t st) { prog.run_all(st); })
                 : [&, r](cudaStream_t st) { prog.run_region(r, st); };
-        v.samples_us = time_cold(fn, s, gpu->l2(), opt.rule);
+        std::vector<double> host_us;
+        v.samples_us = time_cold(fn, s, gpu->l2(), opt.rule, 3, &host_us);
         v.stats = summarize(v.samples_us);
-        if (opt.cupti)
-          v.cupti = trace_kernels([&] {
-            fn(s);
-            REPLAY_CUDA(cudaStreamSynchronize(s));
-          });
+        v.host_stats = summarize(host_us);
+        if (opt.cupti) v.cupti = trace_kernels(fn, s);
       }
       tr.regions[row].variants.push_back(std::move(v));
     }

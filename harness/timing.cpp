@@ -44,7 +44,8 @@ void L2Flush::flush(cudaStream_t s) {
 }
 
 std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                              L2Flush& l2, const StopRule& rule, int warmup) {
+                              L2Flush& l2, const StopRule& rule, int warmup,
+                              std::vector<double>* host_us) {
   for (int i = 0; i < warmup; ++i) fn(s);
   REPLAY_CUDA(cudaStreamSynchronize(s));
   constexpr int kBatch = 10;
@@ -55,7 +56,12 @@ std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaS
     for (auto& e : ev) {
       l2.flush(s);
       REPLAY_CUDA(cudaEventRecord(e.start, s));
+      const auto h0 = std::chrono::steady_clock::now();
       fn(s);
+      if (host_us)
+        host_us->push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0)
+                .count());
       REPLAY_CUDA(cudaEventRecord(e.stop, s));
     }
     REPLAY_CUDA(cudaStreamSynchronize(s));

@@ -31,9 +31,16 @@ class L2Flush {
 void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s);
 
 /// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then samples
-/// of one run each with the L2 flushed before it, until `rule` says stop. Returns µs per sample.
+/// of one run each with the L2 flushed before it, until `rule` says stop. Returns GPU µs per
+/// sample (events). If `host_us` is given, it receives the host time of each enqueue (µs spent
+/// in `fn` itself: launch overhead, which a fusion trades against kernel time).
 std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                              L2Flush& l2, const StopRule& rule, int warmup = 3);
+                              L2Flush& l2, const StopRule& rule, int warmup = 3,
+                              std::vector<double>* host_us = nullptr);
+
+/// Enqueue a kernel that keeps the GPU busy for about `us` microseconds, so that launches queued
+/// behind it start back to back: the CUPTI timeline then shows device gaps, not host ones.
+void enqueue_spin(cudaStream_t s, double us);
 
 /// Device-to-device copy bandwidth in GB/s, bytes read + written (cudaMemcpyAsync of `bytes`,
 /// median of 20). This is the SOL denominator.

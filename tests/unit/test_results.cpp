@@ -12,6 +12,7 @@ VariantResult timed(const std::string& name, std::vector<double> us, bool pass =
   v.variant = name;
   v.samples_us = std::move(us);
   v.stats = summarize(v.samples_us);
+  v.host_stats = summarize({3.0, 3.5, 4.0});
   NumericsResult n;
   n.value = "y";
   n.numel = 10;
@@ -70,6 +71,7 @@ TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
   EXPECT_EQ(vs[3]["samples_us"], nlohmann::json::array({25.0, 26.0, 27.0}));
   EXPECT_DOUBLE_EQ(vs[3]["stats"]["median_us"].get<double>(), 26.0);
   EXPECT_NEAR(vs[3]["sol_pct"].get<double>(), 100.0 * 25.0 / 26.0, 1e-9);
+  EXPECT_DOUBLE_EQ(vs[3]["host_enqueue"]["median_us"].get<double>(), 3.5);
 }
 
 TEST(Results, FailingNumericsPropagate) {
@@ -86,7 +88,7 @@ TEST(Results, MarkdownTable) {
   EXPECT_NE(md.find("## nanogpt_layernorm_fwd_16x1024x1600"), std::string::npos);
   EXPECT_NE(md.find("| variant | median µs |"), std::string::npos);
   EXPECT_NE(md.find("| optimized | 26.00 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("1.92×"), std::string::npos) << md;  // baseline 50 / optimized 26
+  EXPECT_NE(md.find("1.92× | 3.50 |"), std::string::npos) << md;  // baseline 50 / optimized 26
   EXPECT_NE(md.find("SOL time 25.00 µs"), std::string::npos) << md;
   EXPECT_NE(md.find("timed the same way: 27.50 µs"), std::string::npos) << md;
   EXPECT_NE(md.find("skipped: CPU float64 oracle"), std::string::npos);
