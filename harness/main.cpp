@@ -110,10 +110,6 @@ void print_summary(const TraceResult& t, double bw) {
     std::printf("   %s\n", r.label.c_str());
     for (const auto& v : r.variants) {
       std::printf("     %-10s ", v.variant.c_str());
-      if (!v.error.empty()) {
-        std::printf("error: %s\n", v.error.c_str());
-        continue;
-      }
       if (!v.samples_us.empty())
         std::printf("%10.2f us  %5.1f%% SOL  ", v.stats.median, r.sol_pct(v.stats.median, bw));
       if (!v.numerics.empty()) std::printf("numerics %s  ", v.numerics_pass() ? "PASS" : "FAIL");

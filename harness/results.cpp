@@ -37,7 +37,6 @@ namespace {
 nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, double bw) {
   nlohmann::json j = {{"variant", v.variant}};
   if (!v.skipped.empty()) j["skipped"] = v.skipped;
-  if (!v.error.empty()) j["error"] = v.error;
   if (!v.samples_us.empty()) {
     j["samples_us"] = v.samples_us;
     j["stats"] = to_json(v.stats);
@@ -158,9 +157,8 @@ std::string render_markdown(const RunResult& r) {
       const VariantResult* base = reg.find("baseline");
       for (const auto& v : reg.variants) {
         md += "| " + v.variant + " | ";
-        if (!v.skipped.empty() || !v.error.empty()) {
-          md += "– | – | – | – | – | – | – | " +
-                (v.error.empty() ? "skipped: " + v.skipped : "**error:** " + v.error) + " | – |\n";
+        if (!v.skipped.empty()) {
+          md += "– | – | – | – | – | – | – | skipped: " + v.skipped + " | – |\n";
           continue;
         }
         if (v.samples_us.empty()) {

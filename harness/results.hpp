@@ -33,7 +33,6 @@ struct CuptiSummary {
 struct VariantResult {
   std::string variant;
   std::string skipped;             ///< non-empty: why it did not run (e.g. no CUDA device)
-  std::string error;               ///< non-empty: it failed (CUDA error, unsupported region, ...)
   std::vector<double> samples_us;  ///< GPU time per sample (CUDA events), µs
   SampleStats stats;
   SampleStats host_stats;                ///< host time to enqueue one replay (launch overhead), µs

@@ -147,20 +147,12 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     for (auto& row : tr.regions) row.copy_us = gpu->copy_us(row.sol_bytes, opt.rule);
 
   for (const auto& variant : opt.variants) {
-    if (variant == "reference") {
-      for (auto& row : tr.regions) {
-        VariantResult v;
-        v.variant = "reference";
-        v.skipped = "CPU float64 oracle: not timed";
-        row.variants.push_back(v);
-      }
-      continue;
-    }
-    if (!gpu) {
+    if (variant == "reference" || !gpu) {  // a row per region that says why it is not timed
       for (auto& row : tr.regions) {
         VariantResult v;
         v.variant = variant;
-        v.skipped = "no CUDA device (GPU replay needs one)";
+        v.skipped = variant == "reference" ? "CPU float64 oracle: not timed"
+                                           : "no CUDA device (GPU replay needs one)";
         row.variants.push_back(v);
       }
       continue;
