@@ -1,28 +1,50 @@
 #!/usr/bin/env bash
-# Set up a fresh Debian/Ubuntu machine and build: installs the build dependencies from Debian
-# packages (when apt-get is available and they are missing), configures with CMake and builds
-# into ./build. The CUDA toolkit (nvcc, cuBLASLt, CUPTI, NCCL) must already be installed;
-# no GPU is needed to build. Idempotent.
+# Set up a machine and build: checks for what the build needs (tools on PATH, headers of the
+# libraries CMake finds), installs only what is missing from Debian packages when apt-get can,
+# configures with CMake (Ninja when present, else CMake's default generator) and builds ./build.
+# Works on a fresh Debian machine and on a GPU host whose tools were installed without apt (apt
+# with no network there). The CUDA toolkit (nvcc, cuBLASLt, CUPTI, NCCL) must already be
+# installed; no GPU is needed to build. Idempotent.
 # Usage: bash scripts/setup.sh [extra cmake args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS="cmake ninja-build g++ git pkg-config libeigen3-dev nlohmann-json3-dev libbenchmark-dev libgtest-dev libcli11-dev"
-missing=""
-for p in $PKGS; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  if command -v apt-get >/dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" -ne 0 ] && SUDO=sudo
-    echo "installing:$missing"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
-  else
-    echo "missing packages:$missing (no apt-get here: install them by hand)" >&2
+missing=()
+need_tool() {  # need_tool COMMAND DEBIAN_PACKAGE
+  command -v "$1" >/dev/null 2>&1 || missing+=("$2")
+}
+need_header() {  # need_header PATH_UNDER_INCLUDE DEBIAN_PACKAGE
+  local d
+  for d in /usr/include /usr/local/include; do
+    [ -e "$d/$1" ] && return 0
+  done
+  missing+=("$2")
+}
+need_tool cmake cmake
+need_tool g++ g++
+need_tool git git
+need_header eigen3/Eigen/Core libeigen3-dev
+need_header nlohmann/json.hpp nlohmann-json3-dev
+need_header CLI/CLI.hpp libcli11-dev
+need_header gtest/gtest.h libgtest-dev
+need_header benchmark/benchmark.h libbenchmark-dev
+
+apt_install() {
+  command -v apt-get >/dev/null 2>&1 || return 1
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo=sudo
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+if [ ${#missing[@]} -gt 0 ]; then
+  command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+  echo "installing: ${missing[*]}"
+  if ! apt_install "${missing[@]}"; then
+    echo "setup: missing ${missing[*]} and apt-get could not install them: install them by hand" >&2
     exit 1
   fi
+elif ! command -v ninja >/dev/null 2>&1; then
+  apt_install ninja-build >/dev/null 2>&1 || echo "ninja not found: using CMake's default generator"
 fi
 
 if ! command -v nvcc >/dev/null 2>&1; then
@@ -32,6 +54,10 @@ if ! command -v nvcc >/dev/null 2>&1; then
 fi
 command -v nvcc >/dev/null 2>&1 || { echo "nvcc not found: install the CUDA toolkit (13.x)" >&2; exit 1; }
 
+generator=()
+if [ ! -f build/CMakeCache.txt ] && command -v ninja >/dev/null 2>&1; then
+  generator=(-G Ninja)  # an existing build folder keeps the generator it was made with
+fi
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
 cmake --build build -j "$jobs"

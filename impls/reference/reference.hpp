@@ -1,5 +1,6 @@
 // Reference executor: CPU, Eigen, float64 arithmetic and accumulation. The oracle for every GPU
-// result.
+// result. Each op's float64 semantics is its row's reference function (workloads/ops/*.cpp); this
+// executor walks the graph and applies the precision policy.
 //
 // Precision policy: every op computes in float64. A value whose dtype is narrower than float32
 // (bfloat16, float16, float8) is rounded to it after the op that produces it, as PyTorch's
@@ -8,20 +9,22 @@
 #pragma once
 
 #include <map>
+#include <vector>
 
-#include "workloads/graph.hpp"
-#include "workloads/host_tensor.hpp"
+#include "workloads/ir/graph.hpp"
+#include "workloads/ir/host_tensor.hpp"
 
 namespace replay {
 
 /// Evaluate one node given the values of its operands (looked up in `values` by value index).
-/// Returns one HostTensor per node output, each contiguous with the recorded dtype.
-/// Throws std::invalid_argument for an op the reference cannot evaluate.
+/// Returns one HostTensor per node output, each contiguous with the recorded dtype, rounded per
+/// the precision policy.
 std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
                                        const std::map<int, HostTensor>& values);
 
 /// Evaluate the whole graph. `inputs` maps every graph input's value index to its data. Returns
-/// every value of the graph (inputs included), keyed by value index.
+/// every value of the graph (inputs included), keyed by value index. Throws
+/// std::invalid_argument when an input is missing.
 std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, HostTensor>& inputs);
 
 }  // namespace replay

@@ -1,6 +1,9 @@
-// Google Benchmark runner for (trace, variant): one benchmark per bundled trace and GPU variant,
-// manual timing with CUDA events and the L2 flushed before every iteration (the same method as
-// `replay run`), so the JSON output works with Google Benchmark's compare.py.
+// Google Benchmark runner: one benchmark per (bundled trace, row, GPU variant), where a row is the
+// whole trace or one fusion region (harness result_rows). Each iteration is one cold sample of the
+// harness's own timing primitive (cold_samples: L2 flushed by reading, events around the replay),
+// so the numbers match `replay run` and the JSON output works with Google Benchmark's compare.py.
+// Counters: bytes/s of the row's cost, FLOP/s, and % SOL against the session's measured copy
+// bandwidth.
 // Usage: replay_bench [--traces-dir DIR] [google benchmark flags, e.g. --benchmark_format=json]
 // Without a CUDA device every benchmark reports "skipped: no CUDA device".
 #include <benchmark/benchmark.h>
@@ -9,53 +12,63 @@
 #include <filesystem>
 #include <memory>
 
-#include "harness/gpu_replay.hpp"
-#include "harness/timing.hpp"
-#include "workloads/trace_loader.hpp"
+#include "harness/measure/timing.hpp"
+#include "harness/replay/gpu_program.hpp"
+#include "harness/replay/runner.hpp"
+#include "impls/fusions/registry.hpp"
+#include "workloads/ir/error.hpp"
+#include "workloads/loader/inputs.hpp"
+#include "workloads/loader/trace_loader.hpp"
 
 using namespace replay;
 
 namespace {
 
-struct Fixture {  // one loaded trace, shared by its variants
+struct Fixture {  // one loaded trace, shared by its benchmarks
   Graph graph;
   Plan plan;
   std::map<int, HostTensor> inputs;
-  double sol_bytes = 0;
+  std::vector<RegionResult> rows;
 };
 
-void run_variant(benchmark::State& state, std::shared_ptr<Fixture> fx, std::string variant) {
+GpuSession& session() {
+  static GpuSession s;
+  return s;
+}
+
+void run_variant(benchmark::State& state, std::shared_ptr<Fixture> fx, size_t row,
+                 std::string variant) {
   if (cuda_device_count() == 0) {
     state.SkipWithError("skipped: no CUDA device");
     return;
   }
   try {
+    GpuSession& gpu = session();
     GpuProgram prog(fx->graph, fx->plan, variant, fx->inputs);
-    cudaStream_t s = nullptr;
-    REPLAY_CUDA(cudaStreamCreate(&s));
-    L2Flush l2;
-    cudaEvent_t start, stop;
-    REPLAY_CUDA(cudaEventCreate(&start));
-    REPLAY_CUDA(cudaEventCreate(&stop));
-    prog.run_all(s);  // warm-up
-    for (auto _ : state) {
-      l2.flush(s);
-      REPLAY_CUDA(cudaEventRecord(start, s));
-      prog.run_all(s);
-      REPLAY_CUDA(cudaEventRecord(stop, s));
-      REPLAY_CUDA(cudaEventSynchronize(stop));
-      float ms = 0;
-      REPLAY_CUDA(cudaEventElapsedTime(&ms, start, stop));
-      state.SetIterationTime(ms * 1e-3);
+    const RegionResult& rr = fx->rows[row];
+    if (rr.region >= 0 && !prog.fallback_reason(rr.region).empty()) {
+      state.SkipWithError(("ran eagerly: " + prog.fallback_reason(rr.region)).c_str());
+      return;
     }
-    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * fx->sol_bytes));
-    for (size_t r = 0; r < fx->plan.regions.size(); ++r)
-      if (!prog.fallback_reason(static_cast<int>(r)).empty())
-        state.SetLabel("region " + std::to_string(r) +
-                       " ran eagerly: " + prog.fallback_reason(static_cast<int>(r)));
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaStreamDestroy(s);
+    const bool whole = rr.nodes.size() == fx->graph.nodes.size();
+    auto fn = [&](cudaStream_t s) {
+      LaunchContext c = gpu.launch_context();
+      c.stream = s;
+      if (whole)
+        prog.run_all(c);
+      else
+        prog.run_region(rr.region, c);
+    };
+    cudaStream_t s = gpu.launch_context().stream;
+    for (int i = 0; i < 3; ++i) fn(s);  // warm-up, as `replay run`
+    for (auto _ : state) state.SetIterationTime(cold_samples(fn, s, gpu.l2(), 1)[0] * 1e-6);
+    Ceilings c;
+    c.copy_gbps = gpu.bandwidth_gbps();
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rr.cost.bytes));
+    state.counters["FLOP/s"] =
+        benchmark::Counter(rr.cost.flops, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["pct_SOL"] = benchmark::Counter(rr.sol_us(c) * 1e-6 * 100,
+                                                   benchmark::Counter::kIsIterationInvariantRate);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -75,20 +88,22 @@ int main(int argc, char** argv) {
     auto fx = std::make_shared<Fixture>();
     try {
       fx->graph = load_trace(f);
+      fx->plan = make_plan(fx->graph, fusion_registry());
+      fx->inputs = make_inputs(fx->graph, 0).values;
     } catch (const TraceError& e) {
       std::fprintf(stderr, "skipping %s\n", e.what());
       continue;
     }
-    fx->plan = make_plan(fx->graph);
-    fx->inputs = generate_inputs(fx->graph, 0);
-    for (int v : fx->graph.inputs) fx->sol_bytes += static_cast<double>(fx->graph.meta(v).nbytes());
-    for (int v : fx->graph.outputs)
-      fx->sol_bytes += static_cast<double>(fx->graph.meta(v).nbytes());
-    for (const char* variant : {"eager", "baseline", "optimized"})
-      benchmark::RegisterBenchmark((fx->graph.name + "/" + variant).c_str(), run_variant, fx,
-                                   std::string(variant))
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+    fx->rows = result_rows(fx->graph, fx->plan);
+    for (size_t row = 0; row < fx->rows.size(); ++row)
+      for (const auto& v : plan_variants(fx->plan)) {
+        if (!v.is_gpu()) continue;
+        std::string name =
+            fx->graph.name + "/" + (row == 0 ? "trace" : fx->rows[row].label) + "/" + v.name;
+        benchmark::RegisterBenchmark(name.c_str(), run_variant, fx, row, v.name)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "workloads/dtype.hpp"
-#include "workloads/shapes.hpp"
+#include "workloads/ir/dtype.hpp"
+#include "workloads/ir/layout.hpp"
 
 using namespace replay;
 

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "test_util.hpp"
-#include "workloads/error.hpp"
-#include "workloads/trace_loader.hpp"
+#include "workloads/ir/error.hpp"
+#include "workloads/loader/trace_loader.hpp"
 
 using namespace replay;
 using namespace replay::test;

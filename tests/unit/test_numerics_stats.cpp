@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "harness/numerics.hpp"
-#include "harness/stats.hpp"
+#include "harness/measure/stats.hpp"
+#include "harness/report/numerics.hpp"
 
 using namespace replay;
 

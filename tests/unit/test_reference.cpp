@@ -1,10 +1,12 @@
 // Reference ops: hand-computed cases, and the whole executor against PyTorch's golden tensors.
 #include <gtest/gtest.h>
 
-#include "harness/numerics.hpp"
+#include "harness/report/numerics.hpp"
 #include "impls/reference/reference.hpp"
 #include "test_util.hpp"
-#include "workloads/trace_loader.hpp"
+#include "workloads/loader/inputs.hpp"
+#include "workloads/loader/safetensors.hpp"
+#include "workloads/loader/trace_loader.hpp"
 
 using namespace replay;
 using namespace replay::test;

@@ -1,15 +1,23 @@
 // Results JSON and Markdown report: what they contain, from plain data.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
-#include "harness/results.hpp"
+#include <sstream>
+
+#include "harness/report/markdown.hpp"
+#include "harness/report/results.hpp"
 
 using namespace replay;
 
 namespace {
 
-VariantResult timed(const std::string& name, std::vector<double> us, bool pass = true) {
+VariantInfo fusion_variant(const std::string& name, Role role) {
+  return {VariantInfo::kFusion, name, role};
+}
+
+VariantResult timed(VariantInfo variant, std::vector<double> us, bool pass = true) {
   VariantResult v;
-  v.variant = name;
+  v.variant = std::move(variant);
   v.samples_us = std::move(us);
   v.stats = summarize(v.samples_us);
   v.host_stats = summarize({3.0, 3.5, 4.0});
@@ -24,7 +32,7 @@ VariantResult timed(const std::string& name, std::vector<double> us, bool pass =
 RunResult sample_run(bool pass) {
   RunResult run;
   run.seed = 42;
-  run.bandwidth_gbps = 4000;
+  run.ceilings.copy_gbps = 4000;
   run.environment = {{"device", "NVIDIA H200"},
                      {"git_revision", "abc123"},
                      {"driver_version", "13.0"},
@@ -36,13 +44,14 @@ RunResult sample_run(bool pass) {
   RegionResult r;
   r.label = "trace = region 0: layernorm_fwd";
   r.fusion = "layernorm_fwd";
-  r.sol_bytes = 100e6;  // 100 MB at 4000 GB/s = 25 µs
+  r.cost.bytes = 100e6;  // 100 MB at 4000 GB/s = 25 µs
   r.copy_us = 27.5;
   VariantResult ref;
-  ref.variant = "reference";
+  ref.variant = {VariantInfo::kReference, "reference"};
   ref.skipped = "CPU float64 oracle: not timed";
-  r.variants = {ref, timed("eager", {400, 410, 420}), timed("baseline", {50, 50, 50}),
-                timed("optimized", {25, 26, 27}, pass)};
+  r.variants = {ref, timed({VariantInfo::kEager, "eager"}, {400, 410, 420}),
+                timed(fusion_variant("baseline", Role::kBaseline), {50, 50, 50}),
+                timed(fusion_variant("optimized", Role::kOptimized), {25, 26, 27}, pass)};
   t.regions.push_back(r);
   run.traces.push_back(t);
   return run;
@@ -52,10 +61,22 @@ RunResult sample_run(bool pass) {
 
 TEST(Results, SolPercent) {
   RegionResult r;
-  r.sol_bytes = 100e6;
-  EXPECT_DOUBLE_EQ(r.sol_pct(25.0, 4000), 100.0);
-  EXPECT_DOUBLE_EQ(r.sol_pct(50.0, 4000), 50.0);
-  EXPECT_EQ(r.sol_pct(0, 4000), 0);
+  r.cost.bytes = 100e6;
+  Ceilings c;
+  c.copy_gbps = 4000;
+  EXPECT_DOUBLE_EQ(r.sol_pct(25.0, c), 100.0);
+  EXPECT_DOUBLE_EQ(r.sol_pct(50.0, c), 50.0);
+  EXPECT_EQ(r.sol_pct(0, c), 0);
+}
+
+TEST(Results, SolIsTheLargestMeasuredTerm) {
+  RegionResult r;
+  r.cost = {100e6, 2e12, 0};  // 25 µs of bytes at 4000 GB/s; 2 TFLOP
+  Ceilings c;
+  c.copy_gbps = 4000;
+  EXPECT_DOUBLE_EQ(r.sol_us(c), 25.0);  // no matmul peak measured: the FLOP term is left out
+  c.matmul_tflops = 1000;               // 2e12 FLOP at 1000 TFLOP/s = 2000 µs
+  EXPECT_DOUBLE_EQ(r.sol_us(c), 2000.0);
 }
 
 TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
@@ -64,6 +85,8 @@ TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
   EXPECT_EQ(j["seed"], 42);
   EXPECT_EQ(j["environment"]["git_revision"], "abc123");
   EXPECT_EQ(j["traces"][0]["regions"][0]["copy_us"], 27.5);
+  EXPECT_EQ(j["traces"][0]["regions"][0]["cost"]["bytes"], 100e6);
+  EXPECT_EQ(j["traces"][0]["regions"][0]["variants"][3]["role"], "optimized");
   EXPECT_TRUE(j["numerics_pass"].get<bool>());
   const auto& vs = j["traces"][0]["regions"][0]["variants"];
   ASSERT_EQ(vs.size(), 4u);
@@ -106,4 +129,69 @@ TEST(Results, NoDeviceNoteAndTraceErrors) {
   EXPECT_NE(md.find("GPU replay needs a CUDA device"), std::string::npos);
   EXPECT_NE(md.find("**error:** traces/broken.json: node 'sub'"), std::string::npos);
   EXPECT_EQ(to_json(run)["traces"][0]["error"], bad.error);
+}
+
+namespace {
+
+// Cells of a Markdown table row: split on '|' not preceded by a backslash, outer pipes dropped.
+std::vector<std::string> cells(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 1; i < line.size(); ++i) {
+    if (line[i] == '|' && line[i - 1] != '\\') {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += line[i];
+    }
+  }
+  return out;
+}
+
+// Every table of `md`: each row has as many cells as its header; the second line is the rule.
+void expect_tables_well_formed(const std::string& md) {
+  std::istringstream in(md);
+  std::string line;
+  size_t header = 0, row_in_table = 0, tables = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '|') {
+      row_in_table = 0;
+      continue;
+    }
+    auto c = cells(line);
+    if (row_in_table == 0) {
+      header = c.size();
+      ++tables;
+    } else {
+      EXPECT_EQ(c.size(), header) << "row has " << c.size() << " cells, header " << header << ":\n"
+                                  << line;
+      if (row_in_table == 1) {
+        for (const auto& cell : c) EXPECT_NE(cell.find("---"), std::string::npos) << line;
+      }
+    }
+    ++row_in_table;
+  }
+  EXPECT_GT(tables, 0u);
+}
+
+}  // namespace
+
+TEST(Report, EveryTableIsWellFormed) {
+  RunResult run = sample_run(true);
+  // A skip reason with a pipe in it, and a run without a device: the row keeps its shape.
+  run.traces[0].regions[0].variants[0].skipped = "reason with a | pipe";
+  expect_tables_well_formed(render_markdown(run));
+  RunResult nodev = sample_run(false);
+  for (auto& v : nodev.traces[0].regions[0].variants)
+    if (v.variant.is_gpu()) {
+      v.samples_us.clear();
+      v.numerics.clear();
+      v.skipped = "no CUDA device (GPU replay needs one)";
+    }
+  expect_tables_well_formed(render_markdown(nodev));
+}
+
+TEST(Report, TableCheckerCatchesARaggedRow) {
+  EXPECT_NONFATAL_FAILURE(expect_tables_well_formed("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n"),
+                          "row has 3 cells");
 }

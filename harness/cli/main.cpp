@@ -1,0 +1,247 @@
+// `replay`: the CLI. Subcommands list, validate, plan, run (README.md documents them and the exit
+// codes). Library code throws; this file maps errors to exit codes.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "harness/cli/exit_codes.hpp"
+#include "harness/replay/runner.hpp"
+#include "harness/replay/variants.hpp"
+#include "harness/report/markdown.hpp"
+#include "impls/cuda/cuda_check.hpp"
+#include "impls/fusions/registry.hpp"
+#include "workloads/ir/error.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/op.hpp"
+#include "workloads/plan/plan.hpp"
+
+#include "git_revision.hpp"  // generated at build time
+#ifndef REPLAY_TRACES_DIR
+#define REPLAY_TRACES_DIR "traces"
+#endif
+
+namespace fs = std::filesystem;
+using namespace replay;
+
+namespace {
+
+// Trace files named on the command line; a directory stands for its *.json files, sorted.
+std::vector<std::string> expand_traces(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (const auto& a : args) {
+    if (fs::is_directory(a)) {
+      std::vector<std::string> found;
+      for (const auto& e : fs::directory_iterator(a))
+        if (e.path().extension() == ".json") found.push_back(e.path().string());
+      std::sort(found.begin(), found.end());
+      out.insert(out.end(), found.begin(), found.end());
+    } else {
+      out.push_back(a);  // a missing file is reported by the loader
+    }
+  }
+  return out;
+}
+
+// Write `text` to `path` atomically (temp file + rename), so an earlier report survives a crash.
+void write_file(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw std::runtime_error("cannot write " + tmp.string());
+    f << text;
+  }
+  fs::rename(tmp, path);
+}
+
+int cmd_list(const std::string& traces_dir) {
+  std::cout << "Bundled traces (" << traces_dir << "):\n";
+  for (const auto& t : expand_traces({traces_dir})) {
+    try {
+      Graph g = load_trace(t);
+      std::cout << "  " << g.name << "  (" << g.nodes.size() << " nodes, phase "
+                << g.source.value("phase", "?") << (g.golden ? ", golden tensors" : "") << ")\n";
+    } catch (const TraceError& e) {
+      std::cout << "  " << t << "  INVALID: " << e.what() << "\n";
+    }
+  }
+  std::cout << "\nFusions and their variants (every trace also runs reference and eager):\n";
+  for (const FusionSpec* f : fusion_registry()) {
+    std::cout << "  " << f->name << ": " << f->description << "\n";
+    for (const auto& v : f->variants)
+      std::cout << "      " << v.name << " (" << role_name(v.role) << "): " << v.description
+                << "\n";
+  }
+  std::cout << "\nSupported ops (" << kOpCount << ", plus FX's getitem):\n";
+  for (const OpDef* op : all_ops()) std::cout << "  " << op->name << "\n";
+  return kExitOk;
+}
+
+int cmd_validate(const std::vector<std::string>& traces) {
+  int rc = kExitOk;
+  for (const auto& t : expand_traces(traces)) {
+    try {
+      Graph g = load_trace(t);
+      std::cout << "OK      " << t << ": " << g.inputs.size() << " inputs, " << g.nodes.size()
+                << " nodes, " << g.outputs.size() << " outputs\n";
+    } catch (const TraceError& e) {
+      std::cerr << "INVALID " << e.what() << "\n";
+      rc = kExitBadInput;
+    }
+  }
+  return rc;
+}
+
+int cmd_plan(const std::string& trace) {
+  Graph g = load_trace(trace);
+  std::cout << plan_to_json(g, make_plan(g, fusion_registry())).dump(2) << "\n";
+  return kExitOk;
+}
+
+void print_summary(const TraceResult& t, const Ceilings& c) {
+  std::printf("\n== %s\n", t.name.c_str());
+  if (!t.error.empty()) {
+    std::printf("   ERROR: %s\n", t.error.c_str());
+    return;
+  }
+  for (const auto& n : t.golden_check)
+    std::printf("   reference vs PyTorch golden %-24s %s (max abs err %.3g)\n", n.value.c_str(),
+                n.pass() ? "PASS" : "FAIL", n.max_abs_err);
+  for (const auto& r : t.regions) {
+    std::printf("   %s\n", r.label.c_str());
+    for (const auto& v : r.variants) {
+      std::printf("     %-10s ", v.variant.name.c_str());
+      if (v.timed())
+        std::printf("%10.2f us  %5.1f%% SOL  ", v.stats.median, r.sol_pct(v.stats.median, c));
+      if (!v.numerics.empty()) std::printf("numerics %s  ", v.numerics_pass() ? "PASS" : "FAIL");
+      if (!v.skipped.empty()) std::printf("skipped: %s", v.skipped.c_str());
+      std::printf("\n");
+    }
+  }
+}
+
+int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variants_given,
+            const std::string& out_dir) {
+  for (const auto& v : opt.variants)
+    if (!find_variant(fusion_registry(), v)) {
+      std::string known;
+      for (const auto& k : known_variants(fusion_registry()))
+        known += (known.empty() ? "" : ", ") + k.name;
+      std::cerr << "error: unknown variant '" << v << "' (expected one of " << known << ")\n";
+      return kExitBadInput;
+    }
+  RunResult run;
+  run.seed = opt.seed;
+  run.environment = {{"git_revision", REPLAY_GIT_REVISION}};
+  std::unique_ptr<GpuSession> gpu;
+  const bool wants_gpu = opt.variants.empty() ||
+                         std::any_of(opt.variants.begin(), opt.variants.end(), [](const auto& v) {
+                           return find_variant(fusion_registry(), v)->is_gpu();
+                         });
+  bool no_device = false;
+  if (wants_gpu) {
+    if (cuda_device_count() > 0) {
+      gpu = std::make_unique<GpuSession>();
+      run.environment.update(gpu->environment());
+      run.ceilings.copy_gbps = gpu->bandwidth_gbps();
+    } else {
+      no_device = true;
+      run.gpu_note =
+          "GPU replay needs a CUDA device: none was found, so only the reference executor, "
+          "trace validation and the fusion matchers ran.";
+      std::cout << "NOTE: " << run.gpu_note << "\n";
+    }
+  }
+  fs::create_directories(out_dir);
+  bool bad_input = false;
+  for (const auto& t : expand_traces(traces)) {
+    run.traces.push_back(run_trace(t, opt, gpu.get(), &bad_input));
+    print_summary(run.traces.back(), run.ceilings);
+    // Written after every trace: a later failure keeps what was measured so far.
+    write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
+    write_file(fs::path(out_dir) / "report.md", render_markdown(run));
+  }
+  std::cout << "\nwrote " << (fs::path(out_dir) / "results.json").string() << " and "
+            << (fs::path(out_dir) / "report.md").string() << "\n";
+  if (no_device && variants_given) return kExitNoDevice;
+  if (bad_input) return kExitBadInput;
+  if (!run.numerics_pass()) {
+    std::cerr << "numerics check FAILED (see report.md)\n";
+    return kExitNumerics;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"replay: trace-replay benchmarking and verification harness for fusions"};
+  app.require_subcommand(1);
+  std::string traces_dir = REPLAY_TRACES_DIR;
+  app.add_option("--traces-dir", traces_dir, "folder of bundled traces")->capture_default_str();
+
+  auto* list =
+      app.add_subcommand("list", "bundled traces, fusions and their variants, supported ops");
+  auto* validate = app.add_subcommand("validate", "load and validate traces; exit 0 or 2");
+  std::vector<std::string> vtraces;
+  validate->add_option("traces", vtraces, "trace files or folders")->required();
+  auto* plan = app.add_subcommand("plan", "the fusion regions found in a trace, as JSON");
+  std::string ptrace;
+  plan->add_option("trace", ptrace, "trace file")->required();
+  auto* run = app.add_subcommand(
+      "run", "replay traces through every variant; write results.json and report.md");
+  std::vector<std::string> rtraces;
+  run->add_option("traces", rtraces, "trace files or folders")->required();
+  std::string variants_csv;
+  RunOptions opt;
+  std::string out_dir = "reports/latest";
+  run->add_option("--variants", variants_csv,
+                  "comma-separated variants (default: every variant of each trace; `replay list` "
+                  "names them)");
+  run->add_option("--seed", opt.seed, "input generation seed (traces without golden inputs)")
+      ->capture_default_str();
+  run->add_option("--out", out_dir, "output folder")->capture_default_str();
+  run->add_option("--min-samples", opt.rule.min_samples, "timing: minimum samples")
+      ->capture_default_str();
+  run->add_option("--max-time", opt.rule.timeout_s,
+                  "timing: seconds per measurement before giving up on the noise target")
+      ->capture_default_str();
+  run->add_option("--noise", opt.rule.max_noise, "timing: relative noise target (stdev/mean)")
+      ->capture_default_str();
+  bool no_cupti = false;
+  run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
+  try {
+    if (*list) return cmd_list(traces_dir);
+    if (*validate) return cmd_validate(vtraces);
+    if (*plan) return cmd_plan(ptrace);
+    if (*run) {
+      bool given = !variants_csv.empty();
+      if (given) {
+        opt.variants.clear();
+        std::stringstream ss(variants_csv);
+        for (std::string v; std::getline(ss, v, ',');)
+          if (!v.empty()) opt.variants.push_back(v);
+      }
+      opt.cupti = !no_cupti;
+      return cmd_run(rtraces, opt, given, out_dir);
+    }
+  } catch (const TraceError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitRuntime;
+  }
+  return kExitOk;
+}

@@ -1,0 +1,123 @@
+#include "harness/measure/cupti_tracer.hpp"
+
+#include "harness/measure/timing.hpp"
+
+#include <cuda_runtime.h>
+#include <cupti.h>
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace replay {
+namespace {
+
+struct RawKernel {
+  std::string name;
+  uint64_t start, end;
+};
+
+std::mutex g_mu;
+std::vector<RawKernel> g_records;
+
+constexpr size_t kBufferBytes = 8 << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = kBufferBytes;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* rec = nullptr;
+  std::lock_guard<std::mutex> lock(g_mu);
+  while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+    auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
+    g_records.push_back({k->name ? k->name : "?", k->start, k->end});
+  }
+  std::free(buffer);
+}
+
+std::string demangle(const std::string& name) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  std::string out = (status == 0 && d) ? d : name;
+  std::free(d);
+  return out;
+}
+
+std::string cupti_error(CUptiResult r, const char* call) {
+  const char* msg = nullptr;
+  cuptiGetResultString(r, &msg);
+  return std::string(call) + ": " + (msg ? msg : "unknown CUPTI error");
+}
+
+}  // namespace
+
+CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t stream) {
+  auto fn = [&] {
+    enqueue_spin(stream, 2000);  // the replay's launches queue up behind 2 ms of spinning
+    enqueue(stream);
+    cudaStreamSynchronize(stream);
+  };
+  CuptiSummary s;
+  static bool registered = false;
+  if (!registered) {
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) {
+      s.error = cupti_error(r, "cuptiActivityRegisterCallbacks");
+      fn();
+      return s;
+    }
+    registered = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_records.clear();
+  }
+  CUptiResult r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (r != CUPTI_SUCCESS) {
+    s.error = cupti_error(r, "cuptiActivityEnable");
+    fn();
+    return s;
+  }
+  // The first run after enabling pays CUPTI's one-time instrumentation per kernel (launch gaps of
+  // hundreds of µs); its records are dropped and the second, steady-state run is summarized.
+  fn();
+  cudaDeviceSynchronize();
+  cuptiActivityFlushAll(1);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_records.clear();
+  }
+  fn();
+  cudaDeviceSynchronize();
+  cuptiActivityFlushAll(1);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::map<std::string, KernelRecord> by_name;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& k : g_records) {
+    if (k.name.find("replay_spin_kernel") != std::string::npos) continue;
+    auto& rec = by_name[k.name];
+    rec.name = demangle(k.name);
+    rec.count += 1;
+    rec.total_us += static_cast<double>(k.end - k.start) * 1e-3;
+    s.kernel_sum_us += static_cast<double>(k.end - k.start) * 1e-3;
+    first = std::min(first, k.start);
+    last = std::max(last, k.end);
+  }
+  if (last > 0) s.span_us = static_cast<double>(last - first) * 1e-3;
+  for (auto& [_, rec] : by_name) s.kernels.push_back(rec);
+  std::sort(s.kernels.begin(), s.kernels.end(),
+            [](const auto& a, const auto& b) { return a.total_us > b.total_us; });
+  if (s.kernels.empty()) s.error = "CUPTI recorded no kernels";
+  return s;
+}
+
+}  // namespace replay

@@ -1,0 +1,47 @@
+// Device-side helpers of the timing layer.
+// L2 flush by reading: streams a buffer of twice the L2 size through the cache. Unlike a memset,
+// this leaves clean lines behind, so the timed kernel that follows does not pay for writing back
+// tens of MB of the flush's own dirty data.
+// Spin: keeps the GPU busy so that launches queue up behind it (CUPTI sees device-side gaps).
+#include "harness/measure/timing.hpp"
+#include "impls/cuda/cuda_check.hpp"
+
+namespace replay {
+namespace {
+
+__global__ void l2_flush_read_kernel(const uint4* buf, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint4 v = buf[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads alive; never true for a zeroed buffer
+}
+
+__global__ void replay_spin_kernel(long long ns) {
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (static_cast<long long>(t - t0) >= ns) break;
+  }
+}
+
+}  // namespace
+
+void enqueue_spin(cudaStream_t s, double us) {
+  replay_spin_kernel<<<1, 1, 0, s>>>(static_cast<long long>(us * 1e3));
+  REPLAY_CUDA_LAUNCH("replay_spin_kernel");
+}
+
+void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s) {
+  int dev = 0, sms = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  l2_flush_read_kernel<<<sms * 4, 512, 0, s>>>(static_cast<const uint4*>(buf), bytes / 16, sink);
+  REPLAY_CUDA_LAUNCH("l2_flush_read_kernel");
+}
+
+}  // namespace replay

@@ -1,0 +1,101 @@
+#include "harness/measure/timing.hpp"
+
+#include <chrono>
+
+namespace replay {
+namespace {
+
+// Owning pair of CUDA events.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    REPLAY_CUDA(cudaEventCreate(&start));
+    REPLAY_CUDA(cudaEventCreate(&stop));
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  double elapsed_us() const {
+    float ms = 0;
+    REPLAY_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    return ms * 1e3;
+  }
+};
+
+size_t l2_bytes() {
+  int dev = 0, l2 = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  REPLAY_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  return static_cast<size_t>(std::max(l2, 1 << 20));
+}
+
+}  // namespace
+
+L2Flush::L2Flush() : buf_(2 * l2_bytes()), sink_(sizeof(unsigned)) {
+  REPLAY_CUDA(cudaMemset(buf_.get(), 0, buf_.bytes()));
+  REPLAY_CUDA(cudaDeviceSynchronize());
+}
+
+void L2Flush::flush(cudaStream_t s) {
+  l2_flush_read(buf_.get(), buf_.bytes() / 16 * 16, static_cast<unsigned*>(sink_.get()), s);
+}
+
+std::vector<double> cold_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                                 L2Flush& l2, size_t n, std::vector<double>* host_us) {
+  std::vector<EventPair> ev(n);
+  for (auto& e : ev) {
+    l2.flush(s);
+    REPLAY_CUDA(cudaEventRecord(e.start, s));
+    const auto h0 = std::chrono::steady_clock::now();
+    fn(s);
+    if (host_us)
+      host_us->push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+    REPLAY_CUDA(cudaEventRecord(e.stop, s));
+  }
+  REPLAY_CUDA(cudaStreamSynchronize(s));
+  std::vector<double> us;
+  for (auto& e : ev) us.push_back(e.elapsed_us());
+  return us;
+}
+
+std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                              L2Flush& l2, const StopRule& rule, int warmup,
+                              std::vector<double>* host_us) {
+  for (int i = 0; i < warmup; ++i) fn(s);
+  REPLAY_CUDA(cudaStreamSynchronize(s));
+  constexpr size_t kBatch = 10;
+  std::vector<double> samples;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    for (double us : cold_samples(fn, s, l2, kBatch, host_us)) samples.push_back(us);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (should_stop(samples, wall, rule)) return samples;
+  }
+}
+
+double measure_copy_bandwidth_gbps(cudaStream_t s, size_t bytes) {
+  DeviceBuffer a(bytes), b(bytes);
+  REPLAY_CUDA(cudaMemsetAsync(a.get(), 1, bytes, s));
+  StopRule rule;
+  rule.min_samples = 20;
+  rule.max_samples = 20;
+  std::vector<double> us;
+  EventPair e;
+  for (int i = 0; i < 3; ++i)
+    REPLAY_CUDA(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+  for (size_t i = 0; i < rule.max_samples; ++i) {
+    REPLAY_CUDA(cudaEventRecord(e.start, s));
+    REPLAY_CUDA(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    REPLAY_CUDA(cudaEventRecord(e.stop, s));
+    REPLAY_CUDA(cudaEventSynchronize(e.stop));
+    us.push_back(e.elapsed_us());
+  }
+  double med = summarize(us).median;
+  return 2.0 * static_cast<double>(bytes) / (med * 1e3);  // bytes/µs -> GB/s is /1e3
+}
+
+}  // namespace replay

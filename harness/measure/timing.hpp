@@ -1,0 +1,56 @@
+// GPU timing: CUDA events around each sample, the L2 flushed before every sample (cold), warm-up
+// first, batches of samples until the stopping rule (stats.hpp) is met. nvbench's cold measurement
+// is the model.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <vector>
+
+#include "harness/measure/stats.hpp"
+#include "impls/cuda/cuda_check.hpp"
+
+namespace replay {
+
+/// Evicts the L2 by reading a zeroed buffer of twice its size (l2_flush.cu), leaving only clean
+/// lines. Owns the buffer; not copyable.
+class L2Flush {
+ public:
+  L2Flush();
+  L2Flush(const L2Flush&) = delete;
+  L2Flush& operator=(const L2Flush&) = delete;
+  void flush(cudaStream_t s);
+
+ private:
+  DeviceBuffer buf_;
+  DeviceBuffer sink_;
+};
+
+/// Enqueue a read of `bytes` at `buf` (a multiple of 16) through the L2; `sink` is a device word.
+void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s);
+
+/// `n` cold samples of `fn`, enqueued back to back and synchronized once: per sample the L2 is
+/// flushed, then `fn` runs between two events. Returns GPU µs per sample; if `host_us` is given,
+/// it receives the host time of each enqueue of `fn`. No warm-up: the caller warms up. The sample
+/// primitive of time_cold and of the Google Benchmark runner (tests/bench).
+std::vector<double> cold_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                                 L2Flush& l2, size_t n, std::vector<double>* host_us = nullptr);
+
+/// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then samples
+/// of one run each with the L2 flushed before it, until `rule` says stop. Returns GPU µs per
+/// sample (events). If `host_us` is given, it receives the host time of each enqueue (µs spent
+/// in `fn` itself: launch overhead, which a fusion trades against kernel time).
+std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                              L2Flush& l2, const StopRule& rule, int warmup = 3,
+                              std::vector<double>* host_us = nullptr);
+
+/// Enqueue a kernel that keeps the GPU busy for about `us` microseconds, so that launches queued
+/// behind it start back to back: the CUPTI timeline then shows device gaps, not host ones.
+void enqueue_spin(cudaStream_t s, double us);
+
+/// Device-to-device copy bandwidth in GB/s, bytes read + written (cudaMemcpyAsync of `bytes`,
+/// median of 20). This is the SOL denominator.
+double measure_copy_bandwidth_gbps(cudaStream_t s, size_t bytes = size_t(1) << 30);
+
+}  // namespace replay

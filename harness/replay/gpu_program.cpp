@@ -1,0 +1,191 @@
+#include "harness/replay/gpu_program.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "harness/replay/variants.hpp"
+#include "impls/eager/lower.hpp"
+#include "impls/fusions/binding.hpp"
+#include "workloads/ops/op.hpp"
+
+namespace replay {
+namespace {
+
+// Layout for a computed value: the recorded strides when they are dense, else contiguous.
+TensorMeta dense_layout(const TensorMeta& recorded) {
+  TensorMeta m = recorded;
+  if (m.storage_elems() != m.numel()) m.stride = contiguous_strides(m.shape);
+  return m;
+}
+
+}  // namespace
+
+// What a fusion's binder sees of the program: the buffers of the region's values, workspaces.
+class GpuProgram::Binder : public BindContext {
+ public:
+  explicit Binder(GpuProgram& p) : p_(p) {}
+  BoundTensor tensor(int value) override {
+    auto it = p_.slots_.find(value);
+    if (it == p_.slots_.end())
+      throw std::logic_error("fused region: value '" + p_.g_.values.at(value).name +
+                             "' has no buffer");
+    return {it->second.ptr(), it->second.layout};
+  }
+  void* workspace(size_t bytes) override {
+    p_.workspaces_.push_back(std::make_shared<DeviceBuffer>(std::max<size_t>(bytes, 16)));
+    return p_.workspaces_.back()->get();
+  }
+
+ private:
+  GpuProgram& p_;
+};
+
+void* GpuProgram::Slot::ptr() const {
+  return static_cast<char*>(storage->get()) +
+         offset * static_cast<int64_t>(dtype_size(layout.dtype));
+}
+
+GpuProgram::Slot& GpuProgram::alloc(int value, const TensorMeta& m) {
+  Slot s;
+  s.layout = m;
+  s.storage = std::make_shared<DeviceBuffer>(
+      std::max<size_t>(static_cast<size_t>(m.storage_elems()) * dtype_size(m.dtype), 16));
+  return slots_[value] = std::move(s);
+}
+
+const GpuProgram::Slot& GpuProgram::slot(int value, const std::string& node) const {
+  auto it = slots_.find(value);
+  if (it == slots_.end())
+    throw std::logic_error("node " + node + ": operand '" + g_.values.at(value).name +
+                           "' not computed before use");
+  return it->second;
+}
+
+GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
+                       const std::map<int, HostTensor>& inputs)
+    : g_(g), plan_(plan), variant_(std::move(variant)) {
+  for (int v : g.inputs) {
+    const TensorMeta& m = g.meta(v);
+    Slot& s = alloc(v, m);
+    std::vector<uint8_t> bytes = pack(inputs.at(v), m);
+    REPLAY_CUDA(cudaMemcpy(s.ptr(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+  }
+  const bool fuse = variant_ != kEagerVariant;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const int r = plan.node_region[ni];
+    if (fuse && r >= 0 && !fallback_.count(r)) {
+      const auto& nodes = plan.regions[r].nodes;
+      if (static_cast<int>(ni) != nodes.back()) continue;  // the fused step sits at the last node
+      if (add_fused_step(r)) continue;
+      for (int n : nodes) add_eager_step(n);  // unsupported: the region's nodes run eagerly
+      continue;
+    }
+    add_eager_step(static_cast<int>(ni));
+  }
+  for (int v : g.outputs)
+    if (!slots_.count(v))
+      throw std::logic_error("graph output '" + g.values[v].name + "' not produced");
+}
+
+GpuProgram::~GpuProgram() = default;
+
+void GpuProgram::add_view(int ni) {
+  const Node& n = g_.nodes[ni];
+  const Slot& x = slot(n.operands.at(0).value, n.id);
+  const TensorMeta& om = g_.meta(n.outputs[0]);
+  std::optional<std::vector<int64_t>> st;
+  try {
+    st = op_def(n.op).alias(n, x.layout, om.shape);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("node " + n.id + ": " + e.what());
+  }
+  if (st) {  // alias: same storage and offset, new shape/strides
+    Slot v = x;
+    v.layout = TensorMeta{om.shape, *st, om.dtype};
+    slots_[n.outputs[0]] = v;
+    return;
+  }
+  // Not viewable: copy into a contiguous buffer (same logical order, input's shape).
+  Slot& out = alloc(n.outputs[0], TensorMeta{om.shape, contiguous_strides(om.shape), om.dtype});
+  TensorMeta as_in{x.layout.shape, contiguous_strides(x.layout.shape), om.dtype};
+  EagerLaunch copy = lower_copy(device_tensor(out.ptr(), as_in), device_tensor(x.ptr(), x.layout));
+  steps_.push_back(
+      {plan_.node_region[ni], [copy](const LaunchContext& c) { copy(c.stream); }, {n.outputs[0]}});
+}
+
+void GpuProgram::add_eager_step(int ni) {
+  const Node& n = g_.nodes[ni];
+  if (op_def(n.op).eager.kernel == EagerLowering::kAlias) return add_view(ni);
+  std::vector<DeviceTensor> in, outs;
+  for (const auto& o : n.operands) {
+    if (!o.is_tensor()) {
+      in.emplace_back();
+      continue;
+    }
+    const Slot& s = slot(o.value, n.id);
+    in.push_back(device_tensor(s.ptr(), s.layout));
+  }
+  for (int o : n.outputs) {
+    Slot& s = alloc(o, dense_layout(g_.meta(o)));
+    outs.push_back(device_tensor(s.ptr(), s.layout));
+  }
+  EagerLaunch launch = lower_node(n, in, outs);
+  steps_.push_back(
+      {plan_.node_region[ni], [launch](const LaunchContext& c) { launch(c.stream); }, n.outputs});
+}
+
+bool GpuProgram::add_fused_step(int r) {
+  const Region& reg = plan_.regions[r];
+  const VariantSpec* v = reg.fusion->find_variant(variant_);
+  if (!v) {
+    fallback_[r] = "fusion " + std::string(reg.fusion->name) + " has no variant '" + variant_ + "'";
+    return false;
+  }
+  for (int out : reg.outputs) alloc(out, dense_layout(g_.meta(out)));
+  Binder ctx(*this);
+  Binding b = reg.fusion->bind(g_, reg, *v, ctx);
+  if (!b.launch) {
+    fallback_[r] = b.unsupported;
+    for (int out : reg.outputs) slots_.erase(out);
+    return false;
+  }
+  steps_.push_back({r, b.launch, reg.outputs});
+  return true;
+}
+
+void GpuProgram::run_all(const LaunchContext& ctx) const {
+  for (const auto& st : steps_) st.launch(ctx);
+}
+
+void GpuProgram::run_region(int r, const LaunchContext& ctx) const {
+  for (const auto& st : steps_)
+    if (st.region == r) st.launch(ctx);
+}
+
+void GpuProgram::poison_outputs(cudaStream_t s) const {
+  for (const auto& st : steps_)
+    for (int v : st.writes) {
+      const Slot& sl = slots_.at(v);
+      poison(sl.ptr(), static_cast<size_t>(sl.layout.storage_elems()) * dtype_size(sl.layout.dtype),
+             s);
+    }
+}
+
+HostTensor GpuProgram::download(int value) const {
+  auto it = slots_.find(value);
+  if (it == slots_.end())
+    throw std::invalid_argument("value '" + g_.values[value].name +
+                                "' is not materialized in variant " + variant_);
+  const Slot& sl = it->second;
+  std::vector<uint8_t> bytes(static_cast<size_t>(sl.layout.storage_elems()) *
+                             dtype_size(sl.layout.dtype));
+  REPLAY_CUDA(cudaMemcpy(bytes.data(), sl.ptr(), bytes.size(), cudaMemcpyDeviceToHost));
+  return unpack(bytes, sl.layout);
+}
+
+std::string GpuProgram::fallback_reason(int r) const {
+  auto it = fallback_.find(r);
+  return it == fallback_.end() ? "" : it->second;
+}
+
+}  // namespace replay

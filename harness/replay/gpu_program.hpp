@@ -1,0 +1,76 @@
+// GPU replay engine: binds a graph, its plan and one trace-level variant (variants.hpp) to device
+// buffers as a list of steps (one per eager op, one per fused region), runs all steps or one
+// region's, and downloads values.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/launch_context.hpp"
+#include "workloads/ir/host_tensor.hpp"
+#include "workloads/plan/plan.hpp"
+
+namespace replay {
+
+class GpuProgram {
+ public:
+  /// Allocates buffers, uploads `inputs` (graph-input value index -> data) in their recorded
+  /// layouts, and builds the steps for `variant`: "eager" runs every op as its own launch; a
+  /// fusion variant name runs each region through its fusion's variant of that name, or eagerly
+  /// when the fusion lacks it or the variant cannot run the region (fallback_reason says why).
+  /// Throws RuntimeFailure on CUDA errors, std::invalid_argument for a graph the GPU executors
+  /// cannot run.
+  GpuProgram(const Graph& g, const Plan& plan, std::string variant,
+             const std::map<int, HostTensor>& inputs);
+  ~GpuProgram();
+  GpuProgram(const GpuProgram&) = delete;
+  GpuProgram& operator=(const GpuProgram&) = delete;
+
+  const std::string& variant() const { return variant_; }
+  /// Enqueue every step, in order.
+  void run_all(const LaunchContext& ctx) const;
+  /// Enqueue the steps that compute region `r` (its fused step, or its nodes' eager steps).
+  void run_region(int r, const LaunchContext& ctx) const;
+  /// Fill every buffer the steps write with NaN (0xFF bytes).
+  void poison_outputs(cudaStream_t s) const;
+  /// Copy a value back (synchronous) as logical float64 values.
+  HostTensor download(int value) const;
+  /// Why region r runs eagerly inside this variant (empty if it runs fused or variant is eager).
+  std::string fallback_reason(int r) const;
+  /// Number of steps (launch sites) of the whole program.
+  size_t num_steps() const { return steps_.size(); }
+
+ private:
+  struct Slot {  // where a value lives
+    std::shared_ptr<DeviceBuffer> storage;
+    int64_t offset = 0;  // elements
+    TensorMeta layout;
+    void* ptr() const;
+  };
+  struct Step {
+    int region = -1;  // region index for fused steps, else the node's region (or -1)
+    std::function<void(const LaunchContext&)> launch;
+    std::vector<int> writes;  // value indices written
+  };
+  class Binder;
+
+  Slot& alloc(int value, const TensorMeta& m);
+  const Slot& slot(int value, const std::string& node) const;
+  void add_eager_step(int node);
+  void add_view(int node);
+  bool add_fused_step(int region);
+
+  const Graph& g_;
+  const Plan& plan_;
+  std::string variant_;
+  std::map<int, Slot> slots_;
+  std::vector<Step> steps_;
+  std::map<int, std::string> fallback_;
+  std::vector<std::shared_ptr<DeviceBuffer>> workspaces_;
+};
+
+}  // namespace replay

@@ -1,0 +1,61 @@
+// The run pipeline for one trace: load, plan, inputs (golden or seeded), reference, then per GPU
+// variant: poisoned run + numerics, cold timing, CUPTI kernel summary. Produces plain results.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/measure/stats.hpp"
+#include "harness/report/results.hpp"
+#include "impls/cuda/launch_context.hpp"
+
+namespace replay {
+
+struct RunOptions {
+  /// Variant names to run; empty: every variant of the trace (plan_variants).
+  std::vector<std::string> variants;
+  uint64_t seed = 0;
+  StopRule rule;
+  bool cupti = true;
+};
+
+class L2Flush;
+
+/// GPU state shared by all traces of a run: device 0, a main and a side stream (non-blocking),
+/// the L2 flush buffer, the measured copy bandwidth. Construct only when a CUDA device is present.
+class GpuSession {
+ public:
+  GpuSession();
+  ~GpuSession();
+  GpuSession(const GpuSession&) = delete;
+  GpuSession& operator=(const GpuSession&) = delete;
+  /// Streams and rank of this process (rank 0 of 1: multi-rank runs come with the collectives).
+  const LaunchContext& launch_context() const { return ctx_; }
+  L2Flush& l2() { return *l2_; }
+  double bandwidth_gbps() const { return bandwidth_gbps_; }
+  /// Device name, SMs, memory, L2, driver and runtime versions.
+  nlohmann::json environment() const;
+  /// Median µs of a cold device-to-device copy moving `bytes` (half read, half written), timed
+  /// like the variants; cached per size.
+  double copy_us(double bytes, const StopRule& rule);
+
+ private:
+  LaunchContext ctx_;
+  std::unique_ptr<L2Flush> l2_;
+  double bandwidth_gbps_ = 0;
+  std::map<size_t, double> copy_cache_;
+};
+
+/// The rows of a trace's results: the whole trace (cost = graph inputs and outputs), then each
+/// region (cost = its fusion's cost model) unless a single region is the whole trace.
+std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
+
+/// Replay one trace file. Trace errors (TraceError) are caught and reported in
+/// TraceResult::error with `bad_input` set; CUDA failures (RuntimeFailure) propagate.
+/// `gpu` is null on a machine without a CUDA device: GPU variants are then marked skipped.
+TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
+                      bool* bad_input);
+
+}  // namespace replay

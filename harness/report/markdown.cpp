@@ -1,0 +1,124 @@
+#include "harness/report/markdown.hpp"
+
+#include <cstdio>
+
+#include "harness/report/table.hpp"
+
+namespace replay {
+namespace {
+
+std::string fmt_num(double v, int prec = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+
+std::string numerics_cell(const VariantResult& v) {
+  if (!v.skipped.empty()) return "skipped: " + v.skipped;
+  if (v.numerics.empty()) return "–";
+  int64_t bad = 0, total = 0;
+  double rel = 0;
+  for (const auto& n : v.numerics) {
+    bad += n.mismatches;
+    total += n.numel;
+    rel = std::max(rel, n.rel_l2);
+  }
+  std::string s = v.numerics_pass() ? "PASS"
+                                    : "**FAIL** " + std::to_string(bad) + "/" +
+                                          std::to_string(total) + " mismatched";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", rel);
+  return s + " (rel_l2 " + (rel == rel ? std::string(buf) : std::string("NaN")) + ")";
+}
+
+std::string cupti_cell(const VariantResult& v) {
+  if (!v.cupti) return "–";
+  if (!v.cupti->error.empty()) return "CUPTI error: " + v.cupti->error;
+  int launches = 0;
+  for (const auto& k : v.cupti->kernels) launches += k.count;
+  return std::to_string(launches) + ", " + fmt_num(v.cupti->kernel_sum_us, 2) + ", " +
+         fmt_num(v.cupti->span_us, 2);
+}
+
+// One row of a region's table.
+struct VariantRow {
+  const RegionResult* region;
+  const VariantResult* v;
+  const Ceilings* ceilings;
+};
+
+std::vector<Column<VariantRow>> variant_columns() {
+  auto timed = [](auto f) {
+    return [f](const VariantRow& r) { return r.v->timed() ? f(r) : std::string("–"); };
+  };
+  return {
+      {"variant", false, [](const VariantRow& r) { return r.v->variant.name; }},
+      {"median µs", true, timed([](const VariantRow& r) { return fmt_num(r.v->stats.median, 2); })},
+      {"IQR µs", true, timed([](const VariantRow& r) { return fmt_num(r.v->stats.iqr, 2); })},
+      {"min µs", true, timed([](const VariantRow& r) { return fmt_num(r.v->stats.min, 2); })},
+      {"samples", true, timed([](const VariantRow& r) { return std::to_string(r.v->stats.n); })},
+      {"% SOL", true, timed([](const VariantRow& r) {
+         return fmt_num(r.region->sol_pct(r.v->stats.median, *r.ceilings));
+       })},
+      {"vs baseline", true, timed([](const VariantRow& r) {
+         const VariantResult* base = r.region->find(Role::kBaseline);
+         return base && base->timed() ? fmt_num(base->stats.median / r.v->stats.median, 2) + "×"
+                                      : std::string("–");
+       })},
+      {"host enqueue µs", true, timed([](const VariantRow& r) {
+         return r.v->host_stats.n ? fmt_num(r.v->host_stats.median, 2) : std::string("–");
+       })},
+      {"numerics", false, [](const VariantRow& r) { return numerics_cell(*r.v); }},
+      {"CUPTI: launches, kernel sum µs, span µs", false,
+       [](const VariantRow& r) { return cupti_cell(*r.v); }},
+  };
+}
+
+}  // namespace
+
+std::string render_markdown(const RunResult& r) {
+  std::string md = "# Replay report\n\n";
+  const nlohmann::json env = r.environment.is_object() ? r.environment : nlohmann::json::object();
+  md += "- device: " + env.value("device", std::string("none")) + "\n";
+  if (env.contains("driver_version"))
+    md += "- driver " + env["driver_version"].get<std::string>() + ", CUDA runtime " +
+          env.value("cuda_runtime", std::string("?")) + "\n";
+  md += "- git revision: " + env.value("git_revision", std::string("unknown")) + "\n";
+  md += "- seed: " + std::to_string(r.seed) + "\n";
+  if (r.ceilings.copy_gbps > 0)
+    md += "- measured copy bandwidth (device-to-device, read + write): " +
+          fmt_num(r.ceilings.copy_gbps, 0) + " GB/s; SOL = bytes that must move / this bandwidth\n";
+  if (!r.gpu_note.empty()) md += "\n> **" + r.gpu_note + "**\n";
+  md += "\nOverall numerics: " + std::string(r.numerics_pass() ? "PASS" : "**FAIL**") + "\n";
+
+  static const auto columns = variant_columns();
+  for (const auto& t : r.traces) {
+    md += "\n## " + t.name + "\n\n";
+    md += "`" + t.file + "` — inputs: " + t.input_source + "\n";
+    if (!t.error.empty()) {
+      md += "\n**error:** " + t.error + "\n";
+      continue;
+    }
+    for (const auto& n : t.golden_check)
+      md += "\n- reference vs PyTorch golden `" + n.value +
+            "`: " + (n.pass() ? "PASS" : "**FAIL**") + " (max abs err " +
+            fmt_num(n.max_abs_err, 6) + ", " + std::to_string(n.mismatches) + " mismatched)";
+    if (!t.golden_check.empty()) md += "\n";
+    for (const auto& reg : t.regions) {
+      md += "\n### " + reg.label + "\n\n";
+      md += "SOL bytes: " + fmt_num(reg.cost.bytes / 1e6, 2) + " MB";
+      if (r.ceilings.copy_gbps > 0)
+        md += " → SOL time " + fmt_num(reg.sol_us(r.ceilings), 2) + " µs";
+      if (reg.copy_us > 0)
+        md += "; a device copy of the same bytes, timed the same way: " + fmt_num(reg.copy_us, 2) +
+              " µs";
+      md += "\n\n";
+      std::vector<VariantRow> rows;
+      for (const auto& v : reg.variants) rows.push_back({&reg, &v, &r.ceilings});
+      md += markdown_table(columns, rows);
+    }
+  }
+  return md;
+}
+
+}  // namespace replay

@@ -1,0 +1,112 @@
+#include "harness/report/results.hpp"
+
+#include <algorithm>
+
+namespace replay {
+
+bool VariantResult::numerics_pass() const {
+  return std::all_of(numerics.begin(), numerics.end(), [](const auto& n) { return n.pass(); });
+}
+
+double RegionResult::sol_us(const Ceilings& c) const {
+  double t = 0;
+  if (c.copy_gbps > 0) t = std::max(t, cost.bytes / (c.copy_gbps * 1e3));  // GB/s = 1e3 bytes/µs
+  if (c.matmul_tflops > 0) t = std::max(t, cost.flops / (c.matmul_tflops * 1e6));
+  if (c.bus_gbps > 0) t = std::max(t, cost.comm_bytes / (c.bus_gbps * 1e3));
+  return t;
+}
+
+double RegionResult::sol_pct(double median_us, const Ceilings& c) const {
+  if (median_us <= 0) return 0;
+  return 100.0 * sol_us(c) / median_us;
+}
+
+const VariantResult* RegionResult::find(Role role) const {
+  for (const auto& x : variants)
+    if (x.variant.kind == VariantInfo::kFusion && x.variant.role == role) return &x;
+  return nullptr;
+}
+
+bool TraceResult::numerics_pass() const {
+  bool ok =
+      std::all_of(golden_check.begin(), golden_check.end(), [](const auto& n) { return n.pass(); });
+  for (const auto& r : regions)
+    for (const auto& v : r.variants) ok &= v.numerics_pass();
+  return ok;
+}
+
+bool RunResult::numerics_pass() const {
+  return std::all_of(traces.begin(), traces.end(), [](const auto& t) { return t.numerics_pass(); });
+}
+
+namespace {
+
+nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const Ceilings& c) {
+  nlohmann::json j = {{"variant", v.variant.name}};
+  if (v.variant.kind == VariantInfo::kFusion) j["role"] = role_name(v.variant.role);
+  if (!v.skipped.empty()) j["skipped"] = v.skipped;
+  if (v.timed()) {
+    j["samples_us"] = v.samples_us;
+    j["stats"] = to_json(v.stats);
+    j["host_enqueue"] = to_json(v.host_stats);
+    j["sol_pct"] = r.sol_pct(v.stats.median, c);
+  }
+  nlohmann::json nums = nlohmann::json::array();
+  for (const auto& n : v.numerics) nums.push_back(to_json(n));
+  j["numerics"] = nums;
+  j["numerics_pass"] = v.numerics_pass();
+  if (v.cupti) {
+    nlohmann::json ks = nlohmann::json::array();
+    for (const auto& k : v.cupti->kernels)
+      ks.push_back({{"name", k.name}, {"count", k.count}, {"total_us", k.total_us}});
+    j["cupti"] = {
+        {"kernels", ks}, {"kernel_sum_us", v.cupti->kernel_sum_us}, {"span_us", v.cupti->span_us}};
+    if (!v.cupti->error.empty()) j["cupti"]["error"] = v.cupti->error;
+  }
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const RunResult& r) {
+  nlohmann::json traces = nlohmann::json::array();
+  for (const auto& t : r.traces) {
+    nlohmann::json regions = nlohmann::json::array();
+    for (const auto& reg : t.regions) {
+      nlohmann::json vs = nlohmann::json::array();
+      for (const auto& v : reg.variants) vs.push_back(variant_json(v, reg, r.ceilings));
+      regions.push_back({{"label", reg.label},
+                         {"fusion", reg.fusion},
+                         {"region", reg.region},
+                         {"nodes", reg.nodes},
+                         {"sol_bytes", reg.cost.bytes},
+                         {"cost",
+                          {{"bytes", reg.cost.bytes},
+                           {"flops", reg.cost.flops},
+                           {"comm_bytes", reg.cost.comm_bytes}}},
+                         {"sol_us", reg.sol_us(r.ceilings)},
+                         {"copy_us", reg.copy_us},
+                         {"variants", vs}});
+    }
+    nlohmann::json golden = nlohmann::json::array();
+    for (const auto& n : t.golden_check) golden.push_back(to_json(n));
+    nlohmann::json tj = {
+        {"name", t.name},         {"file", t.file},     {"input_source", t.input_source},
+        {"golden_check", golden}, {"regions", regions}, {"numerics_pass", t.numerics_pass()}};
+    if (!t.error.empty()) tj["error"] = t.error;
+    traces.push_back(tj);
+  }
+  return {{"schema", kResultsSchema},
+          {"environment", r.environment},
+          {"seed", r.seed},
+          {"copy_bandwidth_GBps", r.ceilings.copy_gbps},
+          {"ceilings",
+           {{"copy_GBps", r.ceilings.copy_gbps},
+            {"matmul_TFLOPs", r.ceilings.matmul_tflops},
+            {"bus_GBps", r.ceilings.bus_gbps}}},
+          {"gpu_note", r.gpu_note},
+          {"numerics_pass", r.numerics_pass()},
+          {"traces", traces}};
+}
+
+}  // namespace replay

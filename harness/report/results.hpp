@@ -1,0 +1,81 @@
+// Results of a run as plain data: the measuring layers fill these, the printers (results JSON
+// here, Markdown in markdown.hpp) only read them.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/measure/cupti_tracer.hpp"
+#include "harness/measure/stats.hpp"
+#include "harness/replay/variants.hpp"
+#include "harness/report/numerics.hpp"
+
+namespace replay {
+
+/// Schema string of results.json.
+inline constexpr const char* kResultsSchema = "replay-results/1";
+
+/// Hardware ceilings the run measured on its device; 0 where not measured.
+struct Ceilings {
+  double copy_gbps = 0;      ///< device-to-device copy bandwidth, read + write, GB/s
+  double matmul_tflops = 0;  ///< dense matmul peak, TFLOP/s
+  double bus_gbps = 0;       ///< interconnect bus bandwidth, GB/s
+};
+
+/// One variant (reference, eager, or a fusion variant) of one region or of the whole trace.
+struct VariantResult {
+  VariantInfo variant;
+  std::string skipped;             ///< non-empty: why it did not run (e.g. no CUDA device)
+  std::vector<double> samples_us;  ///< GPU time per sample (CUDA events), µs
+  SampleStats stats;
+  SampleStats host_stats;                ///< host time to enqueue one replay (launch overhead), µs
+  std::vector<NumericsResult> numerics;  ///< one per checked output
+  std::optional<CuptiSummary> cupti;
+  bool timed() const { return !samples_us.empty(); }
+  bool numerics_pass() const;
+};
+
+/// The whole trace (label "trace") or one fusion region (label "region <i>: <fusion>").
+struct RegionResult {
+  std::string label;
+  std::string fusion;  ///< empty for the whole trace
+  int region = -1;     ///< index in the plan; -1 for the whole trace
+  std::vector<std::string> nodes;
+  Cost cost;  ///< speed-of-light work (the fusion's own cost model; graph I/O for the trace)
+  /// Median µs of a device-to-device copy of cost.bytes/2 (read + write = cost.bytes), timed like
+  /// the variants (L2 flushed, events): the practical floor at this size, launch and ramp
+  /// included. 0 when not measured.
+  double copy_us = 0;
+  std::vector<VariantResult> variants;
+  /// Speed-of-light time, µs: max over the terms whose ceiling was measured (Cost).
+  double sol_us(const Ceilings& c) const;
+  /// % of speed-of-light of a median time: sol_us / time.
+  double sol_pct(double median_us, const Ceilings& c) const;
+  /// The variant with this role (the first), or nullptr.
+  const VariantResult* find(Role role) const;
+};
+
+struct TraceResult {
+  std::string name, file;
+  std::string error;         ///< non-empty: the trace could not be replayed (load error, ...)
+  std::string input_source;  ///< "generated (seed N)" or "golden (<file>)"
+  std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
+  std::vector<RegionResult> regions;         ///< [0] is the whole trace
+  bool numerics_pass() const;
+};
+
+struct RunResult {
+  nlohmann::json environment;  ///< device, driver, CUDA version, git revision, host, ...
+  uint64_t seed = 0;
+  Ceilings ceilings;
+  std::string gpu_note;  ///< e.g. "GPU replay needs a CUDA device: none found"
+  std::vector<TraceResult> traces;
+  bool numerics_pass() const;
+};
+
+nlohmann::json to_json(const RunResult& r);
+
+}  // namespace replay

@@ -1,0 +1,24 @@
+// Eager lowering: one launch per node, chosen by the op row's EagerLowering (workloads/ops/op.hpp).
+// Views are not lowered here: the GPU program aliases their storage with the row's `alias` layout
+// and copies (lower_copy) when the layout cannot be aliased.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "impls/eager/kernels.hpp"
+
+namespace replay {
+
+using EagerLaunch = std::function<void(cudaStream_t)>;
+
+/// The launch of non-view node `n`: `in` holds one DeviceTensor per operand (an empty one for a
+/// Python scalar, whose value is in the node), `out` one per output. Throws std::invalid_argument
+/// for a view, a scalar first operand, or an unknown lowering.
+EagerLaunch lower_node(const Node& n, const std::vector<DeviceTensor>& in,
+                       const std::vector<DeviceTensor>& out);
+
+/// A strided copy of `src` into `dst` (same shape, any strides and dtypes).
+EagerLaunch lower_copy(const DeviceTensor& dst, const DeviceTensor& src);
+
+}  // namespace replay

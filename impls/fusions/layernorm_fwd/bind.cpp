@@ -1,0 +1,81 @@
+// layernorm_fwd binder: typed params (match.cpp) -> kernel arguments (kernels.hpp).
+#include "impls/fusions/binding.hpp"
+#include "impls/fusions/layernorm_fwd/params.hpp"
+#include "workloads/ir/layout.hpp"
+
+namespace replay::layernorm_fwd {
+namespace {
+
+// Row stride of `m` seen as [rows, cols] with a contiguous last dim; -1 if it cannot be.
+int64_t row_stride(const TensorMeta& m, int64_t rows, int64_t cols) {
+  if (m.shape.empty() || m.shape.back() != cols) return -1;
+  auto st = view_strides(m.shape, m.stride, {rows, cols});
+  if (!st || (*st)[1] != 1) return -1;
+  return rows == 1 ? cols : (*st)[0];
+}
+
+}  // namespace
+
+Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  Binding b;
+  if (v.role == Role::kAlternative) {
+    b.unsupported = "layernorm_fwd has no variant '" + std::string(v.name) + "'";
+    return b;
+  }
+  NormFwdArgs a;
+  a.kind = p.kind;
+  a.rows = p.rows;
+  a.cols = p.cols;
+  a.eps = static_cast<float>(p.eps);
+  BoundTensor x = ctx.tensor(p.x);
+  BoundTensor y = ctx.tensor(p.out);
+  a.x = x.ptr;
+  a.x_dtype = x.layout.dtype;
+  a.x_row_stride = row_stride(x.layout, a.rows, a.cols);
+  a.out = y.ptr;
+  a.out_dtype = y.layout.dtype;
+  a.out_row_stride = row_stride(y.layout, a.rows, a.cols);
+  if (a.x_row_stride < 0 || a.out_row_stride < 0) {
+    b.unsupported = "input or output rows are not [rows, cols] with a contiguous last dim";
+    return b;
+  }
+  if (p.epilogue.size() > static_cast<size_t>(kNormMaxEpilogue)) {
+    b.unsupported = "epilogue longer than " + std::to_string(kNormMaxEpilogue) + " steps";
+    return b;
+  }
+  for (const EpilogueStep& st : p.epilogue) {
+    NormEpilogueStep& s = a.epilogue[a.n_epilogue++];
+    s.op = st.op;
+    s.dtype = st.dtype;
+    if (st.op == EpilogueOp::kRound) continue;
+    if (a.n_weights == kNormMaxWeights) {
+      b.unsupported = "more than 2 weight operands in the epilogue";
+      return b;
+    }
+    BoundTensor w = ctx.tensor(st.weight);
+    if (w.layout.numel() != a.cols || w.layout.stride.back() != 1) {
+      b.unsupported = "weight '" + g.values[st.weight].name + "' is not a contiguous [C]";
+      return b;
+    }
+    s.weight = a.n_weights;
+    a.w[a.n_weights] = w.ptr;
+    a.w_dtype[a.n_weights++] = w.layout.dtype;
+  }
+  const NormVariant kernel =
+      v.role == Role::kBaseline ? NormVariant::kBaseline : NormVariant::kOptimized;
+  b.unsupported = layernorm_fwd_supports(a, kernel);
+  if (!b.unsupported.empty()) return b;
+  if (kernel == NormVariant::kBaseline) {
+    auto* mean = static_cast<float*>(ctx.workspace(sizeof(float) * a.rows));
+    auto* rstd = static_cast<float*>(ctx.workspace(sizeof(float) * a.rows));
+    b.launch = [a, mean, rstd](const LaunchContext& c) {
+      layernorm_fwd_baseline(a, mean, rstd, c.stream);
+    };
+  } else {
+    b.launch = [a](const LaunchContext& c) { layernorm_fwd_optimized(a, c.stream); };
+  }
+  return b;
+}
+
+}  // namespace replay::layernorm_fwd

@@ -1,0 +1,72 @@
+// layernorm_fwd kernels: LayerNorm / RMSNorm forward over the last dim, with an epilogue of
+// casts, a [C] weight multiply and a [C] bias add, as matched by match.cpp.
+//
+// Variants (kernels.cu):
+//   baseline  — a statistics kernel (mean, rstd per row, fp32) and a normalize+epilogue kernel:
+//               x is read twice, mean/rstd round-trip through memory; 16-byte vector I/O.
+//   optimized — one persistent row kernel: each row is read once into registers with 16-byte
+//               vector loads, statistics in fp32 (one shifted pass over registers), epilogue
+//               applied in registers, 16-byte streaming stores; the next row's loads are in
+//               flight while a row is computed; weights staged once per block in shared memory.
+// Both need x, y and the weights in one dtype (bf16, fp16 or fp32), 16-byte aligned rows; the
+// optimized one also a row of at most 8192 bf16 (4096 fp32) elements. Otherwise the region runs
+// eagerly and the report says why.
+// Bytes that must move: rows*C*(sizeof x + sizeof y) + C*sizeof(w) per weight.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "workloads/ir/dtype.hpp"
+
+namespace replay {
+
+constexpr int kNormMaxEpilogue = 4;
+constexpr int kNormMaxWeights = 2;
+
+enum class NormKind : uint8_t { kLayerNorm, kRMSNorm };
+enum class EpilogueOp : uint8_t { kRound, kMul, kAdd };
+
+struct NormEpilogueStep {
+  EpilogueOp op = EpilogueOp::kRound;
+  DType dtype = DType::kFloat32;  ///< result is rounded to this dtype
+  int weight = -1;                ///< kMul/kAdd: index into NormFwdArgs::w
+};
+
+/// Problem description shared by both variants. x is [rows, cols] with row stride x_row_stride
+/// (elements; last dim contiguous); out likewise. Statistics in fp32:
+/// LayerNorm: y = ((x - mean) * rstd), rstd = 1/sqrt(var + eps), var with divisor cols;
+/// RMSNorm: y = x * rstd, rstd = 1/sqrt(mean(x^2) + eps); then the epilogue steps in order.
+struct NormFwdArgs {
+  NormKind kind = NormKind::kLayerNorm;
+  int64_t rows = 0, cols = 0;
+  float eps = 1e-5f;
+  const void* x = nullptr;
+  DType x_dtype = DType::kBFloat16;
+  int64_t x_row_stride = 0;
+  const void* w[kNormMaxWeights] = {};  ///< [cols] each, contiguous
+  DType w_dtype[kNormMaxWeights] = {};
+  int n_weights = 0;
+  NormEpilogueStep epilogue[kNormMaxEpilogue];
+  int n_epilogue = 0;
+  void* out = nullptr;
+  DType out_dtype = DType::kBFloat16;
+  int64_t out_row_stride = 0;
+};
+
+/// Which kernel a support query is about.
+enum class NormVariant : uint8_t { kBaseline, kOptimized };
+
+/// Empty if `variant` supports `a`, else the reason (e.g. a row too long for the
+/// register-resident kernel, misaligned pointers, mixed dtypes).
+std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant);
+
+/// Baseline: stats kernel writing `mean`/`rstd` ([rows] fp32 workspaces), then normalize kernel.
+void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream);
+
+/// Optimized: one persistent row kernel. Requires layernorm_fwd_supports(a, kOptimized) == "".
+void layernorm_fwd_optimized(const NormFwdArgs& a, cudaStream_t stream);
+
+}  // namespace replay

@@ -1,0 +1,18 @@
+#include "impls/fusions/registry.hpp"
+
+// One line per fusion: impls/fusions/<name>/ defines `const FusionSpec replay::fusions::<name>`.
+#define REPLAY_FUSIONS(X) X(layernorm_fwd)
+
+namespace replay {
+namespace fusions {
+#define REPLAY_DECLARE_FUSION(name) extern const FusionSpec name;
+REPLAY_FUSIONS(REPLAY_DECLARE_FUSION)
+}  // namespace fusions
+
+std::span<const FusionSpec* const> fusion_registry() {
+#define REPLAY_LIST_FUSION(name) &fusions::name,
+  static const FusionSpec* const kRegistry[] = {REPLAY_FUSIONS(REPLAY_LIST_FUSION)};
+  return kRegistry;
+}
+
+}  // namespace replay

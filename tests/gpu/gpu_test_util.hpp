@@ -1,0 +1,42 @@
+// Helpers of the GPU tests: skip visibly without a device; run a variant against the reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "harness/replay/gpu_program.hpp"
+#include "harness/report/numerics.hpp"
+#include "impls/fusions/registry.hpp"
+#include "impls/reference/reference.hpp"
+#include "workloads/loader/inputs.hpp"
+
+#define REQUIRE_GPU() \
+  if (::replay::cuda_device_count() == 0) GTEST_SKIP() << "skipped: no CUDA device"
+
+namespace replay::test {
+
+/// Runs `variant` of g on inputs generated from `seed` (outputs poisoned first) and checks every
+/// graph output against the reference: elementwise tolerance and rel_l2 < 5e-3. With
+/// `expect_fused`, every region must run fused (no fallback).
+inline void expect_variant_matches(const Graph& g, const std::string& variant, uint64_t seed,
+                                   bool expect_fused = true) {
+  Plan plan = make_plan(g, fusion_registry());
+  auto ref = run_reference(g, generate_inputs(g, seed));
+  GpuProgram prog(g, plan, variant, ref);
+  if (expect_fused) {
+    for (size_t r = 0; r < plan.regions.size(); ++r)
+      EXPECT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << g.name << " " << variant;
+  }
+  prog.poison_outputs(nullptr);
+  prog.run_all(LaunchContext{});
+  REPLAY_CUDA(cudaDeviceSynchronize());
+  for (int v : g.outputs) {
+    auto res = compare_tensors(g.values[v].name, prog.download(v), ref.at(v),
+                               default_tolerance(g.meta(v).dtype));
+    EXPECT_TRUE(res.pass()) << g.name << " " << variant << ": " << res.mismatches << "/"
+                            << res.numel << " mismatched, " << res.nan_count << " NaN, max abs err "
+                            << res.max_abs_err;
+    EXPECT_LT(res.rel_l2, 5e-3) << g.name << " " << variant;
+  }
+}
+
+}  // namespace replay::test

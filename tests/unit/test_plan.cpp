@@ -1,0 +1,128 @@
+// Planning over the fusion registry: registry invariants, overlapping matches, the plan JSON.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "harness/replay/variants.hpp"
+#include "impls/fusions/registry.hpp"
+#include "test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/plan/match_util.hpp"
+#include "workloads/plan/plan.hpp"
+
+using namespace replay;
+using namespace replay::test;
+
+TEST(Registry, EveryFusionIsComplete) {
+  std::set<std::string_view> names;
+  ASSERT_FALSE(fusion_registry().empty());
+  for (const FusionSpec* f : fusion_registry()) {
+    SCOPED_TRACE(std::string(f->name));
+    EXPECT_TRUE(names.insert(f->name).second) << "duplicate fusion name";
+    EXPECT_FALSE(f->description.empty());
+    EXPECT_NE(f->match, nullptr);
+    EXPECT_NE(f->cost, nullptr);
+    EXPECT_NE(f->describe, nullptr);
+    EXPECT_NE(f->bind, nullptr);
+    EXPECT_GE(f->min_world_size, 1);
+    // Exactly one baseline called "baseline" and one optimized called "optimized", so that a
+    // trace-level variant means the same role in every fusion; alternatives have other names.
+    int baselines = 0, optimized = 0;
+    std::set<std::string_view> vnames;
+    for (const VariantSpec& v : f->variants) {
+      EXPECT_TRUE(vnames.insert(v.name).second) << "duplicate variant " << v.name;
+      EXPECT_NE(v.name, kReferenceVariant);
+      EXPECT_NE(v.name, kEagerVariant);
+      EXPECT_FALSE(v.description.empty()) << v.name;
+      baselines += v.role == Role::kBaseline;
+      optimized += v.role == Role::kOptimized;
+      if (v.role == Role::kBaseline) {
+        EXPECT_EQ(v.name, "baseline");
+      } else if (v.role == Role::kOptimized) {
+        EXPECT_EQ(v.name, "optimized");
+      } else {
+        EXPECT_TRUE(v.name != "baseline" && v.name != "optimized");
+      }
+    }
+    EXPECT_EQ(baselines, 1);
+    EXPECT_EQ(optimized, 1);
+  }
+}
+
+TEST(Registry, KnownVariantsStartWithTheExecutors) {
+  auto vs = known_variants(fusion_registry());
+  ASSERT_GE(vs.size(), 4u);
+  EXPECT_EQ(vs[0].kind, VariantInfo::kReference);
+  EXPECT_EQ(vs[1].kind, VariantInfo::kEager);
+  EXPECT_EQ(vs[2].name, "baseline");
+  EXPECT_EQ(vs[3].name, "optimized");
+  EXPECT_FALSE(find_variant(fusion_registry(), "fastest").has_value());
+}
+
+namespace {
+
+// Two toy fusions over a 3-node chain: the first claims nodes {0, 1}, the second {1, 2}.
+void claim_01(const Graph& g, const std::vector<int>&, std::vector<Region>& out) {
+  out.push_back(make_region(g, {0, 1}, 0));
+}
+void claim_12(const Graph& g, const std::vector<int>&, std::vector<Region>& out) {
+  out.push_back(make_region(g, {1, 2}, 0));
+}
+Cost no_cost(const Graph&, const Region&) {
+  return {};
+}
+nlohmann::json no_params(const Graph&, const Region&) {
+  return nlohmann::json::object();
+}
+constexpr VariantSpec kToyVariants[] = {{"baseline", Role::kBaseline, "b"},
+                                        {"optimized", Role::kOptimized, "o"}};
+const FusionSpec kFirst{"first", "toy", kToyVariants, claim_01, no_cost, no_params, nullptr};
+const FusionSpec kSecond{"second", "toy", kToyVariants, claim_12, no_cost, no_params, nullptr};
+
+Graph chain3() {
+  nlohmann::json t = {{"schema", "replay-trace/1"}, {"name", "chain"}, {"outputs", {"c"}}};
+  nlohmann::json x = tensor({4}, "float32");
+  x["id"] = "x";
+  t["inputs"] = {x};
+  t["nodes"] = nlohmann::json::array();
+  const char* prev = "x";
+  for (const char* id : {"a", "b", "c"}) {
+    t["nodes"].push_back({{"id", id},
+                          {"op", "aten.neg.default"},
+                          {"args", {ref(prev)}},
+                          {"outputs", {tensor({4}, "float32")}}});
+    prev = id;
+  }
+  return parse_trace(t, "<chain>");
+}
+
+}  // namespace
+
+TEST(Plan, OverlappingMatchIsDroppedWithAReason) {
+  Graph g = chain3();
+  const FusionSpec* order[] = {&kFirst, &kSecond};
+  Plan p = make_plan(g, order);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(p.regions[0].fusion, &kFirst);
+  EXPECT_EQ(p.node_region, (std::vector<int>{0, 0, -1}));
+  ASSERT_EQ(p.dropped.size(), 1u);
+  EXPECT_EQ(p.dropped[0].fusion, "second");
+  EXPECT_NE(p.dropped[0].reason.find("overlaps region 0 (first) at node 'b'"), std::string::npos)
+      << p.dropped[0].reason;
+  auto j = plan_to_json(g, p);
+  ASSERT_EQ(j["dropped_matches"].size(), 1u);
+  EXPECT_EQ(j["dropped_matches"][0]["nodes"], nlohmann::json::array({"b", "c"}));
+  EXPECT_EQ(j["eager_nodes"], nlohmann::json::array({"c"}));
+}
+
+TEST(Plan, RegionIoAndBytes) {
+  Graph g = chain3();
+  Region r = make_region(g, {2, 1}, 0);
+  EXPECT_EQ(r.nodes, (std::vector<int>{1, 2}));
+  ASSERT_EQ(r.inputs.size(), 1u);
+  EXPECT_EQ(g.values[r.inputs[0]].name, "a");
+  ASSERT_EQ(r.outputs.size(), 1u);
+  EXPECT_EQ(g.values[r.outputs[0]].name, "c");
+  // Each value counted once, even when listed twice.
+  EXPECT_EQ(value_bytes(g, {r.inputs[0], r.outputs[0], r.outputs[0]}), 2 * 4 * 4);
+}

@@ -1,0 +1,52 @@
+// Element types of trace tensors, as PyTorch names them, with host-side conversions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace replay {
+
+/// Element type of a tensor. Names follow torch (`torch.bfloat16` -> "bfloat16").
+enum class DType : uint8_t {
+  kFloat32,
+  kFloat64,
+  kFloat16,
+  kBFloat16,
+  kFloat8E4M3,  // torch.float8_e4m3fn
+  kFloat8E5M2,  // torch.float8_e5m2
+  kInt64,
+  kInt32,
+  kBool,
+  kCount
+};
+
+/// torch's name of a dtype ("bfloat16").
+std::string_view dtype_name(DType t);
+/// Parse torch's name; std::nullopt for an unknown name.
+std::optional<DType> parse_dtype(std::string_view name);
+/// "expected one of float32, float64, ...": the dtype names a trace may use, for error messages.
+std::string dtype_list();
+/// Size of one element in bytes.
+size_t dtype_size(DType t);
+bool is_floating(DType t);
+
+/// Round a value to the nearest value representable in `t` (round-to-nearest-even, as a cast
+/// in PyTorch does); float64 is returned unchanged, float32 is rounded to float.
+double round_to(DType t, double v);
+
+/// Store `v` (rounded to `t`) into `dst`, which points at one element of type `t`.
+void store_as(DType t, double v, void* dst);
+/// Load one element of type `t` from `src`, widened to double.
+double load_as(DType t, const void* src);
+
+/// bfloat16 bits <-> float, round-to-nearest-even, NaN kept quiet.
+uint16_t float_to_bf16_bits(float f);
+float bf16_bits_to_float(uint16_t h);
+/// IEEE binary16 bits <-> float, round-to-nearest-even.
+uint16_t float_to_f16_bits(float f);
+float f16_bits_to_float(uint16_t h);
+
+}  // namespace replay

@@ -1,0 +1,102 @@
+// Graph IR: a loaded, validated trace. Values (graph inputs and node outputs) carry
+// shape/stride/dtype; nodes carry their ATen op and decoded arguments.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "workloads/ir/dtype.hpp"
+#include "workloads/ops/op_id.hpp"
+
+namespace replay {
+
+/// Shape [d0, d1, ...], strides in elements, and dtype of one tensor.
+struct TensorMeta {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> stride;
+  DType dtype = DType::kFloat32;
+
+  int64_t numel() const;
+  /// numel * element size: the bytes a kernel must read or write for this tensor.
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  /// Elements the strided layout spans: 1 + sum((shape[i]-1) * stride[i]).
+  int64_t storage_elems() const;
+  bool is_contiguous() const;
+  std::string str() const;  ///< e.g. "bfloat16[16, 1024, 1600]"
+};
+
+/// "[d0, d1, ...]" for error messages.
+std::string shape_str(const std::vector<int64_t>& shape);
+
+/// Row-major strides of a shape.
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+
+/// Value statistics recorded at capture time; inputs are generated to follow them.
+struct ValueStats {
+  double mean = 0, std = 1, min = -1e30, max = 1e30;
+};
+
+struct Value {
+  std::string name;
+  TensorMeta meta;
+  int producer = -1;       ///< node index, or -1 for a graph input
+  int output_index = 0;    ///< which output of the producer
+  std::vector<int> users;  ///< node indices that read this value
+  std::optional<ValueStats> stats;
+  bool graph_input = false;
+  bool graph_output = false;
+};
+
+/// A node operand: a tensor (value index) or a Python scalar.
+struct Operand {
+  int value = -1;
+  double scalar = 0;
+  bool is_tensor() const { return value >= 0; }
+};
+
+/// One op call. Its fields are filled by the op's row parser (workloads/ops/*.cpp); a field an op
+/// does not take keeps its default.
+struct Node {
+  std::string id;
+  Op op = Op::kCount;
+  /// Tensor or scalar operands in ATen order: (x) for unary ops, (x, exponent) for pow,
+  /// (a, b) for binary ops. FX's getitem is resolved by the loader and never appears.
+  std::vector<Operand> operands;
+  /// Reduction dims (normalized to [0, ndim), sorted), permute order, or view/expand shape.
+  std::vector<int64_t> dims;
+  bool keepdim = false;
+  double correction = 1;          ///< var_mean: divisor is N - correction
+  double alpha = 1;               ///< add/sub: a + alpha * b
+  DType dtype = DType::kFloat32;  ///< convert_element_type target
+  int64_t dim = 0;                ///< unsqueeze position
+  std::vector<int> outputs;       ///< value indices
+  nlohmann::json raw;             ///< the node as written in the trace (for repro and errors)
+};
+
+/// Golden tensors stored beside a trace (safetensors), keyed by value name.
+struct GoldenRef {
+  std::string path;                ///< absolute or trace-relative file path
+  std::vector<std::string> names;  ///< tensors it holds (graph inputs and outputs)
+};
+
+struct Graph {
+  std::string name;
+  std::string file;  ///< path it was loaded from
+  nlohmann::json source;
+  int world_size = 1;
+  std::vector<Value> values;
+  std::vector<Node> nodes;   ///< topological order (as captured)
+  std::vector<int> inputs;   ///< value indices of graph inputs
+  std::vector<int> outputs;  ///< value indices of graph outputs
+  std::optional<GoldenRef> golden;
+
+  /// Value index by name, or -1.
+  int find_value(const std::string& name) const;
+  const TensorMeta& meta(int value) const { return values.at(value).meta; }
+};
+
+}  // namespace replay

@@ -1,0 +1,34 @@
+// Host tensors: logical values in float64, row-major, plus packing to/from a dtype's bytes in any
+// strided layout. The reference executor works on these; the GPU executors upload and download
+// them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "workloads/ir/graph.hpp"
+
+namespace replay {
+
+/// Values of one tensor in row-major logical order, widened to double; `meta` has contiguous
+/// strides and the tensor's dtype (values are already rounded to it).
+struct HostTensor {
+  TensorMeta meta;
+  std::vector<double> data;
+};
+
+/// A contiguous HostTensor of `shape` and `dtype`, zero-filled.
+HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype);
+
+/// Bytes of `t` in `layout` (layout.dtype, layout.stride; storage_elems() elements).
+/// Throws std::invalid_argument if the shapes differ.
+std::vector<uint8_t> pack(const HostTensor& t, const TensorMeta& layout);
+/// Values of a strided view over `storage`'s data (read as a flat array of elements):
+/// element i of the result is storage.data[offset of i in layout]. Used for permute/expand and
+/// broadcasting.
+HostTensor strided_view(const HostTensor& storage, const TensorMeta& layout);
+/// Logical values of a strided buffer in `layout`.
+HostTensor unpack(const std::vector<uint8_t>& bytes, const TensorMeta& layout);
+
+}  // namespace replay

@@ -1,0 +1,270 @@
+#include "workloads/loader/trace_loader.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "workloads/ir/error.hpp"
+#include "workloads/ops/op.hpp"
+
+namespace replay {
+namespace {
+
+using nlohmann::json;
+
+class Parser {
+ public:
+  Parser(const json& doc, std::string file) : doc_(doc), file_(std::move(file)) {}
+
+  Graph parse() {
+    if (!doc_.is_object()) fail("", "expected a JSON object at the top level");
+    std::string schema = str_field(doc_, "schema", "");
+    if (schema != kTraceSchema)
+      fail("",
+           "expected \"schema\": \"" + std::string(kTraceSchema) + "\", found \"" + schema + "\"");
+    g_.file = file_;
+    g_.name = str_field(doc_, "name", "");
+    g_.source = doc_.value("source", json::object());
+    g_.world_size = doc_.value("world_size", 1);
+    if (g_.world_size < 1) fail("", "expected \"world_size\" >= 1");
+    for (const auto& in : array_field(doc_, "inputs", "")) parse_input(in);
+    for (const auto& n : array_field(doc_, "nodes", "")) {
+      try {
+        parse_node(n);
+      } catch (const json::exception& e) {  // an argument of the wrong JSON type
+        bool has_id = n.is_object() && n.contains("id") && n["id"].is_string();
+        fail(has_id ? n["id"].get<std::string>() : "",
+             std::string("unexpected JSON type: ") + e.what());
+      }
+    }
+    for (const auto& o : array_field(doc_, "outputs", "")) {
+      if (!o.is_string()) fail("", "expected graph outputs to be value names (strings)");
+      int v = lookup(o.get<std::string>(), "graph outputs");
+      g_.values[v].graph_output = true;
+      g_.outputs.push_back(v);
+    }
+    if (g_.outputs.empty()) fail("", "expected at least one graph output");
+    if (doc_.contains("golden")) parse_golden(doc_["golden"]);
+    return std::move(g_);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& node, const std::string& what) const {
+    throw TraceError(file_, node, what);
+  }
+
+  std::string str_field(const json& j, const char* key, const std::string& node) const {
+    if (!j.contains(key) || !j[key].is_string())
+      fail(node, std::string("expected a string field \"") + key + "\"");
+    return j[key].get<std::string>();
+  }
+
+  const json& array_field(const json& j, const char* key, const std::string& node) const {
+    if (!j.contains(key) || !j[key].is_array())
+      fail(node, std::string("expected an array field \"") + key + "\"");
+    return j[key];
+  }
+
+  std::vector<int64_t> int_list(const json& j, const std::string& node, const char* what) const {
+    if (j.is_number_integer()) return {j.get<int64_t>()};
+    if (!j.is_array()) fail(node, std::string("expected a list of integers for ") + what);
+    std::vector<int64_t> v;
+    for (const auto& e : j) {
+      if (!e.is_number_integer()) fail(node, std::string("expected integers in ") + what);
+      v.push_back(e.get<int64_t>());
+    }
+    return v;
+  }
+
+  DType dtype_of(const json& j, const std::string& node) const {
+    auto dt = j.is_string() ? parse_dtype(j.get<std::string>()) : std::nullopt;
+    if (!dt)
+      fail(node, "unknown dtype '" + (j.is_string() ? j.get<std::string>() : j.dump()) + "' (" +
+                     dtype_list() + ")");
+    return *dt;
+  }
+
+  TensorMeta meta_of(const json& j, const std::string& node) const {
+    if (!j.is_object()) fail(node, "expected tensor metadata {shape, stride, dtype}");
+    TensorMeta m;
+    if (!j.contains("shape")) fail(node, "expected \"shape\" in tensor metadata");
+    m.shape = int_list(j["shape"], node, "shape");
+    for (auto d : m.shape)
+      if (d < 0) fail(node, "negative size in shape " + shape_str(m.shape));
+    m.stride =
+        j.contains("stride") ? int_list(j["stride"], node, "stride") : contiguous_strides(m.shape);
+    if (m.stride.size() != m.shape.size())
+      fail(node, "stride " + shape_str(m.stride) + " has a different rank than shape " +
+                     shape_str(m.shape));
+    if (!j.contains("dtype")) fail(node, "expected \"dtype\" in tensor metadata");
+    m.dtype = dtype_of(j["dtype"], node);
+    return m;
+  }
+
+  int lookup(const std::string& name, const std::string& node) const {
+    auto it = names_.find(name);
+    if (it == names_.end())
+      fail(node, "references '" + name + "', which is neither a graph input nor an earlier node");
+    return it->second;
+  }
+
+  int add_value(const std::string& name, TensorMeta meta, int producer, int out_idx,
+                const std::string& node) {
+    if (names_.count(name)) fail(node, "duplicate id '" + name + "'");
+    Value v;
+    v.name = name;
+    v.meta = std::move(meta);
+    v.producer = producer;
+    v.output_index = out_idx;
+    g_.values.push_back(std::move(v));
+    int idx = static_cast<int>(g_.values.size()) - 1;
+    names_[name] = idx;
+    return idx;
+  }
+
+  void parse_input(const json& in) {
+    if (!in.is_object()) fail("", "expected each input to be an object");
+    std::string id = str_field(in, "id", "");
+    int v = add_value(id, meta_of(in, id), -1, 0, id);
+    g_.values[v].graph_input = true;
+    if (in.contains("stats")) {
+      const auto& s = in["stats"];
+      ValueStats st;
+      for (auto [key, dst] :
+           {std::pair{"mean", &st.mean}, {"std", &st.std}, {"min", &st.min}, {"max", &st.max}}) {
+        if (!s.contains(key) || !s[key].is_number())
+          fail(id, std::string("expected a number \"") + key + "\" in \"stats\"");
+        *dst = s[key].get<double>();
+      }
+      if (st.std < 0 || st.min > st.max) fail(id, "inconsistent \"stats\" (std < 0 or min > max)");
+      g_.values[v].stats = st;
+    }
+    g_.inputs.push_back(v);
+  }
+
+  // FX's operator.getitem on a multi-output node: an alias of the producer's k-th output.
+  void parse_getitem(const std::string& id, const json& args) {
+    ArgReader r(args, json::object(), file_, id,
+                [&](const std::string& n) { return lookup(n, id); });
+    const int src = r.tensor(0, nullptr);
+    const Value& sv = g_.values[src];
+    const int nout = sv.producer < 0 ? 1 : static_cast<int>(g_.nodes[sv.producer].outputs.size());
+    if (sv.producer < 0 || sv.output_index != 0 || nout < 2)
+      fail(id, "getitem of '" + sv.name + "', which is not a multi-output node");
+    const auto k = r.integer(1, nullptr, 0, nout - 1);
+    r.finish();
+    names_[id] = g_.nodes[sv.producer].outputs[static_cast<size_t>(k)];
+  }
+
+  void parse_node(const json& j) {
+    if (!j.is_object()) fail("", "expected each node to be an object");
+    std::string id = str_field(j, "id", "");
+    std::string opname = str_field(j, "op", id);
+    const json args = j.value("args", json::array());
+    const json kwargs = j.value("kwargs", json::object());
+    if (!args.is_array() || !kwargs.is_object())
+      fail(id, "expected \"args\" to be a list and \"kwargs\" an object");
+    if (opname == "getitem") return parse_getitem(id, args);
+    auto op = parse_op(opname);
+    if (!op) fail(id, "unknown op '" + opname + "' (see `replay list` for the supported ops)");
+    const OpDef& def = op_def(*op);
+    const json& outs = array_field(j, "outputs", id);
+
+    Node n;
+    n.id = id;
+    n.op = *op;
+    n.raw = j;
+    ArgReader reader(args, kwargs, file_, id,
+                     [&](const std::string& name) { return lookup(name, id); });
+    def.parse(reader, g_, n);
+    reader.finish();
+    for (const auto& o : n.operands)
+      if (o.is_tensor() && !is_floating(g_.meta(o.value).dtype) && def.kind != OpKind::kView)
+        fail(id, "operand '" + g_.values[o.value].name + "' has dtype " +
+                     std::string(dtype_name(g_.meta(o.value).dtype)) +
+                     "; expected a floating dtype (integer math is not supported yet)");
+
+    // Recorded outputs vs the op's shape rule.
+    std::vector<OutSpec> expect;
+    try {
+      expect = def.infer(g_, n);
+    } catch (const std::invalid_argument& e) {
+      fail(id, e.what());
+    }
+    if (outs.size() != expect.size())
+      fail(id, "expected " + std::to_string(expect.size()) + " recorded output(s), found " +
+                   std::to_string(outs.size()));
+    int node_idx = static_cast<int>(g_.nodes.size());
+    for (size_t k = 0; k < outs.size(); ++k) {
+      TensorMeta m = meta_of(outs[k], id);
+      if (m.shape != expect[k].shape)
+        fail(id, "recorded output shape " + shape_str(m.shape) +
+                     " disagrees with the inputs: " + std::string(def.name) + " of " +
+                     describe_inputs(n) + " gives " + shape_str(expect[k].shape));
+      if (expect[k].dtype && m.dtype != *expect[k].dtype)
+        fail(id, "recorded output dtype " + std::string(dtype_name(m.dtype)) + " disagrees with " +
+                     std::string(def.name) + ", which gives " +
+                     std::string(dtype_name(*expect[k].dtype)));
+      std::string vname = outs.size() == 1 ? id : id + "." + std::to_string(k);
+      n.outputs.push_back(add_value(vname, m, node_idx, static_cast<int>(k), id));
+    }
+    if (outs.size() > 1) names_[id] = n.outputs[0];  // getitem resolves through output 0
+    for (const auto& o : n.operands)
+      if (o.is_tensor()) g_.values[o.value].users.push_back(node_idx);
+    g_.nodes.push_back(std::move(n));
+  }
+
+  std::string describe_inputs(const Node& n) const {
+    std::string s;
+    for (const auto& o : n.operands) {
+      if (!s.empty()) s += ", ";
+      s += o.is_tensor() ? g_.values[o.value].name + " " + shape_str(g_.meta(o.value).shape)
+                         : std::to_string(o.scalar);
+    }
+    return s;
+  }
+
+  void parse_golden(const json& j) {
+    if (!j.is_object() || !j.contains("file") || !j["file"].is_string())
+      fail("", "expected \"golden\": {\"file\": ..., \"tensors\": [...]}");
+    GoldenRef ref;
+    std::filesystem::path p = j["file"].get<std::string>();
+    if (p.is_relative()) p = std::filesystem::path(file_).parent_path() / p;
+    ref.path = p.string();
+    for (const auto& t : j.value("tensors", json::array())) {
+      std::string name = t.get<std::string>();
+      if (!names_.count(name)) fail("", "golden tensor '" + name + "' is not a value of the graph");
+      ref.names.push_back(name);
+    }
+    g_.golden = ref;
+  }
+
+  const json& doc_;
+  std::string file_;
+  Graph g_;
+  std::map<std::string, int> names_;  // id -> value index (getitem ids alias their source)
+};
+
+}  // namespace
+
+Graph parse_trace(const json& doc, const std::string& file) {
+  return Parser(doc, file).parse();
+}
+
+Graph load_trace(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw TraceError(path, "", "cannot open the trace file (missing or unreadable)");
+  json doc;
+  try {
+    doc = json::parse(f);
+  } catch (const json::parse_error& e) {
+    throw TraceError(path, "", std::string("malformed JSON: ") + e.what());
+  }
+  try {
+    return parse_trace(doc, path);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    throw TraceError(path, "", std::string("unexpected JSON type: ") + e.what());
+  }
+}
+
+}  // namespace replay

@@ -1,0 +1,103 @@
+// An op's definition: one row per op (name, kind, arity, argument parser, shape rule, float64
+// reference, eager lowering, a small example), in its family file (see op_id.hpp). The loader,
+// the reference executor and the eager executor read only these rows, so a new op is one row plus
+// its functions; tests/unit/test_op_table.cpp walks every row (and the GPU op test runs every
+// row's example through the eager executor against the reference).
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "workloads/ir/graph.hpp"
+#include "workloads/ir/host_tensor.hpp"
+#include "workloads/ir/layout.hpp"
+#include "workloads/ops/args.hpp"
+#include "workloads/ops/eager_fn.hpp"
+#include "workloads/ops/op_id.hpp"
+
+namespace replay {
+
+enum class OpKind : uint8_t { kPointwise, kReduction, kView };
+
+/// How the eager executor runs an op: a host-side alias (views; the row's `alias` gives the
+/// layout), or one launch of a generic kernel with one of its functions.
+struct EagerLowering {
+  enum Kernel : uint8_t { kAlias, kPointwise, kReduction } kernel = kAlias;
+  uint8_t fn = 0;  ///< PointwiseFn or ReduceFn
+};
+constexpr EagerLowering eager_pointwise(PointwiseFn f) {
+  return {EagerLowering::kPointwise, static_cast<uint8_t>(f)};
+}
+constexpr EagerLowering eager_reduction(ReduceFn f) {
+  return {EagerLowering::kReduction, static_cast<uint8_t>(f)};
+}
+constexpr EagerLowering eager_alias() {
+  return {EagerLowering::kAlias, 0};
+}
+
+/// What a reference function gets: the node, one tensor per operand (nullptr for a Python
+/// scalar, whose value is in node.operands[i].scalar), and the recorded output metadata.
+/// Operand tensors are contiguous float64 HostTensors already rounded to their dtype.
+struct RefArgs {
+  const Node& node;
+  std::vector<const HostTensor*> in;
+  const std::vector<TensorMeta>& out;
+};
+
+/// What a shape rule gives for one output: its shape, and its dtype where the op fixes it
+/// (conversions, views); the loader checks the recorded metadata against both.
+struct OutSpec {
+  Shape shape;
+  std::optional<DType> dtype;
+};
+
+struct OpDef {
+  Op op;
+  std::string_view name;  ///< ATen spelling, e.g. "aten.var_mean.correction"
+  OpKind kind;
+  int num_outputs;
+  /// Reads the node's FX arguments into `n` (operands, dims, dtype, ...). Throws TraceError
+  /// through `args` for a missing, mistyped, out-of-range or extra argument.
+  void (*parse)(ArgReader& args, const Graph& g, Node& n);
+  /// Output shapes (and dtypes where fixed) from the operands' metadata. Throws
+  /// std::invalid_argument.
+  std::vector<OutSpec> (*infer)(const Graph& g, const Node& n);
+  /// Float64 reference: one contiguous HostTensor per output, values not yet rounded to the
+  /// output dtype (the executor rounds; impls/reference/reference.hpp gives the policy).
+  std::vector<HostTensor> (*reference)(const RefArgs& a);
+  EagerLowering eager;
+  /// Views only: strides of the output as an alias of an input with layout `in`; std::nullopt
+  /// when the layout cannot be aliased and the op copies instead (reshape). Throws
+  /// std::invalid_argument when the op cannot copy either (view of a non-viewable layout).
+  std::optional<std::vector<int64_t>> (*alias)(const Node& n, const TensorMeta& in,
+                                               const Shape& out);
+  /// A small case for the table-walking tests, as a trace fragment:
+  /// {"inputs": [{"shape": [3, 5], "dtype": "float32", "stats": {...}?, "stride": [...]?}, ...],
+  ///  "args": [...], "kwargs": {...}?}; inputs are named in0, in1, ... and referenced as
+  /// {"ref": "in0"}.
+  std::string_view example;
+};
+
+/// The row of `op`.
+const OpDef& op_def(Op op);
+/// Every row, in enum order.
+std::span<const OpDef* const> all_ops();
+
+// Family tables (one per family file), each covering its OpRange in order.
+std::span<const OpDef> pointwise_op_rows();
+std::span<const OpDef> reduction_op_rows();
+std::span<const OpDef> view_op_rows();
+
+/// Whether `rows` lists exactly the ops of `range`, in enum order (each family file
+/// static_asserts this on its table).
+template <size_t N>
+constexpr bool rows_cover(const OpDef (&rows)[N], OpRange range) {
+  if (N != range.size()) return false;
+  for (size_t i = 0; i < N; ++i)
+    if (static_cast<size_t>(rows[i].op) != static_cast<size_t>(range.first) + i) return false;
+  return true;
+}
+
+}  // namespace replay

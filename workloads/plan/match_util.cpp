@@ -1,0 +1,66 @@
+#include "workloads/plan/match_util.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace replay {
+
+int single_user(const Graph& g, int v) {
+  const Value& val = g.values[v];
+  if (val.graph_output || val.users.size() != 1) return -1;
+  return val.users[0];
+}
+
+int other_tensor(const Node& n, int v) {
+  if (n.operands.size() != 2) return -1;
+  const Operand& o = n.operands[0].value == v ? n.operands[1] : n.operands[0];
+  return o.is_tensor() && o.value != v ? o.value : (o.is_tensor() ? v : -1);
+}
+
+bool intermediates_private(const Graph& g, const std::vector<int>& nodes,
+                           const std::vector<int>& exported) {
+  std::set<int> in_set(nodes.begin(), nodes.end());
+  for (int ni : nodes)
+    for (int v : g.nodes[ni].outputs) {
+      if (std::find(exported.begin(), exported.end(), v) != exported.end()) continue;
+      if (g.values[v].graph_output) return false;
+      for (int u : g.values[v].users)
+        if (!in_set.count(u)) return false;
+    }
+  return true;
+}
+
+Region make_region(const Graph& g, std::vector<int> nodes, std::any params) {
+  Region r;
+  std::sort(nodes.begin(), nodes.end());
+  r.nodes = std::move(nodes);
+  r.params = std::move(params);
+  std::set<int> in_set(r.nodes.begin(), r.nodes.end());
+  std::set<int> inputs, outputs;
+  for (int ni : r.nodes) {
+    const Node& n = g.nodes[ni];
+    for (const auto& o : n.operands) {
+      if (!o.is_tensor()) continue;
+      int prod = g.values[o.value].producer;
+      if (prod < 0 || !in_set.count(prod)) inputs.insert(o.value);
+    }
+    for (int v : n.outputs) {
+      const Value& val = g.values[v];
+      bool external = val.graph_output;
+      for (int u : val.users) external |= !in_set.count(u);
+      if (external) outputs.insert(v);
+    }
+  }
+  r.inputs.assign(inputs.begin(), inputs.end());
+  r.outputs.assign(outputs.begin(), outputs.end());
+  return r;
+}
+
+double value_bytes(const Graph& g, const std::vector<int>& values) {
+  std::set<int> unique(values.begin(), values.end());
+  double b = 0;
+  for (int v : unique) b += static_cast<double>(g.meta(v).nbytes());
+  return b;
+}
+
+}  // namespace replay

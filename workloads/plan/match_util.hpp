@@ -1,0 +1,30 @@
+// Helpers shared by the fusions' structural matchers.
+#pragma once
+
+#include <vector>
+
+#include "workloads/plan/fusion_spec.hpp"
+
+namespace replay {
+
+/// The only node that reads value `v`, or -1 when it has several readers (or none) or is a graph
+/// output: the "single use" condition.
+int single_user(const Graph& g, int v);
+
+/// The other operand of a two-operand node that reads `v`: its value index, `v` itself for
+/// x op x, or -1 when the other operand is a Python scalar or the node has another arity.
+int other_tensor(const Node& n, int v);
+
+/// True when every use of every value the nodes produce, other than `exported`, is inside the set
+/// and none of them is a graph output (the "intermediates stay private" condition of a fusion).
+bool intermediates_private(const Graph& g, const std::vector<int>& nodes,
+                           const std::vector<int>& exported);
+
+/// A region of `nodes` (sorted here) with its external inputs and outputs filled in value order,
+/// and `params`.
+Region make_region(const Graph& g, std::vector<int> nodes, std::any params);
+
+/// Bytes of the listed values (numel * element size each, every value counted once).
+double value_bytes(const Graph& g, const std::vector<int>& values);
+
+}  // namespace replay

@@ -1,0 +1,89 @@
+#include "workloads/plan/plan.hpp"
+
+#include <algorithm>
+
+namespace replay {
+
+std::string_view role_name(Role r) {
+  switch (r) {
+    case Role::kBaseline:
+      return "baseline";
+    case Role::kOptimized:
+      return "optimized";
+    case Role::kAlternative:
+      return "alternative";
+  }
+  return "?";
+}
+
+const VariantSpec* FusionSpec::find_variant(std::string_view n) const {
+  for (const auto& v : variants)
+    if (v.name == n) return &v;
+  return nullptr;
+}
+
+Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
+  Plan p;
+  p.node_region.assign(g.nodes.size(), -1);
+  for (const FusionSpec* f : fusions) {
+    std::vector<Region> found;
+    f->match(g, p.node_region, found);
+    for (auto& r : found) {
+      r.fusion = f;
+      auto taken = std::find_if(r.nodes.begin(), r.nodes.end(),
+                                [&](int n) { return p.node_region[n] >= 0; });
+      if (taken != r.nodes.end()) {
+        const int other = p.node_region[*taken];
+        p.dropped.push_back({std::string(f->name), r.nodes,
+                             "overlaps region " + std::to_string(other) + " (" +
+                                 std::string(p.regions[other].fusion->name) + ") at node '" +
+                                 g.nodes[*taken].id + "', which an earlier match claimed"});
+        continue;
+      }
+      for (int n : r.nodes) p.node_region[n] = static_cast<int>(p.regions.size());
+      p.regions.push_back(std::move(r));
+    }
+  }
+  return p;
+}
+
+nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
+  using nlohmann::json;
+  auto ids = [&](const std::vector<int>& nodes) {
+    json a = json::array();
+    for (int n : nodes) a.push_back(g.nodes[n].id);
+    return a;
+  };
+  json regions = json::array();
+  for (size_t i = 0; i < p.regions.size(); ++i) {
+    const Region& r = p.regions[i];
+    json ins = json::array(), outs = json::array();
+    for (int v : r.inputs) ins.push_back({{"id", g.values[v].name}, {"meta", g.meta(v).str()}});
+    for (int v : r.outputs) outs.push_back({{"id", g.values[v].name}, {"meta", g.meta(v).str()}});
+    json variants = json::array({"reference", "eager"});
+    for (const auto& v : r.fusion->variants) variants.push_back(v.name);
+    const Cost c = r.fusion->cost(g, r);
+    regions.push_back(
+        {{"index", i},
+         {"fusion", r.fusion->name},
+         {"nodes", ids(r.nodes)},
+         {"inputs", ins},
+         {"outputs", outs},
+         {"variants", variants},
+         {"cost", {{"bytes", c.bytes}, {"flops", c.flops}, {"comm_bytes", c.comm_bytes}}},
+         {"params", r.fusion->describe(g, r)}});
+  }
+  json eager = json::array();
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (p.node_region[n] < 0) eager.push_back(g.nodes[n].id);
+  json dropped = json::array();
+  for (const auto& d : p.dropped)
+    dropped.push_back({{"fusion", d.fusion}, {"nodes", ids(d.nodes)}, {"reason", d.reason}});
+  return {{"trace", g.name},
+          {"file", g.file},
+          {"regions", regions},
+          {"eager_nodes", eager},
+          {"dropped_matches", dropped}};
+}
+
+}  // namespace replay
