@@ -70,11 +70,15 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan) {
   whole.fusion = one_region_is_trace ? std::string(plan.regions[0].fusion->name) : "";
   whole.region = one_region_is_trace ? 0 : -1;
   for (const auto& n : g.nodes) whole.nodes.push_back(n.id);
+  if (one_region_is_trace) {
+    whole.cost = plan.regions[0].fusion->cost(g, plan.regions[0]);
+    rows.push_back(whole);
+    return rows;
+  }
   std::vector<int> io = g.inputs;
   io.insert(io.end(), g.outputs.begin(), g.outputs.end());
   whole.cost.bytes = value_bytes(g, io);
   rows.push_back(whole);
-  if (one_region_is_trace) return rows;
   for (size_t r = 0; r < plan.regions.size(); ++r) {
     const Region& reg = plan.regions[r];
     RegionResult rr;

@@ -48,8 +48,9 @@ class GpuSession {
   std::map<size_t, double> copy_cache_;
 };
 
-/// The rows of a trace's results: the whole trace (cost = graph inputs and outputs), then each
-/// region (cost = its fusion's cost model) unless a single region is the whole trace.
+/// The rows of a trace's results: the whole trace (cost = graph inputs and outputs, or the
+/// fusion's cost model when one region is the whole trace), then each region (cost = its
+/// fusion's cost model) unless a single region is the whole trace.
 std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
 
 /// Replay one trace file. Trace errors (TraceError) are caught and reported in
