@@ -2,13 +2,18 @@
 // codes). Library code throws; this file maps errors to exit codes.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
 
 #include "harness/cli/exit_codes.hpp"
+#include "harness/measure/gpu_state.hpp"
+#include "harness/measure/timing.hpp"
 #include "harness/replay/runner.hpp"
 #include "harness/replay/variants.hpp"
 #include "harness/report/markdown.hpp"
@@ -46,6 +51,18 @@ std::vector<std::string> expand_traces(const std::vector<std::string>& args) {
   return out;
 }
 
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  return gethostname(buf, sizeof buf - 1) == 0 ? buf : "unknown";
+}
+
 // Write `text` to `path` atomically (temp file + rename), so an earlier report survives a crash.
 void write_file(const fs::path& path, const std::string& text) {
   fs::path tmp = path;
@@ -81,9 +98,18 @@ int cmd_list(const std::string& traces_dir) {
   return kExitOk;
 }
 
+int no_traces(const std::vector<std::string>& args) {
+  std::string list;
+  for (const auto& a : args) list += (list.empty() ? "" : ", ") + a;
+  std::cerr << "error: no trace files (*.json) found in " << list << "\n";
+  return kExitBadInput;
+}
+
 int cmd_validate(const std::vector<std::string>& traces) {
+  const auto files = expand_traces(traces);
+  if (files.empty()) return no_traces(traces);
   int rc = kExitOk;
-  for (const auto& t : expand_traces(traces)) {
+  for (const auto& t : files) {
     try {
       Graph g = load_trace(t);
       std::cout << "OK      " << t << ": " << g.inputs.size() << " inputs, " << g.nodes.size()
@@ -104,20 +130,21 @@ int cmd_plan(const std::string& trace) {
 
 void print_summary(const TraceResult& t, const Ceilings& c) {
   std::printf("\n== %s\n", t.name.c_str());
-  if (!t.error.empty()) {
-    std::printf("   ERROR: %s\n", t.error.c_str());
-    return;
-  }
+  if (!t.error.empty())
+    std::printf("   ERROR (%s): %s\n",
+                t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime failure",
+                t.error.c_str());
   for (const auto& n : t.golden_check)
-    std::printf("   reference vs PyTorch golden %-24s %s (max abs err %.3g)\n", n.value.c_str(),
-                n.pass() ? "PASS" : "FAIL", n.max_abs_err);
+    std::printf("   reference vs PyTorch golden %-24s %s (rel_l2 %.2e, max %.0f ulp)\n",
+                n.value.c_str(), n.pass() ? "PASS" : ("FAIL " + n.failure()).c_str(), n.rel_l2,
+                n.max_ulp_err);
   for (const auto& r : t.regions) {
     std::printf("   %s\n", r.label.c_str());
     for (const auto& v : r.variants) {
       std::printf("     %-10s ", v.variant.name.c_str());
       if (v.timed())
         std::printf("%10.2f us  %5.1f%% SOL  ", v.stats.median, r.sol_pct(v.stats.median, c));
-      if (!v.numerics.empty()) std::printf("numerics %s  ", v.numerics_pass() ? "PASS" : "FAIL");
+      std::printf("numerics %s  ", std::string(verdict_name(v.verdict())).c_str());
       if (!v.skipped.empty()) std::printf("skipped: %s", v.skipped.c_str());
       std::printf("\n");
     }
@@ -125,7 +152,7 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
 }
 
 int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variants_given,
-            const std::string& out_dir) {
+            const std::string& out_dir, const std::string& command_line) {
   for (const auto& v : opt.variants)
     if (!find_variant(fusion_registry(), v)) {
       std::string known;
@@ -134,20 +161,37 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
       std::cerr << "error: unknown variant '" << v << "' (expected one of " << known << ")\n";
       return kExitBadInput;
     }
+  const auto files = expand_traces(traces);
+  if (files.empty()) return no_traces(traces);
   RunResult run;
   run.seed = opt.seed;
   run.environment = {{"git_revision", REPLAY_GIT_REVISION}};
+  run.run_info = {{"started_utc", utc_now()},
+                  {"host", host_name()},
+                  {"command_line", command_line},
+                  {"stop_rule", to_json(opt.rule)},
+                  {"warmup_runs", 3}};
   std::unique_ptr<GpuSession> gpu;
   const bool wants_gpu = opt.variants.empty() ||
                          std::any_of(opt.variants.begin(), opt.variants.end(), [](const auto& v) {
                            return find_variant(fusion_registry(), v)->is_gpu();
                          });
-  bool no_device = false;
+  bool no_device = false, gpu_failed = false;
+  std::string no_gpu_why = "no CUDA device (GPU replay needs one)";
   if (wants_gpu) {
     if (cuda_device_count() > 0) {
-      gpu = std::make_unique<GpuSession>();
-      run.environment.update(gpu->environment());
-      run.ceilings.copy_gbps = gpu->bandwidth_gbps();
+      try {
+        gpu = std::make_unique<GpuSession>();
+        run.environment.update(gpu->environment());
+        run.ceilings.copy_gbps = gpu->bandwidth_gbps();
+        run.run_info["l2_flush_bytes"] = gpu->l2().bytes();
+        run.run_info["gpu_state_start"] = gpu_state(0);
+      } catch (const std::exception& e) {
+        gpu.reset();
+        gpu_failed = true;
+        no_gpu_why = std::string("the CUDA device could not be used: ") + e.what();
+        run.gpu_note = no_gpu_why;
+      }
     } else {
       no_device = true;
       run.gpu_note =
@@ -157,23 +201,35 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
     }
   }
   fs::create_directories(out_dir);
-  bool bad_input = false;
-  for (const auto& t : expand_traces(traces)) {
-    run.traces.push_back(run_trace(t, opt, gpu.get(), &bad_input));
-    print_summary(run.traces.back(), run.ceilings);
-    // Written after every trace: a later failure keeps what was measured so far.
+  auto write_reports = [&] {  // after every trace: a later failure keeps what was measured
     write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
     write_file(fs::path(out_dir) / "report.md", render_markdown(run));
+  };
+  for (const auto& t : files) {
+    run.traces.push_back(run_trace(t, opt, gpu.get(), no_gpu_why));
+    const TraceResult& tr = run.traces.back();
+    print_summary(tr, run.ceilings);
+    if (gpu && tr.error_kind == TraceResult::Error::kRuntime) {
+      // A sticky CUDA error poisons the context for the rest of the process: later traces still
+      // run the reference and say why their GPU rows did not run.
+      if (std::string why = gpu->broken(); !why.empty()) {
+        gpu.reset();
+        gpu_failed = true;
+        no_gpu_why = "the CUDA context failed earlier in this run: " + why;
+        run.gpu_note = no_gpu_why;
+        std::cerr << "NOTE: " << no_gpu_why << "; GPU replay stops here\n";
+      }
+    }
+    run.run_info["finished_utc"] = utc_now();
+    write_reports();
   }
+  if (gpu) run.run_info["gpu_state_end"] = gpu_state(0);
+  write_reports();
   std::cout << "\nwrote " << (fs::path(out_dir) / "results.json").string() << " and "
             << (fs::path(out_dir) / "report.md").string() << "\n";
-  if (no_device && variants_given) return kExitNoDevice;
-  if (bad_input) return kExitBadInput;
-  if (!run.numerics_pass()) {
-    std::cerr << "numerics check FAILED (see report.md)\n";
-    return kExitNumerics;
-  }
-  return kExitOk;
+  const int rc = exit_code(run, gpu_failed, no_device && variants_given);
+  if (rc == kExitNumerics) std::cerr << "numerics check FAILED (see report.md)\n";
+  return rc;
 }
 
 }  // namespace
@@ -234,7 +290,9 @@ int main(int argc, char** argv) {
           if (!v.empty()) opt.variants.push_back(v);
       }
       opt.cupti = !no_cupti;
-      return cmd_run(rtraces, opt, given, out_dir);
+      std::string cmd;
+      for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+      return cmd_run(rtraces, opt, given, out_dir, cmd);
     }
   } catch (const TraceError& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -66,21 +66,19 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
     cudaStreamSynchronize(stream);
   };
   CuptiSummary s;
-  static bool registered = false;
-  if (!registered) {
-    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
-    if (r != CUPTI_SUCCESS) {
-      s.error = cupti_error(r, "cuptiActivityRegisterCallbacks");
-      fn();
-      return s;
-    }
-    registered = true;
+  // CUPTI attaches here and is detached (cuptiFinalize) at the end of every pass, so work timed
+  // after it runs without the profiler; the callbacks are registered again at each attach.
+  CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+  if (r != CUPTI_SUCCESS) {
+    s.error = cupti_error(r, "cuptiActivityRegisterCallbacks");
+    fn();
+    return s;
   }
   {
     std::lock_guard<std::mutex> lock(g_mu);
     g_records.clear();
   }
-  CUptiResult r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (r != CUPTI_SUCCESS) {
     s.error = cupti_error(r, "cuptiActivityEnable");
     fn();
@@ -99,6 +97,10 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   cudaDeviceSynchronize();
   cuptiActivityFlushAll(1);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  // Detach: the device is idle and the buffers are flushed, which is what cuptiFinalize asks of a
+  // caller outside a callback; this process uses CUDA from this thread only.
+  r = cuptiFinalize();
+  if (r != CUPTI_SUCCESS) s.error = cupti_error(r, "cuptiFinalize");
   std::lock_guard<std::mutex> lock(g_mu);
   std::map<std::string, KernelRecord> by_name;
   uint64_t first = UINT64_MAX, last = 0;
@@ -116,7 +118,7 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   for (auto& [_, rec] : by_name) s.kernels.push_back(rec);
   std::sort(s.kernels.begin(), s.kernels.end(),
             [](const auto& a, const auto& b) { return a.total_us > b.total_us; });
-  if (s.kernels.empty()) s.error = "CUPTI recorded no kernels";
+  if (s.kernels.empty() && s.error.empty()) s.error = "CUPTI recorded no kernels";
   return s;
 }
 

@@ -27,7 +27,9 @@ struct CuptiSummary {
 /// concurrent-kernel activity recording on, and summarize the second replay's kernel records by
 /// demangled name. Each replay is queued behind a spin kernel (excluded from the summary), so its
 /// kernels run back to back and span - kernel sum measures device-side gaps, not host launch
-/// time. Never throws for CUPTI failures: they are reported in CuptiSummary::error.
+/// time. CUPTI is attached for this call only: it is detached (cuptiFinalize) before returning, so
+/// later timing runs without the profiler. Never throws for CUPTI failures: they are reported in
+/// CuptiSummary::error.
 CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s);
 
 }  // namespace replay

@@ -46,6 +46,14 @@ bool should_stop(const std::vector<double>& samples_us, double wall_s, const Sto
   return summarize(samples_us).rel_noise <= rule.max_noise;
 }
 
+nlohmann::json to_json(const StopRule& r) {
+  return {{"min_samples", r.min_samples},
+          {"max_samples", r.max_samples},
+          {"min_time_s", r.min_time_s},
+          {"max_noise", r.max_noise},
+          {"timeout_s", r.timeout_s}};
+}
+
 nlohmann::json to_json(const SampleStats& s) {
   return {{"n", s.n},
           {"median_us", s.median},

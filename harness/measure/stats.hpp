@@ -37,5 +37,6 @@ struct StopRule {
 bool should_stop(const std::vector<double>& samples_us, double wall_s, const StopRule& rule);
 
 nlohmann::json to_json(const SampleStats& s);
+nlohmann::json to_json(const StopRule& r);
 
 }  // namespace replay

@@ -21,6 +21,8 @@ class L2Flush {
   L2Flush(const L2Flush&) = delete;
   L2Flush& operator=(const L2Flush&) = delete;
   void flush(cudaStream_t s);
+  /// Bytes read per flush (twice the device's L2).
+  size_t bytes() const { return buf_.bytes(); }
 
  private:
   DeviceBuffer buf_;

@@ -62,13 +62,15 @@ const GpuProgram::Slot& GpuProgram::slot(int value, const std::string& node) con
 }
 
 GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
-                       const std::map<int, HostTensor>& inputs)
+                       const std::map<int, HostTensor>& inputs, cudaStream_t stream)
     : g_(g), plan_(plan), variant_(std::move(variant)) {
   for (int v : g.inputs) {
     const TensorMeta& m = g.meta(v);
     Slot& s = alloc(v, m);
     std::vector<uint8_t> bytes = pack(inputs.at(v), m);
-    REPLAY_CUDA(cudaMemcpy(s.ptr(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+    REPLAY_CUDA(
+        cudaMemcpyAsync(s.ptr(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+    REPLAY_CUDA(cudaStreamSynchronize(stream));  // `bytes` is pageable and goes out of scope
   }
   const bool fuse = variant_ != kEagerVariant;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
@@ -171,7 +173,7 @@ void GpuProgram::poison_outputs(cudaStream_t s) const {
     }
 }
 
-HostTensor GpuProgram::download(int value) const {
+HostTensor GpuProgram::download(int value, cudaStream_t stream) const {
   auto it = slots_.find(value);
   if (it == slots_.end())
     throw std::invalid_argument("value '" + g_.values[value].name +
@@ -179,7 +181,9 @@ HostTensor GpuProgram::download(int value) const {
   const Slot& sl = it->second;
   std::vector<uint8_t> bytes(static_cast<size_t>(sl.layout.storage_elems()) *
                              dtype_size(sl.layout.dtype));
-  REPLAY_CUDA(cudaMemcpy(bytes.data(), sl.ptr(), bytes.size(), cudaMemcpyDeviceToHost));
+  REPLAY_CUDA(
+      cudaMemcpyAsync(bytes.data(), sl.ptr(), bytes.size(), cudaMemcpyDeviceToHost, stream));
+  REPLAY_CUDA(cudaStreamSynchronize(stream));
   return unpack(bytes, sl.layout);
 }
 

@@ -19,13 +19,13 @@ namespace replay {
 class GpuProgram {
  public:
   /// Allocates buffers, uploads `inputs` (graph-input value index -> data) in their recorded
-  /// layouts, and builds the steps for `variant`: "eager" runs every op as its own launch; a
+  /// layouts on `stream` and waits for the uploads, and builds the steps for `variant`: "eager" runs every op as its own launch; a
   /// fusion variant name runs each region through its fusion's variant of that name, or eagerly
   /// when the fusion lacks it or the variant cannot run the region (fallback_reason says why).
   /// Throws RuntimeFailure on CUDA errors, std::invalid_argument for a graph the GPU executors
   /// cannot run.
   GpuProgram(const Graph& g, const Plan& plan, std::string variant,
-             const std::map<int, HostTensor>& inputs);
+             const std::map<int, HostTensor>& inputs, cudaStream_t stream);
   ~GpuProgram();
   GpuProgram(const GpuProgram&) = delete;
   GpuProgram& operator=(const GpuProgram&) = delete;
@@ -37,8 +37,9 @@ class GpuProgram {
   void run_region(int r, const LaunchContext& ctx) const;
   /// Fill every buffer the steps write with NaN (0xFF bytes).
   void poison_outputs(cudaStream_t s) const;
-  /// Copy a value back (synchronous) as logical float64 values.
-  HostTensor download(int value) const;
+  /// Copy a value back as logical float64 values: the copy is ordered on `stream` after the work
+  /// enqueued there, and waited for.
+  HostTensor download(int value, cudaStream_t stream) const;
   /// Why region r runs eagerly inside this variant (empty if it runs fused or variant is eager).
   std::string fallback_reason(int r) const;
   /// Number of steps (launch sites) of the whole program.

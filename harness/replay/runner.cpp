@@ -1,6 +1,8 @@
 #include "harness/replay/runner.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "harness/measure/cupti_tracer.hpp"
@@ -92,26 +94,50 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan) {
   return rows;
 }
 
-namespace {
-
-// The tolerance of output `v` of `row`: its fusion's, where it declares one, else the dtype's.
-Tolerance tolerance_for(const Graph& g, const Plan& plan, int region, int v) {
-  if (region >= 0) {
-    const Region& r = plan.regions[region];
-    if (r.fusion->tolerance)
-      if (auto t = r.fusion->tolerance(g, r, v)) return *t;
-  }
-  return default_tolerance(g.meta(v).dtype);
+std::string GpuSession::broken() const {
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) return "";
+  (void)cudaGetLastError();  // a non-sticky error clears here; a sticky one stays
+  const cudaError_t again = cudaDeviceSynchronize();
+  if (again == cudaSuccess) return "";
+  return std::string(cudaGetErrorName(again)) + " (" + cudaGetErrorString(again) + ")";
 }
 
-std::vector<NumericsResult> check(const Graph& g, const Plan& plan, int region,
-                                  const GpuProgram& prog, const std::vector<int>& values,
-                                  const std::map<int, HostTensor>& ref) {
-  std::vector<NumericsResult> out;
-  for (int v : values)
-    out.push_back(compare_tensors(g.values[v].name, prog.download(v), ref.at(v),
-                                  tolerance_for(g, plan, region, v)));
-  return out;
+ReferenceFootprint reference_footprint(const Graph& g) {
+  ReferenceFootprint f;
+  double largest = -1;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const double b = static_cast<double>(g.values[v].meta.numel()) * sizeof(double);
+    f.bytes += b;
+    if (b > largest) largest = b, f.largest_value = static_cast<int>(v);
+  }
+  return f;
+}
+
+double available_host_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+namespace {
+
+// The bounds of value v: its producing region's fusion's own where it declares them, else the
+// default for its dtype and chain of ops.
+NumericsBounds bounds_for(const Graph& g, const Plan& plan,
+                          const std::vector<NumericsBounds>& defaults, int v) {
+  const int prod = g.values[v].producer;
+  const int r = prod >= 0 ? plan.node_region[prod] : -1;
+  if (r >= 0) {
+    const Region& reg = plan.regions[r];
+    if (reg.fusion->tolerance)
+      if (auto b = reg.fusion->tolerance(g, reg, v)) return *b;
+  }
+  return defaults[v];
 }
 
 // Variants to run on this trace, in display order.
@@ -126,71 +152,44 @@ std::vector<VariantInfo> variants_for(const Plan& plan, const RunOptions& opt) {
   return out;
 }
 
-}  // namespace
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  return buf;
+}
 
-TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
-                      bool* bad_input) {
-  TraceResult tr;
-  tr.file = path;
-  Graph g;
-  Plan plan;
-  std::map<int, HostTensor> ref;
-  try {
-    g = load_trace(path);
-    tr.name = g.name;
-    plan = make_plan(g, fusion_registry());
-    ReplayInputs inputs = make_inputs(g, opt.seed);
-    tr.input_source = inputs.source;
-    ref = run_reference(g, inputs.values);
-    for (int v : g.outputs) {
-      auto it = inputs.golden.find(g.values[v].name);
-      if (it != inputs.golden.end())
-        tr.golden_check.push_back(compare_tensors(g.values[v].name, ref.at(v), it->second,
-                                                  default_tolerance(g.meta(v).dtype)));
-    }
-  } catch (const TraceError& e) {
-    tr.error = e.what();
-    if (tr.name.empty()) tr.name = path;
-    *bad_input = true;
-    return tr;
-  }
-
-  tr.regions = result_rows(g, plan);
-  std::string no_gpu;
-  if (!gpu)
-    no_gpu = "no CUDA device (GPU replay needs one)";
-  else if (g.world_size > 1)
-    no_gpu = "the trace is one rank of a world_size " + std::to_string(g.world_size) +
-             " program; multi-rank replay is not built yet";
-  if (no_gpu.empty())
-    for (auto& row : tr.regions) row.copy_us = gpu->copy_us(row.cost.bytes, opt.rule);
-
-  for (const VariantInfo& variant : variants_for(plan, opt)) {
-    if (!variant.is_gpu() || !no_gpu.empty()) {  // a row per region that says why it is untimed
-      for (auto& row : tr.regions) {
-        VariantResult v;
-        v.variant = variant;
-        v.skipped = variant.is_gpu() ? no_gpu : "CPU float64 oracle: not timed";
-        row.variants.push_back(v);
-      }
-      continue;
-    }
-    GpuProgram prog(g, plan, variant.name, ref);
-    const LaunchContext& ctx = gpu->launch_context();
+// The GPU part of one trace: per variant a poisoned run checked against the reference, then cold
+// timing; CUPTI passes only after every variant is timed, so no timing runs with the profiler
+// attached (trace_kernels detaches it when done).
+void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& ref,
+             const std::vector<NumericsBounds>& bounds, const std::vector<VariantInfo>& variants,
+             const RunOptions& opt, GpuSession& gpu, TraceResult& tr) {
+  const LaunchContext& ctx = gpu.launch_context();
+  struct Timed {
+    std::unique_ptr<GpuProgram> prog;
+    std::vector<std::pair<size_t, std::function<void(cudaStream_t)>>> rows;  // row, replay
+  };
+  std::vector<Timed> timed;
+  for (const VariantInfo& variant : variants) {
+    if (!variant.is_gpu()) continue;
+    Timed t;
+    t.prog = std::make_unique<GpuProgram>(g, plan, variant.name, ref, ctx.stream);
+    const GpuProgram& prog = *t.prog;
     prog.poison_outputs(ctx.stream);
     prog.run_all(ctx);
-    REPLAY_CUDA(cudaStreamSynchronize(ctx.stream));
-    for (auto& row : tr.regions) {
+    for (size_t row = 0; row < tr.regions.size(); ++row) {
+      RegionResult& rr = tr.regions[row];
       VariantResult v;
       v.variant = variant;
-      const int r = row.region;
-      const bool whole_row = row.nodes.size() == g.nodes.size();
+      const int r = rr.region;
+      const bool whole_row = rr.nodes.size() == g.nodes.size();
       const std::string why = r >= 0 ? prog.fallback_reason(r) : "";
       if (!why.empty()) v.skipped = "unsupported by this variant (" + why + "); ran eagerly";
-      v.numerics = check(g, plan, whole_row ? -1 : r, prog,
-                         whole_row ? g.outputs : plan.regions[r].outputs, ref);
+      for (int out : whole_row ? g.outputs : plan.regions[r].outputs)
+        v.numerics.push_back(check_numerics(g.values[out].name, prog.download(out, ctx.stream),
+                                            ref.at(out), bounds_for(g, plan, bounds, out)));
       if (v.skipped.empty()) {
-        auto fn = [&, whole_row, r](cudaStream_t st) {
+        auto fn = [&prog, &ctx, whole_row, r](cudaStream_t st) {
           LaunchContext c = ctx;
           c.stream = st;
           if (whole_row)
@@ -199,13 +198,101 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
             prog.run_region(r, c);
         };
         std::vector<double> host_us;
-        v.samples_us = time_cold(fn, ctx.stream, gpu->l2(), opt.rule, 3, &host_us);
+        v.samples_us = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3, &host_us);
         v.stats = summarize(v.samples_us);
         v.host_stats = summarize(host_us);
-        if (opt.cupti) v.cupti = trace_kernels(fn, ctx.stream);
+        t.rows.emplace_back(row, fn);
       }
-      row.variants.push_back(std::move(v));
+      rr.variants.push_back(std::move(v));
     }
+    timed.push_back(std::move(t));
+  }
+  if (!opt.cupti) return;
+  for (size_t i = 0, vi = 0; i < variants.size(); ++i) {
+    if (!variants[i].is_gpu()) continue;
+    for (auto& [row, fn] : timed[vi].rows) {
+      for (auto& v : tr.regions[row].variants)
+        if (v.variant.name == variants[i].name) v.cupti = trace_kernels(fn, ctx.stream);
+    }
+    ++vi;
+  }
+}
+
+}  // namespace
+
+TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
+                      const std::string& no_gpu_why) {
+  TraceResult tr;
+  tr.file = path;
+  tr.name = path;
+  auto fail = [&](TraceResult::Error kind, const std::string& what) {
+    tr.error_kind = kind;
+    tr.error = what;
+    return tr;
+  };
+  Graph g;
+  Plan plan;
+  std::map<int, HostTensor> ref;
+  std::vector<NumericsBounds> bounds;
+  try {
+    g = load_trace(path);
+    tr.name = g.name;
+    plan = make_plan(g, fusion_registry());
+    const ReferenceFootprint need = reference_footprint(g);
+    const double have = available_host_bytes();
+    if (have > 0 && need.bytes > 0.8 * have) {
+      const Value& big = g.values[need.largest_value];
+      throw TraceError(path, big.producer >= 0 ? g.nodes[big.producer].id : big.name,
+                       "the float64 reference needs " + gib(need.bytes) +
+                           " of host memory (largest value " + big.meta.str() + "), more than " +
+                           "80% of the " + gib(have) + " this machine has available");
+    }
+    ReplayInputs inputs = make_inputs(g, opt.seed);
+    tr.input_source = inputs.source;
+    ref = run_reference(g, inputs.values);
+    bounds = default_value_bounds(g);
+    for (int v : g.outputs) {
+      auto it = inputs.golden.find(g.values[v].name);
+      if (it != inputs.golden.end())
+        tr.golden_check.push_back(
+            check_numerics(g.values[v].name, ref.at(v), it->second, bounds_for(g, plan, bounds, v)));
+    }
+  } catch (const TraceError& e) {
+    return fail(TraceResult::Error::kBadInput, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(TraceResult::Error::kRuntime,
+                path + ": out of host memory while loading or running the reference");
+  } catch (const std::exception& e) {
+    return fail(TraceResult::Error::kRuntime, path + ": " + e.what());
+  }
+
+  tr.regions = result_rows(g, plan);
+  std::string no_gpu;
+  if (!gpu)
+    no_gpu = no_gpu_why;
+  else if (g.world_size > 1)
+    no_gpu = "the trace is one rank of a world_size " + std::to_string(g.world_size) +
+             " program; multi-rank replay is not built yet";
+  const std::vector<VariantInfo> variants = variants_for(plan, opt);
+  for (const VariantInfo& variant : variants) {
+    if (variant.is_gpu() && no_gpu.empty()) continue;  // run below
+    for (auto& row : tr.regions) {  // a row per region that says why it is not timed
+      VariantResult v;
+      v.variant = variant;
+      v.skipped = variant.is_gpu() ? no_gpu : "CPU float64 oracle: not timed";
+      row.variants.push_back(v);
+    }
+  }
+  if (!no_gpu.empty()) return tr;
+  try {
+    for (auto& row : tr.regions) row.copy_us = gpu->copy_us(row.cost.bytes, opt.rule);
+    run_gpu(g, plan, ref, bounds, variants, opt, *gpu, tr);
+  } catch (const TraceError& e) {
+    return fail(TraceResult::Error::kBadInput, e.what());
+  } catch (const std::invalid_argument& e) {  // a graph the GPU executors cannot lay out
+    return fail(TraceResult::Error::kBadInput, path + ": " + e.what());
+  } catch (const std::exception& e) {
+    return fail(TraceResult::Error::kRuntime, path + ": " + e.what());
   }
   return tr;
 }

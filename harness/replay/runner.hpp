@@ -40,6 +40,9 @@ class GpuSession {
   /// Median µs of a cold device-to-device copy moving `bytes` (half read, half written), timed
   /// like the variants; cached per size.
   double copy_us(double bytes, const StopRule& rule);
+  /// Empty while the CUDA context is usable; after a sticky error (e.g. an illegal address), the
+  /// error, and every later GPU call of this process would fail.
+  std::string broken() const;
 
  private:
   LaunchContext ctx_;
@@ -53,10 +56,22 @@ class GpuSession {
 /// fusion's cost model) unless a single region is the whole trace.
 std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
 
-/// Replay one trace file. Trace errors (TraceError) are caught and reported in
-/// TraceResult::error with `bad_input` set; CUDA failures (RuntimeFailure) propagate.
-/// `gpu` is null on a machine without a CUDA device: GPU variants are then marked skipped.
+/// Replay one trace file. Nothing escapes: bad input (TraceError, a reference that would not fit
+/// in host memory) and runtime failures (CUDA, CUPTI, allocation) are reported in
+/// TraceResult::error with their kind, so a suite goes on with its next trace. `gpu` is null on a
+/// machine without a usable CUDA device: GPU variants are then marked skipped with `no_gpu_why`.
 TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
-                      bool* bad_input);
+                      const std::string& no_gpu_why = "no CUDA device (GPU replay needs one)");
+
+/// Host bytes the float64 reference of `g` holds at its peak (every value materialized as
+/// doubles), and the value that needs the most.
+struct ReferenceFootprint {
+  double bytes = 0;
+  int largest_value = -1;
+};
+ReferenceFootprint reference_footprint(const Graph& g);
+
+/// Host memory available to this process in bytes (Linux MemAvailable; 0 when unknown).
+double available_host_bytes();
 
 }  // namespace replay

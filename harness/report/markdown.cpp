@@ -13,22 +13,28 @@ std::string fmt_num(double v, int prec = 1) {
   return buf;
 }
 
-std::string numerics_cell(const VariantResult& v) {
-  if (!v.skipped.empty()) return "skipped: " + v.skipped;
-  if (v.numerics.empty()) return "–";
-  int64_t bad = 0, total = 0;
-  double rel = 0;
-  for (const auto& n : v.numerics) {
-    bad += n.mismatches;
-    total += n.numel;
-    rel = std::max(rel, n.rel_l2);
-  }
-  std::string s = v.numerics_pass() ? "PASS"
-                                    : "**FAIL** " + std::to_string(bad) + "/" +
-                                          std::to_string(total) + " mismatched";
+std::string sci(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", rel);
-  return s + " (rel_l2 " + (rel == rel ? std::string(buf) : std::string("NaN")) + ")";
+  std::snprintf(buf, sizeof buf, "%.1e", v);
+  return buf;
+}
+
+// PASS with the worst output's figures, FAIL with the first failing output and why, or
+// "not compared" (never PASS) when nothing was checked.
+std::string numerics_cell(const VariantResult& v) {
+  std::string prefix = v.skipped.empty() ? "" : "skipped: " + v.skipped + "; ";
+  if (v.numerics.empty()) return prefix + "not compared";
+  for (const auto& n : v.numerics)
+    if (!n.pass()) return prefix + "**FAIL** `" + n.value + "`: " + n.failure();
+  double rel = 0, ratio = 0, share = 0, ulps = 0;
+  for (const auto& n : v.numerics) {
+    rel = std::max(rel, n.rel_l2);
+    ratio = std::max(ratio, n.bounds.max_rel_l2 > 0 ? n.rel_l2 / n.bounds.max_rel_l2 : 0.0);
+    share = std::max(share, n.beyond_1ulp_share);
+    ulps = std::max(ulps, n.max_ulp_err);
+  }
+  return prefix + "PASS rel_l2 " + sci(rel) + " (" + fmt_num(100 * ratio, 0) +
+         "% of bound), >1 ulp " + fmt_num(100 * share, 3) + "%, max " + fmt_num(ulps, 0) + " ulp";
 }
 
 std::string cupti_cell(const VariantResult& v) {
@@ -89,20 +95,25 @@ std::string render_markdown(const RunResult& r) {
     md += "- measured copy bandwidth (device-to-device, read + write): " +
           fmt_num(r.ceilings.copy_gbps, 0) + " GB/s; SOL = bytes that must move / this bandwidth\n";
   if (!r.gpu_note.empty()) md += "\n> **" + r.gpu_note + "**\n";
-  md += "\nOverall numerics: " + std::string(r.numerics_pass() ? "PASS" : "**FAIL**") + "\n";
+  const Verdict overall = r.verdict();
+  size_t compared = 0;
+  for (const auto& t : r.traces) compared += t.verdict() != Verdict::kNotCompared;
+  md += "\nOverall numerics: " +
+        std::string(overall == Verdict::kFail ? "**FAIL**" : verdict_name(overall)) + " (" +
+        std::to_string(compared) + " of " + std::to_string(r.traces.size()) +
+        " traces compared)\n";
 
   static const auto columns = variant_columns();
   for (const auto& t : r.traces) {
-    md += "\n## " + t.name + "\n\n";
+    const Verdict tv = t.verdict();
+    md += "\n## " + t.name + " — " +
+          (tv == Verdict::kFail ? "**FAIL**" : std::string(verdict_name(tv))) + "\n\n";
     md += "`" + t.file + "` — inputs: " + t.input_source + "\n";
-    if (!t.error.empty()) {
-      md += "\n**error:** " + t.error + "\n";
-      continue;
-    }
+    if (!t.error.empty()) md += "\n**error** (" + std::string(t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime failure") + "): " + t.error + "\n";
     for (const auto& n : t.golden_check)
-      md += "\n- reference vs PyTorch golden `" + n.value +
-            "`: " + (n.pass() ? "PASS" : "**FAIL**") + " (max abs err " +
-            fmt_num(n.max_abs_err, 6) + ", " + std::to_string(n.mismatches) + " mismatched)";
+      md += "\n- reference vs PyTorch golden `" + n.value + "`: " +
+            (n.pass() ? "PASS" : "**FAIL** " + n.failure()) + " (rel_l2 " + sci(n.rel_l2) +
+            ", max " + fmt_num(n.max_ulp_err, 0) + " ulp)";
     if (!t.golden_check.empty()) md += "\n";
     for (const auto& reg : t.regions) {
       md += "\n### " + reg.label + "\n\n";

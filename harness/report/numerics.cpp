@@ -1,53 +1,123 @@
 #include "harness/report/numerics.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
+
+#include "workloads/ops/op.hpp"
 
 namespace replay {
 
-NumericsResult compare_tensors(const std::string& value, const HostTensor& got,
-                               const HostTensor& ref, Tolerance tol) {
-  if (got.meta.shape != ref.meta.shape)
-    throw std::invalid_argument("compare " + value + ": shape " + got.meta.str() + " vs " +
-                                ref.meta.str());
+std::string_view verdict_name(Verdict v) {
+  switch (v) {
+    case Verdict::kPass:
+      return "PASS";
+    case Verdict::kFail:
+      return "FAIL";
+    case Verdict::kNotCompared:
+      break;
+  }
+  return "not compared";
+}
+
+Verdict combine(Verdict a, Verdict b) {
+  if (a == Verdict::kFail || b == Verdict::kFail) return Verdict::kFail;
+  if (a == Verdict::kPass || b == Verdict::kPass) return Verdict::kPass;
+  return Verdict::kNotCompared;
+}
+
+std::string NumericsResult::failure() const {
+  char buf[160];
+  if (nonfinite_mismatch > 0) {
+    std::snprintf(buf, sizeof buf, "%lld NaN/Inf where the target differs",
+                  static_cast<long long>(nonfinite_mismatch));
+    return buf;
+  }
+  if (!(rel_l2 <= bounds.max_rel_l2)) {
+    std::snprintf(buf, sizeof buf, "rel_l2 %.2e > %.2e", rel_l2, bounds.max_rel_l2);
+    return buf;
+  }
+  if (!(beyond_1ulp_share <= bounds.max_beyond_1ulp)) {
+    std::snprintf(buf, sizeof buf, "%.3g%% of elements beyond 1 ulp > %.3g%%",
+                  100 * beyond_1ulp_share, 100 * bounds.max_beyond_1ulp);
+    return buf;
+  }
+  return "";
+}
+
+NumericsResult check_numerics(const std::string& value, const HostTensor& got,
+                              const HostTensor& reference, const NumericsBounds& bounds) {
+  if (got.meta.shape != reference.meta.shape)
+    throw std::invalid_argument("check " + value + ": shape " + got.meta.str() + " vs " +
+                                reference.meta.str());
   NumericsResult r;
   r.value = value;
-  r.tol = tol;
+  r.dtype = got.meta.dtype;
+  r.bounds = bounds;
   r.numel = static_cast<int64_t>(got.data.size());
-  double err2 = 0, ref2 = 0;
+  const bool exact = !is_floating(r.dtype);
+  double err2 = 0, tgt2 = 0;
   for (int64_t i = 0; i < r.numel; ++i) {
-    const double g = got.data[i], f = ref.data[i];
-    const double diff = std::fabs(g - f);
+    const double g = got.data[i], t = round_to(r.dtype, reference.data[i]);
     bool bad;
-    if (std::isnan(g) || (std::isinf(g) && !std::isinf(f))) {
-      ++r.nan_count;
-      bad = true;
-    } else if (std::isinf(f) || std::isnan(f)) {
-      bad = !(g == f);  // an inf reference must be matched exactly; a NaN reference never is
+    if (!std::isfinite(g) || !std::isfinite(t)) {
+      bad = !(g == t || (std::isnan(g) && std::isnan(t)));  // NaN/Inf must match the target's
+      r.nonfinite_mismatch += bad;
     } else {
-      bad = !(diff <= tol.atol + tol.rtol * std::fabs(f));
+      const double diff = std::fabs(g - t);
+      const double ulps = diff / ulp_of(r.dtype, t);
+      bad = exact ? diff != 0 : ulps > 1;
+      r.beyond_1ulp += bad;
+      r.max_ulp_err = std::max(r.max_ulp_err, ulps);
       r.max_abs_err = std::max(r.max_abs_err, diff);
-      if (f != 0) r.max_rel_err = std::max(r.max_rel_err, diff / std::fabs(f));
+      if (t != 0) r.max_rel_err = std::max(r.max_rel_err, diff / std::fabs(t));
       err2 += diff * diff;
-      ref2 += f * f;
+      tgt2 += t * t;
     }
-    if (bad) {
-      if (r.mismatches == 0) {
-        r.first_got = g;
-        r.first_ref = f;
-        int64_t rem = i;
-        r.first_mismatch.assign(got.meta.shape.size(), 0);
-        for (size_t d = got.meta.shape.size(); d-- > 0;) {
-          r.first_mismatch[d] = rem % got.meta.shape[d];
-          rem /= got.meta.shape[d];
-        }
+    if (bad && r.first_bad.empty()) {
+      r.first_got = g;
+      r.first_target = t;
+      int64_t rem = i;
+      r.first_bad.assign(got.meta.shape.size(), 0);
+      for (size_t d = got.meta.shape.size(); d-- > 0;) {
+        r.first_bad[d] = rem % got.meta.shape[d];
+        rem /= got.meta.shape[d];
       }
-      ++r.mismatches;
     }
   }
-  r.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  if (r.nan_count > 0) r.rel_l2 = NAN;
+  r.beyond_1ulp_share = r.numel ? static_cast<double>(r.beyond_1ulp) / static_cast<double>(r.numel) : 0;
+  r.rel_l2 = tgt2 > 0 ? std::sqrt(err2 / tgt2) : (err2 > 0 ? INFINITY : 0.0);
   return r;
+}
+
+std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
+  struct Path {
+    int ops = 0;
+    int64_t k = 1;
+  };
+  std::vector<Path> path(g.values.size());
+  for (const Node& n : g.nodes) {
+    const OpDef& def = op_def(n.op);
+    Path p;
+    for (const auto& o : n.operands)
+      if (o.is_tensor()) {
+        p.ops = std::max(p.ops, path[o.value].ops);
+        p.k = std::max(p.k, path[o.value].k);
+      }
+    if (def.kind != OpKind::kView) ++p.ops;  // a view computes nothing
+    if (def.kind == OpKind::kReduction) {
+      const auto& shape = g.meta(n.operands[0].value).shape;
+      int64_t terms = 1;
+      for (int64_t d : n.dims) terms *= shape.empty() ? 1 : shape[d];
+      p.k = std::max(p.k, terms);
+    }
+    for (int v : n.outputs) path[v] = p;
+  }
+  std::vector<NumericsBounds> out;
+  for (size_t v = 0; v < g.values.size(); ++v)
+    out.push_back(default_bounds(g.values[v].meta.dtype, path[v].ops, path[v].k));
+  return out;
 }
 
 nlohmann::json to_json(const NumericsResult& r) {
@@ -55,18 +125,24 @@ nlohmann::json to_json(const NumericsResult& r) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
   };
   nlohmann::json j = {{"value", r.value},
+                      {"dtype", dtype_name(r.dtype)},
                       {"numel", r.numel},
-                      {"mismatches", r.mismatches},
-                      {"nan_count", r.nan_count},
+                      {"nonfinite_mismatch", r.nonfinite_mismatch},
+                      {"beyond_1ulp", r.beyond_1ulp},
+                      {"beyond_1ulp_share", r.beyond_1ulp_share},
+                      {"max_ulp_err", num(r.max_ulp_err)},
                       {"max_abs_err", num(r.max_abs_err)},
                       {"max_rel_err", num(r.max_rel_err)},
                       {"rel_l2", num(r.rel_l2)},
-                      {"atol", r.tol.atol},
-                      {"rtol", r.tol.rtol},
+                      {"bounds",
+                       {{"max_rel_l2", r.bounds.max_rel_l2},
+                        {"max_beyond_1ulp", r.bounds.max_beyond_1ulp},
+                        {"why", r.bounds.why}}},
                       {"pass", r.pass()}};
-  if (!r.first_mismatch.empty())
-    j["first_mismatch"] = {
-        {"index", r.first_mismatch}, {"got", num(r.first_got)}, {"ref", num(r.first_ref)}};
+  if (!r.pass()) j["failure"] = r.failure();
+  if (!r.first_bad.empty())
+    j["first_bad"] = {
+        {"index", r.first_bad}, {"got", num(r.first_got)}, {"target", num(r.first_target)}};
   return j;
 }
 

@@ -1,35 +1,59 @@
-// Numerics check: a GPU (or golden) tensor against the reference, llm.c style tolerance
-// |got - ref| <= atol + rtol * |ref|, per element. NaN in `got` never passes.
+// Numerics check: a GPU (or PyTorch golden) tensor against its target, the float64 reference
+// rounded to the output dtype. Reports max error in ulps, the share of elements more than one ulp
+// off, rel_l2; the verdict needs all of: no NaN/Inf where the target has none (and the target's
+// NaN/Inf matched), rel_l2 within bound, share beyond one ulp within bound (NumericsBounds,
+// workloads/ir/tolerance.hpp, gives the bounds and how they are derived).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "workloads/ir/graph.hpp"
 #include "workloads/ir/host_tensor.hpp"
 #include "workloads/ir/tolerance.hpp"
 
 namespace replay {
 
+/// Outcome of a check, or of a set of checks: a skipped comparison is "not compared", never PASS.
+enum class Verdict : uint8_t { kNotCompared, kPass, kFail };
+std::string_view verdict_name(Verdict v);  ///< "not compared", "PASS", "FAIL"
+/// Two verdicts together: any FAIL fails; else any PASS passes; else not compared.
+Verdict combine(Verdict a, Verdict b);
+
 struct NumericsResult {
   std::string value;  ///< value (tensor) name checked
+  DType dtype = DType::kFloat32;
   int64_t numel = 0;
-  int64_t mismatches = 0;  ///< elements outside tolerance, NaN/inf included
-  int64_t nan_count = 0;   ///< NaN (or inf where the reference is finite) in `got`
+  int64_t nonfinite_mismatch = 0;  ///< NaN/Inf where the target is finite, or target NaN/Inf unmatched
+  int64_t beyond_1ulp = 0;         ///< finite elements more than one ulp (of the target) off
+  double beyond_1ulp_share = 0;    ///< beyond_1ulp / numel
+  double max_ulp_err = 0;          ///< max |got - target| / ulp(target) over finite elements
   double max_abs_err = 0;
-  double max_rel_err = 0;               ///< max |got-ref| / |ref| over elements with ref != 0
-  double rel_l2 = 0;                    ///< ||got - ref|| / ||ref||
-  std::vector<int64_t> first_mismatch;  ///< multi-index of the first mismatch (empty if none)
-  double first_got = 0, first_ref = 0;
-  Tolerance tol;
-  bool pass() const { return mismatches == 0; }
+  double max_rel_err = 0;  ///< max |got - target| / |target| over elements with target != 0
+  double rel_l2 = 0;       ///< ||got - target|| / ||target|| over finite elements (0/0 = 0)
+  NumericsBounds bounds;
+  /// Multi-index of the first element beyond one ulp or non-finite mismatch (empty if none).
+  std::vector<int64_t> first_bad;
+  double first_got = 0, first_target = 0;
+
+  bool pass() const { return failure().empty(); }
+  /// Which criterion failed ("" when it passes), e.g. "rel_l2 1.3e-03 > 4.6e-04".
+  std::string failure() const;
 };
 
-/// Compare `got` with `ref` (same shape). Throws std::invalid_argument on a shape mismatch.
-NumericsResult compare_tensors(const std::string& value, const HostTensor& got,
-                               const HostTensor& ref, Tolerance tol);
+/// Check `got` against `reference` rounded to got's dtype, with `bounds`. Throws
+/// std::invalid_argument on a shape mismatch.
+NumericsResult check_numerics(const std::string& value, const HostTensor& got,
+                              const HostTensor& reference, const NumericsBounds& bounds);
+
+/// Default bounds of every value of `g` (indexed by value), from its dtype and the chain of ops
+/// that produces it from the graph inputs: the number of ops on the longest chain and the longest
+/// reduction on it (default_bounds).
+std::vector<NumericsBounds> default_value_bounds(const Graph& g);
 
 nlohmann::json to_json(const NumericsResult& r);
 

@@ -4,8 +4,10 @@
 
 namespace replay {
 
-bool VariantResult::numerics_pass() const {
-  return std::all_of(numerics.begin(), numerics.end(), [](const auto& n) { return n.pass(); });
+Verdict VariantResult::verdict() const {
+  Verdict v = Verdict::kNotCompared;
+  for (const auto& n : numerics) v = combine(v, n.pass() ? Verdict::kPass : Verdict::kFail);
+  return v;
 }
 
 double RegionResult::sol_us(const Ceilings& c) const {
@@ -27,16 +29,18 @@ const VariantResult* RegionResult::find(Role role) const {
   return nullptr;
 }
 
-bool TraceResult::numerics_pass() const {
-  bool ok =
-      std::all_of(golden_check.begin(), golden_check.end(), [](const auto& n) { return n.pass(); });
+Verdict TraceResult::verdict() const {
+  Verdict v = Verdict::kNotCompared;
+  for (const auto& n : golden_check) v = combine(v, n.pass() ? Verdict::kPass : Verdict::kFail);
   for (const auto& r : regions)
-    for (const auto& v : r.variants) ok &= v.numerics_pass();
-  return ok;
+    for (const auto& x : r.variants) v = combine(v, x.verdict());
+  return v;
 }
 
-bool RunResult::numerics_pass() const {
-  return std::all_of(traces.begin(), traces.end(), [](const auto& t) { return t.numerics_pass(); });
+Verdict RunResult::verdict() const {
+  Verdict v = Verdict::kNotCompared;
+  for (const auto& t : traces) v = combine(v, t.verdict());
+  return v;
 }
 
 namespace {
@@ -54,7 +58,7 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
   nlohmann::json nums = nlohmann::json::array();
   for (const auto& n : v.numerics) nums.push_back(to_json(n));
   j["numerics"] = nums;
-  j["numerics_pass"] = v.numerics_pass();
+  j["verdict"] = verdict_name(v.verdict());
   if (v.cupti) {
     nlohmann::json ks = nlohmann::json::array();
     for (const auto& k : v.cupti->kernels)
@@ -92,12 +96,16 @@ nlohmann::json to_json(const RunResult& r) {
     for (const auto& n : t.golden_check) golden.push_back(to_json(n));
     nlohmann::json tj = {
         {"name", t.name},         {"file", t.file},     {"input_source", t.input_source},
-        {"golden_check", golden}, {"regions", regions}, {"numerics_pass", t.numerics_pass()}};
-    if (!t.error.empty()) tj["error"] = t.error;
+        {"golden_check", golden}, {"regions", regions}, {"verdict", verdict_name(t.verdict())}};
+    if (!t.error.empty()) {
+      tj["error"] = t.error;
+      tj["error_kind"] = t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime";
+    }
     traces.push_back(tj);
   }
   return {{"schema", kResultsSchema},
           {"environment", r.environment},
+          {"run", r.run_info},
           {"seed", r.seed},
           {"copy_bandwidth_GBps", r.ceilings.copy_gbps},
           {"ceilings",
@@ -105,7 +113,7 @@ nlohmann::json to_json(const RunResult& r) {
             {"matmul_TFLOPs", r.ceilings.matmul_tflops},
             {"bus_GBps", r.ceilings.bus_gbps}}},
           {"gpu_note", r.gpu_note},
-          {"numerics_pass", r.numerics_pass()},
+          {"verdict", verdict_name(r.verdict())},
           {"traces", traces}};
 }
 

@@ -35,7 +35,8 @@ struct VariantResult {
   std::vector<NumericsResult> numerics;  ///< one per checked output
   std::optional<CuptiSummary> cupti;
   bool timed() const { return !samples_us.empty(); }
-  bool numerics_pass() const;
+  /// Not compared when no output was checked (a skipped variant, the reference itself).
+  Verdict verdict() const;
 };
 
 /// The whole trace (label "trace") or one fusion region (label "region <i>: <fusion>").
@@ -59,21 +60,28 @@ struct RegionResult {
 };
 
 struct TraceResult {
+  /// Why a trace could not be replayed to the end: bad input (exit code 2) or a runtime failure
+  /// (CUDA, CUPTI, out of memory: exit code 4).
+  enum class Error : uint8_t { kNone, kBadInput, kRuntime };
   std::string name, file;
-  std::string error;         ///< non-empty: the trace could not be replayed (load error, ...)
+  Error error_kind = Error::kNone;
+  std::string error;         ///< what went wrong, naming the file and node where it can
   std::string input_source;  ///< "generated (seed N)" or "golden (<file>)"
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
   std::vector<RegionResult> regions;         ///< [0] is the whole trace
-  bool numerics_pass() const;
+  Verdict verdict() const;  ///< golden check and every variant of every row
 };
 
 struct RunResult {
   nlohmann::json environment;  ///< device, driver, CUDA version, git revision, host, ...
+  /// What a later reader needs to judge the numbers: timestamps (UTC, start and end), host,
+  /// command line, stopping rule, L2 flush bytes, GPU clocks/power/temperature at start and end.
+  nlohmann::json run_info = nlohmann::json::object();
   uint64_t seed = 0;
   Ceilings ceilings;
   std::string gpu_note;  ///< e.g. "GPU replay needs a CUDA device: none found"
   std::vector<TraceResult> traces;
-  bool numerics_pass() const;
+  Verdict verdict() const;
 };
 
 nlohmann::json to_json(const RunResult& r);

@@ -44,7 +44,7 @@ void run_variant(benchmark::State& state, std::shared_ptr<Fixture> fx, size_t ro
   }
   try {
     GpuSession& gpu = session();
-    GpuProgram prog(fx->graph, fx->plan, variant, fx->inputs);
+    GpuProgram prog(fx->graph, fx->plan, variant, fx->inputs, gpu.launch_context().stream);
     const RegionResult& rr = fx->rows[row];
     if (rr.region >= 0 && !prog.fallback_reason(rr.region).empty()) {
       state.SkipWithError(("ran eagerly: " + prog.fallback_reason(rr.region)).c_str());

@@ -53,13 +53,13 @@ TEST(GpuReplay, PoisonCatchesUnwrittenOutputs) {
   REQUIRE_GPU();
   Graph g = load_trace(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
   auto ref = run_reference(g, generate_inputs(g, 3));
-  GpuProgram prog(g, make_plan(g, fusion_registry()), "optimized", ref);
+  GpuProgram prog(g, make_plan(g, fusion_registry()), "optimized", ref, nullptr);
   prog.poison_outputs(nullptr);  // and never run: the check must fail
   REPLAY_CUDA(cudaDeviceSynchronize());
-  auto res = compare_tensors("y", prog.download(g.outputs[0]), ref.at(g.outputs[0]),
-                             default_tolerance(DType::kBFloat16));
+  auto res = check_numerics("y", prog.download(g.outputs[0], nullptr), ref.at(g.outputs[0]),
+                            default_value_bounds(g)[g.outputs[0]]);
   EXPECT_FALSE(res.pass());
-  EXPECT_EQ(res.nan_count, res.numel);
+  EXPECT_EQ(res.nonfinite_mismatch, res.numel);
 }
 
 TEST(GpuReplay, GoldenInputsMatchPyTorchOutputs) {
@@ -72,15 +72,14 @@ TEST(GpuReplay, GoldenInputsMatchPyTorchOutputs) {
     for (int v : g.inputs) in[v] = golden.at(g.values[v].name);
     for (const auto& variant : plan_variants(plan)) {
       if (!variant.is_gpu()) continue;
-      GpuProgram prog(g, plan, variant.name, in);
+      GpuProgram prog(g, plan, variant.name, in, nullptr);
       prog.poison_outputs(nullptr);
       prog.run_all(LaunchContext{});
       REPLAY_CUDA(cudaDeviceSynchronize());
       int out = g.outputs[0];
-      auto res =
-          compare_tensors(g.values[out].name, prog.download(out), golden.at(g.values[out].name),
-                          default_tolerance(g.meta(out).dtype));
-      EXPECT_TRUE(res.pass()) << name << " " << variant.name << " vs PyTorch: " << res.mismatches;
+      auto res = check_numerics(g.values[out].name, prog.download(out, nullptr),
+                                golden.at(g.values[out].name), default_value_bounds(g)[out]);
+      EXPECT_TRUE(res.pass()) << name << " " << variant.name << " vs PyTorch: " << res.failure();
     }
   }
 }

@@ -15,54 +15,106 @@ HostTensor t(std::vector<int64_t> shape, std::vector<double> v, DType d = DType:
 }
 }  // namespace
 
-TEST(Numerics, PassesWithinTolerance) {
-  auto ref = t({4}, {1.0, -2.0, 100.0, 0.0});
-  auto got = t({4}, {1.0078125, -2.0, 100.5, 0.0});
-  auto r = compare_tensors("y", got, ref, default_tolerance(DType::kBFloat16));
+NumericsBounds loose() {
+  return {1.0, 1.0, "test"};
+}
+
+TEST(Numerics, TargetIsTheReferenceRoundedToTheOutputDtype) {
+  // A float64 reference of 1 + 2^-9 rounds to 1.0 in bf16: a kernel writing 1.0 is exact.
+  auto r = check_numerics("y", t({2}, {1.0, -2.0}), t({2}, {1.0 + std::ldexp(1.0, -9), -2.0}),
+                          default_bounds(DType::kBFloat16, 1, 1));
+  EXPECT_TRUE(r.pass()) << r.failure();
+  EXPECT_EQ(r.max_ulp_err, 0);
+  EXPECT_EQ(r.rel_l2, 0);
+}
+
+TEST(Numerics, UlpsAndShareBeyondOneUlp) {
+  // bf16 ulp at 1 is 2^-7, at 100 it is 0.5.
+  auto ref = t({4}, {1.0, -2.0, 100.0, 0.5});
+  auto got = t({4}, {1.0078125, -2.0, 101.0, 0.5});  // 1 ulp, 0, 2 ulps, 0
+  auto r = check_numerics("y", got, ref, loose());
+  EXPECT_DOUBLE_EQ(r.max_ulp_err, 2.0);
+  EXPECT_EQ(r.beyond_1ulp, 1);
+  EXPECT_DOUBLE_EQ(r.beyond_1ulp_share, 0.25);
+  EXPECT_NEAR(r.max_abs_err, 1.0, 1e-12);
+  EXPECT_EQ(r.first_bad, (std::vector<int64_t>{2}));
+  EXPECT_EQ(r.first_got, 101.0);
+  EXPECT_EQ(r.first_target, 100.0);
   EXPECT_TRUE(r.pass());
-  EXPECT_NEAR(r.max_abs_err, 0.5, 1e-12);
-  EXPECT_NEAR(r.max_rel_err, 0.0078125, 1e-12);
+  NumericsBounds tight{1.0, 0.2, "test"};  // 25% beyond 1 ulp > 20%
+  auto f = check_numerics("y", got, ref, tight);
+  EXPECT_FALSE(f.pass());
+  EXPECT_NE(f.failure().find("beyond 1 ulp"), std::string::npos) << f.failure();
 }
 
-TEST(Numerics, ReportsFirstMismatchAsMultiIndex) {
-  auto ref = t({2, 3}, {1, 2, 3, 4, 5, 6});
-  auto got = t({2, 3}, {1, 2, 3, 4, 5.5, 7});
-  auto r = compare_tensors("y", got, ref, {1e-5, 1.6e-2});
-  EXPECT_FALSE(r.pass());
-  EXPECT_EQ(r.mismatches, 2);
-  EXPECT_EQ(r.first_mismatch, (std::vector<int64_t>{1, 1}));
-  EXPECT_EQ(r.first_got, 5.5);
-  EXPECT_EQ(r.first_ref, 5);
+TEST(Numerics, RelL2Bound) {
+  auto ref = t({2}, {3.0, 4.0}, DType::kFloat32);
+  auto got = t({2}, {3.0, 4.05}, DType::kFloat32);  // ||err|| 0.05 / ||ref|| 5 = 1e-2
+  auto r = check_numerics("y", got, ref, {1e-2 + 1e-9, 1.0, "test"});
+  EXPECT_NEAR(r.rel_l2, 1e-2, 1e-9);
+  EXPECT_TRUE(r.pass());
+  auto f = check_numerics("y", got, ref, {9e-3, 1.0, "test"});
+  EXPECT_FALSE(f.pass());
+  EXPECT_NE(f.failure().find("rel_l2 1.00e-02 > 9.00e-03"), std::string::npos) << f.failure();
 }
 
-TEST(Numerics, NaNNeverPasses) {
-  auto ref = t({2}, {1, NAN});
-  auto got = t({2}, {NAN, NAN});
-  auto r = compare_tensors("y", got, ref, {1e9, 1e9});
-  EXPECT_EQ(r.mismatches, 2);
-  EXPECT_EQ(r.nan_count, 2);
+TEST(Numerics, NaNAndInfMustMatchTheTarget) {
+  auto r = check_numerics("y", t({3}, {NAN, 1, 2}), t({3}, {1, 1, 2}), loose());
+  EXPECT_EQ(r.nonfinite_mismatch, 1);
   EXPECT_FALSE(r.pass());
-  EXPECT_TRUE(std::isnan(r.rel_l2));
   auto j = to_json(r);
   EXPECT_FALSE(j["pass"].get<bool>());
-  EXPECT_TRUE(j["rel_l2"].is_null());
+  EXPECT_NE(j["failure"].get<std::string>().find("NaN/Inf"), std::string::npos);
+  // The target's own NaN and Inf must be reproduced, not replaced by a finite value.
+  EXPECT_TRUE(check_numerics("y", t({2}, {NAN, INFINITY}), t({2}, {NAN, INFINITY}), loose()).pass());
+  EXPECT_FALSE(check_numerics("y", t({1}, {0.0}), t({1}, {NAN}), loose()).pass());
+  EXPECT_FALSE(check_numerics("y", t({1}, {-INFINITY}), t({1}, {INFINITY}), loose()).pass());
+  // A finite reference that overflows the output dtype has an Inf target.
+  EXPECT_TRUE(check_numerics("y", t({1}, {INFINITY}), t({1}, {1e39}, DType::kBFloat16), loose()).pass());
 }
 
-TEST(Numerics, InfMustMatchExactly) {
-  auto r = compare_tensors("y", t({2}, {INFINITY, 1}), t({2}, {INFINITY, 1}), {0, 0});
-  EXPECT_TRUE(r.pass());
-  auto bad = compare_tensors("y", t({1}, {INFINITY}), t({1}, {1e30}), {1e9, 1e9});
-  EXPECT_FALSE(bad.pass());
+TEST(Numerics, IntegersMustBeExact) {
+  auto b = default_bounds(DType::kInt64, 3, 10);
+  EXPECT_EQ(b.max_rel_l2, 0);
+  EXPECT_EQ(b.max_beyond_1ulp, 0);
+  EXPECT_TRUE(check_numerics("i", t({2}, {3, 4}, DType::kInt64), t({2}, {3, 4}, DType::kInt64), b).pass());
+  EXPECT_FALSE(check_numerics("i", t({2}, {3, 5}, DType::kInt64), t({2}, {3, 4}, DType::kInt64), b).pass());
 }
 
 TEST(Numerics, ShapeMismatchThrows) {
-  EXPECT_THROW(compare_tensors("y", t({2}, {1, 2}), t({1, 2}, {1, 2}), {}), std::invalid_argument);
+  EXPECT_THROW(check_numerics("y", t({2}, {1, 2}), t({1, 2}, {1, 2}), loose()),
+               std::invalid_argument);
 }
 
-TEST(Numerics, TolerancesFollowDtype) {
-  EXPECT_GT(default_tolerance(DType::kBFloat16).rtol, default_tolerance(DType::kFloat16).rtol);
-  EXPECT_GT(default_tolerance(DType::kFloat16).rtol, default_tolerance(DType::kFloat32).rtol);
-  EXPECT_EQ(default_tolerance(DType::kInt64).rtol, 0);
+TEST(Numerics, DefaultBoundsFollowPrecisionAndReductionLength) {
+  // The README's worked example: nanoGPT LayerNorm, bf16 output, 9 ops, rows of 1600.
+  auto ln = default_bounds(DType::kBFloat16, 9, 1600);
+  EXPECT_NEAR(ln.max_rel_l2, 4.6e-4, 0.1e-4);
+  EXPECT_NEAR(ln.max_beyond_1ulp, 4.5e-3, 0.1e-3);
+  // Wider outputs and shorter reductions get tighter bounds; longer reductions looser ones.
+  EXPECT_LT(default_bounds(DType::kFloat16, 9, 1600).max_rel_l2, ln.max_rel_l2);
+  EXPECT_LT(default_bounds(DType::kFloat32, 9, 1600).max_rel_l2,
+            default_bounds(DType::kFloat16, 9, 1600).max_rel_l2);
+  EXPECT_LT(default_bounds(DType::kBFloat16, 9, 16).max_rel_l2, ln.max_rel_l2);
+  EXPECT_GT(default_bounds(DType::kBFloat16, 9, 576000).max_rel_l2, ln.max_rel_l2);
+  EXPECT_EQ(default_bounds(DType::kFloat32, 9, 1600).max_beyond_1ulp, 1.0);
+  EXPECT_FALSE(ln.why.empty());
+}
+
+TEST(Numerics, VerdictsCombineAndNotComparedIsNeverPass) {
+  EXPECT_EQ(combine(Verdict::kNotCompared, Verdict::kNotCompared), Verdict::kNotCompared);
+  EXPECT_EQ(combine(Verdict::kNotCompared, Verdict::kPass), Verdict::kPass);
+  EXPECT_EQ(combine(Verdict::kPass, Verdict::kFail), Verdict::kFail);
+  EXPECT_EQ(verdict_name(Verdict::kNotCompared), "not compared");
+}
+
+TEST(Numerics, UlpOf) {
+  EXPECT_EQ(ulp_of(DType::kBFloat16, 1.0), std::ldexp(1.0, -7));
+  EXPECT_EQ(ulp_of(DType::kBFloat16, 1.99), std::ldexp(1.0, -7));
+  EXPECT_EQ(ulp_of(DType::kBFloat16, 2.0), std::ldexp(1.0, -6));
+  EXPECT_EQ(ulp_of(DType::kFloat16, 0.0), std::ldexp(1.0, -24));  // smallest subnormal spacing
+  EXPECT_EQ(ulp_of(DType::kFloat32, -1.0), std::ldexp(1.0, -23));
+  EXPECT_EQ(ulp_of(DType::kInt32, 5), 1.0);
 }
 
 TEST(Stats, PercentilesAndSummary) {

@@ -156,19 +156,17 @@ TEST_P(ReferenceGolden, MatchesPyTorch) {
   std::map<int, HostTensor> in;
   for (int v : g.inputs) in[v] = golden.at(g.values[v].name);
   auto vals = run_reference(g, in);
+  const auto bounds = default_value_bounds(g);
   for (int v : g.outputs) {
     const HostTensor& want = golden.at(g.values[v].name);
-    NumericsResult r =
-        compare_tensors(g.values[v].name, vals.at(v), want, default_tolerance(g.meta(v).dtype));
-    EXPECT_TRUE(r.pass()) << r.mismatches << " mismatches, max abs err " << r.max_abs_err;
-    EXPECT_LT(r.rel_l2, 4e-3);  // bf16 rounding only
-    // The check can fail: a perturbed weight must be caught.
+    NumericsResult r = check_numerics(g.values[v].name, vals.at(v), want, bounds[v]);
+    EXPECT_TRUE(r.pass()) << r.failure();
+    EXPECT_EQ(r.max_ulp_err, 0);  // bit-exact with PyTorch's output
+    // The check can fail: a perturbed weight element must be caught.
     std::map<int, HostTensor> bad = in;
     bad[g.inputs[1]].data[7] += 0.5;
     auto bad_vals = run_reference(g, bad);
-    EXPECT_FALSE(
-        compare_tensors("perturbed", bad_vals.at(v), want, default_tolerance(g.meta(v).dtype))
-            .pass());
+    EXPECT_FALSE(check_numerics("perturbed", bad_vals.at(v), want, bounds[v]).pass());
   }
 }
 

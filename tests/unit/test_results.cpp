@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "harness/cli/exit_codes.hpp"
 #include "harness/report/markdown.hpp"
 #include "harness/report/results.hpp"
 
@@ -24,7 +25,8 @@ VariantResult timed(VariantInfo variant, std::vector<double> us, bool pass = tru
   NumericsResult n;
   n.value = "y";
   n.numel = 10;
-  n.mismatches = pass ? 0 : 3;
+  n.bounds = {4.6e-4, 4.5e-3, "test"};
+  n.rel_l2 = pass ? 2e-5 : 1.3e-3;
   v.numerics.push_back(n);
   return v;
 }
@@ -87,7 +89,7 @@ TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
   EXPECT_EQ(j["traces"][0]["regions"][0]["copy_us"], 27.5);
   EXPECT_EQ(j["traces"][0]["regions"][0]["cost"]["bytes"], 100e6);
   EXPECT_EQ(j["traces"][0]["regions"][0]["variants"][3]["role"], "optimized");
-  EXPECT_TRUE(j["numerics_pass"].get<bool>());
+  EXPECT_EQ(j["verdict"], "PASS");
   const auto& vs = j["traces"][0]["regions"][0]["variants"];
   ASSERT_EQ(vs.size(), 4u);
   EXPECT_EQ(vs[0]["skipped"], "CPU float64 oracle: not timed");
@@ -99,10 +101,10 @@ TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
 
 TEST(Results, FailingNumericsPropagate) {
   RunResult run = sample_run(false);
-  EXPECT_FALSE(run.numerics_pass());
-  EXPECT_FALSE(to_json(run)["traces"][0]["numerics_pass"].get<bool>());
+  EXPECT_EQ(run.verdict(), Verdict::kFail);
+  EXPECT_EQ(to_json(run)["traces"][0]["verdict"], "FAIL");
   std::string md = render_markdown(run);
-  EXPECT_NE(md.find("**FAIL** 3/10 mismatched"), std::string::npos) << md;
+  EXPECT_NE(md.find("**FAIL** `y`: rel_l2 1.30e-03 > 4.60e-04"), std::string::npos) << md;
   EXPECT_NE(md.find("Overall numerics: **FAIL**"), std::string::npos);
 }
 
@@ -124,11 +126,14 @@ TEST(Results, NoDeviceNoteAndTraceErrors) {
   TraceResult bad;
   bad.name = "broken";
   bad.error = "traces/broken.json: node 'sub': recorded output shape ...";
+  bad.error_kind = TraceResult::Error::kBadInput;
   run.traces.push_back(bad);
   std::string md = render_markdown(run);
   EXPECT_NE(md.find("GPU replay needs a CUDA device"), std::string::npos);
-  EXPECT_NE(md.find("**error:** traces/broken.json: node 'sub'"), std::string::npos);
+  EXPECT_NE(md.find("**error** (bad input): traces/broken.json: node 'sub'"), std::string::npos)
+      << md;
   EXPECT_EQ(to_json(run)["traces"][0]["error"], bad.error);
+  EXPECT_EQ(to_json(run)["traces"][0]["error_kind"], "bad input");
 }
 
 namespace {
@@ -194,4 +199,49 @@ TEST(Report, EveryTableIsWellFormed) {
 TEST(Report, TableCheckerCatchesARaggedRow) {
   EXPECT_NONFATAL_FAILURE(expect_tables_well_formed("| a | b |\n|---|---|\n| 1 | 2 | 3 |\n"),
                           "row has 3 cells");
+}
+
+TEST(Results, SkippedIsNotComparedNeverPass) {
+  RunResult run;
+  TraceResult t;
+  t.name = "t";
+  RegionResult r;
+  r.label = "trace";
+  VariantResult skipped;
+  skipped.variant = {VariantInfo::kEager, "eager"};
+  skipped.skipped = "no CUDA device (GPU replay needs one)";
+  r.variants.push_back(skipped);
+  t.regions.push_back(r);
+  run.traces.push_back(t);
+  EXPECT_EQ(run.verdict(), Verdict::kNotCompared);
+  auto j = to_json(run);
+  EXPECT_EQ(j["verdict"], "not compared");
+  EXPECT_EQ(j["traces"][0]["regions"][0]["variants"][0]["verdict"], "not compared");
+  std::string md = render_markdown(run);
+  EXPECT_NE(md.find("Overall numerics: not compared"), std::string::npos) << md;
+  EXPECT_EQ(md.find("PASS"), std::string::npos) << md;
+}
+
+TEST(ExitCode, PrecedenceNumericsThenRuntimeThenBadInputThenNoDevice) {
+  auto with = [](bool numerics_fail, bool runtime, bool bad) {
+    RunResult run = sample_run(!numerics_fail);
+    if (runtime) {
+      TraceResult t;
+      t.error_kind = TraceResult::Error::kRuntime;
+      run.traces.push_back(t);
+    }
+    if (bad) {
+      TraceResult t;
+      t.error_kind = TraceResult::Error::kBadInput;
+      run.traces.push_back(t);
+    }
+    return run;
+  };
+  EXPECT_EQ(exit_code(with(false, false, false), false, false), kExitOk);
+  EXPECT_EQ(exit_code(with(false, false, false), false, true), kExitNoDevice);
+  EXPECT_EQ(exit_code(with(false, false, true), false, true), kExitBadInput);
+  EXPECT_EQ(exit_code(with(false, true, true), false, true), kExitRuntime);
+  EXPECT_EQ(exit_code(with(false, false, false), true, false), kExitRuntime);
+  EXPECT_EQ(exit_code(with(true, true, true), true, true), kExitNumerics);
+  EXPECT_EQ(exit_code(with(true, false, true), false, false), kExitNumerics);
 }

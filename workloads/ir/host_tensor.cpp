@@ -1,7 +1,11 @@
 #include "workloads/ir/host_tensor.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace replay {
 namespace {
@@ -26,6 +30,40 @@ void for_each_offset(const TensorMeta& layout, F&& f) {
   }
 }
 
+// "[i0, i1, ...]": the multi-index of row-major linear index `i` in `shape`.
+std::string index_str(const std::vector<int64_t>& shape, int64_t i) {
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = i % shape[d];
+    i /= shape[d];
+  }
+  return shape_str(idx);
+}
+
+std::string num_str(double v) {
+  std::ostringstream os;
+  os << std::setprecision(17) << v;
+  return os.str();
+}
+
+bool has_distinct_offsets(const TensorMeta& layout) {
+  // Sort the dims that have more than one index by stride; if each stride exceeds the largest
+  // offset the smaller-stride dims reach, every index has its own offset (the mixed-radix
+  // argument). Contiguous, permuted and sliced layouts pass; stride 0 and other overlaps fail.
+  // The test is sufficient, not necessary (strides [2, 3] on shape [3, 2] have distinct offsets
+  // and fail it): such layouts only take pack's slower checked path, which is exact.
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (size_t d = 0; d < layout.shape.size(); ++d)
+    if (layout.shape[d] > 1) dims.emplace_back(layout.stride[d], layout.shape[d]);
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // largest offset of the dims seen so far
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += (size - 1) * stride;
+  }
+  return true;
+}
+
 }  // namespace
 
 HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype) {
@@ -39,8 +77,29 @@ std::vector<uint8_t> pack(const HostTensor& t, const TensorMeta& layout) {
   if (t.meta.shape != layout.shape) throw std::invalid_argument("pack: shape mismatch");
   const size_t es = dtype_size(layout.dtype);
   std::vector<uint8_t> out(static_cast<size_t>(layout.storage_elems()) * es, 0);
+  if (layout.numel() == 0 || has_distinct_offsets(layout)) {
+    for_each_offset(layout, [&](int64_t i, int64_t off) {
+      store_as(layout.dtype, t.data[i], out.data() + off * es);
+    });
+    return out;
+  }
+  // Several logical elements share a storage element: they must agree, or the buffer would hold
+  // whichever was written last while the reference computes with all of them.
+  std::vector<int64_t> first(static_cast<size_t>(layout.storage_elems()), -1);
   for_each_offset(layout, [&](int64_t i, int64_t off) {
-    store_as(layout.dtype, t.data[i], out.data() + off * es);
+    int64_t& f = first[off];
+    if (f < 0) {
+      f = i;
+      store_as(layout.dtype, t.data[i], out.data() + off * es);
+      return;
+    }
+    const double a = t.data[f], b = t.data[i];
+    if (a == b || (std::isnan(a) && std::isnan(b))) return;
+    throw std::invalid_argument(
+        "pack: logical elements " + index_str(layout.shape, i) + " and " +
+        index_str(layout.shape, f) + " of " + layout.str() + " with stride " +
+        shape_str(layout.stride) + " share storage element " + std::to_string(off) +
+        " but hold different values (" + num_str(b) + " vs " + num_str(a) + ")");
   });
   return out;
 }

@@ -21,8 +21,12 @@ struct HostTensor {
 /// A contiguous HostTensor of `shape` and `dtype`, zero-filled.
 HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype);
 
-/// Bytes of `t` in `layout` (layout.dtype, layout.stride; storage_elems() elements).
-/// Throws std::invalid_argument if the shapes differ.
+/// Bytes of `t` in `layout` (layout.dtype, layout.stride; storage_elems() elements, a storage
+/// element no logical element maps to stays 0). Strides must be >= 0. Where the layout maps
+/// several logical elements to one storage element (stride 0, overlapping strides), they must
+/// hold the same value (==, or both NaN), which is then stored once.
+/// Throws std::invalid_argument if the shapes differ, or naming the first logical index (row-major)
+/// whose value differs from an earlier one sharing its storage element.
 std::vector<uint8_t> pack(const HostTensor& t, const TensorMeta& layout);
 /// Values of a strided view over `storage`'s data (read as a flat array of elements):
 /// element i of the result is storage.data[offset of i in layout]. Used for permute/expand and

@@ -1,24 +1,51 @@
-// How close a result must be to the float64 reference: shared by the numerics check
-// (harness/report/numerics.hpp) and the fusions that declare their own bounds.
+// How close a result must be to its target (the float64 reference rounded to the output dtype):
+// the bounds of the numerics verdict (harness/report/numerics.hpp), derived from the output
+// dtype's precision and the computation that produced the value. Fusions may declare their own
+// (FusionSpec::tolerance), tighter or, with a reason, looser.
 #pragma once
+
+#include <cstdint>
+#include <string>
 
 #include "workloads/ir/dtype.hpp"
 
 namespace replay {
 
-/// Elementwise bound |got - ref| <= atol + rtol * |ref|.
-struct Tolerance {
-  double atol = 0;
-  double rtol = 0;
+/// Pass bounds of one output. A result passes when it has no NaN/Inf where the target has none
+/// (and matches the target's NaN/Inf elsewhere), its rel_l2 = ||got - target|| / ||target|| is at
+/// most `max_rel_l2`, and the share of its elements off by more than one ulp of the output dtype
+/// is at most `max_beyond_1ulp`. Integer and bool outputs must match exactly (both bounds 0).
+struct NumericsBounds {
+  double max_rel_l2 = 0;
+  double max_beyond_1ulp = 0;  ///< a share in [0, 1]
+  std::string why;             ///< how the bounds were derived, for the results
 };
 
-/// Tolerance for comparing a result of dtype `t` with the float64 reference. For bfloat16 and
-/// float16 both atol and rtol are two units in the last place at magnitude 1 (bf16 1.6e-2, fp16
-/// 2e-3): a chain of ops that each round to the narrow type can flip one rounding of an O(1)
-/// intermediate, and a later add can cancel the value while the absolute error stays. (rtol is
-/// torch.testing.assert_close's for bf16; its fp16 1e-3 is one ulp, too tight for such chains.)
-/// float32 allows 1e-5 (fp32 arithmetic and accumulation over rows of a few thousand elements,
-/// against float64). Integers and bool are exact.
-Tolerance default_tolerance(DType t);
+/// Unit roundoff of a dtype (half the spacing at 1.0): bfloat16 2^-8, float16 2^-11, float32
+/// 2^-24, float64 2^-53, float8_e4m3fn 2^-4, float8_e5m2 2^-3; 0 for integers and bool.
+double unit_roundoff(DType t);
+
+/// Spacing of representable `t` values at magnitude |v| (one ulp), subnormals included; 1 for
+/// integers and bool.
+double ulp_of(DType t, double v);
+
+/// Default bounds for an output of dtype `t` computed in float32 opmath along a chain of at most
+/// `ops` ops whose longest reduction sums `k` terms (k = 1 without a reduction).
+///
+/// Model: a correct float32 implementation's value before the last rounding has relative error
+///   delta = u32 * (8 * ops + 4 * sqrt(k)),   u32 = 2^-24
+/// (a few roundings per op, transcendental functions included, and a k-term float32 reduction,
+/// whose error grows like sqrt(k) for independent rounding errors, with a factor 4 for margin).
+/// - Output narrower than float32 (u = unit_roundoff(t) > delta): an element differs from the
+///   rounded target only when the computed value falls within delta of a rounding boundary, with
+///   probability ~ delta / u, and then by one ulp (2u relative): rel_l2 ~ sqrt(delta / u) * 2u
+///   = 2 sqrt(delta * u), the bound. Elements more than one ulp off come only from cancellation
+///   (a target near 0) or a second rounding of a narrow intermediate: at most 1e-3 + delta / u.
+/// - float32/float64 output: rel_l2 <= 2 delta (float64 opmath: u64 in place of u32 when
+///   t is float64); one-ulp agreement is not expected, so the share bound is 1.
+/// Example: nanoGPT LayerNorm, bf16 out, 9 ops, k = 1600: delta = 1.4e-5, rel_l2 <= 4.6e-4,
+/// beyond 1 ulp <= 0.45 %; a correct kernel measures ~2e-5 and 0 %, while eps 1e-3 instead of
+/// 1e-5, biased variance or a 1.2 % scale measure 1.3e-3 and more.
+NumericsBounds default_bounds(DType t, int ops, int64_t k);
 
 }  // namespace replay

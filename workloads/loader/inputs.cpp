@@ -1,27 +1,46 @@
 #include "workloads/loader/inputs.hpp"
 
 #include <algorithm>
-#include <random>
+#include <array>
+#include <stdexcept>
 
 #include "workloads/ir/error.hpp"
+#include "workloads/loader/philox.hpp"
 #include "workloads/loader/safetensors.hpp"
 
 namespace replay {
 
 std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed) {
+  const std::array<uint32_t, 2> key = {static_cast<uint32_t>(seed),
+                                       static_cast<uint32_t>(seed >> 32)};
   std::map<int, HostTensor> out;
   for (int v : g.inputs) {
     const Value& val = g.values[v];
-    HostTensor t = make_host_tensor(val.meta.shape, val.meta.dtype);
-    ValueStats st = val.stats.value_or(ValueStats{0.0, 1.0, -1e30, 1e30});
-    std::seed_seq sseq{seed, static_cast<uint64_t>(std::hash<std::string>{}(val.name))};
-    std::mt19937_64 rng(sseq);
-    std::normal_distribution<double> normal(st.mean, st.std > 0 ? st.std : 1.0);
-    for (double& x : t.data) {
-      double r = st.std > 0 ? std::clamp(normal(rng), st.min, st.max) : st.mean;
-      x = round_to(val.meta.dtype, r);
+    const TensorMeta& layout = val.meta;
+    const ValueStats st = val.stats.value_or(ValueStats{});
+    for (int64_t s : layout.stride)
+      if (s < 0)
+        throw std::invalid_argument("generate_inputs: input '" + val.name +
+                                    "' has a negative stride " + shape_str(layout.stride));
+    const uint32_t stream = fnv1a_32(val.name);
+    // One value per storage element of the recorded layout, so logical elements that alias one
+    // storage element (stride 0, overlapping strides) get the same value, as on the GPU.
+    HostTensor storage = make_host_tensor({layout.storage_elems()}, layout.dtype);
+    if (st.std > 0) {
+      for (size_t i = 0; i < storage.data.size(); ++i) {
+        double x = st.mean + st.std * philox_normal(key, i, stream);
+        x = x < st.min ? st.min : (x > st.max ? st.max : x);  // no std::clamp: min > max is UB
+        storage.data[i] = round_to(layout.dtype, x);
+      }
+    } else {
+      std::fill(storage.data.begin(), storage.data.end(), round_to(layout.dtype, st.mean));
     }
-    out[v] = std::move(t);
+    if (layout.is_contiguous()) {  // storage order is logical order: no gather needed
+      storage.meta = TensorMeta{layout.shape, contiguous_strides(layout.shape), layout.dtype};
+      out[v] = std::move(storage);
+    } else {
+      out[v] = strided_view(storage, layout);
+    }
   }
   return out;
 }

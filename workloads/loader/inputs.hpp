@@ -10,9 +10,17 @@
 
 namespace replay {
 
-/// Inputs for `g`, generated from `seed`: each input follows its recorded value statistics
-/// (normal(mean, std) clipped to [min, max]; constant when std == 0), rounded to its dtype.
-/// Each input's stream depends only on (seed, input name), not on the input's position.
+/// Inputs for `g`, generated from `seed`, keyed by graph-input value index; each a logical
+/// (row-major) HostTensor of the input's shape and dtype. Bit-for-bit the same on every platform
+/// (the algorithm is specified in traces/SCHEMA.md, "Inputs"): one value per storage element of
+/// the input's recorded layout (TensorMeta::storage_elems(), in storage order), each
+/// normal(mean, std) from its recorded stats (default mean 0, std 1) by Philox4x32-10 and the polar
+/// method (workloads/loader/philox.hpp), clamped to [min, max] (constant mean when std == 0),
+/// rounded to the dtype (round_to); the logical tensor is the strided view of that storage, so
+/// logical elements sharing a storage element (stride 0) hold the same value and pack() accepts
+/// them. Each input's stream depends only on (seed, input name), not on the input's position.
+/// Throws std::invalid_argument naming the input when a recorded stride is negative (its storage
+/// elements would not be numbered from 0).
 std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed);
 
 /// Inputs of one replay, keyed by graph-input value index, and where they came from.

@@ -251,20 +251,59 @@ Graph parse_trace(const json& doc, const std::string& file) {
   return Parser(doc, file).parse();
 }
 
-Graph load_trace(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw TraceError(path, "", "cannot open the trace file (missing or unreadable)");
+namespace {
+
+// Rejects JSON nested deeper than kMaxJsonDepth before the recursive parser sees it (a 100k-deep
+// document would overflow the stack there).
+void check_depth(std::string_view text, const std::string& file) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw TraceError(file, "",
+                         "JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                             " levels (a trace needs about 6)");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
+Graph parse_trace_text(std::string_view text, const std::string& file) {
+  check_depth(text, file);
   json doc;
   try {
-    doc = json::parse(f);
+    doc = json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    throw TraceError(path, "", std::string("malformed JSON: ") + e.what());
+    throw TraceError(file, "", std::string("malformed JSON: ") + e.what());
   }
   try {
-    return parse_trace(doc, path);
+    return parse_trace(doc, file);
   } catch (const json::exception& e) {  // a field of the wrong JSON type
-    throw TraceError(path, "", std::string("unexpected JSON type: ") + e.what());
+    throw TraceError(file, "", std::string("unexpected JSON type: ") + e.what());
   }
+}
+
+Graph load_trace(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw TraceError(path, "", "cannot open the trace file (missing or unreadable)");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (f.bad()) throw TraceError(path, "", "read error");
+  return parse_trace_text(text, path);
 }
 
 }  // namespace replay

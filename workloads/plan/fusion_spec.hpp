@@ -60,9 +60,9 @@ struct FusionSpec {
   /// Binds variant `v` to the region's device buffers: a launch, or the reason it cannot run
   /// (the region then runs eagerly and the report says why).
   Binding (*bind)(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
-  /// Optional: a bound for output `value` other than the dtype's default, with the reason in a
-  /// comment beside it; nullptr, or std::nullopt, for the default.
-  std::optional<Tolerance> (*tolerance)(const Graph& g, const Region& r, int value) = nullptr;
+  /// Optional: numerics bounds for output `value` other than the default (default_bounds), with
+  /// the reason in NumericsBounds::why; nullptr, or std::nullopt, for the default.
+  std::optional<NumericsBounds> (*tolerance)(const Graph& g, const Region& r, int value) = nullptr;
   /// Ranks the fusion needs (collectives: 2).
   int min_world_size = 1;
 
