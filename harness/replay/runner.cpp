@@ -254,8 +254,8 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     for (int v : g.outputs) {
       auto it = inputs.golden.find(g.values[v].name);
       if (it != inputs.golden.end())
-        tr.golden_check.push_back(
-            check_numerics(g.values[v].name, ref.at(v), it->second, bounds_for(g, plan, bounds, v)));
+        tr.golden_check.push_back(check_numerics(g.values[v].name, ref.at(v), it->second,
+                                                 bounds_for(g, plan, bounds, v)));
     }
   } catch (const TraceError& e) {
     return fail(TraceResult::Error::kBadInput, e.what());

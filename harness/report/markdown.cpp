@@ -100,8 +100,7 @@ std::string render_markdown(const RunResult& r) {
   for (const auto& t : r.traces) compared += t.verdict() != Verdict::kNotCompared;
   md += "\nOverall numerics: " +
         std::string(overall == Verdict::kFail ? "**FAIL**" : verdict_name(overall)) + " (" +
-        std::to_string(compared) + " of " + std::to_string(r.traces.size()) +
-        " traces compared)\n";
+        std::to_string(compared) + " of " + std::to_string(r.traces.size()) + " traces compared)\n";
 
   static const auto columns = variant_columns();
   for (const auto& t : r.traces) {
@@ -109,10 +108,14 @@ std::string render_markdown(const RunResult& r) {
     md += "\n## " + t.name + " — " +
           (tv == Verdict::kFail ? "**FAIL**" : std::string(verdict_name(tv))) + "\n\n";
     md += "`" + t.file + "` — inputs: " + t.input_source + "\n";
-    if (!t.error.empty()) md += "\n**error** (" + std::string(t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime failure") + "): " + t.error + "\n";
+    if (!t.error.empty())
+      md += "\n**error** (" +
+            std::string(t.error_kind == TraceResult::Error::kBadInput ? "bad input"
+                                                                      : "runtime failure") +
+            "): " + t.error + "\n";
     for (const auto& n : t.golden_check)
-      md += "\n- reference vs PyTorch golden `" + n.value + "`: " +
-            (n.pass() ? "PASS" : "**FAIL** " + n.failure()) + " (rel_l2 " + sci(n.rel_l2) +
+      md += "\n- reference vs PyTorch golden `" + n.value +
+            "`: " + (n.pass() ? "PASS" : "**FAIL** " + n.failure()) + " (rel_l2 " + sci(n.rel_l2) +
             ", max " + fmt_num(n.max_ulp_err, 0) + " ulp)";
     if (!t.golden_check.empty()) md += "\n";
     for (const auto& reg : t.regions) {

@@ -86,7 +86,8 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
       }
     }
   }
-  r.beyond_1ulp_share = r.numel ? static_cast<double>(r.beyond_1ulp) / static_cast<double>(r.numel) : 0;
+  r.beyond_1ulp_share =
+      r.numel ? static_cast<double>(r.beyond_1ulp) / static_cast<double>(r.numel) : 0;
   r.rel_l2 = tgt2 > 0 ? std::sqrt(err2 / tgt2) : (err2 > 0 ? INFINITY : 0.0);
   return r;
 }

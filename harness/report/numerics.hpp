@@ -28,10 +28,11 @@ struct NumericsResult {
   std::string value;  ///< value (tensor) name checked
   DType dtype = DType::kFloat32;
   int64_t numel = 0;
-  int64_t nonfinite_mismatch = 0;  ///< NaN/Inf where the target is finite, or target NaN/Inf unmatched
-  int64_t beyond_1ulp = 0;         ///< finite elements more than one ulp (of the target) off
-  double beyond_1ulp_share = 0;    ///< beyond_1ulp / numel
-  double max_ulp_err = 0;          ///< max |got - target| / ulp(target) over finite elements
+  int64_t nonfinite_mismatch =
+      0;                    ///< NaN/Inf where the target is finite, or target NaN/Inf unmatched
+  int64_t beyond_1ulp = 0;  ///< finite elements more than one ulp (of the target) off
+  double beyond_1ulp_share = 0;  ///< beyond_1ulp / numel
+  double max_ulp_err = 0;        ///< max |got - target| / ulp(target) over finite elements
   double max_abs_err = 0;
   double max_rel_err = 0;  ///< max |got - target| / |target| over elements with target != 0
   double rel_l2 = 0;       ///< ||got - target|| / ||target|| over finite elements (0/0 = 0)

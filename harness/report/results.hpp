@@ -69,7 +69,7 @@ struct TraceResult {
   std::string input_source;  ///< "generated (seed N)" or "golden (<file>)"
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
   std::vector<RegionResult> regions;         ///< [0] is the whole trace
-  Verdict verdict() const;  ///< golden check and every variant of every row
+  Verdict verdict() const;                   ///< golden check and every variant of every row
 };
 
 struct RunResult {

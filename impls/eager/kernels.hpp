@@ -12,7 +12,7 @@
 
 namespace replay {
 
-constexpr int kMaxDims = 8;
+constexpr int kMaxDims = kMaxRank;
 
 /// A strided device tensor as the kernels see it: strides in elements, 0 for broadcast dims.
 struct DeviceTensor {

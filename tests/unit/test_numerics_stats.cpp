@@ -66,19 +66,23 @@ TEST(Numerics, NaNAndInfMustMatchTheTarget) {
   EXPECT_FALSE(j["pass"].get<bool>());
   EXPECT_NE(j["failure"].get<std::string>().find("NaN/Inf"), std::string::npos);
   // The target's own NaN and Inf must be reproduced, not replaced by a finite value.
-  EXPECT_TRUE(check_numerics("y", t({2}, {NAN, INFINITY}), t({2}, {NAN, INFINITY}), loose()).pass());
+  EXPECT_TRUE(
+      check_numerics("y", t({2}, {NAN, INFINITY}), t({2}, {NAN, INFINITY}), loose()).pass());
   EXPECT_FALSE(check_numerics("y", t({1}, {0.0}), t({1}, {NAN}), loose()).pass());
   EXPECT_FALSE(check_numerics("y", t({1}, {-INFINITY}), t({1}, {INFINITY}), loose()).pass());
   // A finite reference that overflows the output dtype has an Inf target.
-  EXPECT_TRUE(check_numerics("y", t({1}, {INFINITY}), t({1}, {1e39}, DType::kBFloat16), loose()).pass());
+  EXPECT_TRUE(
+      check_numerics("y", t({1}, {INFINITY}), t({1}, {1e39}, DType::kBFloat16), loose()).pass());
 }
 
 TEST(Numerics, IntegersMustBeExact) {
   auto b = default_bounds(DType::kInt64, 3, 10);
   EXPECT_EQ(b.max_rel_l2, 0);
   EXPECT_EQ(b.max_beyond_1ulp, 0);
-  EXPECT_TRUE(check_numerics("i", t({2}, {3, 4}, DType::kInt64), t({2}, {3, 4}, DType::kInt64), b).pass());
-  EXPECT_FALSE(check_numerics("i", t({2}, {3, 5}, DType::kInt64), t({2}, {3, 4}, DType::kInt64), b).pass());
+  EXPECT_TRUE(
+      check_numerics("i", t({2}, {3, 4}, DType::kInt64), t({2}, {3, 4}, DType::kInt64), b).pass());
+  EXPECT_FALSE(
+      check_numerics("i", t({2}, {3, 5}, DType::kInt64), t({2}, {3, 4}, DType::kInt64), b).pass());
 }
 
 TEST(Numerics, ShapeMismatchThrows) {

@@ -47,7 +47,7 @@ double round_minifloat(double v, int mant, int emin, double maxval, bool has_inf
   if (std::isnan(v)) return v;
   double a = std::fabs(v);
   if (a == 0) return v;
-  int e = std::max(static_cast<int>(std::floor(std::log2(a))), emin);
+  int e = std::max(std::ilogb(a), emin);  // exact (std::log2 may round differently per libm)
   double quantum = std::ldexp(1.0, e - mant);
   double r = std::nearbyint(a / quantum) * quantum;  // ties to even under the default mode
   if (r > maxval) {

@@ -1,5 +1,7 @@
 #include "workloads/ir/graph.hpp"
 
+#include <algorithm>
+
 namespace replay {
 
 int64_t TensorMeta::numel() const {
@@ -13,6 +15,27 @@ int64_t TensorMeta::storage_elems() const {
   int64_t span = 1;
   for (size_t i = 0; i < shape.size(); ++i) span += (shape[i] - 1) * stride[i];
   return span;
+}
+
+std::optional<int64_t> checked_numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  return n;
+}
+
+bool TensorMeta::non_overlapping_and_dense() const {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return stride[a] < stride[b]; });
+  int64_t expect = 1;
+  for (size_t i : order) {
+    if (shape[i] == 0) return true;  // no elements: nothing overlaps
+    if (stride[i] != expect) return false;
+    expect *= shape[i];
+  }
+  return true;
 }
 
 bool TensorMeta::is_contiguous() const {

@@ -14,6 +14,12 @@
 
 namespace replay {
 
+/// Most dims a tensor may have (the eager kernels index with fixed-size arrays).
+inline constexpr int kMaxRank = 8;
+/// Largest tensor the harness accepts, bytes (its numel and storage span are then far from
+/// overflowing int64).
+inline constexpr int64_t kMaxTensorBytes = int64_t(1) << 46;
+
 /// Shape [d0, d1, ...], strides in elements, and dtype of one tensor.
 struct TensorMeta {
   std::vector<int64_t> shape;
@@ -26,8 +32,14 @@ struct TensorMeta {
   /// Elements the strided layout spans: 1 + sum((shape[i]-1) * stride[i]).
   int64_t storage_elems() const;
   bool is_contiguous() const;
+  /// Every element at its own offset and the offsets gapless (a permutation of a contiguous
+  /// layout), as every computed (non-view) tensor in PyTorch is.
+  bool non_overlapping_and_dense() const;
   std::string str() const;  ///< e.g. "bfloat16[16, 1024, 1600]"
 };
+
+/// numel of `shape`, or std::nullopt when a size is negative or the product overflows int64.
+std::optional<int64_t> checked_numel(const std::vector<int64_t>& shape);
 
 /// "[d0, d1, ...]" for error messages.
 std::string shape_str(const std::vector<int64_t>& shape);

@@ -31,6 +31,12 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 
 std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, size_t ndim) {
   std::vector<int64_t> out;
+  if (ndim == 0) {  // a 0-d tensor takes dim 0 or -1 (as ATen does), which reduce nothing
+    for (int64_t d : dims)
+      if (d != 0 && d != -1)
+        throw std::invalid_argument("dim " + std::to_string(d) + " out of range for a 0-d tensor");
+    return out;
+  }
   if (dims.empty()) {
     for (size_t i = 0; i < ndim; ++i) out.push_back(static_cast<int64_t>(i));
     return out;
@@ -71,8 +77,8 @@ Shape resolve_view_shape(const Shape& target, int64_t numel) {
       infer = static_cast<int>(i);
     } else if (out[i] < 0) {
       throw std::invalid_argument("negative size in view shape " + shape_str(target));
-    } else {
-      known *= out[i];
+    } else if (__builtin_mul_overflow(known, out[i], &known)) {
+      throw std::invalid_argument("view shape " + shape_str(target) + " overflows int64");
     }
   }
   if (infer >= 0) {
@@ -81,9 +87,9 @@ Shape resolve_view_shape(const Shape& target, int64_t numel) {
                                   std::to_string(numel) + " elements");
     out[infer] = numel / known;
   }
-  if (numel_of(out) != numel)
+  if (checked_numel(out) != numel)
     throw std::invalid_argument("view shape " + shape_str(target) + " has " +
-                                std::to_string(numel_of(out)) + " elements, input has " +
+                                std::to_string(known) + " elements, input has " +
                                 std::to_string(numel));
   return out;
 }
@@ -125,6 +131,9 @@ TensorMeta expand_meta(const TensorMeta& in, const Shape& sizes) {
   TensorMeta out{Shape(sizes.size()), std::vector<int64_t>(sizes.size(), 0), in.dtype};
   size_t lead = sizes.size() - in.shape.size();
   for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < -1)
+      throw std::invalid_argument("expand: negative size " + std::to_string(sizes[i]) + " in " +
+                                  shape_str(sizes));
     if (i < lead) {
       if (sizes[i] < 0) throw std::invalid_argument("expand: -1 in a new leading dim");
       out.shape[i] = sizes[i];

@@ -16,7 +16,8 @@ using Shape = std::vector<int64_t>;
 /// NumPy/ATen broadcasting of two shapes. Throws std::invalid_argument when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 /// Normalize reduction dims (negative -> +ndim), sort, reject duplicates and out-of-range dims.
-/// An empty list means "all dims" (ATen's sum/amax/mean semantics).
+/// An empty list means "all dims" (ATen's sum/amax/mean semantics). A 0-d tensor accepts dim 0
+/// or -1 and gives the empty list (there is nothing to reduce).
 std::vector<int64_t> normalize_dims(const std::vector<int64_t>& dims, size_t ndim);
 /// Shape after reducing `dims` (normalized) with or without keepdim.
 Shape reduced_shape(const Shape& in, const std::vector<int64_t>& dims, bool keepdim);

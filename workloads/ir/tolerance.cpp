@@ -63,8 +63,8 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k) {
     return b;
   }
   const double u_acc = t == DType::kFloat64 ? unit_roundoff(DType::kFloat64) : std::ldexp(1.0, -24);
-  const double delta =
-      u_acc * (8.0 * std::max(ops, 1) + 4.0 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1))));
+  const double delta = u_acc * (8.0 * std::max(ops, 1) +
+                                4.0 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1))));
   const double u = unit_roundoff(t);
   if (u > delta) {
     b.max_rel_l2 = 2 * std::sqrt(delta * u);

@@ -25,8 +25,12 @@ class Parser {
     g_.file = file_;
     g_.name = str_field(doc_, "name", "");
     g_.source = doc_.value("source", json::object());
-    g_.world_size = doc_.value("world_size", 1);
-    if (g_.world_size < 1) fail("", "expected \"world_size\" >= 1");
+    if (doc_.contains("world_size")) {
+      const json& ws = doc_["world_size"];
+      if (!ws.is_number_integer() || ws.get<int64_t>() < 1 || ws.get<int64_t>() > 65536)
+        fail("", "expected \"world_size\" to be an integer in [1, 65536], found " + ws.dump());
+      g_.world_size = ws.get<int>();
+    }
     for (const auto& in : array_field(doc_, "inputs", "")) parse_input(in);
     for (const auto& n : array_field(doc_, "nodes", "")) {
       try {
@@ -40,6 +44,9 @@ class Parser {
     for (const auto& o : array_field(doc_, "outputs", "")) {
       if (!o.is_string()) fail("", "expected graph outputs to be value names (strings)");
       int v = lookup(o.get<std::string>(), "graph outputs");
+      if (g_.values[v].graph_output)
+        fail("", "graph output '" + o.get<std::string>() +
+                     "' is listed twice (or aliases an earlier output through getitem)");
       g_.values[v].graph_output = true;
       g_.outputs.push_back(v);
     }
@@ -70,7 +77,9 @@ class Parser {
     if (!j.is_array()) fail(node, std::string("expected a list of integers for ") + what);
     std::vector<int64_t> v;
     for (const auto& e : j) {
-      if (!e.is_number_integer()) fail(node, std::string("expected integers in ") + what);
+      if (!e.is_number_integer() ||
+          (e.is_number_unsigned() && e.get<uint64_t>() > uint64_t(INT64_MAX)))
+        fail(node, std::string("expected 64-bit integers in ") + what);
       v.push_back(e.get<int64_t>());
     }
     return v;
@@ -84,20 +93,44 @@ class Parser {
     return *dt;
   }
 
+  // Tensor metadata, checked so that no later size or offset computation can overflow: rank at
+  // most kMaxRank, sizes >= 0, strides >= 0 (PyTorch tensors have no negative strides), numel,
+  // bytes and the strided span at most kMaxTensorBytes.
   TensorMeta meta_of(const json& j, const std::string& node) const {
     if (!j.is_object()) fail(node, "expected tensor metadata {shape, stride, dtype}");
     TensorMeta m;
     if (!j.contains("shape")) fail(node, "expected \"shape\" in tensor metadata");
     m.shape = int_list(j["shape"], node, "shape");
+    if (m.shape.size() > static_cast<size_t>(kMaxRank))
+      fail(node, "shape " + shape_str(m.shape) + " has more than " + std::to_string(kMaxRank) +
+                     " dims (the most the harness supports)");
     for (auto d : m.shape)
       if (d < 0) fail(node, "negative size in shape " + shape_str(m.shape));
+    if (!j.contains("dtype")) fail(node, "expected \"dtype\" in tensor metadata");
+    m.dtype = dtype_of(j["dtype"], node);
+    const auto numel = checked_numel(m.shape);
+    const auto limit = kMaxTensorBytes / static_cast<int64_t>(dtype_size(m.dtype));
+    if (!numel || *numel > limit)
+      fail(node, "shape " + shape_str(m.shape) + " of " + std::string(dtype_name(m.dtype)) +
+                     " is larger than the " + std::to_string(kMaxTensorBytes >> 40) +
+                     " TiB the harness accepts per tensor");
     m.stride =
         j.contains("stride") ? int_list(j["stride"], node, "stride") : contiguous_strides(m.shape);
     if (m.stride.size() != m.shape.size())
       fail(node, "stride " + shape_str(m.stride) + " has a different rank than shape " +
                      shape_str(m.shape));
-    if (!j.contains("dtype")) fail(node, "expected \"dtype\" in tensor metadata");
-    m.dtype = dtype_of(j["dtype"], node);
+    int64_t span = 1;
+    for (size_t i = 0; i < m.shape.size(); ++i) {
+      if (m.stride[i] < 0)
+        fail(node, "negative stride in " + shape_str(m.stride) +
+                       " (PyTorch tensors have none; flips are copies)");
+      int64_t extent = 0;
+      if (m.shape[i] > 0 && (__builtin_mul_overflow(m.shape[i] - 1, m.stride[i], &extent) ||
+                             __builtin_add_overflow(span, extent, &span) || span > limit))
+        fail(node, "strides " + shape_str(m.stride) + " of shape " + shape_str(m.shape) +
+                       " span more than the " + std::to_string(kMaxTensorBytes >> 40) +
+                       " TiB the harness accepts per tensor");
+    }
     return m;
   }
 
@@ -153,6 +186,7 @@ class Parser {
       fail(id, "getitem of '" + sv.name + "', which is not a multi-output node");
     const auto k = r.integer(1, nullptr, 0, nout - 1);
     r.finish();
+    if (names_.count(id)) fail(id, "duplicate id '" + id + "'");
     names_[id] = g_.nodes[sv.producer].outputs[static_cast<size_t>(k)];
   }
 
@@ -205,6 +239,10 @@ class Parser {
         fail(id, "recorded output dtype " + std::string(dtype_name(m.dtype)) + " disagrees with " +
                      std::string(def.name) + ", which gives " +
                      std::string(dtype_name(*expect[k].dtype)));
+      if (def.kind != OpKind::kView && !m.non_overlapping_and_dense())
+        fail(id, "recorded output strides " + shape_str(m.stride) + " of shape " +
+                     shape_str(m.shape) +
+                     " overlap or leave gaps; a computed (non-view) tensor is dense");
       std::string vname = outs.size() == 1 ? id : id + "." + std::to_string(k);
       n.outputs.push_back(add_value(vname, m, node_idx, static_cast<int>(k), id));
     }

@@ -31,9 +31,15 @@ void parse_dim_keepdim_dtype(ArgReader& a, const Graph& g, Node& n) {
     a.fail("keyword argument 'dtype' is not supported");
 }
 
-// amax(self, dim=[], keepdim=False)
+// amax(self, dim=[], keepdim=False). A max over no elements has no value: PyTorch raises
+// ("Expected reduction dim to have non-zero size"), and so does the loader.
 void parse_amax(ArgReader& a, const Graph& g, Node& n) {
   read_dims(a, g, n, 2);
+  const auto& shape = g.meta(n.operands[0].value).shape;
+  for (int64_t d : n.dims)
+    if (shape[d] == 0)
+      a.fail("amax over dim " + std::to_string(d) + " of size 0 (shape " + shape_str(shape) +
+             "): a max of no elements is undefined");
 }
 
 std::vector<OutSpec> infer_reduced(const Graph& g, const Node& n) {

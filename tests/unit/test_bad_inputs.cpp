@@ -1,0 +1,124 @@
+// The malformed traces of tests/data/bad (tests/data/make_cases.py made them): each is bad input,
+// reported with the file and the node named, without a crash; the edge cases of tests/data/edge
+// load and run; the reference and the upload agree on stride-0 inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "harness/replay/runner.hpp"
+#include "impls/reference/reference.hpp"
+#include "test_util.hpp"
+#include "workloads/ir/error.hpp"
+#include "workloads/loader/inputs.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+using namespace replay;
+using namespace replay::test;
+
+namespace {
+
+std::string data(const std::string& rel) {
+  return std::string(REPLAY_TRACES_DIR) + "/../tests/data/" + rel;
+}
+
+RunOptions reference_only() {
+  RunOptions opt;
+  opt.variants = {"reference"};
+  return opt;
+}
+
+struct BadCase {
+  const char* file;
+  const char* node;  ///< the node (or input) the error must name; "" for a file-level error
+  const char* says;  ///< a phrase the error must contain
+};
+
+class BadTrace : public ::testing::TestWithParam<BadCase> {};
+
+}  // namespace
+
+TEST_P(BadTrace, IsBadInputNamingFileAndNode) {
+  const BadCase& c = GetParam();
+  const std::string path = data(std::string("bad/") + c.file + ".json");
+  TraceResult tr = run_trace(path, reference_only(), nullptr);
+  EXPECT_EQ(tr.error_kind, TraceResult::Error::kBadInput) << tr.error;
+  EXPECT_NE(tr.error.find(path), std::string::npos) << tr.error;
+  if (*c.node)
+    EXPECT_NE(tr.error.find(std::string("node '") + c.node + "'"), std::string::npos) << tr.error;
+  EXPECT_NE(tr.error.find(c.says), std::string::npos) << tr.error;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, BadTrace,
+    ::testing::Values(BadCase{"amax_zero_size_dim", "amax", "a max of no elements"},
+                      BadCase{"deep_nesting", "", "nested deeper than 64"},
+                      BadCase{"duplicated_output", "", "listed twice"},
+                      BadCase{"float_abc", "add", "\"inf\" | \"-inf\" | \"nan\""},
+                      BadCase{"getitem_index_2_32", "mean", "out of range [0, 1]"},
+                      BadCase{"huge_consistent_shape", "x", "of host memory"},
+                      BadCase{"negative_stride", "x", "negative stride"},
+                      BadCase{"numel_overflow", "x", "larger than the 64 TiB"},
+                      BadCase{"overlapping_output", "y", "overlap or leave gaps"},
+                      BadCase{"rsqrt_three_args", "rsqrt", "at most 1 positional argument"},
+                      BadCase{"shape_overflow_in_view", "y", "overflows int64"},
+                      BadCase{"too_many_dims", "x", "more than 8 dims"},
+                      BadCase{"unknown_keyword", "y", "unexpected keyword argument 'approximate'"},
+                      BadCase{"unknown_op", "y", "unknown op 'aten.fancy_rsqrt.default'"},
+                      BadCase{"world_size_not_integer", "", "world_size"}),
+    [](const auto& info) { return std::string(info.param.file); });
+
+TEST(BadTrace, EveryFileInTheFolderIsCovered) {
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(data("bad")))
+    files += e.path().extension() == ".json";
+  EXPECT_EQ(files, 15u) << "a new file in tests/data/bad needs its row in BadTrace's table";
+}
+
+TEST(BadTrace, HundredThousandDeepNestingDoesNotOverflowTheStack) {
+  std::string text = "{\"schema\": \"replay-trace/1\", \"source\": ";
+  text += std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    parse_trace_text(text, "<deep>");
+    FAIL() << "expected a TraceError";
+  } catch (const TraceError& e) {
+    EXPECT_NE(std::string(e.what()).find("nested deeper"), std::string::npos);
+  }
+}
+
+TEST(EdgeTrace, ZeroDimReducedOverDimZeroIsTheValueItself) {
+  Graph g = load_trace(data("edge/sum_0d_dim0.json"));
+  auto in = generate_inputs(g, 3);
+  auto vals = run_reference(g, in);
+  ASSERT_EQ(vals.at(g.outputs[0]).data.size(), 1u);
+  EXPECT_EQ(vals.at(g.outputs[0]).data[0], in.at(g.inputs[0]).data[0]);
+}
+
+TEST(EdgeTrace, ZeroSizeTensorsRun) {
+  Graph g = load_trace(data("edge/zero_size.json"));
+  auto vals = run_reference(g, generate_inputs(g, 3));
+  const HostTensor& s = vals.at(g.outputs[0]);  // a sum over a 0-size dim is 0
+  ASSERT_EQ(s.data.size(), 8u);
+  for (double v : s.data) EXPECT_EQ(v, 0.0);
+  EXPECT_TRUE(vals.at(g.outputs[1]).data.empty());
+}
+
+TEST(EdgeTrace, StrideZeroInputIsGeneratedAndPackedConsistently) {
+  Graph g = load_trace(data("edge/stride0_input.json"));
+  const auto inputs = generate_inputs(g, 5);
+  const HostTensor& x = inputs.at(g.inputs[0]);
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(x.data[c], x.data[3 + c]);  // rows alias one storage row
+  auto bytes = pack(x, g.meta(g.inputs[0]));
+  EXPECT_EQ(bytes.size(), 3 * sizeof(float));  // what the GPU gets
+  EXPECT_EQ(unpack(bytes, g.meta(g.inputs[0])).data, x.data);
+  HostTensor bad = x;
+  bad.data[4] += 1;  // values a stride-0 layout cannot hold
+  EXPECT_THROW(pack(bad, g.meta(g.inputs[0])), std::invalid_argument);
+}
+
+TEST(EdgeTrace, EveryEdgeFileRunsOnTheReference) {
+  for (const auto& e : std::filesystem::directory_iterator(data("edge"))) {
+    TraceResult tr = run_trace(e.path().string(), reference_only(), nullptr);
+    EXPECT_EQ(tr.error_kind, TraceResult::Error::kNone) << e.path() << ": " << tr.error;
+  }
+}
