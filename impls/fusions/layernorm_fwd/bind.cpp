@@ -6,9 +6,10 @@
 namespace replay::layernorm_fwd {
 namespace {
 
-// Row stride of `m` seen as [rows, cols] with a contiguous last dim; -1 if it cannot be.
-int64_t row_stride(const TensorMeta& m, int64_t rows, int64_t cols) {
-  if (m.shape.empty() || m.shape.back() != cols) return -1;
+// Row stride of `m` seen as [numel / cols, cols] with a contiguous last dim; -1 if it cannot be.
+int64_t row_stride(const TensorMeta& m, int64_t cols) {
+  if (m.shape.empty() || m.shape.back() != cols || cols == 0) return -1;
+  const int64_t rows = m.numel() / cols;
   auto st = view_strides(m.shape, m.stride, {rows, cols});
   if (!st || (*st)[1] != 1) return -1;
   return rows == 1 ? cols : (*st)[0];
@@ -28,14 +29,22 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.rows = p.rows;
   a.cols = p.cols;
   a.eps = static_cast<float>(p.eps);
+  if (p.correction != 0) {
+    if (!(p.correction < static_cast<double>(p.cols))) {
+      b.unsupported = "variance correction " + std::to_string(p.correction) +
+                      " leaves no degrees of freedom in a row of " + std::to_string(p.cols);
+      return b;
+    }
+    a.var_scale = static_cast<float>(p.cols / (p.cols - p.correction));
+  }
   BoundTensor x = ctx.tensor(p.x);
   BoundTensor y = ctx.tensor(p.out);
   a.x = x.ptr;
   a.x_dtype = x.layout.dtype;
-  a.x_row_stride = row_stride(x.layout, a.rows, a.cols);
+  a.x_row_stride = row_stride(x.layout, a.cols);
   a.out = y.ptr;
   a.out_dtype = y.layout.dtype;
-  a.out_row_stride = row_stride(y.layout, a.rows, a.cols);
+  a.out_row_stride = row_stride(y.layout, a.cols);
   if (a.x_row_stride < 0 || a.out_row_stride < 0) {
     b.unsupported = "input or output rows are not [rows, cols] with a contiguous last dim";
     return b;

@@ -37,6 +37,7 @@ nlohmann::json describe(const Graph& g, const Region& r) {
           {"rows", p.rows},
           {"cols", p.cols},
           {"eps", p.eps},
+          {"correction", p.correction},
           {"epilogue", epi},
           {"out", g.values[p.out].name}};
 }

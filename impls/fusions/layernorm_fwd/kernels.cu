@@ -205,7 +205,7 @@ __global__ void norm_stats_kernel(NormFwdArgs a, float* mean, float* rstd) {
   if (lane == 0) {
     const float n = float(a.cols);
     const float m1 = s1 / n;
-    const float var = ln ? fmaxf(s2 / n - m1 * m1, 0.f) : s2 / n;
+    const float var = ln ? fmaxf(s2 / n - m1 * m1, 0.f) * a.var_scale : s2 / n;
     mean[row] = ln ? shift + m1 : 0.f;
     rstd[row] = rsqrtf(var + a.eps);
   }
@@ -349,7 +349,8 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
     float2 sums = group_sum2<WARPS>(tree_sum<P>(p1), tree_sum<P>(p2));
     const float m1 = sums.x * inv_cols;
     const float mean = ln ? c + m1 : 0.f;
-    const float var = ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) : sums.y * inv_cols;
+    const float var =
+        ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) * a.var_scale : sums.y * inv_cols;
     const float rstd = rsqrtf(var + a.eps);
     const float shift = -mean * rstd;
     if (row >= a.rows) continue;

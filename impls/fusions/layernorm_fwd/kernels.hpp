@@ -43,6 +43,9 @@ struct NormFwdArgs {
   NormKind kind = NormKind::kLayerNorm;
   int64_t rows = 0, cols = 0;
   float eps = 1e-5f;
+  /// LayerNorm: the variance is sum((x - mean)^2) / (cols - correction) = population variance *
+  /// var_scale, var_scale = cols / (cols - correction) (1 for the usual correction 0).
+  float var_scale = 1.f;
   const void* x = nullptr;
   DType x_dtype = DType::kBFloat16;
   int64_t x_row_stride = 0;

@@ -1,7 +1,7 @@
 // layernorm_fwd matcher: LayerNorm- and RMSNorm-shaped forward graphs.
 //
 // LayerNorm (nanoGPT, F.layer_norm decomposed by Inductor's table):
-//   x32 = convert(x)?; var, mean = var_mean(x32, [-1], correction=0, keepdim)
+//   x32 = convert(x)?; var, mean = var_mean(x32, [-1], correction=c, keepdim)  (c < C; 0 usual)
 //   rstd = rsqrt(var + eps); y = (x32 - mean) * rstd; epilogue
 // RMSNorm (Llama / torchtitan):
 //   x32 = convert(x)?; ms = mean(pow(x32, 2) | x32 * x32, [-1], keepdim)
@@ -42,10 +42,11 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
   std::vector<int> nodes = {root};
   int src = r.operands[0].value;  // fp32 activations
   int normalized = -1;            // value: (x - mean) * rstd, or x * rstd
-  double eps = 0;
+  double eps = 0, correction = 0;
   NormKind kind = NormKind::kLayerNorm;
   if (r.op == Op::kVarMean) {
-    if (!is_row_reduction(g, r) || r.correction != 0) return;
+    if (!is_row_reduction(g, r)) return;
+    correction = r.correction;
     auto [e, rs] = match_eps_rsqrt(g, r.outputs[0], nodes);
     if (rs < 0) return;
     int sub = single_user(g, r.outputs[1]);
@@ -144,6 +145,7 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
   p.rows = xm.numel() / std::max<int64_t>(cols, 1);
   p.cols = cols;
   p.eps = eps;
+  p.correction = correction;
   p.epilogue = std::move(epilogue);
   out.push_back(make_region(g, std::move(nodes), std::move(p)));
 }

@@ -29,6 +29,7 @@ struct Params {
   int out = -1;  ///< [.., C] result, same shape as x
   int64_t rows = 0, cols = 0;  ///< x seen as [rows, cols]
   double eps = 0;
+  double correction = 0;  ///< LayerNorm: variance divisor is cols - correction (var_mean's)
   std::vector<EpilogueStep> epilogue;  ///< in graph order, at most kNormMaxEpilogue
 };
 

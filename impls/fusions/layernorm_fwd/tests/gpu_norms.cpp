@@ -58,3 +58,14 @@ TEST(LayerNormFwdGpu, TooLongRowFallsBackWithAReason) {
                              default_value_bounds(g)[g.outputs[0]])
                   .pass());
 }
+
+// A variance correction (var_mean(correction=1)) runs fused and matches the reference.
+TEST(LayerNormFwdGpu, VarianceCorrectionRunsFused) {
+  REQUIRE_GPU();
+  nlohmann::json t = layernorm_trace(129, 1600, "bfloat16");
+  for (auto& n : t["nodes"])
+    if (n["id"] == "var_mean") n["kwargs"]["correction"] = 1;
+  Graph g = parse_trace(t, "<unbiased>");
+  for (const char* variant : {"eager", "baseline", "optimized"})
+    expect_variant_matches(g, variant, 17);
+}

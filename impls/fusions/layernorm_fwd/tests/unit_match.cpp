@@ -118,13 +118,15 @@ TEST(LayerNormFwdMatch, RejectsWhenAnIntermediateEscapes) {
   EXPECT_TRUE(p.regions.empty());
 }
 
-TEST(LayerNormFwdMatch, RejectsUnbiasedVarianceAndOtherDims) {
+TEST(LayerNormFwdMatch, TakesAVarianceCorrectionRejectsOtherDims) {
   json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
   t.erase("golden");
   json t2 = t;
   for (auto& n : t["nodes"])
     if (n["id"] == "var_mean") n["kwargs"]["correction"] = 1;
-  EXPECT_TRUE(plan_of(parse_trace(t, "<unbiased>")).regions.empty());
+  Plan unbiased = plan_of(parse_trace(t, "<unbiased>"));
+  ASSERT_EQ(unbiased.regions.size(), 1u);
+  EXPECT_EQ(params(unbiased.regions[0]).correction, 1);
   for (auto& n : t2["nodes"])
     if (n["id"] == "var_mean") n["args"][1] = {1};
   for (auto& n : t2["nodes"])  // shapes follow the reduction over dim 1

@@ -1,0 +1,117 @@
+// Deliberately wrong layernorm_fwd kernels: the real baseline and optimized kernels launched with
+// wrong arguments (eps off, biased variance, a dropped affine step, the last row not computed).
+// Each must FAIL the numerics check on every norm trace it applies to; the same kernels with the
+// right arguments PASS (tests/gpu/test_replay_all.cpp).
+#include "impls/fusions/binding.hpp"
+#include "impls/fusions/layernorm_fwd/params.hpp"
+#include "impls/fusions/registry.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+namespace replay::fusions {
+extern const FusionSpec layernorm_fwd;
+}
+
+using namespace replay;
+using namespace replay::test;
+
+namespace {
+
+struct Mutant {
+  const char* name;
+  bool (*applies)(const layernorm_fwd::Params&);
+  void (*mutate)(layernorm_fwd::Params&);
+};
+
+bool always(const layernorm_fwd::Params&) {
+  return true;
+}
+bool is_layernorm(const layernorm_fwd::Params& p) {
+  return p.kind == NormKind::kLayerNorm;
+}
+bool has_step(const layernorm_fwd::Params& p, EpilogueOp op) {
+  for (const auto& s : p.epilogue)
+    if (s.op == op) return true;
+  return false;
+}
+void drop_step(layernorm_fwd::Params& p, EpilogueOp op) {
+  for (size_t i = 0; i < p.epilogue.size(); ++i)
+    if (p.epilogue[i].op == op) {
+      p.epilogue.erase(p.epilogue.begin() + static_cast<long>(i));
+      return;
+    }
+}
+
+const Mutant kMutants[] = {
+    {"eps_x100", always, [](layernorm_fwd::Params& p) { p.eps *= 100; }},
+    {"eps_1e-2", always, [](layernorm_fwd::Params& p) { p.eps = 1e-2; }},
+    {"biased_variance", is_layernorm, [](layernorm_fwd::Params& p) { p.correction = 1; }},
+    {"dropped_weight", [](const layernorm_fwd::Params& p) { return has_step(p, EpilogueOp::kMul); },
+     [](layernorm_fwd::Params& p) { drop_step(p, EpilogueOp::kMul); }},
+    {"dropped_bias", [](const layernorm_fwd::Params& p) { return has_step(p, EpilogueOp::kAdd); },
+     [](layernorm_fwd::Params& p) { drop_step(p, EpilogueOp::kAdd); }},
+    {"lost_last_row", always, [](layernorm_fwd::Params& p) { p.rows -= 1; }},
+};
+
+// The mutant being bound (a FusionSpec's bind is a plain function pointer).
+const Mutant* g_mutant = nullptr;
+
+Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  Region m = r;
+  auto p = std::any_cast<layernorm_fwd::Params>(r.params);
+  g_mutant->mutate(p);
+  m.params = p;
+  return layernorm_fwd::bind(g, m, v, ctx);
+}
+
+FusionSpec mutant_spec() {
+  FusionSpec s = fusions::layernorm_fwd;
+  s.bind = mutant_bind;
+  return s;
+}
+
+class LayerNormFwdMutant
+    : public ::testing::TestWithParam<std::tuple<size_t, std::string, std::string>> {};
+
+}  // namespace
+
+TEST_P(LayerNormFwdMutant, Fails) {
+  REQUIRE_GPU();
+  auto [mi, trace, variant] = GetParam();
+  g_mutant = &kMutants[mi];
+  Graph g = load_trace(trace_path(trace));
+  const FusionSpec spec = mutant_spec();
+  const FusionSpec* fusions[] = {&spec};
+  Plan plan = make_plan(g, fusions);
+  ASSERT_EQ(plan.regions.size(), 1u);
+  if (!g_mutant->applies(std::any_cast<const layernorm_fwd::Params&>(plan.regions[0].params)))
+    GTEST_SKIP() << g_mutant->name << " does not apply to " << trace;
+  for (uint64_t seed : {41u, 42u}) {
+    auto ref = run_reference(g, generate_inputs(g, seed));
+    GpuProgram prog(g, plan, variant, ref, nullptr);
+    ASSERT_EQ(prog.fallback_reason(0), "") << "the mutant must run the fused kernel";
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    const int out = g.outputs[0];
+    auto r =
+        check_numerics("y", prog.download(out, nullptr), ref.at(out), default_value_bounds(g)[out]);
+    EXPECT_FALSE(r.pass()) << trace << " " << variant << " " << g_mutant->name << " passed: rel_l2 "
+                           << r.rel_l2 << " bound " << r.bounds.max_rel_l2;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, LayerNormFwdMutant,
+                         ::testing::Combine(::testing::Range<size_t>(0, std::size(kMutants)),
+                                            ::testing::Values("nanogpt_layernorm_fwd_16x128x1600",
+                                                              "nanogpt_layernorm_fwd_2x8x1600",
+                                                              "llama_rmsnorm_fwd_2x8x4096"),
+                                            ::testing::Values("baseline", "optimized")),
+                         [](const auto& info) {
+                           std::string n = std::string(kMutants[std::get<0>(info.param)].name) +
+                                           "_" + std::get<1>(info.param) + "_" +
+                                           std::get<2>(info.param);
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });

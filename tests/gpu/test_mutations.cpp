@@ -1,0 +1,110 @@
+// The numerics check has teeth (GPU): what a correct variant wrote, mutated as a wrong kernel
+// would have written it (tests/unit/mutations.hpp), FAILs for every bundled trace and variant;
+// ops swapped for other ops on the eager executor FAIL against the original op's reference.
+#include <filesystem>
+
+#include "gpu_test_util.hpp"
+#include "harness/replay/variants.hpp"
+#include "tests/unit/mutations.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/op.hpp"
+
+using namespace replay;
+using namespace replay::test;
+
+namespace {
+
+struct Case {
+  std::string trace, variant;
+};
+
+std::vector<Case> bundled_cases() {
+  std::vector<Case> out;
+  for (const auto& e : std::filesystem::directory_iterator(REPLAY_TRACES_DIR)) {
+    if (e.path().extension() != ".json") continue;
+    Graph g = load_trace(e.path().string());
+    for (const auto& v : plan_variants(make_plan(g, fusion_registry())))
+      if (v.is_gpu()) out.push_back({e.path().stem().string(), v.name});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Case& a, const Case& b) { return a.trace + a.variant < b.trace + b.variant; });
+  return out;
+}
+
+// Output `out` of `variant` on inputs from `seed` (outputs poisoned first), and the reference.
+std::pair<HostTensor, HostTensor> run(const Graph& g, const std::string& variant, uint64_t seed,
+                                      int out) {
+  Plan plan = make_plan(g, fusion_registry());
+  auto ref = run_reference(g, generate_inputs(g, seed));
+  GpuProgram prog(g, plan, variant, ref, nullptr);
+  prog.poison_outputs(nullptr);
+  prog.run_all(LaunchContext{});
+  return {prog.download(out, nullptr), ref.at(out)};
+}
+
+class MutatedGpuOutput : public ::testing::TestWithParam<Case> {};
+
+}  // namespace
+
+TEST_P(MutatedGpuOutput, EveryMutationFails) {
+  REQUIRE_GPU();
+  Graph g = load_trace(trace_path(GetParam().trace));
+  const int out = g.outputs[0];
+  const NumericsBounds b = default_value_bounds(g)[out];
+  auto [y, ref] = run(g, GetParam().variant, 21, out);
+  auto [stale, unused] = run(g, GetParam().variant, 22, out);
+  ASSERT_TRUE(check_numerics("y", y, ref, b).pass()) << "the unmutated result must pass";
+  for (const auto& m : output_mutations()) {
+    if (!m.applies(y)) continue;
+    auto r = check_numerics("y", m.apply(y, stale), ref, b);
+    EXPECT_FALSE(r.pass()) << GetParam().trace << " " << GetParam().variant << " " << m.name
+                           << " passed: rel_l2 " << r.rel_l2;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, MutatedGpuOutput, ::testing::ValuesIn(bundled_cases()),
+                         [](const auto& info) {
+                           return info.param.trace + "_" + info.param.variant;
+                         });
+
+// An op's eager kernel computing another op's function: the example of `op` run with `as`.
+struct OpSwap {
+  const char *op, *as;
+};
+
+class SwappedOp : public ::testing::TestWithParam<OpSwap> {};
+
+TEST_P(SwappedOp, FailsAgainstTheOriginalReference) {
+  REQUIRE_GPU();
+  const OpDef& d = op_def(parse_op(GetParam().op).value());
+  nlohmann::json t = example_trace(d.name.data(), nlohmann::json::parse(d.example));
+  Graph good = parse_trace(t, "<good>");
+  t["nodes"][0]["op"] = GetParam().as;
+  Graph bad = parse_trace(t, "<swapped>");
+  auto in = generate_inputs(good, 31);
+  auto want = run_reference(good, in);
+  GpuProgram prog(bad, make_plan(bad, fusion_registry()), "eager", in, nullptr);
+  prog.poison_outputs(nullptr);
+  prog.run_all(LaunchContext{});
+  const int out = good.outputs[0];
+  auto r = check_numerics("y", prog.download(bad.outputs[0], nullptr), want.at(out),
+                          default_value_bounds(good)[out]);
+  EXPECT_FALSE(r.pass()) << GetParam().op << " as " << GetParam().as;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, SwappedOp,
+                         ::testing::Values(OpSwap{"aten.rsqrt.default", "aten.sqrt.default"},
+                                           OpSwap{"aten.sqrt.default", "aten.reciprocal.default"},
+                                           OpSwap{"aten.neg.default", "aten.abs.default"},
+                                           OpSwap{"aten.exp.default", "aten.abs.default"},
+                                           OpSwap{"aten.add.Tensor", "aten.sub.Tensor"},
+                                           OpSwap{"aten.mul.Tensor", "aten.div.Tensor"},
+                                           OpSwap{"aten.mean.dim", "aten.sum.dim_IntList"},
+                                           OpSwap{"aten.amax.default", "aten.sum.dim_IntList"}),
+                         [](const auto& info) {
+                           std::string n = std::string(info.param.op) + "_as_" + info.param.as;
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
