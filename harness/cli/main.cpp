@@ -288,6 +288,10 @@ int main(int argc, char** argv) {
         std::stringstream ss(variants_csv);
         for (std::string v; std::getline(ss, v, ',');)
           if (!v.empty()) opt.variants.push_back(v);
+        if (opt.variants.empty()) {
+          std::cerr << "error: --variants names no variant\n";
+          return kExitBadInput;
+        }
       }
       opt.cupti = !no_cupti;
       std::string cmd;

@@ -126,20 +126,6 @@ double available_host_bytes() {
 
 namespace {
 
-// The bounds of value v: its producing region's fusion's own where it declares them, else the
-// default for its dtype and chain of ops.
-NumericsBounds bounds_for(const Graph& g, const Plan& plan,
-                          const std::vector<NumericsBounds>& defaults, int v) {
-  const int prod = g.values[v].producer;
-  const int r = prod >= 0 ? plan.node_region[prod] : -1;
-  if (r >= 0) {
-    const Region& reg = plan.regions[r];
-    if (reg.fusion->tolerance)
-      if (auto b = reg.fusion->tolerance(g, reg, v)) return *b;
-  }
-  return defaults[v];
-}
-
 // Variants to run on this trace, in display order.
 std::vector<VariantInfo> variants_for(const Plan& plan, const RunOptions& opt) {
   std::vector<VariantInfo> all = plan_variants(plan);
@@ -187,7 +173,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
       if (!why.empty()) v.skipped = "unsupported by this variant (" + why + "); ran eagerly";
       for (int out : whole_row ? g.outputs : plan.regions[r].outputs)
         v.numerics.push_back(check_numerics(g.values[out].name, prog.download(out, ctx.stream),
-                                            ref.at(out), bounds_for(g, plan, bounds, out)));
+                                            ref.at(out), output_bounds(g, plan, bounds, out)));
       if (v.skipped.empty()) {
         auto fn = [&prog, &ctx, whole_row, r](cudaStream_t st) {
           LaunchContext c = ctx;
@@ -238,6 +224,11 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     g = load_trace(path);
     tr.name = g.name;
     plan = make_plan(g, fusion_registry());
+    for (const auto& d : plan.dropped) {
+      std::string nodes;
+      for (int n : d.nodes) nodes += (nodes.empty() ? "" : ", ") + g.nodes[n].id;
+      tr.dropped_matches.push_back(d.fusion + " on [" + nodes + "]: " + d.reason);
+    }
     const ReferenceFootprint need = reference_footprint(g);
     const double have = available_host_bytes();
     if (have > 0 && need.bytes > 0.8 * have) {
@@ -255,7 +246,7 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       auto it = inputs.golden.find(g.values[v].name);
       if (it != inputs.golden.end())
         tr.golden_check.push_back(check_numerics(g.values[v].name, ref.at(v), it->second,
-                                                 bounds_for(g, plan, bounds, v)));
+                                                 output_bounds(g, plan, bounds, v)));
     }
   } catch (const TraceError& e) {
     return fail(TraceResult::Error::kBadInput, e.what());

@@ -118,6 +118,7 @@ std::string render_markdown(const RunResult& r) {
             "`: " + (n.pass() ? "PASS" : "**FAIL** " + n.failure()) + " (rel_l2 " + sci(n.rel_l2) +
             ", max " + fmt_num(n.max_ulp_err, 0) + " ulp)";
     if (!t.golden_check.empty()) md += "\n";
+    for (const auto& d : t.dropped_matches) md += "\n- match not taken: " + d + "\n";
     for (const auto& reg : t.regions) {
       md += "\n### " + reg.label + "\n\n";
       md += "SOL bytes: " + fmt_num(reg.cost.bytes / 1e6, 2) + " MB";

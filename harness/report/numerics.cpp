@@ -121,6 +121,18 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
   return out;
 }
 
+NumericsBounds output_bounds(const Graph& g, const Plan& plan,
+                             const std::vector<NumericsBounds>& defaults, int v) {
+  const int prod = g.values[v].producer;
+  const int r = prod >= 0 ? plan.node_region[prod] : -1;
+  if (r >= 0) {
+    const Region& reg = plan.regions[r];
+    if (reg.fusion->tolerance)
+      if (auto b = reg.fusion->tolerance(g, reg, v)) return *b;
+  }
+  return defaults[v];
+}
+
 nlohmann::json to_json(const NumericsResult& r) {
   auto num = [](double v) {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);

@@ -15,6 +15,7 @@
 #include "workloads/ir/graph.hpp"
 #include "workloads/ir/host_tensor.hpp"
 #include "workloads/ir/tolerance.hpp"
+#include "workloads/plan/plan.hpp"
 
 namespace replay {
 
@@ -55,6 +56,11 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
 /// that produces it from the graph inputs: the number of ops on the longest chain and the longest
 /// reduction on it (default_bounds).
 std::vector<NumericsBounds> default_value_bounds(const Graph& g);
+
+/// The bounds of value `v`: those its producing region's fusion declares (FusionSpec::tolerance),
+/// else `defaults[v]` (default_value_bounds).
+NumericsBounds output_bounds(const Graph& g, const Plan& plan,
+                             const std::vector<NumericsBounds>& defaults, int v);
 
 nlohmann::json to_json(const NumericsResult& r);
 

@@ -94,9 +94,13 @@ nlohmann::json to_json(const RunResult& r) {
     }
     nlohmann::json golden = nlohmann::json::array();
     for (const auto& n : t.golden_check) golden.push_back(to_json(n));
-    nlohmann::json tj = {
-        {"name", t.name},         {"file", t.file},     {"input_source", t.input_source},
-        {"golden_check", golden}, {"regions", regions}, {"verdict", verdict_name(t.verdict())}};
+    nlohmann::json tj = {{"name", t.name},
+                         {"file", t.file},
+                         {"input_source", t.input_source},
+                         {"golden_check", golden},
+                         {"regions", regions},
+                         {"verdict", verdict_name(t.verdict())},
+                         {"dropped_matches", t.dropped_matches}};
     if (!t.error.empty()) {
       tj["error"] = t.error;
       tj["error_kind"] = t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime";

@@ -68,8 +68,10 @@ struct TraceResult {
   std::string error;         ///< what went wrong, naming the file and node where it can
   std::string input_source;  ///< "generated (seed N)" or "golden (<file>)"
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
-  std::vector<RegionResult> regions;         ///< [0] is the whole trace
-  Verdict verdict() const;                   ///< golden check and every variant of every row
+  /// Matches the plan did not take: "<fusion> on [node ids]: <reason>".
+  std::vector<std::string> dropped_matches;
+  std::vector<RegionResult> regions;  ///< [0] is the whole trace
+  Verdict verdict() const;            ///< golden check and every variant of every row
 };
 
 struct RunResult {

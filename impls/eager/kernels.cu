@@ -1,8 +1,10 @@
 // Eager kernels: generic strided pointwise and generic reduction (see kernels.hpp).
 #include "impls/eager/kernels.hpp"
 
+#include <array>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dtype_device.cuh"
@@ -47,42 +49,36 @@ struct PointwiseArgs {
   PointwiseFn op;
 };
 
-template <typename acc_t>
-__device__ acc_t apply(PointwiseFn op, acc_t x, acc_t y, acc_t alpha) {
-  switch (op) {
-    case PointwiseFn::kCopy:
-      return x;
-    case PointwiseFn::kRsqrt:
-      return acc_t(1) / sqrt(x);
-    case PointwiseFn::kSqrt:
-      return sqrt(x);
-    case PointwiseFn::kNeg:
-      return -x;
-    case PointwiseFn::kAbs:
-      return fabs(x);
-    case PointwiseFn::kExp:
-      return exp(x);
-    case PointwiseFn::kReciprocal:
-      return acc_t(1) / x;
-    case PointwiseFn::kPow:
-      return y == acc_t(2) ? x * x : pow(x, y);
-    case PointwiseFn::kAdd:
-      return x + alpha * y;
-    case PointwiseFn::kSub:
-      return x - alpha * y;
-    case PointwiseFn::kMul:
-      return x * y;
-    case PointwiseFn::kDiv:
-      return x / y;
-    case PointwiseFn::kCount:
-      break;
-  }
-  return x;
-}
+// The elementwise functions, one specialization each, chosen at compile time: the kernel is
+// instantiated per function (no per-element switch), and a PointwiseFn without a specialization
+// here does not compile (pw_kernel instantiates every one).
+template <PointwiseFn F>
+struct Pw;
+#define REPLAY_PW(fn, expr)                                                      \
+  template <>                                                                    \
+  struct Pw<PointwiseFn::fn> {                                                   \
+    template <typename T>                                                        \
+    __device__ static T f(T x, [[maybe_unused]] T y, [[maybe_unused]] T alpha) { \
+      return expr;                                                               \
+    }                                                                            \
+  };
+REPLAY_PW(kCopy, x)
+REPLAY_PW(kRsqrt, T(1) / sqrt(x))
+REPLAY_PW(kSqrt, sqrt(x))
+REPLAY_PW(kNeg, -x)
+REPLAY_PW(kAbs, fabs(x))
+REPLAY_PW(kExp, exp(x))
+REPLAY_PW(kReciprocal, T(1) / x)
+REPLAY_PW(kPow, y == T(2) ? x * x : pow(x, y))
+REPLAY_PW(kAdd, x + alpha * y)
+REPLAY_PW(kSub, x - alpha * y)
+REPLAY_PW(kMul, x* y)
+REPLAY_PW(kDiv, x / y)
+#undef REPLAY_PW
 
 // index_t: uint32_t when every offset fits (64-bit division is several times slower), as
 // PyTorch's TensorIterator does with its 32-bit indexing path.
-template <typename acc_t, typename index_t>
+template <PointwiseFn F, typename acc_t, typename index_t>
 __global__ void pointwise_kernel(PointwiseArgs p) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < p.numel;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -97,8 +93,23 @@ __global__ void pointwise_kernel(PointwiseArgs p) {
     }
     acc_t x = load_elem<acc_t>(p.a.ptr, ao, p.a.dtype);
     acc_t y = p.has_b ? load_elem<acc_t>(p.b.ptr, bo, p.b.dtype) : static_cast<acc_t>(p.scalar);
-    store_elem<acc_t>(p.out.ptr, oo, p.out.dtype, apply<acc_t>(p.op, x, y, acc_t(p.alpha)));
+    store_elem<acc_t>(p.out.ptr, oo, p.out.dtype, Pw<F>::f(x, y, acc_t(p.alpha)));
   }
+}
+
+using PointwiseKernel = void (*)(PointwiseArgs);
+
+template <typename acc_t, typename index_t, size_t... I>
+std::array<PointwiseKernel, sizeof...(I)> pointwise_table(std::index_sequence<I...>) {
+  return {&pointwise_kernel<static_cast<PointwiseFn>(I), acc_t, index_t>...};
+}
+
+// The kernel of function `f` for this accumulation and index type.
+template <typename acc_t, typename index_t>
+PointwiseKernel pw_kernel(PointwiseFn f) {
+  static const auto table = pointwise_table<acc_t, index_t>(
+      std::make_index_sequence<static_cast<size_t>(PointwiseFn::kCount)>{});
+  return table.at(static_cast<size_t>(f));
 }
 
 // Whether every element offset of t (and its element count) fits in 32 bits.
@@ -227,14 +238,10 @@ void launch_pointwise(PointwiseFn op, const DeviceTensor& out, const DeviceTenso
   constexpr int kThreads = 256;
   const bool small = fits_32bit(out) && fits_32bit(a) && (!b || fits_32bit(*b));
   const int grid = grid_for(p.numel, kThreads);
-  if (f64 && small)
-    pointwise_kernel<double, uint32_t><<<grid, kThreads, 0, stream>>>(p);
-  else if (f64)
-    pointwise_kernel<double, int64_t><<<grid, kThreads, 0, stream>>>(p);
-  else if (small)
-    pointwise_kernel<float, uint32_t><<<grid, kThreads, 0, stream>>>(p);
-  else
-    pointwise_kernel<float, int64_t><<<grid, kThreads, 0, stream>>>(p);
+  const PointwiseKernel kernel =
+      f64 ? (small ? pw_kernel<double, uint32_t>(op) : pw_kernel<double, int64_t>(op))
+          : (small ? pw_kernel<float, uint32_t>(op) : pw_kernel<float, int64_t>(op));
+  kernel<<<grid, kThreads, 0, stream>>>(p);
   REPLAY_CUDA_LAUNCH("pointwise_kernel");
 }
 

@@ -84,6 +84,23 @@ write("bad", "shape_overflow_in_view", trace("shape_overflow_in_view", x,
       [node("y", "aten.view.default", [ref("x"), [4294967296, 4294967296, -1]], [t([32])])],
       ["y"]))
 
+vm = node("vm", "aten.var_mean.correction", [ref("x"), [1]], [t([4]), t([4])], {"correction": 0})
+write("bad", "tuple_used_as_tensor", trace("tuple_used_as_tensor", x,
+      [vm, node("y", "aten.neg.default", [ref("vm")], [t([4])])], ["y"]))
+write("bad", "getitem_of_getitem", trace("getitem_of_getitem", x,
+      [vm, {"id": "var", "op": "getitem", "args": [ref("vm"), 0]},
+       {"id": "again", "op": "getitem", "args": [ref("var"), 1]}], ["again"]))
+write("bad", "getitem_wrong_outputs", trace("getitem_wrong_outputs", x,
+      [vm, {"id": "var", "op": "getitem", "args": [ref("vm"), 0], "outputs": [t([4, 1])]}],
+      ["var"]))
+write("bad", "getitem_unknown_keyword", trace("getitem_unknown_keyword", x,
+      [vm, {"id": "var", "op": "getitem", "args": [ref("vm"), 0], "kwargs": {"bogus": 1}}],
+      ["var"]))
+write("bad", "view_of_non_viewable", trace("view_of_non_viewable", [inp("x", [3, 2], stride=[1, 3])],
+      [node("y", "aten.view.default", [ref("x"), [6]], [t([6])])], ["y"]))
+write("bad", "argument_given_twice", trace("argument_given_twice", x,
+      [node("y", "aten.sub.Tensor", [ref("x"), 1.0], [t([4, 8])], {"other": 2.0})], ["y"]))
+
 # --- edge: valid, must load and run ------------------------------------------------------------
 write("edge", "sum_0d_dim0", trace("sum_0d_dim0", [inp("x", [])],
       [node("y", "aten.sum.dim_IntList", [ref("x"), [0]], [t([])])], ["y"]))

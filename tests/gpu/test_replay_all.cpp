@@ -43,12 +43,13 @@ TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
       if (!variant.is_gpu()) continue;
       GpuProgram prog(g, plan, variant.name, ref, nullptr);
       for (size_t r = 0; r < plan.regions.size(); ++r)
-        EXPECT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << variant.name;
+        if (plan.regions[r].fusion->find_variant(variant.name))
+          EXPECT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << variant.name;
       prog.poison_outputs(nullptr);
       prog.run_all(LaunchContext{});
       for (int v : g.outputs) {
-        auto res =
-            check_numerics(g.values[v].name, prog.download(v, nullptr), ref.at(v), bounds[v]);
+        auto res = check_numerics(g.values[v].name, prog.download(v, nullptr), ref.at(v),
+                                  output_bounds(g, plan, bounds, v));
         EXPECT_TRUE(res.pass()) << variant.name << " seed " << seed << ": " << res.failure();
       }
     }

@@ -51,28 +51,35 @@ TEST_P(BadTrace, IsBadInputNamingFileAndNode) {
 
 INSTANTIATE_TEST_SUITE_P(
     Files, BadTrace,
-    ::testing::Values(BadCase{"amax_zero_size_dim", "amax", "a max of no elements"},
-                      BadCase{"deep_nesting", "", "nested deeper than 64"},
-                      BadCase{"duplicated_output", "", "listed twice"},
-                      BadCase{"float_abc", "add", "\"inf\" | \"-inf\" | \"nan\""},
-                      BadCase{"getitem_index_2_32", "mean", "out of range [0, 1]"},
-                      BadCase{"huge_consistent_shape", "x", "of host memory"},
-                      BadCase{"negative_stride", "x", "negative stride"},
-                      BadCase{"numel_overflow", "x", "larger than the 64 TiB"},
-                      BadCase{"overlapping_output", "y", "overlap or leave gaps"},
-                      BadCase{"rsqrt_three_args", "rsqrt", "at most 1 positional argument"},
-                      BadCase{"shape_overflow_in_view", "y", "overflows int64"},
-                      BadCase{"too_many_dims", "x", "more than 8 dims"},
-                      BadCase{"unknown_keyword", "y", "unexpected keyword argument 'approximate'"},
-                      BadCase{"unknown_op", "y", "unknown op 'aten.fancy_rsqrt.default'"},
-                      BadCase{"world_size_not_integer", "", "world_size"}),
+    ::testing::Values(
+        BadCase{"amax_zero_size_dim", "amax", "a max of no elements"},
+        BadCase{"deep_nesting", "", "nested deeper than 64"},
+        BadCase{"duplicated_output", "", "listed twice"},
+        BadCase{"float_abc", "add", "\"inf\" | \"-inf\" | \"nan\""},
+        BadCase{"getitem_index_2_32", "mean", "out of range [0, 1]"},
+        BadCase{"huge_consistent_shape", "x", "of host memory"},
+        BadCase{"negative_stride", "x", "negative stride"},
+        BadCase{"numel_overflow", "x", "larger than the 64 TiB"},
+        BadCase{"overlapping_output", "y", "overlap or leave gaps"},
+        BadCase{"rsqrt_three_args", "rsqrt", "at most 1 positional argument"},
+        BadCase{"shape_overflow_in_view", "y", "overflows int64"},
+        BadCase{"too_many_dims", "x", "more than 8 dims"},
+        BadCase{"unknown_keyword", "y", "unexpected keyword argument 'approximate'"},
+        BadCase{"unknown_op", "y", "unknown op 'aten.fancy_rsqrt.default'"},
+        BadCase{"world_size_not_integer", "", "world_size"},
+        BadCase{"tuple_used_as_tensor", "y", "select one with getitem"},
+        BadCase{"getitem_of_getitem", "again", "not a multi-output node"},
+        BadCase{"getitem_wrong_outputs", "var", "differs from output 0 of 'vm'"},
+        BadCase{"getitem_unknown_keyword", "var", "unexpected keyword argument 'bogus'"},
+        BadCase{"view_of_non_viewable", "y", "view of a non-viewable layout"},
+        BadCase{"argument_given_twice", "y", "given both by position and by keyword"}),
     [](const auto& info) { return std::string(info.param.file); });
 
 TEST(BadTrace, EveryFileInTheFolderIsCovered) {
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(data("bad")))
     files += e.path().extension() == ".json";
-  EXPECT_EQ(files, 15u) << "a new file in tests/data/bad needs its row in BadTrace's table";
+  EXPECT_EQ(files, 21u) << "a new file in tests/data/bad needs its row in BadTrace's table";
 }
 
 TEST(BadTrace, HundredThousandDeepNestingDoesNotOverflowTheStack) {

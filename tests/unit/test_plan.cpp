@@ -62,10 +62,10 @@ TEST(Registry, KnownVariantsStartWithTheExecutors) {
 namespace {
 
 // Two toy fusions over a 3-node chain: the first claims nodes {0, 1}, the second {1, 2}.
-void claim_01(const Graph& g, const std::vector<int>&, std::vector<Region>& out) {
+void claim_01(const Graph& g, std::vector<Region>& out) {
   out.push_back(make_region(g, {0, 1}, 0));
 }
-void claim_12(const Graph& g, const std::vector<int>&, std::vector<Region>& out) {
+void claim_12(const Graph& g, std::vector<Region>& out) {
   out.push_back(make_region(g, {1, 2}, 0));
 }
 Cost no_cost(const Graph&, const Region&) {
@@ -125,4 +125,17 @@ TEST(Plan, RegionIoAndBytes) {
   EXPECT_EQ(g.values[r.outputs[0]].name, "c");
   // Each value counted once, even when listed twice.
   EXPECT_EQ(value_bytes(g, {r.inputs[0], r.outputs[0], r.outputs[0]}), 2 * 4 * 4);
+}
+
+TEST(Plan, FusionNeedingMoreRanksIsDropped) {
+  Graph g = chain3();
+  FusionSpec collective = kFirst;
+  collective.name = "collective";
+  collective.min_world_size = 2;
+  const FusionSpec* order[] = {&collective, &kSecond};
+  Plan p = make_plan(g, order);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(p.regions[0].fusion, &kSecond);
+  ASSERT_EQ(p.dropped.size(), 1u);
+  EXPECT_EQ(p.dropped[0].reason, "needs world_size >= 2; the trace has 1");
 }

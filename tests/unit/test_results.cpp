@@ -2,9 +2,11 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 
 #include "harness/cli/exit_codes.hpp"
+#include "harness/replay/runner.hpp"
 #include "harness/report/markdown.hpp"
 #include "harness/report/results.hpp"
 
@@ -244,4 +246,19 @@ TEST(ExitCode, PrecedenceNumericsThenRuntimeThenBadInputThenNoDevice) {
   EXPECT_EQ(exit_code(with(false, false, false), true, false), kExitRuntime);
   EXPECT_EQ(exit_code(with(true, true, true), true, true), kExitNumerics);
   EXPECT_EQ(exit_code(with(true, false, true), false, false), kExitNumerics);
+}
+
+TEST(Report, TablesOfARealRunAreWellFormed) {
+  // The bundled traces and the malformed ones, through the run pipeline (reference only: no GPU
+  // here), rendered as `replay run` renders them.
+  RunResult run;
+  RunOptions opt;
+  opt.variants = {"reference", "eager", "baseline", "optimized"};
+  for (const auto& dir :
+       {std::string(REPLAY_TRACES_DIR), std::string(REPLAY_TRACES_DIR) + "/../tests/data/bad"})
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().extension() == ".json" &&
+          e.path().filename() != "huge_consistent_shape.json")  // keeps the test quick
+        run.traces.push_back(run_trace(e.path().string(), opt, nullptr));
+  expect_tables_well_formed(render_markdown(run));
 }

@@ -135,6 +135,11 @@ class Parser {
   }
 
   int lookup(const std::string& name, const std::string& node) const {
+    if (auto t = tuples_.find(name); t != tuples_.end())
+      fail(node, "uses '" + name + "', a tuple of " +
+                     std::to_string(g_.nodes[t->second].outputs.size()) + " outputs of " +
+                     std::string(op_name(g_.nodes[t->second].op)) +
+                     ", as a tensor; select one with getitem");
     auto it = names_.find(name);
     if (it == names_.end())
       fail(node, "references '" + name + "', which is neither a graph input nor an earlier node");
@@ -143,7 +148,7 @@ class Parser {
 
   int add_value(const std::string& name, TensorMeta meta, int producer, int out_idx,
                 const std::string& node) {
-    if (names_.count(name)) fail(node, "duplicate id '" + name + "'");
+    if (names_.count(name) || tuples_.count(name)) fail(node, "duplicate id '" + name + "'");
     Value v;
     v.name = name;
     v.meta = std::move(meta);
@@ -175,19 +180,35 @@ class Parser {
     g_.inputs.push_back(v);
   }
 
-  // FX's operator.getitem on a multi-output node: an alias of the producer's k-th output.
-  void parse_getitem(const std::string& id, const json& args) {
-    ArgReader r(args, json::object(), file_, id,
-                [&](const std::string& n) { return lookup(n, id); });
-    const int src = r.tensor(0, nullptr);
-    const Value& sv = g_.values[src];
-    const int nout = sv.producer < 0 ? 1 : static_cast<int>(g_.nodes[sv.producer].outputs.size());
-    if (sv.producer < 0 || sv.output_index != 0 || nout < 2)
-      fail(id, "getitem of '" + sv.name + "', which is not a multi-output node");
+  // FX's operator.getitem(tuple, k) on a multi-output node: an alias of its k-th output. The
+  // tuple is the node's id; its outputs have no other name.
+  void parse_getitem(const std::string& id, const json& j, const json& args, const json& kwargs) {
+    int node = -1;
+    ArgReader r(args, kwargs, file_, id, [&](const std::string& name) -> int {
+      auto t = tuples_.find(name);
+      if (t == tuples_.end()) {
+        lookup(name, id);  // fails for an unknown name
+        fail(id, "getitem of '" + name + "', which is not a multi-output node");
+      }
+      node = t->second;
+      return -1;
+    });
+    r.tensor(0, nullptr);
+    const int nout = static_cast<int>(g_.nodes[node].outputs.size());
     const auto k = r.integer(1, nullptr, 0, nout - 1);
     r.finish();
-    if (names_.count(id)) fail(id, "duplicate id '" + id + "'");
-    names_[id] = g_.nodes[sv.producer].outputs[static_cast<size_t>(k)];
+    if (names_.count(id) || tuples_.count(id)) fail(id, "duplicate id '" + id + "'");
+    const int v = g_.nodes[node].outputs[static_cast<size_t>(k)];
+    if (j.contains("outputs")) {  // optional; when given it must describe the selected output
+      const json& outs = j["outputs"];
+      if (!outs.is_array() || outs.size() != 1)
+        fail(id, "expected \"outputs\" of a getitem to hold one tensor");
+      const TensorMeta m = meta_of(outs[0], id);
+      if (m.shape != g_.meta(v).shape || m.dtype != g_.meta(v).dtype)
+        fail(id, "recorded output " + m.str() + " differs from output " + std::to_string(k) +
+                     " of '" + g_.nodes[node].id + "', " + g_.meta(v).str());
+    }
+    names_[id] = v;
   }
 
   void parse_node(const json& j) {
@@ -198,7 +219,7 @@ class Parser {
     const json kwargs = j.value("kwargs", json::object());
     if (!args.is_array() || !kwargs.is_object())
       fail(id, "expected \"args\" to be a list and \"kwargs\" an object");
-    if (opname == "getitem") return parse_getitem(id, args);
+    if (opname == "getitem") return parse_getitem(id, j, args, kwargs);
     auto op = parse_op(opname);
     if (!op) fail(id, "unknown op '" + opname + "' (see `replay list` for the supported ops)");
     const OpDef& def = op_def(*op);
@@ -246,7 +267,17 @@ class Parser {
       std::string vname = outs.size() == 1 ? id : id + "." + std::to_string(k);
       n.outputs.push_back(add_value(vname, m, node_idx, static_cast<int>(k), id));
     }
-    if (outs.size() > 1) names_[id] = n.outputs[0];  // getitem resolves through output 0
+    if (def.kind == OpKind::kView) {  // a view must be expressible on its input's layout
+      try {
+        def.alias(n, g_.meta(n.operands[0].value), g_.meta(n.outputs[0]).shape);
+      } catch (const std::invalid_argument& e) {
+        fail(id, e.what());
+      }
+    }
+    if (outs.size() > 1) {  // a tuple: its outputs are selected with getitem
+      if (tuples_.count(id)) fail(id, "duplicate id '" + id + "'");
+      tuples_[id] = node_idx;
+    }
     for (const auto& o : n.operands)
       if (o.is_tensor()) g_.values[o.value].users.push_back(node_idx);
     g_.nodes.push_back(std::move(n));
@@ -280,7 +311,8 @@ class Parser {
   const json& doc_;
   std::string file_;
   Graph g_;
-  std::map<std::string, int> names_;  // id -> value index (getitem ids alias their source)
+  std::map<std::string, int> names_;   // id -> value index (getitem ids alias their source)
+  std::map<std::string, int> tuples_;  // id of a multi-output node -> node index
 };
 
 }  // namespace

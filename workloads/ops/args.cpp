@@ -29,6 +29,8 @@ std::string ArgReader::describe(size_t i, const char* kw) const {
 const json* ArgReader::find(size_t i, const char* kw) {
   if (i != kKwOnly) positional_read_ = std::max(positional_read_, i + 1);
   if (kw) kwargs_read_.insert(kw);
+  if (kw && i != kKwOnly && i < args_.size() && !args_[i].is_null() && kwargs_.contains(kw))
+    fail(describe(i, kw) + " is given both by position and by keyword");
   if (i != kKwOnly && i < args_.size()) return &args_[i];
   if (kw && kwargs_.contains(kw)) return &kwargs_[kw];
   return nullptr;
@@ -134,9 +136,11 @@ DType ArgReader::dtype(size_t i, const char* kw) {
 }
 
 void ArgReader::finish() const {
-  if (args_.size() > positional_read_)
+  size_t given = args_.size();
+  while (given > positional_read_ && args_[given - 1].is_null()) --given;  // trailing Nones
+  if (given > positional_read_)
     fail("expected at most " + std::to_string(positional_read_) +
-         " positional argument(s), found " + std::to_string(args_.size()));
+         " positional argument(s), found " + std::to_string(given));
   for (auto it = kwargs_.begin(); it != kwargs_.end(); ++it)
     if (!kwargs_read_.count(it.key()) && !it.value().is_null())
       fail("unexpected keyword argument '" + it.key() + "'");

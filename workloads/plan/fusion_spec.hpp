@@ -49,10 +49,10 @@ struct FusionSpec {
   std::string_view name;         ///< e.g. "layernorm_fwd"
   std::string_view description;  ///< one line for `replay list`
   std::span<const VariantSpec> variants;
-  /// Appends the regions it finds among the nodes not yet claimed (claimed[node] >= 0), with
-  /// nodes, inputs, outputs and typed params filled (match_util.hpp helps). Structural: ops,
-  /// single use, shapes and dtypes, never node names.
-  void (*match)(const Graph& g, const std::vector<int>& claimed, std::vector<Region>& out);
+  /// Appends every region it finds in `g`, with nodes, inputs, outputs and typed params filled
+  /// (match_util.hpp helps). Structural: ops, single use, shapes and dtypes, never node names.
+  /// It sees the whole graph: make_plan decides overlaps, and records the matches it drops.
+  void (*match)(const Graph& g, std::vector<Region>& out);
   /// The region's speed-of-light work.
   Cost (*cost)(const Graph& g, const Region& r);
   /// The region's params as JSON, for `replay plan` and the results.
@@ -63,7 +63,7 @@ struct FusionSpec {
   /// Optional: numerics bounds for output `value` other than the default (default_bounds), with
   /// the reason in NumericsBounds::why; nullptr, or std::nullopt, for the default.
   std::optional<NumericsBounds> (*tolerance)(const Graph& g, const Region& r, int value) = nullptr;
-  /// Ranks the fusion needs (collectives: 2).
+  /// Ranks the fusion needs (collectives: 2); on a trace of fewer, its matches are dropped.
   int min_world_size = 1;
 
   /// The variant named `name`, or nullptr.

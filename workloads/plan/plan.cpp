@@ -27,9 +27,15 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
   p.node_region.assign(g.nodes.size(), -1);
   for (const FusionSpec* f : fusions) {
     std::vector<Region> found;
-    f->match(g, p.node_region, found);
+    f->match(g, found);
     for (auto& r : found) {
       r.fusion = f;
+      if (g.world_size < f->min_world_size) {
+        p.dropped.push_back({std::string(f->name), r.nodes,
+                             "needs world_size >= " + std::to_string(f->min_world_size) +
+                                 "; the trace has " + std::to_string(g.world_size)});
+        continue;
+      }
       auto taken = std::find_if(r.nodes.begin(), r.nodes.end(),
                                 [&](int n) { return p.node_region[n] >= 0; });
       if (taken != r.nodes.end()) {

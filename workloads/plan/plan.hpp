@@ -26,7 +26,8 @@ struct Plan {
 
 /// Runs each fusion's matcher over `g`, in the order given (the registry order is the priority):
 /// a match that overlaps nodes an earlier match claimed is not taken and is listed in
-/// Plan::dropped with the region it overlaps.
+/// Plan::dropped with the region it overlaps; so is every match of a fusion that needs more ranks
+/// than the trace's world_size.
 Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions);
 
 /// The plan as JSON: regions with fusion, node ids, inputs/outputs, variants, cost, params; the

@@ -152,9 +152,8 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
 
 }  // namespace
 
-void match(const Graph& g, const std::vector<int>& claimed, std::vector<Region>& out) {
+void match(const Graph& g, std::vector<Region>& out) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (claimed[i] >= 0) continue;
     Op op = g.nodes[i].op;
     if (op == Op::kVarMean || op == Op::kMeanDim) try_match(g, static_cast<int>(i), out);
   }

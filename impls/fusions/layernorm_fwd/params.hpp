@@ -33,7 +33,7 @@ struct Params {
   std::vector<EpilogueStep> epilogue;  ///< in graph order, at most kNormMaxEpilogue
 };
 
-void match(const Graph& g, const std::vector<int>& claimed, std::vector<Region>& out);
+void match(const Graph& g, std::vector<Region>& out);
 Cost cost(const Graph& g, const Region& r);
 nlohmann::json describe(const Graph& g, const Region& r);
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
