@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz the trace loader: configures and builds the libFuzzer target replay_fuzz_loader (CMake
 # option REPLAY_FUZZ: clang, ASan + UBSan) in BUILD_DIR and runs it for a fixed budget on a fresh
-# corpus folder in BUILD_DIR, seeded with copies of traces/*.json and tests/data/*.json (plus
-# shrunk copies, see below), with tests/fuzz/trace.dict. Exits non-zero on any crash, escaping
+# corpus folder in BUILD_DIR, seeded with copies of traces/*.json and tests/data/**/*.json (plus
+# small variants, see below), with tests/fuzz/trace.dict. Exits non-zero on any crash, escaping
 # exception, leak, timeout, out-of-memory or sanitizer report; the reproducer is left in
 # BUILD_DIR/fuzz-artifacts/ (rerun it: BUILD_DIR/replay_fuzz_loader FILE). The repo is not touched.
 # Installs clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and jq with apt-get when they
@@ -81,26 +81,61 @@ cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DREP
   -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build" --target replay_fuzz_loader -j "$(nproc 2>/dev/null || echo 2)"
 
-# Fresh corpus each run, so a budget always starts from the same seeds. The bundled traces are
-# far above the fuzz target's size limit for the reference (and two name a golden file, which it
-# skips), so shrunk copies are added too: every dim above 4 cut to 4 (the traces broadcast a
-# trailing dim, so that stays consistent), strides dropped (contiguous) and golden removed, which
-# lets mutations reach planning and the reference from the first execution.
+# Fresh corpus each run, so a budget always starts from the same seeds: copies of the bundled
+# traces, and variants made with jq. The traces are far above the fuzz target's size limit for
+# planning and the reference (and two name a golden file, which it skips), and a mutation can
+# hardly shrink every shape consistently or swap an op name for one of another length; so each
+# trace also gets a shrunk copy (every dim above 4 cut to 4, which keeps the traces' broadcasts
+# consistent; strides dropped, i.e. contiguous; golden removed) and, from that, one copy per op
+# swapped in for rsqrt / mul / mean.dim and one per view op appended after the last node. All of
+# these load, and they reach every op's reference from the first execution.
+shrink='del(.golden) | walk(if type == "object" and (.shape | type) == "array"
+  then (.shape |= map(if type == "number" and . > 4 then 4 else . end) | del(.stride)) else . end)'
+variants='
+def swap($from; $to):
+  select(any(.nodes[]; .op == $from)) | .nodes |= map(if .op == $from then .op = $to else . end);
+def swaps:
+  (("aten.sqrt.default", "aten.neg.default", "aten.abs.default", "aten.exp.default",
+    "aten.reciprocal.default", "aten.clone.default") as $to | swap("aten.rsqrt.default"; $to)),
+  (("aten.add.Tensor", "aten.sub.Tensor", "aten.div.Tensor") as $to | swap("aten.mul.Tensor"; $to)),
+  (("aten.sum.dim_IntList", "aten.amax.default") as $to | swap("aten.mean.dim"; $to));
+def views:
+  ([.nodes[] | select(.op != "getitem" and (.outputs | length) == 1)] | last) as $x
+  | select($x != null)
+  | ($x.outputs[0].shape) as $s
+  | ([reduce $s[] as $d (1; . * $d)]) as $flat
+  | (["aten.view.default", [[-1]], $flat], ["aten._unsafe_view.default", [[-1]], $flat],
+     ["aten.reshape.default", [[-1]], $flat],
+     ["aten.permute.default", [[range($s | length)] | reverse], ($s | reverse)],
+     ["aten.unsqueeze.default", [0], ([1] + $s)],
+     ["aten.expand.default", [[2] + $s], ([2] + $s)]) as [$op, $args, $shape]
+  | .nodes += [{"id": "fz_view", "op": $op, "args": ([{"ref": $x.id}] + $args),
+                "outputs": [{"shape": $shape, "dtype": $x.outputs[0].dtype}]}]
+  | .outputs += ["fz_view"];
+swaps, views'
 corpus="$build/fuzz-corpus"
 artifacts="$build/fuzz-artifacts"
 rm -rf "$corpus"
 mkdir -p "$corpus" "$artifacts"
-cp traces/*.json tests/data/*.json "$corpus/"
+seeds=(traces/*.json)
+while IFS= read -r f; do seeds+=("$f"); done < <(find tests/data -name '*.json' | LC_ALL=C sort)
+for f in "${seeds[@]}"; do
+  cp "$f" "$corpus/$(printf '%s' "${f%.json}" | tr / _).json"  # tests/data/bad/x.json and others
+done
 if command -v jq >/dev/null 2>&1; then
-  for f in traces/*.json tests/data/*.json; do
-    jq -c 'del(.golden) | walk(if type == "object" and (.shape | type) == "array"
-             then (.shape |= map(if type == "number" and . > 4 then 4 else . end) | del(.stride))
-             else . end)' "$f" >"$corpus/small_$(basename "$f")" 2>/dev/null ||
-      rm -f "$corpus/small_$(basename "$f")"
+  for f in "${seeds[@]}"; do
+    small="$corpus/small_$(printf '%s' "${f%.json}" | tr / _)"
+    jq -c "$shrink" "$f" >"$small.json" 2>/dev/null || { rm -f "$small.json"; continue; }
+    i=0
+    jq -c "$variants" "$small.json" 2>/dev/null | while IFS= read -r line; do
+      i=$((i + 1))
+      printf '%s\n' "$line" >"${small}_v$i.json"
+    done
   done
 else
   echo "fuzz: jq not found: seeding with the bundled traces only" >&2
 fi
+echo "fuzz: $(find "$corpus" -type f | wc -l) seeds in $corpus"
 
 # halt_on_error/print_stacktrace: UBSan stops at the first report and says where; ASan and LSan
 # stop by default. libFuzzer itself turns crashes, leaks, timeouts and OOMs into a non-zero exit.

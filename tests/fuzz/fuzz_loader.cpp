@@ -4,6 +4,7 @@
 // that it should have rejected or named. A small trace that loads is also planned and run on the
 // float64 reference, where loader gaps showed up before (a reduction over a 0-size dim, a 0-d
 // tensor reduced over dim 0).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -25,8 +26,8 @@ namespace {
 // golden field that slipped past has_golden_key() names no real file.
 const std::string kFile = "/nonexistent/replay-fuzz/input.json";
 
-// Above this many elements over all values the reference is skipped: it would cost seconds per
-// input (and memory), and big shapes do not reach code that small ones do not.
+// Above this many elements (reference_elems) planning and the reference are skipped: they would
+// cost seconds per input (and memory), and big shapes reach no code that small ones do not.
 constexpr long double kMaxReferenceElems = 1e5;
 
 // SAX handler that accepts everything and stops at an object key named "golden" (the nlohmann SAX
@@ -64,15 +65,22 @@ bool has_golden_key(std::string_view text) {
   return finder.found;
 }
 
-// Elements over all values, in long double so that a huge shape cannot overflow here (the
-// loader's own int64 numel may; that is for the loader to reject). |d| keeps a negative size that
-// got past the loader in the small class, so the reference trips over it.
-long double total_elems(const replay::Graph& g) {
+// Elements the reference allocates: every value's elements, and for a graph input the storage its
+// strided layout spans (generate_inputs fills one value per storage element). In long double, so
+// that a huge shape cannot overflow here (the loader must reject those; its int64 arithmetic is
+// what is under test). |d| and |s| keep a negative size or stride that got past the loader in the
+// small class, so the reference trips over it.
+long double reference_elems(const replay::Graph& g) {
   long double total = 0;
   for (const auto& v : g.values) {
-    long double n = 1;
-    for (int64_t d : v.meta.shape) n *= std::fabs(static_cast<long double>(d));
-    total += n;
+    long double n = 1, span = 1;
+    for (size_t i = 0; i < v.meta.shape.size(); ++i) {
+      const long double d = std::fabs(static_cast<long double>(v.meta.shape[i]));
+      n *= d;
+      if (v.graph_input && i < v.meta.stride.size() && d > 0)
+        span += (d - 1) * std::fabs(static_cast<long double>(v.meta.stride[i]));
+    }
+    total += v.graph_input && n > 0 ? std::max(n, span) : n;
   }
   return total;
 }
@@ -84,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (has_golden_key(text)) return -1;  // -1: libFuzzer does not add it to the corpus
   try {
     const replay::Graph g = replay::parse_trace_text(text, kFile);
-    if (g.golden || total_elems(g) >= kMaxReferenceElems) return 0;
+    if (g.golden || reference_elems(g) >= kMaxReferenceElems) return 0;
     const replay::Plan plan = replay::make_plan(g, replay::fusion_registry());
     (void)replay::plan_to_json(g, plan);  // each region's cost and params, as `replay plan` prints
     (void)replay::run_reference(g, replay::generate_inputs(g, 0));

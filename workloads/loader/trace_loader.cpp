@@ -358,7 +358,7 @@ Graph parse_trace_text(std::string_view text, const std::string& file) {
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e400
     throw TraceError(file, "", std::string("malformed JSON: ") + e.what());
   }
   try {
