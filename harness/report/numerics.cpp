@@ -38,6 +38,11 @@ std::string NumericsResult::failure() const {
     std::snprintf(buf, sizeof buf, "rel_l2 %.2e > %.2e", rel_l2, bounds.max_rel_l2);
     return buf;
   }
+  if (!(std::fabs(bias) <= bounds.max_bias + 6 * bias_se)) {
+    std::snprintf(buf, sizeof buf, "systematic relative error %.2e > %.2e + 6 x %.1e (noise)",
+                  bias, bounds.max_bias, bias_se);
+    return buf;
+  }
   if (!(beyond_1ulp_share <= bounds.max_beyond_1ulp)) {
     std::snprintf(buf, sizeof buf, "%.3g%% of elements beyond 1 ulp > %.3g%%",
                   100 * beyond_1ulp_share, 100 * bounds.max_beyond_1ulp);
@@ -57,7 +62,7 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   r.bounds = bounds;
   r.numel = static_cast<int64_t>(got.data.size());
   const bool exact = !is_floating(r.dtype);
-  double err2 = 0, tgt2 = 0;
+  double err2 = 0, tgt2 = 0, et = 0, e2t2 = 0;
   for (int64_t i = 0; i < r.numel; ++i) {
     const double g = got.data[i], t = round_to(r.dtype, reference.data[i]);
     bool bad;
@@ -74,6 +79,8 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
       if (t != 0) r.max_rel_err = std::max(r.max_rel_err, diff / std::fabs(t));
       err2 += diff * diff;
       tgt2 += t * t;
+      et += (g - t) * t;
+      e2t2 += (g - t) * (g - t) * t * t;
     }
     if (bad && r.first_bad.empty()) {
       r.first_got = g;
@@ -89,6 +96,10 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   r.beyond_1ulp_share =
       r.numel ? static_cast<double>(r.beyond_1ulp) / static_cast<double>(r.numel) : 0;
   r.rel_l2 = tgt2 > 0 ? std::sqrt(err2 / tgt2) : (err2 > 0 ? INFINITY : 0.0);
+  if (tgt2 > 0) {
+    r.bias = et / tgt2;
+    r.bias_se = std::sqrt(e2t2) / tgt2;
+  }
   return r;
 }
 
@@ -147,9 +158,12 @@ nlohmann::json to_json(const NumericsResult& r) {
                       {"max_abs_err", num(r.max_abs_err)},
                       {"max_rel_err", num(r.max_rel_err)},
                       {"rel_l2", num(r.rel_l2)},
+                      {"bias", num(r.bias)},
+                      {"bias_se", num(r.bias_se)},
                       {"bounds",
                        {{"max_rel_l2", r.bounds.max_rel_l2},
                         {"max_beyond_1ulp", r.bounds.max_beyond_1ulp},
+                        {"max_bias", r.bounds.max_bias},
                         {"why", r.bounds.why}}},
                       {"pass", r.pass()}};
   if (!r.pass()) j["failure"] = r.failure();

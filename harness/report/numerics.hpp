@@ -37,6 +37,8 @@ struct NumericsResult {
   double max_abs_err = 0;
   double max_rel_err = 0;  ///< max |got - target| / |target| over elements with target != 0
   double rel_l2 = 0;       ///< ||got - target|| / ||target|| over finite elements (0/0 = 0)
+  double bias = 0;         ///< least-squares relative scale error sum(e t) / sum(t^2)
+  double bias_se = 0;      ///< its standard error, sqrt(sum(e^2 t^2)) / sum(t^2)
   NumericsBounds bounds;
   /// Multi-index of the first element beyond one ulp or non-finite mismatch (empty if none).
   std::vector<int64_t> first_bad;

@@ -55,6 +55,7 @@ std::vector<GraphMutation> graph_mutations() {
       {ln, "scaled_x1.012", [](json& t) { scale_before(t, "convert_element_type_1", 1.012); }},
       {ln, "rsqrt_as_sqrt", [](json& t) { node(t, "rsqrt")["op"] = "aten.sqrt.default"; }},
       {rms, "eps_1e-3", [](json& t) { node(t, "add")["args"][1] = 1e-3; }},
+      {rms, "eps_x100", [](json& t) { node(t, "add")["args"][1] = 1e-4; }},
       {rms, "dropped_weight",
        [](json& t) {
          node(t, "mul_1")["args"] = {ref("convert_element_type_1"), 1.0};

@@ -16,7 +16,7 @@ HostTensor t(std::vector<int64_t> shape, std::vector<double> v, DType d = DType:
 }  // namespace
 
 NumericsBounds loose() {
-  return {1.0, 1.0, "test"};
+  return {1.0, 1.0, 1.0, "test"};
 }
 
 TEST(Numerics, TargetIsTheReferenceRoundedToTheOutputDtype) {
@@ -41,7 +41,7 @@ TEST(Numerics, UlpsAndShareBeyondOneUlp) {
   EXPECT_EQ(r.first_got, 101.0);
   EXPECT_EQ(r.first_target, 100.0);
   EXPECT_TRUE(r.pass());
-  NumericsBounds tight{1.0, 0.2, "test"};  // 25% beyond 1 ulp > 20%
+  NumericsBounds tight{1.0, 0.2, 1.0, "test"};  // 25% beyond 1 ulp > 20%
   auto f = check_numerics("y", got, ref, tight);
   EXPECT_FALSE(f.pass());
   EXPECT_NE(f.failure().find("beyond 1 ulp"), std::string::npos) << f.failure();
@@ -50,10 +50,10 @@ TEST(Numerics, UlpsAndShareBeyondOneUlp) {
 TEST(Numerics, RelL2Bound) {
   auto ref = t({2}, {3.0, 4.0}, DType::kFloat32);
   auto got = t({2}, {3.0, 4.05}, DType::kFloat32);  // ||err|| 0.05 / ||ref|| 5 = 1e-2
-  auto r = check_numerics("y", got, ref, {1e-2 + 1e-9, 1.0, "test"});
+  auto r = check_numerics("y", got, ref, {1e-2 + 1e-9, 1.0, 1.0, "test"});
   EXPECT_NEAR(r.rel_l2, 1e-2, 1e-9);
   EXPECT_TRUE(r.pass());
-  auto f = check_numerics("y", got, ref, {9e-3, 1.0, "test"});
+  auto f = check_numerics("y", got, ref, {9e-3, 1.0, 1.0, "test"});
   EXPECT_FALSE(f.pass());
   EXPECT_NE(f.failure().find("rel_l2 1.00e-02 > 9.00e-03"), std::string::npos) << f.failure();
 }
@@ -73,6 +73,34 @@ TEST(Numerics, NaNAndInfMustMatchTheTarget) {
   // A finite reference that overflows the output dtype has an Inf target.
   EXPECT_TRUE(
       check_numerics("y", t({1}, {INFINITY}), t({1}, {1e39}, DType::kBFloat16), loose()).pass());
+}
+
+TEST(Numerics, SystematicSubUlpErrorFailsRandomFlipsPass) {
+  // 1e5 bf16 targets spread over [1, 2); a kernel off by +5e-5 relative (1/80 of an ulp) before
+  // its rounding changes ~1.3% of the elements by one ulp, all upwards: rel_l2 stays under the
+  // bound, the bias test sees it. A kernel whose one-ulp differences have random sign passes.
+  const int n = 100000;
+  HostTensor ref = t({n}, std::vector<double>(n), DType::kBFloat16);
+  HostTensor biased = ref, noisy = ref;
+  uint64_t state = 12345;
+  for (int i = 0; i < n; ++i) {
+    const double x = 1.0 + (i + 0.5) / n;  // exact float64 values, not yet rounded
+    ref.data[i] = x;
+    biased.data[i] = round_to(DType::kBFloat16, x * (1 + 5e-5));
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const double flip = (state >> 63) ? 1 : -1;  // a random-sign one-ulp error on 0.9%
+    noisy.data[i] = round_to(DType::kBFloat16, x) +
+                    ((state >> 33) % 1000 < 9 ? flip * ulp_of(DType::kBFloat16, x) : 0);
+  }
+  const NumericsBounds b = default_bounds(DType::kBFloat16, 8, 4096);
+  auto bad = check_numerics("y", biased, ref, b);
+  EXPECT_LT(bad.rel_l2, b.max_rel_l2);
+  EXPECT_LE(bad.beyond_1ulp_share, b.max_beyond_1ulp);
+  EXPECT_FALSE(bad.pass());
+  EXPECT_NE(bad.failure().find("systematic relative error"), std::string::npos) << bad.failure();
+  EXPECT_NEAR(bad.bias, 5e-5, 1e-5);
+  auto good = check_numerics("y", noisy, ref, b);
+  EXPECT_TRUE(good.pass()) << good.failure();
 }
 
 TEST(Numerics, IntegersMustBeExact) {

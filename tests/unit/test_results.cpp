@@ -27,7 +27,7 @@ VariantResult timed(VariantInfo variant, std::vector<double> us, bool pass = tru
   NumericsResult n;
   n.value = "y";
   n.numel = 10;
-  n.bounds = {4.6e-4, 4.5e-3, "test"};
+  n.bounds = {4.6e-4, 4.5e-3, 9.5e-7, "test"};
   n.rel_l2 = pass ? 2e-5 : 1.3e-3;
   v.numerics.push_back(n);
   return v;

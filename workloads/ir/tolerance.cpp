@@ -66,6 +66,7 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k) {
   const double delta = u_acc * (8.0 * std::max(ops, 1) +
                                 4.0 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1))));
   const double u = unit_roundoff(t);
+  b.max_bias = 16 * u_acc;
   if (u > delta) {
     b.max_rel_l2 = 2 * std::sqrt(delta * u);
     b.max_beyond_1ulp = std::min(1.0, 1e-3 + delta / u);

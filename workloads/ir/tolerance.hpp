@@ -13,11 +13,18 @@ namespace replay {
 
 /// Pass bounds of one output. A result passes when it has no NaN/Inf where the target has none
 /// (and matches the target's NaN/Inf elsewhere), its rel_l2 = ||got - target|| / ||target|| is at
-/// most `max_rel_l2`, and the share of its elements off by more than one ulp of the output dtype
-/// is at most `max_beyond_1ulp`. Integer and bool outputs must match exactly (both bounds 0).
+/// most `max_rel_l2`, the share of its elements off by more than one ulp of the output dtype is at
+/// most `max_beyond_1ulp`, and its systematic relative error is at most `max_bias` beyond noise:
+/// the least-squares scale bias = sum(e * t) / sum(t^2) of the error e = got - target on the
+/// target t must satisfy |bias| <= max_bias + 6 * its standard error (sqrt(sum(e^2 t^2)) /
+/// sum(t^2)). A correct kernel's one-ulp differences have random sign and average out; a
+/// systematic error far below one ulp (eps 1e-4 for 1e-6 in an RMSNorm: 5e-5 relative, 1/80 of a
+/// bf16 ulp) moves every affected element the same way and stands out over many elements.
+/// Integer and bool outputs must match exactly (every bound 0).
 struct NumericsBounds {
   double max_rel_l2 = 0;
   double max_beyond_1ulp = 0;  ///< a share in [0, 1]
+  double max_bias = 0;         ///< relative scale bias allowed beyond noise
   std::string why;             ///< how the bounds were derived, for the results
 };
 
@@ -43,6 +50,8 @@ double ulp_of(DType t, double v);
 ///   (a target near 0) or a second rounding of a narrow intermediate: at most 1e-3 + delta / u.
 /// - float32/float64 output: rel_l2 <= 2 delta (float64 opmath: u64 in place of u32 when
 ///   t is float64); one-ulp agreement is not expected, so the share bound is 1.
+/// - Systematic bias: float32 opmath rounds to nearest (unbiased); its approximate functions
+///   (rsqrtf, expf) err by at most 2 ulps, so max_bias = 16 u_acc (9.5e-7 for float32 opmath).
 /// Example: nanoGPT LayerNorm, bf16 out, 9 ops, k = 1600: delta = 1.4e-5, rel_l2 <= 4.6e-4,
 /// beyond 1 ulp <= 0.45 %; a correct kernel measures ~2e-5 and 0 %, while eps 1e-3 instead of
 /// 1e-5, biased variance or a 1.2 % scale measure 1.3e-3 and more.
