@@ -1,7 +1,13 @@
 # Writes ${OUT} with the current `git describe` of ${SRC}, touching it only when it changed, so
 # results.json names the revision the binary was built from (run at every build).
-execute_process(COMMAND git describe --always --dirty --abbrev=12
-  WORKING_DIRECTORY "${SRC}" OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+# REPLAY_GIT_REVISION in the build's environment wins: a copy of the tree whose .git is missing or
+# stale (as on a machine the tree was copied to) would otherwise record the wrong revision.
+if(DEFINED ENV{REPLAY_GIT_REVISION} AND NOT "$ENV{REPLAY_GIT_REVISION}" STREQUAL "")
+  set(rev "$ENV{REPLAY_GIT_REVISION}")
+else()
+  execute_process(COMMAND git describe --always --dirty --abbrev=12
+    WORKING_DIRECTORY "${SRC}" OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
 if(NOT rev)
   set(rev unknown)
 endif()

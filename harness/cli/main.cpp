@@ -186,6 +186,8 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
         run.ceilings.copy_gbps = gpu->bandwidth_gbps();
         run.run_info["l2_flush_bytes"] = gpu->l2().bytes();
         run.run_info["gpu_state_start"] = gpu_state(0);
+        if (run.run_info["gpu_state_start"].contains("driver_version"))
+          run.environment["driver_version"] = run.run_info["gpu_state_start"]["driver_version"];
       } catch (const std::exception& e) {
         gpu.reset();
         gpu_failed = true;

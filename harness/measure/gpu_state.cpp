@@ -17,6 +17,7 @@ using ClockFn = int (*)(nvmlDevice_t, int, unsigned*);  // nvmlClockType_t: 1 SM
 using UintFn = int (*)(nvmlDevice_t, unsigned*);
 using TempFn = int (*)(nvmlDevice_t, int, unsigned*);  // sensor 0: GPU die
 using ReasonsFn = int (*)(nvmlDevice_t, unsigned long long*);
+using DriverFn = int (*)(char*, unsigned);
 constexpr int kClockSm = 1, kClockMem = 2, kTempGpu = 0;
 
 struct Nvml {
@@ -27,6 +28,7 @@ struct Nvml {
   UintFn power_limit = nullptr, power_usage = nullptr;
   TempFn temperature = nullptr;
   ReasonsFn reasons = nullptr;
+  DriverFn driver = nullptr;
   std::string error;
 
   Nvml() {
@@ -44,6 +46,7 @@ struct Nvml {
     power_usage = reinterpret_cast<UintFn>(sym("nvmlDeviceGetPowerUsage"));
     temperature = reinterpret_cast<TempFn>(sym("nvmlDeviceGetTemperature"));
     reasons = reinterpret_cast<ReasonsFn>(sym("nvmlDeviceGetCurrentClocksEventReasons"));
+    driver = reinterpret_cast<DriverFn>(sym("nvmlSystemGetDriverVersion"));
     if (!reasons)
       reasons = reinterpret_cast<ReasonsFn>(sym("nvmlDeviceGetCurrentClocksThrottleReasons"));
     if (!init || !handle || !clock) {
@@ -74,6 +77,8 @@ nlohmann::json gpu_state(int device) {
     return {{"error", "nvmlDeviceGetHandleByPciBusId_v2(" + std::string(bus) + ") failed with " +
                           std::to_string(rc)}};
   nlohmann::json j = {{"pci_bus_id", bus}};
+  char version[96] = {};
+  if (n.driver && n.driver(version, sizeof version) == 0) j["driver_version"] = version;
   unsigned v = 0;
   if (n.clock(dev, kClockSm, &v) == 0) j["sm_clock_mhz"] = v;
   if (n.max_clock && n.max_clock(dev, kClockSm, &v) == 0) j["sm_clock_max_mhz"] = v;

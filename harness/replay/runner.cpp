@@ -57,7 +57,7 @@ nlohmann::json GpuSession::environment() const {
           {"sm_count", p.multiProcessorCount},
           {"global_memory_bytes", p.totalGlobalMem},
           {"l2_bytes", p.l2CacheSize},
-          {"driver_version", ver(driver)},
+          {"cuda_driver_api", ver(driver)},
           {"cuda_runtime", ver(runtime)}};
 }
 

@@ -86,8 +86,9 @@ std::string render_markdown(const RunResult& r) {
   std::string md = "# Replay report\n\n";
   const nlohmann::json env = r.environment.is_object() ? r.environment : nlohmann::json::object();
   md += "- device: " + env.value("device", std::string("none")) + "\n";
-  if (env.contains("driver_version"))
-    md += "- driver " + env["driver_version"].get<std::string>() + ", CUDA runtime " +
+  if (env.contains("cuda_runtime"))
+    md += "- driver " + env.value("driver_version", std::string("?")) + " (CUDA driver API " +
+          env.value("cuda_driver_api", std::string("?")) + "), CUDA runtime " +
           env.value("cuda_runtime", std::string("?")) + "\n";
   md += "- git revision: " + env.value("git_revision", std::string("unknown")) + "\n";
   md += "- seed: " + std::to_string(r.seed) + "\n";
