@@ -27,14 +27,8 @@ esac
 [[ "${limit[0]#*=}" =~ ^[0-9]+$ ]] || usage
 cd "$(dirname "$0")/.."
 repo=$(pwd)
+source scripts/common.sh
 
-apt_install() {
-  command -v apt-get >/dev/null 2>&1 || return 1
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
-}
 
 # A compiler that can link a fuzzer with both sanitizers: clang alone is not enough on Debian, the
 # runtimes are in libclang-rt-14-dev, which clang only recommends.
@@ -64,11 +58,7 @@ fi
   exit 1
 }
 
-if ! command -v nvcc >/dev/null 2>&1; then  # as setup.sh: the libraries have CUDA sources
-  for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
-    [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break
-  done
-fi
+find_nvcc || true  # the libraries have CUDA sources; CMake names nvcc if it is missing
 
 # The CXX compiler of a build folder is fixed at its first configure; nvcc keeps its own default
 # host compiler (g++) for the CUDA sources either way, since CMake passes no -ccbin unless

@@ -8,6 +8,7 @@
 # Usage: bash scripts/setup.sh [extra cmake args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/common.sh
 
 missing=()
 need_tool() {  # need_tool COMMAND DEBIAN_PACKAGE
@@ -36,13 +37,6 @@ need_header CLI/CLI.hpp libcli11-dev
 need_header gtest/gtest.h libgtest-dev
 need_header benchmark/benchmark.h libbenchmark-dev
 
-apt_install() {
-  command -v apt-get >/dev/null 2>&1 || return 1
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
-}
 if [ ${#missing[@]} -gt 0 ]; then
   command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
   echo "installing: ${missing[*]}"
@@ -55,12 +49,7 @@ elif ! command -v ninja >/dev/null 2>&1; then
   apt_install ninja-build >/dev/null 2>&1 || echo "ninja not found: using CMake's default generator"
 fi
 
-if ! command -v nvcc >/dev/null 2>&1; then
-  for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
-    [ -x "$d/nvcc" ] && export PATH="$d:$PATH" && break
-  done
-fi
-command -v nvcc >/dev/null 2>&1 || { echo "nvcc not found: install the CUDA toolkit (13.x)" >&2; exit 1; }
+find_nvcc || { echo "nvcc not found: install the CUDA toolkit (13.x)" >&2; exit 1; }
 
 generator=()
 if [ ! -f build/CMakeCache.txt ] && command -v ninja >/dev/null 2>&1; then

@@ -20,8 +20,5 @@ TEST_P(EagerOp, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, EagerOp, ::testing::Range<size_t>(0, kOpCount),
                          [](const auto& info) {
-                           std::string n(all_ops()[info.param]->name);
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
+                           return test_name(std::string(all_ops()[info.param]->name));
                          });

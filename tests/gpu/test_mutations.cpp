@@ -108,8 +108,5 @@ INSTANTIATE_TEST_SUITE_P(Ops, SwappedOp,
                                            OpSwap{"aten.mean.dim", "aten.sum.dim_IntList"},
                                            OpSwap{"aten.amax.default", "aten.sum.dim_IntList"}),
                          [](const auto& info) {
-                           std::string n = std::string(info.param.op) + "_as_" + info.param.as;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
+                           return test_name(std::string(info.param.op) + "_as_" + info.param.as);
                          });

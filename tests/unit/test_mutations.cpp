@@ -92,10 +92,7 @@ TEST_P(MutatedGraph, ReferenceFailsAgainstTheOriginal) {
 
 INSTANTIATE_TEST_SUITE_P(Norms, MutatedGraph, ::testing::ValuesIn(graph_mutations()),
                          [](const auto& info) {
-                           std::string n = info.param.trace.substr(0, 5) + "_" + info.param.name;
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
+                           return test_name(info.param.trace.substr(0, 5) + "_" + info.param.name);
                          });
 
 TEST(MutatedOutput, EveryOutputMutationFailsAndTheTruthPasses) {

@@ -1,6 +1,7 @@
 // Helpers shared by the unit and GPU tests: bundled trace paths and small synthetic traces.
 #pragma once
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -31,6 +32,13 @@ inline std::string write_temp(const std::string& name, const std::string& text) 
 
 inline nlohmann::json tensor(std::vector<int64_t> shape, const std::string& dtype) {
   return {{"shape", shape}, {"stride", contiguous_strides(shape)}, {"dtype", dtype}};
+}
+
+/// `s` with every character that may not appear in a gtest parameter name replaced by '_'.
+inline std::string test_name(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
 }
 
 inline nlohmann::json ref(const std::string& v) {

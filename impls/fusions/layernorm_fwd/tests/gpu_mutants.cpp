@@ -108,10 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, LayerNormFwdMutant,
                                                               "llama_rmsnorm_fwd_2x8x4096"),
                                             ::testing::Values("baseline", "optimized")),
                          [](const auto& info) {
-                           std::string n = std::string(kMutants[std::get<0>(info.param)].name) +
-                                           "_" + std::get<1>(info.param) + "_" +
-                                           std::get<2>(info.param);
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
+                           return test_name(std::string(kMutants[std::get<0>(info.param)].name) +
+                                            "_" + std::get<1>(info.param) + "_" +
+                                            std::get<2>(info.param));
                          });
