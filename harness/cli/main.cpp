@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -260,7 +263,9 @@ int main(int argc, char** argv) {
   run->add_option("--variants", variants_csv,
                   "comma-separated variants (default: every variant of each trace; `replay list` "
                   "names them)");
-  run->add_option("--seed", opt.seed, "input generation seed (traces without golden inputs)")
+  std::string seed_str = "0";
+  run->add_option("--seed", seed_str,
+                  "input generation seed, 0 to 2^64-1 (traces without golden inputs)")
       ->capture_default_str();
   run->add_option("--out", out_dir, "output folder")->capture_default_str();
   run->add_option("--min-samples", opt.rule.min_samples, "timing: minimum samples")
@@ -296,6 +301,16 @@ int main(int argc, char** argv) {
         }
       }
       opt.cupti = !no_cupti;
+      // A 64-bit seed, exactly: no sign, no overflow, no trailing text (CLI11 would saturate).
+      errno = 0;
+      char* end = nullptr;
+      const unsigned long long seed = std::strtoull(seed_str.c_str(), &end, 10);
+      if (seed_str.empty() || !std::isdigit(static_cast<unsigned char>(seed_str[0])) ||
+          *end != '\0' || errno == ERANGE) {
+        std::cerr << "error: --seed " << seed_str << " is not an integer in [0, 2^64-1]\n";
+        return kExitBadInput;
+      }
+      opt.seed = seed;
       std::string cmd;
       for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
       return cmd_run(rtraces, opt, given, out_dir, cmd);

@@ -107,21 +107,49 @@ ReferenceFootprint reference_footprint(const Graph& g) {
   ReferenceFootprint f;
   double largest = -1;
   for (size_t v = 0; v < g.values.size(); ++v) {
-    const double b = static_cast<double>(g.values[v].meta.numel()) * sizeof(double);
+    const TensorMeta& m = g.values[v].meta;
+    double b = static_cast<double>(m.numel()) * sizeof(double);  // the value, as doubles
+    if (g.values[v].graph_input)  // generated storage, and the executor's copy of the input
+      b += static_cast<double>(m.storage_elems()) * sizeof(double) +
+           static_cast<double>(m.numel()) * sizeof(double);
     f.bytes += b;
     if (b > largest) largest = b, f.largest_value = static_cast<int>(v);
   }
+  f.bytes += 2 * largest;  // an op's temporaries (a permuted copy of its input, its result)
   return f;
 }
 
 double available_host_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
+  double avail = 0;
+  {
+    std::ifstream f("/proc/meminfo");
+    std::string key, unit;
+    double kb = 0;
+    while (f >> key >> kb >> unit)
+      if (key == "MemAvailable:") avail = kb * 1024;
+  }
+  // A container's memory limit (cgroup v2, else v1) may be far below the machine's memory.
+  auto read_num = [](const char* path) -> double {
+    std::ifstream f(path);
+    std::string s;
+    if (!(f >> s) || s == "max") return 0;
+    try {
+      return std::stod(s);
+    } catch (const std::exception&) {
+      return 0;
+    }
+  };
+  double limit = read_num("/sys/fs/cgroup/memory.max"),
+         used = read_num("/sys/fs/cgroup/memory.current");
+  if (limit <= 0) {
+    limit = read_num("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    used = read_num("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  }
+  if (limit > 0 && limit < 1e18) {
+    const double cg = std::max(limit - used, 0.0);
+    avail = avail > 0 ? std::min(avail, cg) : cg;
+  }
+  return avail;
 }
 
 namespace {
@@ -244,15 +272,21 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     bounds = default_value_bounds(g);
     for (int v : g.outputs) {
       auto it = inputs.golden.find(g.values[v].name);
+      if (it != inputs.golden.end() &&
+          (it->second.meta.shape != g.meta(v).shape || it->second.meta.dtype != g.meta(v).dtype))
+        throw TraceError(g.golden->path, g.values[v].name,
+                         "golden output " + it->second.meta.str() + " differs from the trace's " +
+                             g.meta(v).str());
       if (it != inputs.golden.end())
         tr.golden_check.push_back(check_numerics(g.values[v].name, ref.at(v), it->second,
                                                  output_bounds(g, plan, bounds, v)));
     }
   } catch (const TraceError& e) {
     return fail(TraceResult::Error::kBadInput, e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(TraceResult::Error::kRuntime,
-                path + ": out of host memory while loading or running the reference");
+  } catch (const std::bad_alloc&) {  // the footprint estimate was not enough: still a trace that
+                                     // this machine cannot replay, like one it estimates too big
+    return fail(TraceResult::Error::kBadInput,
+                path + ": ran out of host memory while loading or running the float64 reference");
   } catch (const std::exception& e) {
     return fail(TraceResult::Error::kRuntime, path + ": " + e.what());
   }

@@ -63,15 +63,17 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
 TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
                       const std::string& no_gpu_why = "no CUDA device (GPU replay needs one)");
 
-/// Host bytes the float64 reference of `g` holds at its peak (every value materialized as
-/// doubles), and the value that needs the most.
+/// Host bytes the float64 reference of `g` needs at its peak, estimated high: every value as
+/// doubles, each input's generated storage and the executor's copy of it, and twice the largest
+/// value for an op's temporaries; and the value that needs the most.
 struct ReferenceFootprint {
   double bytes = 0;
   int largest_value = -1;
 };
 ReferenceFootprint reference_footprint(const Graph& g);
 
-/// Host memory available to this process in bytes (Linux MemAvailable; 0 when unknown).
+/// Host memory available to this process in bytes: Linux MemAvailable, or less when a cgroup
+/// (container) limit leaves less; 0 when unknown.
 double available_host_bytes();
 
 }  // namespace replay

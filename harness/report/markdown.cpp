@@ -97,17 +97,23 @@ std::string render_markdown(const RunResult& r) {
           fmt_num(r.ceilings.copy_gbps, 0) + " GB/s; SOL = bytes that must move / this bandwidth\n";
   if (!r.gpu_note.empty()) md += "\n> **" + r.gpu_note + "**\n";
   const Verdict overall = r.verdict();
-  size_t compared = 0;
-  for (const auto& t : r.traces) compared += t.verdict() != Verdict::kNotCompared;
+  int yes = 0, no = 0;
+  for (const auto& t : r.traces) {
+    auto [y, n] = t.compared_and_not();
+    yes += y;
+    no += n;
+  }
   md += "\nOverall numerics: " +
         std::string(overall == Verdict::kFail ? "**FAIL**" : verdict_name(overall)) + " (" +
-        std::to_string(compared) + " of " + std::to_string(r.traces.size()) + " traces compared)\n";
+        std::to_string(yes) + " comparisons made, " + std::to_string(no) + " not compared)\n";
 
   static const auto columns = variant_columns();
   for (const auto& t : r.traces) {
     const Verdict tv = t.verdict();
+    const auto [yes_t, no_t] = t.compared_and_not();
     md += "\n## " + t.name + " — " +
-          (tv == Verdict::kFail ? "**FAIL**" : std::string(verdict_name(tv))) + "\n\n";
+          (tv == Verdict::kFail ? "**FAIL**" : std::string(verdict_name(tv))) + " (" +
+          std::to_string(yes_t) + " compared, " + std::to_string(no_t) + " not compared)\n\n";
     md += "`" + t.file + "` — inputs: " + t.input_source + "\n";
     if (!t.error.empty())
       md += "\n**error** (" +

@@ -28,10 +28,21 @@ Verdict combine(Verdict a, Verdict b) {
 }
 
 std::string NumericsResult::failure() const {
-  char buf[160];
+  char buf[200];
   if (nonfinite_mismatch > 0) {
     std::snprintf(buf, sizeof buf, "%lld NaN/Inf where the target differs",
                   static_cast<long long>(nonfinite_mismatch));
+    return buf;
+  }
+  if (elem_excess > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "%lld element(s) beyond 2 ulps + %.1e x rms(target) (max %.0f ulp)",
+                  static_cast<long long>(elem_excess), bounds.elem_floor, max_ulp_err);
+    return buf;
+  }
+  if (!(max_row_rel_l2 <= bounds.max_row_rel_l2)) {
+    std::snprintf(buf, sizeof buf, "row %lld: rel_l2 %.2e > %.2e",
+                  static_cast<long long>(worst_row), max_row_rel_l2, bounds.max_row_rel_l2);
     return buf;
   }
   if (!(rel_l2 <= bounds.max_rel_l2)) {
@@ -39,8 +50,8 @@ std::string NumericsResult::failure() const {
     return buf;
   }
   if (!(std::fabs(bias) <= bounds.max_bias + 6 * bias_se)) {
-    std::snprintf(buf, sizeof buf, "systematic relative error %.2e > %.2e + 6 x %.1e (noise)",
-                  bias, bounds.max_bias, bias_se);
+    std::snprintf(buf, sizeof buf, "systematic relative error %.2e > %.2e + 6 x %.1e (noise)", bias,
+                  bounds.max_bias, bias_se);
     return buf;
   }
   if (!(beyond_1ulp_share <= bounds.max_beyond_1ulp)) {
@@ -62,36 +73,50 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   r.bounds = bounds;
   r.numel = static_cast<int64_t>(got.data.size());
   const bool exact = !is_floating(r.dtype);
-  double err2 = 0, tgt2 = 0, et = 0, e2t2 = 0;
+  std::vector<double> target(got.data.size());
+  double scale = 0;  // largest finite |target|: sums are taken on values divided by it
   for (int64_t i = 0; i < r.numel; ++i) {
-    const double g = got.data[i], t = round_to(r.dtype, reference.data[i]);
-    bool bad;
+    target[i] = round_to(r.dtype, reference.data[i]);
+    if (std::isfinite(target[i])) scale = std::max(scale, std::fabs(target[i]));
+  }
+  if (scale == 0) scale = 1;
+  auto mark = [&](int64_t i, bool replace) {
+    if (!r.first_bad.empty() && !replace) return;
+    r.first_got = got.data[i];
+    r.first_target = target[i];
+    int64_t rem = i;
+    r.first_bad.assign(got.meta.shape.size(), 0);
+    for (size_t d = got.meta.shape.size(); d-- > 0;) {
+      r.first_bad[d] = rem % got.meta.shape[d];
+      rem /= got.meta.shape[d];
+    }
+  };
+  double err2 = 0, tgt2 = 0, et = 0, e2t2 = 0;  // of scaled values
+  int64_t finite = 0;
+  for (int64_t i = 0; i < r.numel; ++i) {
+    const double g = got.data[i], t = target[i];
     if (!std::isfinite(g) || !std::isfinite(t)) {
-      bad = !(g == t || (std::isnan(g) && std::isnan(t)));  // NaN/Inf must match the target's
-      r.nonfinite_mismatch += bad;
-    } else {
-      const double diff = std::fabs(g - t);
-      const double ulps = diff / ulp_of(r.dtype, t);
-      bad = exact ? diff != 0 : ulps > 1;
-      r.beyond_1ulp += bad;
-      r.max_ulp_err = std::max(r.max_ulp_err, ulps);
-      r.max_abs_err = std::max(r.max_abs_err, diff);
-      if (t != 0) r.max_rel_err = std::max(r.max_rel_err, diff / std::fabs(t));
-      err2 += diff * diff;
-      tgt2 += t * t;
-      et += (g - t) * t;
-      e2t2 += (g - t) * (g - t) * t * t;
-    }
-    if (bad && r.first_bad.empty()) {
-      r.first_got = g;
-      r.first_target = t;
-      int64_t rem = i;
-      r.first_bad.assign(got.meta.shape.size(), 0);
-      for (size_t d = got.meta.shape.size(); d-- > 0;) {
-        r.first_bad[d] = rem % got.meta.shape[d];
-        rem /= got.meta.shape[d];
+      if (!(g == t || (std::isnan(g) && std::isnan(t)))) {  // NaN/Inf must match the target's
+        ++r.nonfinite_mismatch;
+        mark(i, r.nonfinite_mismatch == 1);
       }
+      continue;
     }
+    ++finite;
+    const double diff = std::fabs(g - t);
+    const double ulps = diff / ulp_of(r.dtype, t);
+    if (exact ? diff != 0 : ulps > 1) {
+      ++r.beyond_1ulp;
+      mark(i, false);
+    }
+    r.max_ulp_err = std::max(r.max_ulp_err, ulps);
+    r.max_abs_err = std::max(r.max_abs_err, diff);
+    if (t != 0) r.max_rel_err = std::max(r.max_rel_err, diff / std::fabs(t));
+    const double es = (g - t) / scale, ts = t / scale;
+    err2 += es * es;
+    tgt2 += ts * ts;
+    et += es * ts;
+    e2t2 += es * es * ts * ts;
   }
   r.beyond_1ulp_share =
       r.numel ? static_cast<double>(r.beyond_1ulp) / static_cast<double>(r.numel) : 0;
@@ -99,6 +124,33 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   if (tgt2 > 0) {
     r.bias = et / tgt2;
     r.bias_se = std::sqrt(e2t2) / tgt2;
+  }
+  // Elementwise and per-row bounds, against the scale of the whole tensor (rms of its targets).
+  const double rms = finite ? std::sqrt(tgt2 / static_cast<double>(finite)) : 0;  // scaled
+  const int64_t cols = got.meta.shape.empty() ? 1 : std::max<int64_t>(got.meta.shape.back(), 1);
+  const double row_floor2 = static_cast<double>(cols) * rms * rms;
+  bool first_excess = true;
+  for (int64_t row = 0; row * cols < r.numel; ++row) {
+    double e2 = 0, t2 = 0;
+    for (int64_t i = row * cols; i < std::min(r.numel, (row + 1) * cols); ++i) {
+      const double g = got.data[i], t = target[i];
+      if (!std::isfinite(g) || !std::isfinite(t)) continue;
+      const double diff = std::fabs(g - t);
+      if (!exact && diff > 2 * ulp_of(r.dtype, t) + bounds.elem_floor * rms * scale) {
+        ++r.elem_excess;
+        mark(i, first_excess && r.nonfinite_mismatch == 0);
+        first_excess = false;
+      }
+      const double es = (g - t) / scale, ts = t / scale;
+      e2 += es * es;
+      t2 += ts * ts;
+    }
+    const double denom2 = std::max(t2, row_floor2);
+    const double rel = denom2 > 0 ? std::sqrt(e2 / denom2) : (e2 > 0 ? INFINITY : 0.0);
+    if (rel > r.max_row_rel_l2 || r.worst_row < 0) {
+      r.max_row_rel_l2 = rel;
+      r.worst_row = row;
+    }
   }
   return r;
 }
@@ -160,10 +212,15 @@ nlohmann::json to_json(const NumericsResult& r) {
                       {"rel_l2", num(r.rel_l2)},
                       {"bias", num(r.bias)},
                       {"bias_se", num(r.bias_se)},
+                      {"max_row_rel_l2", num(r.max_row_rel_l2)},
+                      {"worst_row", r.worst_row},
+                      {"elem_excess", r.elem_excess},
                       {"bounds",
                        {{"max_rel_l2", r.bounds.max_rel_l2},
                         {"max_beyond_1ulp", r.bounds.max_beyond_1ulp},
                         {"max_bias", r.bounds.max_bias},
+                        {"max_row_rel_l2", r.bounds.max_row_rel_l2},
+                        {"elem_floor", r.bounds.elem_floor},
                         {"why", r.bounds.why}}},
                       {"pass", r.pass()}};
   if (!r.pass()) j["failure"] = r.failure();

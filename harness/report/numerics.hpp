@@ -35,12 +35,16 @@ struct NumericsResult {
   double beyond_1ulp_share = 0;  ///< beyond_1ulp / numel
   double max_ulp_err = 0;        ///< max |got - target| / ulp(target) over finite elements
   double max_abs_err = 0;
-  double max_rel_err = 0;  ///< max |got - target| / |target| over elements with target != 0
-  double rel_l2 = 0;       ///< ||got - target|| / ||target|| over finite elements (0/0 = 0)
-  double bias = 0;         ///< least-squares relative scale error sum(e t) / sum(t^2)
-  double bias_se = 0;      ///< its standard error, sqrt(sum(e^2 t^2)) / sum(t^2)
+  double max_rel_err = 0;     ///< max |got - target| / |target| over elements with target != 0
+  double rel_l2 = 0;          ///< ||got - target|| / ||target|| over finite elements (0/0 = 0)
+  double bias = 0;            ///< least-squares relative scale error sum(e t) / sum(t^2)
+  double bias_se = 0;         ///< its standard error, sqrt(sum(e^2 t^2)) / sum(t^2)
+  double max_row_rel_l2 = 0;  ///< the worst row's rel_l2 (rows: slices along the last dim)
+  int64_t worst_row = -1;     ///< its index (rows in row-major order), -1 when no row
+  int64_t elem_excess = 0;    ///< elements beyond 2 ulps + elem_floor * rms(target)
   NumericsBounds bounds;
-  /// Multi-index of the first element beyond one ulp or non-finite mismatch (empty if none).
+  /// Multi-index of the first element that breaks a bound (non-finite mismatch, elementwise
+  /// bound, or else more than one ulp off); empty if none.
   std::vector<int64_t> first_bad;
   double first_got = 0, first_target = 0;
 
@@ -49,8 +53,9 @@ struct NumericsResult {
   std::string failure() const;
 };
 
-/// Check `got` against `reference` rounded to got's dtype, with `bounds`. Throws
-/// std::invalid_argument on a shape mismatch.
+/// Check `got` against `reference` rounded to got's dtype, with `bounds` (criteria in
+/// NumericsBounds). Sums are taken on values scaled by the largest |target|, so float64 results
+/// cannot underflow them. Throws std::invalid_argument on a shape mismatch.
 NumericsResult check_numerics(const std::string& value, const HostTensor& got,
                               const HostTensor& reference, const NumericsBounds& bounds);
 

@@ -37,6 +37,16 @@ Verdict TraceResult::verdict() const {
   return v;
 }
 
+std::pair<int, int> TraceResult::compared_and_not() const {
+  int yes = golden_check.empty() ? 0 : 1, no = 0;
+  for (const auto& r : regions)
+    for (const auto& v : r.variants) {
+      if (v.variant.kind == VariantInfo::kReference) continue;  // the oracle itself
+      (v.verdict() == Verdict::kNotCompared ? no : yes) += 1;
+    }
+  return {yes, no};
+}
+
 Verdict RunResult::verdict() const {
   Verdict v = Verdict::kNotCompared;
   for (const auto& t : traces) v = combine(v, t.verdict());

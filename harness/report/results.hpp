@@ -72,6 +72,8 @@ struct TraceResult {
   std::vector<std::string> dropped_matches;
   std::vector<RegionResult> regions;  ///< [0] is the whole trace
   Verdict verdict() const;            ///< golden check and every variant of every row
+  /// Comparisons made (golden check, each checked variant row) and variant rows not compared.
+  std::pair<int, int> compared_and_not() const;
 };
 
 struct RunResult {

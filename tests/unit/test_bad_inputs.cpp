@@ -129,3 +129,57 @@ TEST(EdgeTrace, EveryEdgeFileRunsOnTheReference) {
     EXPECT_EQ(tr.error_kind, TraceResult::Error::kNone) << e.path() << ": " << tr.error;
   }
 }
+
+namespace {
+
+// A copy of the small golden trace whose sidecar is `sidecar` (bytes written beside it).
+std::string trace_with_sidecar(const std::string& name, const std::string& sidecar) {
+  nlohmann::json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+  t["golden"]["file"] = name + ".safetensors";
+  write_temp(name + ".safetensors", sidecar);
+  return write_temp(name + ".json", t.dump());
+}
+
+std::string safetensors(const std::string& header, size_t data_bytes) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return s + header + std::string(data_bytes, '\0');
+}
+
+}  // namespace
+
+TEST(BadGolden, MalformedSidecarsAreBadInputNamingFileAndTensor) {
+  struct Case {
+    std::string name, sidecar, says;
+  };
+  const std::vector<Case> cases = {
+      {"golden_array", safetensors("[1, 2]", 0), "header to be an object"},
+      {"golden_number", safetensors("1e400", 0), "malformed safetensors header"},
+      {"golden_entry", safetensors(R"({"x": 5})", 0), "node 'x'"},
+      {"golden_negative",
+       safetensors(R"({"x": {"dtype": "BF16", "shape": [-2, 8, 1600],
+          "data_offsets": [0, 0]}})",
+                   0),
+       "non-negative sizes"},
+      // float32 data for a bfloat16 input: the reference would compute on unrounded values
+      {"golden_dtype",
+       safetensors(R"({"x": {"dtype": "F32", "shape": [2, 8, 1600],
+          "data_offsets": [0, 102400]}})",
+                   102400),
+       "differs from the trace's bfloat16"},
+  };
+  for (const auto& c : cases) {
+    TraceResult tr = run_trace(trace_with_sidecar(c.name, c.sidecar), reference_only(), nullptr);
+    EXPECT_EQ(tr.error_kind, TraceResult::Error::kBadInput) << c.name << ": " << tr.error;
+    EXPECT_NE(tr.error.find(c.name + ".safetensors"), std::string::npos) << tr.error;
+    EXPECT_NE(tr.error.find(c.says), std::string::npos) << c.name << ": " << tr.error;
+  }
+}
+
+TEST(BadTrace, ADirectoryNamedLikeATraceIsBadInput) {
+  auto dir = std::filesystem::temp_directory_path() / "replay_tests" / "dir_trace.json";
+  std::filesystem::create_directories(dir);
+  TraceResult tr = run_trace(dir.string(), reference_only(), nullptr);
+  EXPECT_EQ(tr.error_kind, TraceResult::Error::kBadInput);
+  EXPECT_NE(tr.error.find("not a regular file"), std::string::npos) << tr.error;
+}

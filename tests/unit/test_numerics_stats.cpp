@@ -15,8 +15,14 @@ HostTensor t(std::vector<int64_t> shape, std::vector<double> v, DType d = DType:
 }
 }  // namespace
 
-NumericsBounds loose() {
-  return {1.0, 1.0, 1.0, "test"};
+// Bounds with every criterion but those named out of the way.
+NumericsBounds loose(double rel = 1, double share = 1, double row = 1, double floor = 1) {
+  return {.max_rel_l2 = rel,
+          .max_beyond_1ulp = share,
+          .max_bias = 1,
+          .max_row_rel_l2 = row,
+          .elem_floor = floor,
+          .why = "test"};
 }
 
 TEST(Numerics, TargetIsTheReferenceRoundedToTheOutputDtype) {
@@ -41,7 +47,7 @@ TEST(Numerics, UlpsAndShareBeyondOneUlp) {
   EXPECT_EQ(r.first_got, 101.0);
   EXPECT_EQ(r.first_target, 100.0);
   EXPECT_TRUE(r.pass());
-  NumericsBounds tight{1.0, 0.2, 1.0, "test"};  // 25% beyond 1 ulp > 20%
+  NumericsBounds tight = loose(1, 0.2);  // 25% beyond 1 ulp > 20%
   auto f = check_numerics("y", got, ref, tight);
   EXPECT_FALSE(f.pass());
   EXPECT_NE(f.failure().find("beyond 1 ulp"), std::string::npos) << f.failure();
@@ -50,10 +56,10 @@ TEST(Numerics, UlpsAndShareBeyondOneUlp) {
 TEST(Numerics, RelL2Bound) {
   auto ref = t({2}, {3.0, 4.0}, DType::kFloat32);
   auto got = t({2}, {3.0, 4.05}, DType::kFloat32);  // ||err|| 0.05 / ||ref|| 5 = 1e-2
-  auto r = check_numerics("y", got, ref, {1e-2 + 1e-9, 1.0, 1.0, "test"});
+  auto r = check_numerics("y", got, ref, loose(1e-2 + 1e-9));
   EXPECT_NEAR(r.rel_l2, 1e-2, 1e-9);
   EXPECT_TRUE(r.pass());
-  auto f = check_numerics("y", got, ref, {9e-3, 1.0, 1.0, "test"});
+  auto f = check_numerics("y", got, ref, loose(9e-3));
   EXPECT_FALSE(f.pass());
   EXPECT_NE(f.failure().find("rel_l2 1.00e-02 > 9.00e-03"), std::string::npos) << f.failure();
 }
@@ -103,6 +109,51 @@ TEST(Numerics, SystematicSubUlpErrorFailsRandomFlipsPass) {
   EXPECT_TRUE(good.pass()) << good.failure();
 }
 
+TEST(Numerics, AnErrorConfinedToOneRowFails) {
+  // 1000 rows of 100: the last row 2 % off passes the whole-tensor rel_l2 (6e-4) but not its row.
+  const int rows = 1000, cols = 100;
+  HostTensor ref = t({rows, cols}, std::vector<double>(rows * cols), DType::kFloat32);
+  for (int i = 0; i < rows * cols; ++i) ref.data[i] = std::sin(0.37 * i) + 0.1;
+  HostTensor got = ref;
+  for (int i = (rows - 1) * cols; i < rows * cols; ++i) got.data[i] *= 1.02;
+  const NumericsBounds b = loose(1e-3, 1, 1e-2, 1);
+  auto r = check_numerics("y", got, ref, b);
+  EXPECT_LT(r.rel_l2, 1e-3);
+  EXPECT_EQ(r.worst_row, rows - 1);
+  EXPECT_NEAR(r.max_row_rel_l2, 0.02, 1e-3);
+  EXPECT_FALSE(r.pass());
+  EXPECT_NE(r.failure().find("row 999"), std::string::npos) << r.failure();
+}
+
+TEST(Numerics, OneWrongElementFailsTheElementwiseBound) {
+  // One element of 1e5 set to 3.0: far under every averaged bound, caught elementwise.
+  const int n = 100000;
+  HostTensor ref = t({n}, std::vector<double>(n), DType::kBFloat16);
+  for (int i = 0; i < n; ++i) ref.data[i] = round_to(DType::kBFloat16, std::sin(0.37 * i));
+  HostTensor got = ref;
+  got.data[777] = 3.0;
+  const NumericsBounds b = loose(1, 1, 1, 0.02);  // slack of 0.02 x rms, as bf16 defaults
+  auto r = check_numerics("y", got, ref, b);
+  EXPECT_EQ(r.elem_excess, 1);
+  EXPECT_EQ(r.first_bad, (std::vector<int64_t>{777}));
+  EXPECT_FALSE(r.pass());
+  // Two ulps (a double rounding) anywhere, and any error under the floor near zero, pass.
+  HostTensor ok = ref;
+  ok.data[5] += 2 * ulp_of(DType::kBFloat16, ok.data[5]);
+  ok.data[6] = ref.data[6] + 0.01;
+  EXPECT_EQ(check_numerics("y", ok, ref, b).elem_excess, 0);
+}
+
+TEST(Numerics, Float64TargetsDoNotUnderflowTheSums) {
+  // |t| ~ 1e-170: t^2 underflows in float64; an error of 10% must still fail.
+  HostTensor ref = t({4}, {1e-170, 2e-170, 3e-170, 4e-170}, DType::kFloat64);
+  HostTensor got = ref;
+  for (double& v : got.data) v *= 1.1;
+  auto r = check_numerics("y", got, ref, default_bounds(DType::kFloat64, 1, 1));
+  EXPECT_NEAR(r.rel_l2, 0.1, 1e-9);
+  EXPECT_FALSE(r.pass());
+}
+
 TEST(Numerics, IntegersMustBeExact) {
   auto b = default_bounds(DType::kInt64, 3, 10);
   EXPECT_EQ(b.max_rel_l2, 0);
@@ -119,10 +170,13 @@ TEST(Numerics, ShapeMismatchThrows) {
 }
 
 TEST(Numerics, DefaultBoundsFollowPrecisionAndReductionLength) {
-  // The README's worked example: nanoGPT LayerNorm, bf16 output, 9 ops, rows of 1600.
-  auto ln = default_bounds(DType::kBFloat16, 9, 1600);
-  EXPECT_NEAR(ln.max_rel_l2, 4.6e-4, 0.1e-4);
-  EXPECT_NEAR(ln.max_beyond_1ulp, 4.5e-3, 0.1e-3);
+  // The README's worked example: nanoGPT LayerNorm, bf16 output, 8 ops on its longest chain,
+  // rows of 1600.
+  auto ln = default_bounds(DType::kBFloat16, 8, 1600);
+  EXPECT_NEAR(ln.max_rel_l2, 4.57e-4, 0.01e-4);
+  EXPECT_NEAR(ln.max_beyond_1ulp, 4.4e-4, 0.1e-4);
+  EXPECT_NEAR(ln.max_row_rel_l2, 1.17e-2, 0.01e-2);
+  EXPECT_NEAR(ln.elem_floor, 1.57e-2, 0.01e-2);
   // Wider outputs and shorter reductions get tighter bounds; longer reductions looser ones.
   EXPECT_LT(default_bounds(DType::kFloat16, 9, 1600).max_rel_l2, ln.max_rel_l2);
   EXPECT_LT(default_bounds(DType::kFloat32, 9, 1600).max_rel_l2,

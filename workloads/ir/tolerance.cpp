@@ -69,11 +69,13 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k) {
   b.max_bias = 16 * u_acc;
   if (u > delta) {
     b.max_rel_l2 = 2 * std::sqrt(delta * u);
-    b.max_beyond_1ulp = std::min(1.0, 1e-3 + delta / u);
+    b.max_beyond_1ulp = std::min(1.0, 1e-4 + 0.1 * delta / u);
   } else {
     b.max_rel_l2 = 2 * delta;
     b.max_beyond_1ulp = 1;
   }
+  b.max_row_rel_l2 = std::max(3 * u, 8 * delta);
+  b.elem_floor = 4 * u + 8 * delta;
   std::snprintf(buf, sizeof buf,
                 "default for %s after %d op(s), longest reduction %lld terms: delta = %.2g",
                 std::string(dtype_name(t)).c_str(), ops, static_cast<long long>(k), delta);

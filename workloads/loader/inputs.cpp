@@ -57,10 +57,10 @@ ReplayInputs make_inputs(const Graph& g, uint64_t seed) {
     auto it = in.golden.find(g.values[v].name);
     if (it == in.golden.end())
       throw TraceError(g.golden->path, g.values[v].name, "golden file lacks this graph input");
-    if (it->second.meta.shape != g.meta(v).shape)
+    if (it->second.meta.shape != g.meta(v).shape || it->second.meta.dtype != g.meta(v).dtype)
       throw TraceError(g.golden->path, g.values[v].name,
-                       "golden tensor shape " + it->second.meta.str() +
-                           " differs from the trace's " + g.meta(v).str());
+                       "golden tensor " + it->second.meta.str() + " differs from the trace's " +
+                           g.meta(v).str());
     in.values[v] = it->second;
   }
   in.source = "golden (" + g.golden->path + ")";

@@ -1,5 +1,6 @@
 #include "workloads/loader/safetensors.hpp"
 
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,8 @@
 namespace replay {
 
 std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
+  if (!std::filesystem::is_regular_file(path))
+    throw TraceError(path, "", "cannot open the golden safetensors file (missing or not a file)");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw TraceError(path, "", "cannot open the golden safetensors file");
   std::vector<uint8_t> all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -19,9 +22,11 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(all.begin() + 8, all.begin() + 8 + static_cast<long>(hlen));
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw TraceError(path, "", std::string("malformed safetensors header: ") + e.what());
   }
+  if (!header.is_object())
+    throw TraceError(path, "", "expected the safetensors header to be an object");
   static const std::map<std::string, DType> kDt = {
       {"F32", DType::kFloat32},   {"F64", DType::kFloat64}, {"F16", DType::kFloat16},
       {"BF16", DType::kBFloat16}, {"I64", DType::kInt64},   {"I32", DType::kInt32},
@@ -31,16 +36,31 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const auto& e = it.value();
-    auto dt = kDt.find(e.value("dtype", ""));
-    if (dt == kDt.end()) throw TraceError(path, it.key(), "unsupported safetensors dtype");
+    auto bad = [&](const std::string& what) { return TraceError(path, it.key(), what); };
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2)
+      throw bad("expected {\"dtype\": str, \"shape\": [int], \"data_offsets\": [begin, end]}");
+    auto dt = kDt.find(e["dtype"].get<std::string>());
+    if (dt == kDt.end()) throw bad("unsupported safetensors dtype " + e["dtype"].dump());
     TensorMeta m;
-    m.shape = e.at("shape").get<std::vector<int64_t>>();
-    m.stride = contiguous_strides(m.shape);
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 40))
+        throw bad("expected non-negative sizes in the shape " + e["shape"].dump());
+      m.shape.push_back(d.get<int64_t>());
+    }
+    if (m.shape.size() > static_cast<size_t>(kMaxRank)) throw bad("more than 8 dims");
+    const auto numel = checked_numel(m.shape);
     m.dtype = dt->second;
-    auto offs = e.at("data_offsets").get<std::vector<size_t>>();
-    if (offs.size() != 2 || offs[1] < offs[0] || base + offs[1] > all.size() ||
-        offs[1] - offs[0] != m.nbytes())
-      throw TraceError(path, it.key(), "data_offsets do not match the shape and dtype");
+    std::vector<uint64_t> offs;
+    for (const auto& o : e["data_offsets"]) {
+      if (!o.is_number_unsigned()) throw bad("expected non-negative integer data_offsets");
+      offs.push_back(o.get<uint64_t>());
+    }
+    if (!numel || offs[1] < offs[0] || offs[1] > all.size() - base ||
+        offs[1] - offs[0] != static_cast<uint64_t>(*numel) * dtype_size(m.dtype))
+      throw bad("data_offsets do not match the shape and dtype, or lie outside the file");
+    m.stride = contiguous_strides(m.shape);
     std::vector<uint8_t> bytes(all.begin() + static_cast<long>(base + offs[0]),
                                all.begin() + static_cast<long>(base + offs[1]));
     out[it.key()] = unpack(bytes, m);

@@ -73,7 +73,6 @@ class Parser {
   }
 
   std::vector<int64_t> int_list(const json& j, const std::string& node, const char* what) const {
-    if (j.is_number_integer()) return {j.get<int64_t>()};
     if (!j.is_array()) fail(node, std::string("expected a list of integers for ") + what);
     std::vector<int64_t> v;
     for (const auto& e : j) {
@@ -369,6 +368,9 @@ Graph parse_trace_text(std::string_view text, const std::string& file) {
 }
 
 Graph load_trace(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw TraceError(path, "", "not a regular file (a directory?)");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw TraceError(path, "", "cannot open the trace file (missing or unreadable)");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
