@@ -19,6 +19,7 @@
 #include "harness/measure/timing.hpp"
 #include "harness/replay/runner.hpp"
 #include "harness/replay/variants.hpp"
+#include "harness/report/compare.hpp"
 #include "harness/report/markdown.hpp"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/fusions/registry.hpp"
@@ -123,6 +124,33 @@ int cmd_validate(const std::vector<std::string>& traces) {
     }
   }
   return rc;
+}
+
+// `replay compare OLD NEW`: exit 1 on any SLOWER beyond the threshold or any numerics
+// regression, 2 when a file is missing or not a results.json.
+int cmd_compare(const std::string& old_path, const std::string& new_path, double threshold_pct,
+                const std::string& out) {
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    if (!f) throw TraceError(p, "", "cannot open the results file");
+    try {
+      return nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      throw TraceError(p, "", std::string("malformed JSON: ") + e.what());
+    }
+  };
+  CompareOptions opt;
+  opt.threshold = threshold_pct / 100;
+  std::vector<CompareRow> rows;
+  try {
+    rows = compare_runs(read(old_path), read(new_path), opt);
+  } catch (const std::invalid_argument& e) {
+    throw TraceError(old_path + " / " + new_path, "", e.what());
+  }
+  const std::string md = render_compare(rows, opt);
+  std::cout << md;
+  if (!out.empty()) write_file(out, md);
+  return compare_fails(rows) ? kExitNumerics : kExitOk;
 }
 
 int cmd_plan(const std::string& trace) {
@@ -253,6 +281,21 @@ int main(int argc, char** argv) {
   auto* plan = app.add_subcommand("plan", "the fusion regions found in a trace, as JSON");
   std::string ptrace;
   plan->add_option("trace", ptrace, "trace file")->required();
+  auto* compare = app.add_subcommand(
+      "compare",
+      "compare two results.json (old, new): FASTER/SLOWER/SAME/UNSURE per row; exit 1 "
+      "on a SLOWER beyond the threshold or a numerics regression");
+  std::string cold, cnew, cout_path;
+  double threshold_pct = 5;
+  compare->add_option("old", cold, "results.json of the old run")->required();
+  compare->add_option("new", cnew, "results.json of the new run")->required();
+  compare
+      ->add_option("--threshold", threshold_pct,
+                   "relative change of the median, in %, below "
+                   "which a row is SAME")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+  compare->add_option("--out", cout_path, "also write the Markdown table to this file");
   auto* run = app.add_subcommand(
       "run", "replay traces through every variant; write results.json and report.md");
   std::vector<std::string> rtraces;
@@ -288,6 +331,7 @@ int main(int argc, char** argv) {
     if (*list) return cmd_list(traces_dir);
     if (*validate) return cmd_validate(vtraces);
     if (*plan) return cmd_plan(ptrace);
+    if (*compare) return cmd_compare(cold, cnew, threshold_pct, cout_path);
     if (*run) {
       bool given = !variants_csv.empty();
       if (given) {

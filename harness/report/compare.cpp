@@ -1,0 +1,196 @@
+#include "harness/report/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+#include <tuple>
+
+#include "harness/report/results.hpp"
+#include "harness/report/table.hpp"
+
+namespace replay {
+
+double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b) {
+  const double n1 = static_cast<double>(a.size()), n2 = static_cast<double>(b.size());
+  if (a.empty() || b.empty()) return 1;
+  std::vector<std::pair<double, int>> all;  // value, which sample
+  for (double v : a) all.push_back({v, 0});
+  for (double v : b) all.push_back({v, 1});
+  std::sort(all.begin(), all.end());
+  double rank_sum_a = 0, tie_term = 0;
+  for (size_t i = 0; i < all.size();) {
+    size_t j = i;
+    while (j < all.size() && all[j].first == all[i].first) ++j;
+    const double rank = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2;  // mid-rank
+    const double t = static_cast<double>(j - i);
+    tie_term += t * t * t - t;
+    for (size_t k = i; k < j; ++k)
+      if (all[k].second == 0) rank_sum_a += rank;
+    i = j;
+  }
+  const double u = rank_sum_a - n1 * (n1 + 1) / 2;
+  const double n = n1 + n2;
+  const double mean = n1 * n2 / 2;
+  const double var = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1)));
+  if (var <= 0) return 1;  // every value equal
+  const double z = (std::fabs(u - mean) - 0.5) / std::sqrt(var);
+  return std::min(1.0, std::erfc(std::max(z, 0.0) / std::sqrt(2.0)));
+}
+
+std::string_view change_name(Change c) {
+  switch (c) {
+    case Change::kSame:
+      return "SAME";
+    case Change::kFaster:
+      return "FASTER";
+    case Change::kSlower:
+      return "SLOWER";
+    case Change::kUnsure:
+      return "UNSURE";
+    case Change::kNotTimed:
+      return "not timed";
+    case Change::kOnlyOld:
+      return "only in old";
+    case Change::kOnlyNew:
+      return "only in new";
+  }
+  return "?";
+}
+
+namespace {
+
+struct Entry {
+  std::vector<double> samples;
+  double median = 0;
+  std::string numerics;
+};
+using Key = std::tuple<std::string, std::string, std::string>;
+
+std::map<Key, Entry> entries(const nlohmann::json& run, const char* which) {
+  if (!run.is_object() || run.value("schema", "") != kResultsSchema || !run.contains("traces") ||
+      !run["traces"].is_array())
+    throw std::invalid_argument(std::string(which) + " is not a results.json of schema " +
+                                kResultsSchema);
+  std::map<Key, Entry> out;
+  for (const auto& t : run["traces"])
+    for (const auto& r : t.value("regions", nlohmann::json::array()))
+      for (const auto& v : r.value("variants", nlohmann::json::array())) {
+        Entry e;
+        if (v.contains("samples_us") && v["samples_us"].is_array())
+          for (const auto& s : v["samples_us"])
+            if (s.is_number()) e.samples.push_back(s.get<double>());
+        if (!e.samples.empty()) e.median = summarize(e.samples).median;
+        e.numerics = v.value("verdict", std::string());
+        out[{t.value("name", std::string()), r.value("label", std::string()),
+             v.value("variant", std::string())}] = std::move(e);
+      }
+  return out;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohmann::json& new_run,
+                                     const CompareOptions& opt) {
+  const auto a = entries(old_run, "the old run"), b = entries(new_run, "the new run");
+  std::vector<CompareRow> rows;
+  for (const auto& [key, e] : a) {
+    CompareRow r{std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+    r.old_median_us = e.median;
+    r.old_numerics = e.numerics;
+    auto it = b.find(key);
+    if (it == b.end()) {
+      r.verdict = Change::kOnlyOld;
+      rows.push_back(r);
+      continue;
+    }
+    const Entry& n = it->second;
+    r.new_median_us = n.median;
+    r.new_numerics = n.numerics;
+    r.numerics_regressed = n.numerics == "FAIL" && e.numerics != "FAIL";
+    if (!e.samples.empty() && !n.samples.empty()) {
+      r.change = (n.median - e.median) / e.median;
+      r.p = mann_whitney_p(e.samples, n.samples);
+      if (std::fabs(r.change) <= opt.threshold)
+        r.verdict = Change::kSame;
+      else if (r.p < opt.alpha)
+        r.verdict = r.change > 0 ? Change::kSlower : Change::kFaster;
+      else
+        r.verdict = Change::kUnsure;
+    } else {
+      r.verdict = Change::kNotTimed;
+    }
+    rows.push_back(r);
+  }
+  for (const auto& [key, n] : b)
+    if (!a.count(key)) {
+      CompareRow r{std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+      r.new_median_us = n.median;
+      r.new_numerics = n.numerics;
+      r.numerics_regressed = n.numerics == "FAIL";
+      r.verdict = Change::kOnlyNew;
+      rows.push_back(r);
+    }
+  return rows;
+}
+
+bool compare_fails(const std::vector<CompareRow>& rows) {
+  return std::any_of(rows.begin(), rows.end(), [](const CompareRow& r) {
+    return r.verdict == Change::kSlower || r.numerics_regressed;
+  });
+}
+
+std::string render_compare(const std::vector<CompareRow>& rows, const CompareOptions& opt) {
+  std::map<Change, int> count;
+  int regressed = 0;
+  for (const auto& r : rows) {
+    ++count[r.verdict];
+    regressed += r.numerics_regressed;
+  }
+  std::string md = "# Replay compare\n\n";
+  md += "Threshold " + fmt("%.1f", 100 * opt.threshold) + " % of the median, Mann-Whitney U at " +
+        fmt("%.2g", opt.alpha) + ". ";
+  for (Change c : {Change::kSlower, Change::kFaster, Change::kUnsure, Change::kSame,
+                   Change::kNotTimed, Change::kOnlyOld, Change::kOnlyNew})
+    md += std::string(change_name(c)) + " " + std::to_string(count[c]) + " · ";
+  md += "numerics regressions " + std::to_string(regressed) + "\n\n";
+  md += compare_fails(rows) ? "**Gate: FAIL**\n\n" : "Gate: pass\n\n";
+  const std::vector<Column<CompareRow>> cols = {
+      {"trace", false, [](const CompareRow& r) { return r.trace; }},
+      {"row", false, [](const CompareRow& r) { return r.row; }},
+      {"variant", false, [](const CompareRow& r) { return r.variant; }},
+      {"old µs", true,
+       [](const CompareRow& r) {
+         return r.old_median_us > 0 ? fmt("%.2f", r.old_median_us) : "–";
+       }},
+      {"new µs", true,
+       [](const CompareRow& r) {
+         return r.new_median_us > 0 ? fmt("%.2f", r.new_median_us) : "–";
+       }},
+      {"change", true,
+       [](const CompareRow& r) {
+         return r.old_median_us > 0 && r.new_median_us > 0 ? fmt("%+.1f %%", 100 * r.change)
+                                                           : std::string("–");
+       }},
+      {"p", true, [](const CompareRow& r) { return fmt("%.2g", r.p); }},
+      {"verdict", false,
+       [](const CompareRow& r) {
+         const std::string v(change_name(r.verdict));
+         return r.verdict == Change::kSlower ? "**" + v + "**" : v;
+       }},
+      {"numerics old → new", false, [](const CompareRow& r) {
+         std::string s = (r.old_numerics.empty() ? "–" : r.old_numerics) + " → " +
+                         (r.new_numerics.empty() ? "–" : r.new_numerics);
+         return r.numerics_regressed ? "**" + s + "**" : s;
+       }}};
+  return md + markdown_table(cols, rows);
+}
+
+}  // namespace replay

@@ -1,0 +1,101 @@
+// `replay compare`: the rank test against known answers, verdicts on synthetic samples with known
+// answers, numerics regressions, and self-comparison of a committed H200 run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "harness/report/compare.hpp"
+#include "harness/report/results.hpp"
+#include "test_util.hpp"
+
+using namespace replay;
+using namespace replay::test;
+using nlohmann::json;
+
+namespace {
+
+// Samples around `median` with a spread of +-`spread` (relative), deterministic.
+std::vector<double> samples(double median, double spread, int n = 50, int phase = 0) {
+  std::vector<double> s;
+  for (int i = 0; i < n; ++i)
+    s.push_back(median * (1 + spread * std::sin(0.7 * (i + phase) + 0.3)));
+  return s;
+}
+
+json run_with(const std::vector<double>& us, const std::string& verdict = "PASS") {
+  json v = {{"variant", "optimized"}, {"samples_us", us}, {"verdict", verdict}};
+  return {{"schema", kResultsSchema},
+          {"traces", {{{"name", "t"}, {"regions", {{{"label", "trace"}, {"variants", {v}}}}}}}}};
+}
+
+Change verdict_of(const std::vector<double>& a, const std::vector<double>& b) {
+  auto rows = compare_runs(run_with(a), run_with(b), CompareOptions{});
+  EXPECT_EQ(rows.size(), 1u);
+  return rows.empty() ? Change::kOnlyOld : rows[0].verdict;
+}
+
+}  // namespace
+
+TEST(Compare, MannWhitneyKnownAnswers) {
+  // Identical samples: no evidence of a shift.
+  EXPECT_NEAR(mann_whitney_p({1, 2, 3, 4, 5, 6, 7, 8}, {1, 2, 3, 4, 5, 6, 7, 8}), 1.0, 1e-9);
+  // Complete separation, 10 vs 10: U = 0; normal approximation with continuity correction:
+  // z = (50 - 0.5) / sqrt(10 * 10 * 21 / 12) = 3.742, p = erfc(z / sqrt 2) = 1.83e-4.
+  std::vector<double> lo, hi;
+  for (int i = 0; i < 10; ++i) lo.push_back(i), hi.push_back(100 + i);
+  EXPECT_NEAR(mann_whitney_p(lo, hi), 1.83e-4, 0.02e-4);
+  EXPECT_NEAR(mann_whitney_p(hi, lo), mann_whitney_p(lo, hi), 1e-12);  // two-sided
+  EXPECT_EQ(mann_whitney_p({}, hi), 1.0);
+  EXPECT_EQ(mann_whitney_p({5, 5, 5}, {5, 5, 5}), 1.0);  // all tied
+}
+
+TEST(Compare, VerdictsFromSamples) {
+  EXPECT_EQ(verdict_of(samples(30, 0.01), samples(30, 0.01, 50, 7)), Change::kSame);
+  EXPECT_EQ(verdict_of(samples(30, 0.01), samples(33, 0.01)), Change::kSlower);  // +10 %, quiet
+  EXPECT_EQ(verdict_of(samples(30, 0.01), samples(27, 0.01)), Change::kFaster);  // -10 %, quiet
+  EXPECT_EQ(verdict_of(samples(30, 0.01), samples(30.6, 0.01)), Change::kSame);  // +2 % < 5 %
+  // +8 % but with +-60 % noise and few samples: not significant.
+  EXPECT_EQ(verdict_of(samples(30, 0.6, 10), samples(32.4, 0.6, 10, 3)), Change::kUnsure);
+}
+
+TEST(Compare, GateFailsOnSlowerOrNumericsRegressionOnly) {
+  const auto a = samples(30, 0.01);
+  EXPECT_FALSE(compare_fails(compare_runs(run_with(a), run_with(samples(27, 0.01)), {})));
+  EXPECT_TRUE(compare_fails(compare_runs(run_with(a), run_with(samples(33, 0.01)), {})));
+  auto rows = compare_runs(run_with(a), run_with(a, "FAIL"), {});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].numerics_regressed);
+  EXPECT_TRUE(compare_fails(rows));
+  EXPECT_FALSE(compare_fails(compare_runs(run_with(a, "FAIL"), run_with(a, "FAIL"), {})));
+  std::string md = render_compare(rows, {});
+  EXPECT_NE(md.find("**Gate: FAIL**"), std::string::npos) << md;
+  EXPECT_NE(md.find("**PASS → FAIL**"), std::string::npos) << md;
+}
+
+TEST(Compare, RowsInOnlyOneRunAreListed) {
+  json b = run_with(samples(30, 0.01));
+  b["traces"][0]["regions"][0]["variants"][0]["variant"] = "baseline";
+  auto rows = compare_runs(run_with(samples(30, 0.01)), b, {});
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].verdict, Change::kOnlyOld);
+  EXPECT_EQ(rows[1].verdict, Change::kOnlyNew);
+  EXPECT_FALSE(compare_fails(rows));
+}
+
+TEST(Compare, RejectsWhatIsNotAResultsFile) {
+  EXPECT_THROW(compare_runs(json::object(), run_with({1}), {}), std::invalid_argument);
+  EXPECT_THROW(compare_runs(run_with({1}), json::array(), {}), std::invalid_argument);
+}
+
+TEST(Compare, SelfComparisonOfACommittedH200RunHasNoSlower) {
+  json run = read_json(std::string(REPLAY_TRACES_DIR) +
+                       "/../reports/h200-2026-11-22-verdicts/results.json");
+  auto rows = compare_runs(run, run, {});
+  EXPECT_GE(rows.size(), 12u);
+  for (const auto& r : rows) {
+    const Change want = r.variant == "reference" ? Change::kNotTimed : Change::kSame;
+    EXPECT_EQ(r.verdict, want) << r.trace << " " << r.variant;
+    EXPECT_FALSE(r.numerics_regressed);
+  }
+  EXPECT_FALSE(compare_fails(rows));
+}
