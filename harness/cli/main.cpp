@@ -202,6 +202,12 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
                   {"command_line", command_line},
                   {"stop_rule", to_json(opt.rule)},
                   {"warmup_runs", 3}};
+  if (!opt.test_slowdown_us.empty()) {
+    run.run_info["test_slowdown_us"] = opt.test_slowdown_us;
+    run.gpu_note =
+        "TEST RUN: a spin kernel was added to the timed replays of some variants "
+        "(--test-slowdown); its times are not the kernels' times.";
+  }
   std::unique_ptr<GpuSession> gpu;
   const bool wants_gpu = opt.variants.empty() ||
                          std::any_of(opt.variants.begin(), opt.variants.end(), [](const auto& v) {
@@ -318,6 +324,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--noise", opt.rule.max_noise, "timing: relative noise target (stdev/mean)")
       ->capture_default_str();
+  std::vector<std::string> slowdown;
+  run->add_option("--test-slowdown", slowdown,
+                  "test only: VARIANT:US adds a spin of US µs to every timed replay of VARIANT "
+                  "(proves that compare catches a slower variant; recorded in results.json)");
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
 
@@ -345,6 +355,16 @@ int main(int argc, char** argv) {
         }
       }
       opt.cupti = !no_cupti;
+      for (const auto& s : slowdown) {
+        const auto colon = s.rfind(':');
+        try {
+          if (colon == std::string::npos) throw std::invalid_argument(s);
+          opt.test_slowdown_us[s.substr(0, colon)] = std::stod(s.substr(colon + 1));
+        } catch (const std::exception&) {
+          std::cerr << "error: --test-slowdown " << s << ": expected VARIANT:US\n";
+          return kExitBadInput;
+        }
+      }
       // A 64-bit seed, exactly: no sign, no overflow, no trailing text (CLI11 would saturate).
       errno = 0;
       char* end = nullptr;

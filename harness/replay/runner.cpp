@@ -203,13 +203,16 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         v.numerics.push_back(check_numerics(g.values[out].name, prog.download(out, ctx.stream),
                                             ref.at(out), output_bounds(g, plan, bounds, out)));
       if (v.skipped.empty()) {
-        auto fn = [&prog, &ctx, whole_row, r](cudaStream_t st) {
+        const auto slow = opt.test_slowdown_us.find(variant.name);
+        const double slow_us = slow == opt.test_slowdown_us.end() ? 0 : slow->second;
+        auto fn = [&prog, &ctx, whole_row, r, slow_us](cudaStream_t st) {
           LaunchContext c = ctx;
           c.stream = st;
           if (whole_row)
             prog.run_all(c);
           else
             prog.run_region(r, c);
+          if (slow_us > 0) enqueue_spin(st, slow_us);
         };
         std::vector<double> host_us;
         v.samples_us = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3, &host_us);

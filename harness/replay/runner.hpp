@@ -19,6 +19,9 @@ struct RunOptions {
   uint64_t seed = 0;
   StopRule rule;
   bool cupti = true;
+  /// Test only: a spin kernel of this many µs added to every timed replay of the named variant,
+  /// to prove that `replay compare` catches a slower variant. Recorded in results.json.
+  std::map<std::string, double> test_slowdown_us;
 };
 
 class L2Flush;
