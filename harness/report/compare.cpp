@@ -64,6 +64,7 @@ namespace {
 struct Entry {
   std::vector<double> samples;
   double median = 0;
+  double host_median = 0;  ///< host enqueue time of one replay, µs
   std::string numerics;
 };
 using Key = std::tuple<std::string, std::string, std::string>;
@@ -83,6 +84,8 @@ std::map<Key, Entry> entries(const nlohmann::json& run, const char* which) {
             if (s.is_number()) e.samples.push_back(s.get<double>());
         if (!e.samples.empty()) e.median = summarize(e.samples).median;
         e.numerics = v.value("verdict", std::string());
+        if (v.contains("host_enqueue") && v["host_enqueue"].is_object())
+          e.host_median = v["host_enqueue"].value("median_us", 0.0);
         out[{t.value("name", std::string()), r.value("label", std::string()),
              v.value("variant", std::string())}] = std::move(e);
       }
@@ -118,7 +121,9 @@ std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohma
     if (!e.samples.empty() && !n.samples.empty()) {
       r.change = (n.median - e.median) / e.median;
       r.p = mann_whitney_p(e.samples, n.samples);
-      if (std::fabs(r.change) <= opt.threshold)
+      r.launch_bound = e.host_median >= opt.launch_bound_share * e.median ||
+                       n.host_median >= opt.launch_bound_share * n.median;
+      if (std::fabs(r.change) <= opt.threshold * (r.launch_bound ? 3 : 1))
         r.verdict = Change::kSame;
       else if (r.p < opt.alpha)
         r.verdict = r.change > 0 ? Change::kSlower : Change::kFaster;
@@ -182,8 +187,9 @@ std::string render_compare(const std::vector<CompareRow>& rows, const CompareOpt
       {"p", true, [](const CompareRow& r) { return fmt("%.2g", r.p); }},
       {"verdict", false,
        [](const CompareRow& r) {
-         const std::string v(change_name(r.verdict));
-         return r.verdict == Change::kSlower ? "**" + v + "**" : v;
+         std::string v(change_name(r.verdict));
+         if (r.verdict == Change::kSlower) v = "**" + v + "**";
+         return r.launch_bound ? v + " (launch-bound)" : v;
        }},
       {"numerics old → new", false, [](const CompareRow& r) {
          std::string s = (r.old_numerics.empty() ? "–" : r.old_numerics) + " → " +

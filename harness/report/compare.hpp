@@ -20,6 +20,11 @@ std::string_view change_name(Change c);  ///< "SAME", "FASTER", "SLOWER", "UNSUR
 struct CompareOptions {
   double threshold = 0.05;  ///< relative change of the median below which a row is SAME
   double alpha = 0.01;      ///< significance level of the rank test
+  /// A row whose host enqueue time is at least this share of its GPU median (in either run) is
+  /// launch-bound: the GPU interval then also times the host's launch rate, which differs
+  /// between processes (H200: the same binary's eager 2x8x1600 replay measured 28.5 and 30.8 µs
+  /// in two back-to-back runs). Such a row needs 3x the threshold to be SLOWER or FASTER.
+  double launch_bound_share = 0.8;
 };
 
 /// One (trace, row, variant) in either run.
@@ -31,12 +36,14 @@ struct CompareRow {
   Change verdict = Change::kSame;
   std::string old_numerics, new_numerics;  ///< "PASS", "FAIL", "not compared", or ""
   bool numerics_regressed = false;         ///< FAIL now, where it was not FAIL before
+  bool launch_bound = false;               ///< see CompareOptions::launch_bound_share
 };
 
 /// Rows of both runs. A row without samples in either run is "not timed". Verdict per timed row:
-/// SAME when |change| <= threshold; otherwise SLOWER or FASTER when the rank test rejects equal
-/// distributions at `alpha`, else UNSURE (a change that the noise does not support). Throws
-/// std::invalid_argument for a document that is not a results.json of this schema.
+/// SAME when |change| <= threshold (3x the threshold for a launch-bound row); otherwise SLOWER or
+/// FASTER when the rank test rejects equal distributions at `alpha`, else UNSURE (a change that
+/// the noise does not support). Throws std::invalid_argument for a document that is not a
+/// results.json of this schema.
 std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohmann::json& new_run,
                                      const CompareOptions& opt);
 

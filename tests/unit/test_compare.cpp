@@ -22,8 +22,12 @@ std::vector<double> samples(double median, double spread, int n = 50, int phase 
   return s;
 }
 
-json run_with(const std::vector<double>& us, const std::string& verdict = "PASS") {
-  json v = {{"variant", "optimized"}, {"samples_us", us}, {"verdict", verdict}};
+json run_with(const std::vector<double>& us, const std::string& verdict = "PASS",
+              double host_us = 0) {
+  json v = {{"variant", "optimized"},
+            {"samples_us", us},
+            {"verdict", verdict},
+            {"host_enqueue", {{"median_us", host_us}}}};
   return {{"schema", kResultsSchema},
           {"traces", {{{"name", "t"}, {"regions", {{{"label", "trace"}, {"variants", {v}}}}}}}}};
 }
@@ -98,4 +102,39 @@ TEST(Compare, SelfComparisonOfACommittedH200RunHasNoSlower) {
     EXPECT_FALSE(r.numerics_regressed);
   }
   EXPECT_FALSE(compare_fails(rows));
+}
+
+TEST(Compare, LaunchBoundRowsNeedThreeTimesTheThreshold) {
+  // Host enqueue 26 µs for a 28 µs replay: the interval times the host's launch rate too. +8 %
+  // between two runs is SAME there, not SLOWER; +20 % still is SLOWER.
+  const auto a = samples(28, 0.01);
+  auto rows = compare_runs(run_with(a, "PASS", 26), run_with(samples(30.3, 0.01), "PASS", 26), {});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].launch_bound);
+  EXPECT_EQ(rows[0].verdict, Change::kSame);
+  EXPECT_FALSE(compare_fails(rows));
+  rows = compare_runs(run_with(a, "PASS", 26), run_with(samples(33.6, 0.01), "PASS", 26), {});
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);
+  // The same +8 % on a row whose host enqueue is small is SLOWER.
+  rows = compare_runs(run_with(a, "PASS", 3), run_with(samples(30.3, 0.01), "PASS", 3), {});
+  EXPECT_FALSE(rows[0].launch_bound);
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);
+}
+
+// Real H200 runs (reports/h200-2026-11-22-compare/): two back-to-back runs give no SLOWER; a run
+// with a 5 µs spin added to the optimized variant is SLOWER on every trace's optimized row.
+TEST(Compare, BackToBackH200RunsPassAndASlowedVariantFails) {
+  const std::string dir = std::string(REPLAY_TRACES_DIR) + "/../reports/h200-2026-11-22-compare/";
+  const json a = read_json(dir + "run_a.json"), b = read_json(dir + "run_b.json"),
+             c = read_json(dir + "run_c_slowed.json");
+  auto ab = compare_runs(a, b, {});
+  EXPECT_FALSE(compare_fails(ab)) << render_compare(ab, {});
+  auto ac = compare_runs(a, c, {});
+  EXPECT_TRUE(compare_fails(ac));
+  int slower = 0;
+  for (const auto& r : ac) {
+    if (r.variant == "optimized") EXPECT_EQ(r.verdict, Change::kSlower) << r.trace;
+    slower += r.verdict == Change::kSlower;
+  }
+  EXPECT_EQ(slower, 4);
 }
