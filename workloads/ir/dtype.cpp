@@ -14,15 +14,17 @@ struct DTypeInfo {
   std::string_view name;
   size_t size;
   bool floating;
+  int mant = 0;  ///< explicit mantissa bits (floating dtypes)
+  int emin = 0;  ///< smallest normal exponent (floating dtypes)
 };
 
 constexpr std::array<DTypeInfo, static_cast<size_t>(DType::kCount)> kInfo = {{
-    {DType::kFloat32, "float32", 4, true},
-    {DType::kFloat64, "float64", 8, true},
-    {DType::kFloat16, "float16", 2, true},
-    {DType::kBFloat16, "bfloat16", 2, true},
-    {DType::kFloat8E4M3, "float8_e4m3fn", 1, true},
-    {DType::kFloat8E5M2, "float8_e5m2", 1, true},
+    {DType::kFloat32, "float32", 4, true, 23, -126},
+    {DType::kFloat64, "float64", 8, true, 52, -1022},
+    {DType::kFloat16, "float16", 2, true, 10, -14},
+    {DType::kBFloat16, "bfloat16", 2, true, 7, -126},
+    {DType::kFloat8E4M3, "float8_e4m3fn", 1, true, 3, -6},
+    {DType::kFloat8E5M2, "float8_e5m2", 1, true, 2, -14},
     {DType::kInt64, "int64", 8, false},
     {DType::kInt32, "int32", 4, false},
     {DType::kBool, "bool", 1, false},
@@ -81,6 +83,12 @@ size_t dtype_size(DType t) {
 bool is_floating(DType t) {
   return info(t).floating;
 }
+int mantissa_bits(DType t) {
+  return info(t).mant;
+}
+int min_normal_exponent(DType t) {
+  return info(t).emin;
+}
 
 uint16_t float_to_bf16_bits(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
@@ -131,9 +139,9 @@ double round_to(DType t, double v) {
     case DType::kFloat16:
       return f16_bits_to_float(float_to_f16_bits(static_cast<float>(v)));
     case DType::kFloat8E4M3:
-      return round_minifloat(v, 3, -6, 448.0, false);
+      return round_minifloat(v, mantissa_bits(t), min_normal_exponent(t), 448.0, false);
     case DType::kFloat8E5M2:
-      return round_minifloat(v, 2, -14, 57344.0, true);
+      return round_minifloat(v, mantissa_bits(t), min_normal_exponent(t), 57344.0, true);
     case DType::kInt64:
     case DType::kInt32:
       return std::trunc(v);

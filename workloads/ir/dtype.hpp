@@ -32,6 +32,11 @@ std::string dtype_list();
 /// Size of one element in bytes.
 size_t dtype_size(DType t);
 bool is_floating(DType t);
+/// Explicit mantissa bits of a floating dtype (bfloat16 7, float16 10, float32 23, float64 52,
+/// float8_e4m3fn 3, float8_e5m2 2); 0 for integers and bool.
+int mantissa_bits(DType t);
+/// Exponent of the smallest normal value of a floating dtype (float32 -126, float16 -14, ...).
+int min_normal_exponent(DType t);
 
 /// Round a value to the nearest value representable in `t` (round-to-nearest-even, as a cast
 /// in PyTorch does); float64 is returned unchanged, float32 is rounded to float.

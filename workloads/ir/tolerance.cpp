@@ -7,52 +7,15 @@
 namespace replay {
 
 double unit_roundoff(DType t) {
-  switch (t) {
-    case DType::kBFloat16:
-      return std::ldexp(1.0, -8);
-    case DType::kFloat16:
-      return std::ldexp(1.0, -11);
-    case DType::kFloat32:
-      return std::ldexp(1.0, -24);
-    case DType::kFloat64:
-      return std::ldexp(1.0, -53);
-    case DType::kFloat8E4M3:
-      return std::ldexp(1.0, -4);
-    case DType::kFloat8E5M2:
-      return std::ldexp(1.0, -3);
-    default:
-      return 0;
-  }
+  return is_floating(t) ? std::ldexp(1.0, -(mantissa_bits(t) + 1)) : 0;
 }
 
 double ulp_of(DType t, double v) {
   if (!is_floating(t)) return 1;
-  int mant = 0, emin = 0;  // explicit mantissa bits, smallest normal exponent
-  switch (t) {
-    case DType::kBFloat16:
-      mant = 7, emin = -126;
-      break;
-    case DType::kFloat16:
-      mant = 10, emin = -14;
-      break;
-    case DType::kFloat32:
-      mant = 23, emin = -126;
-      break;
-    case DType::kFloat64:
-      mant = 52, emin = -1022;
-      break;
-    case DType::kFloat8E4M3:
-      mant = 3, emin = -6;
-      break;
-    case DType::kFloat8E5M2:
-      mant = 2, emin = -14;
-      break;
-    default:
-      return 1;
-  }
   const double a = std::fabs(v);
+  const int emin = min_normal_exponent(t);
   const int e = (a > 0 && std::isfinite(a)) ? std::max(std::ilogb(a), emin) : emin;
-  return std::ldexp(1.0, e - mant);
+  return std::ldexp(1.0, e - mantissa_bits(t));
 }
 
 NumericsBounds default_bounds(DType t, int ops, int64_t k) {
