@@ -105,7 +105,8 @@ std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohma
   const auto a = entries(old_run, "the old run"), b = entries(new_run, "the new run");
   std::vector<CompareRow> rows;
   for (const auto& [key, e] : a) {
-    CompareRow r{std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+    CompareRow r;
+    std::tie(r.trace, r.row, r.variant) = key;
     r.old_median_us = e.median;
     r.old_numerics = e.numerics;
     auto it = b.find(key);
@@ -136,7 +137,8 @@ std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohma
   }
   for (const auto& [key, n] : b)
     if (!a.count(key)) {
-      CompareRow r{std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+      CompareRow r;
+      std::tie(r.trace, r.row, r.variant) = key;
       r.new_median_us = n.median;
       r.new_numerics = n.numerics;
       r.numerics_regressed = n.numerics == "FAIL";

@@ -14,6 +14,16 @@
 
 namespace replay::test {
 
+/// Every region whose fusion has `variant` runs fused in `prog` (no fallback to eager).
+inline void expect_fused_where_available(const Plan& plan, const GpuProgram& prog,
+                                         const std::string& variant, const std::string& label) {
+  for (size_t r = 0; r < plan.regions.size(); ++r) {
+    if (plan.regions[r].fusion->find_variant(variant)) {
+      EXPECT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << label << " " << variant;
+    }
+  }
+}
+
 /// Runs `variant` of g on inputs generated from `seed` (outputs poisoned first) and checks every
 /// graph output against the reference with the run's bounds (the harness's own verdict). With
 /// `expect_fused`, every region whose fusion has `variant` must run fused (no fallback).
@@ -22,11 +32,7 @@ inline void expect_variant_matches(const Graph& g, const std::string& variant, u
   Plan plan = make_plan(g, fusion_registry());
   auto ref = run_reference(g, generate_inputs(g, seed));
   GpuProgram prog(g, plan, variant, ref, nullptr);
-  if (expect_fused) {
-    for (size_t r = 0; r < plan.regions.size(); ++r)
-      if (plan.regions[r].fusion->find_variant(variant))
-        EXPECT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << g.name << " " << variant;
-  }
+  if (expect_fused) expect_fused_where_available(plan, prog, variant, g.name);
   prog.poison_outputs(nullptr);
   prog.run_all(LaunchContext{});
   REPLAY_CUDA(cudaDeviceSynchronize());

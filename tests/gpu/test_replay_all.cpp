@@ -42,9 +42,7 @@ TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
     for (const auto& variant : plan_variants(plan)) {
       if (!variant.is_gpu()) continue;
       GpuProgram prog(g, plan, variant.name, ref, nullptr);
-      for (size_t r = 0; r < plan.regions.size(); ++r)
-        if (plan.regions[r].fusion->find_variant(variant.name))
-          EXPECT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << variant.name;
+      expect_fused_where_available(plan, prog, variant.name, g.name);
       prog.poison_outputs(nullptr);
       prog.run_all(LaunchContext{});
       for (int v : g.outputs) {

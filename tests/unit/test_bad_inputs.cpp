@@ -44,8 +44,9 @@ TEST_P(BadTrace, IsBadInputNamingFileAndNode) {
   TraceResult tr = run_trace(path, reference_only(), nullptr);
   EXPECT_EQ(tr.error_kind, TraceResult::Error::kBadInput) << tr.error;
   EXPECT_NE(tr.error.find(path), std::string::npos) << tr.error;
-  if (*c.node)
+  if (*c.node) {
     EXPECT_NE(tr.error.find(std::string("node '") + c.node + "'"), std::string::npos) << tr.error;
+  }
   EXPECT_NE(tr.error.find(c.says), std::string::npos) << tr.error;
 }
 

@@ -133,7 +133,9 @@ TEST(Compare, BackToBackH200RunsPassAndASlowedVariantFails) {
   EXPECT_TRUE(compare_fails(ac));
   int slower = 0;
   for (const auto& r : ac) {
-    if (r.variant == "optimized") EXPECT_EQ(r.verdict, Change::kSlower) << r.trace;
+    if (r.variant == "optimized") {
+      EXPECT_EQ(r.verdict, Change::kSlower) << r.trace;
+    }
     slower += r.verdict == Change::kSlower;
   }
   EXPECT_EQ(slower, 4);
