@@ -94,25 +94,30 @@ GpuProgram::~GpuProgram() = default;
 void GpuProgram::add_view(int ni) {
   const Node& n = g_.nodes[ni];
   const Slot& x = slot(n.operands.at(0).value, n.id);
-  const TensorMeta& om = g_.meta(n.outputs[0]);
-  std::optional<std::vector<int64_t>> st;
-  try {
-    st = op_def(n.op).alias(n, x.layout, om.shape);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("node " + n.id + ": " + e.what());
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    const TensorMeta& om = g_.meta(n.outputs[k]);
+    std::optional<ViewLayout> lay;
+    try {
+      lay = op_def(n.op).alias(n, x.layout, om.shape, static_cast<int>(k));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("node " + n.id + ": " + e.what());
+    }
+    if (lay) {  // alias: same storage, new shape/strides/offset
+      Slot v = x;
+      v.layout = TensorMeta{om.shape, lay->stride, om.dtype};
+      v.offset = lay->absolute ? lay->offset : x.offset + lay->offset;
+      slots_[n.outputs[k]] = v;
+      continue;
+    }
+    // Not viewable: copy into a contiguous buffer (same logical order, input's shape).
+    Slot& out = alloc(n.outputs[k], TensorMeta{om.shape, contiguous_strides(om.shape), om.dtype});
+    TensorMeta as_in{x.layout.shape, contiguous_strides(x.layout.shape), om.dtype};
+    EagerLaunch copy =
+        lower_copy(device_tensor(out.ptr(), as_in), device_tensor(x.ptr(), x.layout));
+    steps_.push_back({plan_.node_region[ni],
+                      [copy](const LaunchContext& c) { copy(c.stream); },
+                      {n.outputs[k]}});
   }
-  if (st) {  // alias: same storage and offset, new shape/strides
-    Slot v = x;
-    v.layout = TensorMeta{om.shape, *st, om.dtype};
-    slots_[n.outputs[0]] = v;
-    return;
-  }
-  // Not viewable: copy into a contiguous buffer (same logical order, input's shape).
-  Slot& out = alloc(n.outputs[0], TensorMeta{om.shape, contiguous_strides(om.shape), om.dtype});
-  TensorMeta as_in{x.layout.shape, contiguous_strides(x.layout.shape), om.dtype};
-  EagerLaunch copy = lower_copy(device_tensor(out.ptr(), as_in), device_tensor(x.ptr(), x.layout));
-  steps_.push_back(
-      {plan_.node_region[ni], [copy](const LaunchContext& c) { copy(c.stream); }, {n.outputs[0]}});
 }
 
 void GpuProgram::add_eager_step(int ni) {
@@ -131,7 +136,7 @@ void GpuProgram::add_eager_step(int ni) {
     Slot& s = alloc(o, dense_layout(g_.meta(o)));
     outs.push_back(device_tensor(s.ptr(), s.layout));
   }
-  EagerLaunch launch = lower_node(n, in, outs);
+  EagerLaunch launch = lower_node(g_, n, in, outs);
   steps_.push_back(
       {plan_.node_region[ni], [launch](const LaunchContext& c) { launch(c.stream); }, n.outputs});
 }

@@ -3,6 +3,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -28,6 +29,10 @@ __device__ __forceinline__ acc_t load_elem(const void* p, int64_t i, DType t) {
       return static_cast<acc_t>(static_cast<const int32_t*>(p)[i]);
     case DType::kBool:
       return static_cast<acc_t>(static_cast<const uint8_t*>(p)[i] != 0);
+    case DType::kFloat8E4M3:
+      return static_cast<acc_t>(float(static_cast<const __nv_fp8_e4m3*>(p)[i]));
+    case DType::kFloat8E5M2:
+      return static_cast<acc_t>(float(static_cast<const __nv_fp8_e5m2*>(p)[i]));
     default:
       return static_cast<acc_t>(NAN);
   }
@@ -57,6 +62,17 @@ __device__ __forceinline__ void store_elem(void* p, int64_t i, DType t, acc_t v)
       return;
     case DType::kBool:
       static_cast<uint8_t*>(p)[i] = v != acc_t(0);
+      return;
+    // float8: round to nearest even; past the largest finite value e4m3fn gives NaN (it has no
+    // inf) and e5m2 gives inf, as torch's cast does (c10/util/Float8_e4m3fn.h). From double
+    // the value is rounded once (cuda_fp8 converts double directly).
+    case DType::kFloat8E4M3:
+      static_cast<__nv_fp8_storage_t*>(p)[i] =
+          __nv_cvt_double_to_fp8(static_cast<double>(v), __NV_NOSAT, __NV_E4M3);
+      return;
+    case DType::kFloat8E5M2:
+      static_cast<__nv_fp8_storage_t*>(p)[i] =
+          __nv_cvt_double_to_fp8(static_cast<double>(v), __NV_NOSAT, __NV_E5M2);
       return;
     default:
       return;

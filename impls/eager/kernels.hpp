@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "workloads/ir/graph.hpp"
 #include "workloads/ops/eager_fn.hpp"
@@ -13,6 +14,9 @@
 namespace replay {
 
 constexpr int kMaxDims = kMaxRank;
+
+/// One eager step, ready to enqueue on a stream.
+using EagerLaunch = std::function<void(cudaStream_t)>;
 
 /// A strided device tensor as the kernels see it: strides in elements, 0 for broadcast dims.
 struct DeviceTensor {
@@ -26,20 +30,31 @@ struct DeviceTensor {
 /// DeviceTensor for `meta` at `ptr`. Throws std::invalid_argument beyond kMaxDims dims.
 DeviceTensor device_tensor(void* ptr, const TensorMeta& meta);
 
-/// out = op(a, b) elementwise with broadcasting. `b` may be null (unary op, or a Python scalar
-/// passed in `scalar`); add/sub compute a + alpha * b. Computes in float32 (float64 if any operand
-/// is float64), as PyTorch's opmath does, and rounds once to out's dtype.
-/// [out] any shape; a and b broadcast to it (their DeviceTensors are aligned to out's rank).
-void launch_pointwise(PointwiseFn op, const DeviceTensor& out, const DeviceTensor& a,
-                      const DeviceTensor* b, double scalar, double alpha, cudaStream_t stream);
+/// One operand of a pointwise launch: a tensor (broadcast to the output), or a scalar.
+struct PwOperand {
+  DeviceTensor t;
+  bool is_tensor = false;
+  double scalar = 0;
+};
 
-/// Reduce `in` over `dims` (normalized, sorted) into `out0` (and `out1` = mean for
-/// ReduceFn::kVarMean, with out0 = var using divisor N - correction). One block per output element,
-/// float32 accumulation, two passes for the variance. `out0`/`out1` have the kept dims, with or
-/// without keepdim.
+/// out = fn(x, y, z) elementwise with broadcasting, x, y, z = in[0..2] (missing ones are 0).
+/// Computes in the "opmath" of `compute`, as PyTorch does: float for float32 and the narrower
+/// floats, double for float64, int64 for integers and bool; rounds once to out's dtype.
+/// Throws std::invalid_argument for more than three operands, or a function that has no integer
+/// form (exp of an int64 compute type). [out] any shape; operands broadcast to it.
+void launch_pointwise(PointwiseFn fn, const DeviceTensor& out, const std::vector<PwOperand>& in,
+                      double alpha, DType compute, cudaStream_t stream);
+
+/// Reduce `in` over `dims` (normalized, sorted) into `out0` (and `out1`: the mean for kVarMean,
+/// the int64 index for kMaxDim). kVar/kVarMean divide by N - correction. One block per output
+/// element; float accumulation (double when `in` or `out0` is float64 or an integer: exact sums).
+/// `out0`/`out1` have the kept dims, with or without keepdim.
 void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
                       const DeviceTensor& out0, const DeviceTensor* out1, double correction,
                       cudaStream_t stream);
+
+/// A strided copy (with cast) of `src` into `dst`; `src` broadcasts to dst's shape.
+void launch_copy(const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream);
 
 /// Fill `bytes` at `ptr` with 0xFF (NaN for every float dtype): the poison written into outputs
 /// before a numerics run, so unwritten elements are caught.

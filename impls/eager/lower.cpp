@@ -1,35 +1,163 @@
 #include "impls/eager/lower.hpp"
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "impls/eager/gemm.hpp"
 #include "workloads/ops/op.hpp"
+#include "workloads/ops/promote.hpp"
 
 namespace replay {
+namespace {
 
-EagerLaunch lower_node(const Node& n, const std::vector<DeviceTensor>& in,
-                       const std::vector<DeviceTensor>& out) {
-  const EagerLowering low = op_def(n.op).eager;
-  if (!n.operands.at(0).is_tensor())
-    throw std::invalid_argument("node " + n.id + ": scalar first operand is not supported");
-  switch (low.kernel) {
-    case EagerLowering::kPointwise: {
-      const auto fn = static_cast<PointwiseFn>(low.fn);
-      const DeviceTensor a = in.at(0);
-      const bool has_b = n.operands.size() > 1 && n.operands[1].is_tensor();
-      const DeviceTensor b = has_b ? in.at(1) : DeviceTensor{};
-      const double scalar = n.operands.size() > 1 && !has_b ? n.operands[1].scalar : 0.0;
-      const double alpha = n.alpha;
-      return [fn, o = out.at(0), a, b, has_b, scalar, alpha](cudaStream_t s) {
-        launch_pointwise(fn, o, a, has_b ? &b : nullptr, scalar, alpha, s);
+bool is_comparison(PointwiseFn f) {
+  return f >= PointwiseFn::kEq && f <= PointwiseFn::kLogicalXor;
+}
+
+// The pointwise operands of node `n`: tensors and numbers in order; a None bound of clamp
+// becomes -inf / +inf (the most negative / positive int64 for integer math).
+std::vector<PwOperand> pointwise_operands(const Node& n, const std::vector<DeviceTensor>& in,
+                                          bool integral) {
+  std::vector<PwOperand> ops;
+  for (size_t i = 0; i < n.operands.size(); ++i) {
+    const Operand& o = n.operands[i];
+    if (o.is_tensor()) {
+      ops.push_back({in.at(i), true, 0});
+    } else if (o.none) {
+      const double big = integral ? 9.2e18 : std::numeric_limits<double>::infinity();
+      ops.push_back({{}, false, i == 1 ? -big : big});
+    } else {
+      ops.push_back({{}, false, o.scalar});
+    }
+  }
+  return ops;
+}
+
+EagerLaunch lower_pointwise(const Graph& g, const Node& n, PointwiseFn fn,
+                            const std::vector<DeviceTensor>& in, const DeviceTensor& out) {
+  // Comparisons compute in the promoted dtype of their operands; everything else in the result's.
+  const DType compute =
+      is_comparison(fn) ? result_type(promote_operands(g, n.operands)) : out.dtype;
+  if (fn == PointwiseFn::kDiv && n.mode == "trunc") fn = PointwiseFn::kDivTrunc;
+  if (fn == PointwiseFn::kDiv && n.mode == "floor") fn = PointwiseFn::kDivFloor;
+  std::vector<PwOperand> ops;
+  if (fn == PointwiseFn::kFill || fn == PointwiseFn::kIota) {  // creation: numbers only
+    for (const auto& o : n.operands)
+      if (!o.is_tensor()) ops.push_back({{}, false, o.scalar});
+  } else {
+    ops = pointwise_operands(n, in, !is_floating(compute));
+  }
+  if (fn == PointwiseFn::kCopy) {  // casts: exact for every dtype pair
+    return [o = out, src = ops.at(0).t](cudaStream_t s) { launch_copy(o, src, s); };
+  }
+  return [fn, o = out, ops, alpha = n.alpha, compute](cudaStream_t s) {
+    launch_pointwise(fn, o, ops, alpha, compute, s);
+  };
+}
+
+// `t` narrowed to [start, start + len * step) along `dim`, or with `dim` removed at `index`.
+DeviceTensor narrow(DeviceTensor t, int dim, int64_t start, int64_t len, int64_t step) {
+  t.ptr =
+      static_cast<char*>(t.ptr) + start * t.stride[dim] * static_cast<int64_t>(dtype_size(t.dtype));
+  t.shape[dim] = len;
+  t.stride[dim] *= step;
+  return t;
+}
+DeviceTensor select(DeviceTensor t, int dim, int64_t index) {
+  t = narrow(t, dim, index, 1, 1);
+  for (int d = dim; d + 1 < t.ndim; ++d) {
+    t.shape[d] = t.shape[d + 1];
+    t.stride[d] = t.stride[d + 1];
+  }
+  --t.ndim;
+  return t;
+}
+
+EagerLaunch lower_composite(const Node& n, CompositeFn fn, const std::vector<DeviceTensor>& in,
+                            const DeviceTensor& out) {
+  std::vector<std::pair<DeviceTensor, DeviceTensor>> copies;  // (dst, src)
+  const int dim = static_cast<int>(n.dim);
+  switch (fn) {
+    case CompositeFn::kCat: {
+      int64_t at = 0;
+      for (const DeviceTensor& t : in) {
+        if (t.ndim == 1 && t.shape[0] == 0) continue;  // legacy empty input
+        copies.push_back({narrow(out, dim, at, t.shape[dim], 1), t});
+        at += t.shape[dim];
+      }
+      break;
+    }
+    case CompositeFn::kSliceScatter:
+      copies.push_back({out, in.at(0)});
+      copies.push_back({narrow(out, dim, n.start, in.at(1).shape[dim], n.step), in.at(1)});
+      break;
+    case CompositeFn::kSelectScatter:
+      copies.push_back({out, in.at(0)});
+      copies.push_back({select(out, dim, n.offset), in.at(1)});
+      break;
+    case CompositeFn::kCopy:
+      copies.push_back({out, in.at(1)});
+      break;
+    case CompositeFn::kCount:
+      throw std::invalid_argument("node " + n.id + ": bad composite lowering");
+  }
+  return [copies](cudaStream_t s) {
+    for (const auto& [dst, src] : copies) launch_copy(dst, src, s);
+  };
+}
+
+// Random ops read the drawn U[0, 1) tensor, their last operand (workloads/ops/random.cpp).
+EagerLaunch lower_random(const Node& n, const std::vector<DeviceTensor>& in,
+                         const std::vector<DeviceTensor>& out) {
+  const DeviceTensor u = in.back();
+  switch (n.op) {
+    case Op::kRand:
+    case Op::kRandLike:
+      return [o = out[0], u](cudaStream_t s) { launch_copy(o, u, s); };
+    case Op::kBernoulliP: {
+      std::vector<PwOperand> ops = {{u, true, 0}, {{}, false, n.operands[1].scalar}};
+      return [o = out[0], ops](cudaStream_t s) {
+        launch_pointwise(PointwiseFn::kLt, o, ops, 1, DType::kFloat32, s);
       };
     }
+    case Op::kNativeDropout: {
+      const double keep = 1 - n.operands[1].scalar, scale = keep > 0 ? 1 / keep : 0;
+      std::vector<PwOperand> mask_ops = {{u, true, 0}, {{}, false, keep}};
+      std::vector<PwOperand> out_ops = {{in[0], true, 0}, {u, true, 0}, {{}, false, keep}};
+      return [o = out[0], m = out[1], mask_ops, out_ops, scale](cudaStream_t s) {
+        launch_pointwise(PointwiseFn::kDropout, o, out_ops, scale, o.dtype, s);
+        launch_pointwise(PointwiseFn::kLt, m, mask_ops, 1, DType::kFloat32, s);
+      };
+    }
+    default:
+      break;
+  }
+  throw std::invalid_argument("node " + n.id + ": no eager lowering for random op " +
+                              std::string(op_name(n.op)));
+}
+
+}  // namespace
+
+EagerLaunch lower_node(const Graph& g, const Node& n, const std::vector<DeviceTensor>& in,
+                       const std::vector<DeviceTensor>& out) {
+  const EagerLowering low = op_def(n.op).eager;
+  switch (low.kernel) {
+    case EagerLowering::kPointwise:
+      return lower_pointwise(g, n, static_cast<PointwiseFn>(low.fn), in, out.at(0));
     case EagerLowering::kReduction: {
       const auto fn = static_cast<ReduceFn>(low.fn);
       return [fn, x = in.at(0), dims = n.dims, out, corr = n.correction](cudaStream_t s) {
         launch_reduction(fn, x, dims, out[0], out.size() > 1 ? &out[1] : nullptr, corr, s);
       };
     }
+    case EagerLowering::kGemm:
+      return lower_gemm(n, in, out);
+    case EagerLowering::kComposite:
+      return lower_composite(n, static_cast<CompositeFn>(low.fn), in, out.at(0));
+    case EagerLowering::kGenerated:
+      return lower_random(n, in, out);
     case EagerLowering::kAlias:
       break;
   }
@@ -38,9 +166,7 @@ EagerLaunch lower_node(const Node& n, const std::vector<DeviceTensor>& in,
 }
 
 EagerLaunch lower_copy(const DeviceTensor& dst, const DeviceTensor& src) {
-  return [dst, src](cudaStream_t s) {
-    launch_pointwise(PointwiseFn::kCopy, dst, src, nullptr, 0, 1, s);
-  };
+  return [dst, src](cudaStream_t s) { launch_copy(dst, src, s); };
 }
 
 }  // namespace replay

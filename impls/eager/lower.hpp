@@ -10,12 +10,10 @@
 
 namespace replay {
 
-using EagerLaunch = std::function<void(cudaStream_t)>;
-
-/// The launch of non-view node `n`: `in` holds one DeviceTensor per operand (an empty one for a
-/// Python scalar, whose value is in the node), `out` one per output. Throws std::invalid_argument
-/// for a view, a scalar first operand, or an unknown lowering.
-EagerLaunch lower_node(const Node& n, const std::vector<DeviceTensor>& in,
+/// The launch of non-view node `n` of `g`: `in` holds one DeviceTensor per operand (an empty one
+/// for a Python number or None, whose value is in the node), `out` one per output. Throws
+/// std::invalid_argument for a view or an unknown lowering.
+EagerLaunch lower_node(const Graph& g, const Node& n, const std::vector<DeviceTensor>& in,
                        const std::vector<DeviceTensor>& out);
 
 /// A strided copy of `src` into `dst` (same shape, any strides and dtypes).

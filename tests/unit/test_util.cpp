@@ -20,7 +20,8 @@ nlohmann::json example_trace(const std::string& op_name, const nlohmann::json& e
     t["inputs"].push_back(in);
   }
   // The inputs alone load; the node's outputs follow from its row's parser and shape rule.
-  Graph g = parse_trace(t, "<example " + op_name + ">");
+  // (A creation op's example has no inputs: an empty graph then.)
+  Graph g = t["inputs"].empty() ? Graph{} : parse_trace(t, "<example " + op_name + ">");
   const OpDef& def = op_def(parse_op(op_name).value());
   const json args = ex.value("args", json::array());
   const json kwargs = ex.value("kwargs", json::object());
@@ -40,7 +41,7 @@ nlohmann::json example_trace(const std::string& op_name, const nlohmann::json& e
   t["nodes"].push_back(
       {{"id", "y"}, {"op", op_name}, {"args", args}, {"kwargs", kwargs}, {"outputs", outs}});
   t["outputs"] = json::array();
-  if (outs.size() == 1) {
+  if (def.num_outputs == 1) {
     t["outputs"].push_back("y");
   } else {
     for (size_t k = 0; k < outs.size(); ++k) {

@@ -59,6 +59,30 @@ double round_minifloat(double v, int mant, int emin, double maxval, bool has_inf
   return std::copysign(r, v);
 }
 
+// float8 bits of a value already rounded to the format (round_to), and back. Layout: sign,
+// exponent (bias 7 for e4m3fn, 15 for e5m2), mantissa; e4m3fn's NaN is 0x7F/0xFF (no inf),
+// e5m2's inf 0x7C, NaN 0x7F.
+uint8_t encode_fp8(double r, int mant, int emin, int bias, bool has_inf) {
+  const uint8_t sign = std::signbit(r) ? 0x80 : 0;
+  if (std::isnan(r)) return sign | 0x7F;
+  if (std::isinf(r)) return sign | (has_inf ? 0x7C : 0x7F);
+  const double a = std::fabs(r);
+  if (a == 0) return sign;
+  int e = std::ilogb(a);
+  if (e < emin) return sign | static_cast<uint8_t>(std::lround(a / std::ldexp(1.0, emin - mant)));
+  const auto m = static_cast<int>(std::lround((a / std::ldexp(1.0, e) - 1) * (1 << mant)));
+  return sign | static_cast<uint8_t>(((e + bias) << mant) | m);
+}
+
+double decode_fp8(uint8_t b, int mant, int emin, int bias, bool has_inf) {
+  const double sign = (b & 0x80) ? -1 : 1;
+  const int e = (b & 0x7F) >> mant, m = b & ((1 << mant) - 1);
+  if (has_inf && e == (0x7F >> mant)) return m ? NAN : sign * INFINITY;
+  if (!has_inf && (b & 0x7F) == 0x7F) return NAN;
+  if (e == 0) return sign * std::ldexp(m, emin - mant);
+  return sign * std::ldexp(1.0 + std::ldexp(m, -mant), e - bias);
+}
+
 }  // namespace
 
 std::string_view dtype_name(DType t) {
@@ -128,6 +152,35 @@ float f16_bits_to_float(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
+bool is_integral(DType t) {
+  return t == DType::kInt32 || t == DType::kInt64;
+}
+
+std::optional<DType> promote_types(DType a, DType b) {
+  if (a == b) return a;
+  auto fp8 = [](DType t) { return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2; };
+  if (fp8(a) || fp8(b)) return std::nullopt;  // c10: "Promotion for Float8 Types is not supported"
+  auto rank = [](DType t) {  // bool < int32 < int64 < {float16, bfloat16} < float32 < float64
+    switch (t) {
+      case DType::kBool:
+        return 0;
+      case DType::kInt32:
+        return 1;
+      case DType::kInt64:
+        return 2;
+      case DType::kFloat16:
+      case DType::kBFloat16:
+        return 3;
+      case DType::kFloat32:
+        return 4;
+      default:
+        return 5;
+    }
+  };
+  if (rank(a) == 3 && rank(b) == 3) return DType::kFloat32;  // float16 + bfloat16
+  return rank(a) >= rank(b) ? a : b;
+}
+
 double round_to(DType t, double v) {
   switch (t) {
     case DType::kFloat64:
@@ -187,7 +240,11 @@ void store_as(DType t, double v, void* dst) {
       *static_cast<uint8_t*>(dst) = v != 0;
       return;
     case DType::kFloat8E4M3:
+      *static_cast<uint8_t*>(dst) = encode_fp8(round_to(t, v), 3, -6, 7, false);
+      return;
     case DType::kFloat8E5M2:
+      *static_cast<uint8_t*>(dst) = encode_fp8(round_to(t, v), 2, -14, 15, true);
+      return;
     case DType::kCount:
       break;
   }
@@ -229,7 +286,9 @@ double load_as(DType t, const void* src) {
     case DType::kBool:
       return *static_cast<const uint8_t*>(src) ? 1.0 : 0.0;
     case DType::kFloat8E4M3:
+      return decode_fp8(*static_cast<const uint8_t*>(src), 3, -6, 7, false);
     case DType::kFloat8E5M2:
+      return decode_fp8(*static_cast<const uint8_t*>(src), 2, -14, 15, true);
     case DType::kCount:
       break;
   }

@@ -38,6 +38,12 @@ int mantissa_bits(DType t);
 /// Exponent of the smallest normal value of a floating dtype (float32 -126, float16 -14, ...).
 int min_normal_exponent(DType t);
 
+/// torch.promote_types(a, b): the smallest dtype both convert to without losing their category
+/// (bool < integer < floating); float16 with bfloat16 gives float32. std::nullopt where PyTorch
+/// refuses (two different float8 dtypes, or float8 with any other dtype).
+std::optional<DType> promote_types(DType a, DType b);
+bool is_integral(DType t);  ///< int32, int64 (not bool)
+
 /// Round a value to the nearest value representable in `t` (round-to-nearest-even, as a cast
 /// in PyTorch does); float64 is returned unchanged, float32 is rounded to float.
 double round_to(DType t, double v);

@@ -61,13 +61,21 @@ struct Value {
   std::optional<ValueStats> stats;
   bool graph_input = false;
   bool graph_output = false;
+  /// A hidden input the loader adds for a random op ("<node id>#uniform"): U[0, 1) drawn from
+  /// the run's seed (traces/SCHEMA.md, "Random ops"), never taken from a golden file.
+  bool uniform = false;
 };
 
 /// A node operand: a tensor (value index) or a Python scalar.
 struct Operand {
   int value = -1;
   double scalar = 0;
+  bool none = false;  ///< Python None for an optional operand (_scaled_mm bias, clamp min, ...)
+  /// A Python scalar's type for type promotion: float64 (a Python float), int64 (an int) or
+  /// bool, as PyTorch wraps numbers.
+  DType scalar_type = DType::kFloat64;
   bool is_tensor() const { return value >= 0; }
+  bool is_scalar() const { return value < 0 && !none; }
 };
 
 /// One op call. Its fields are filled by the op's row parser (workloads/ops/*.cpp); a field an op
@@ -83,16 +91,24 @@ struct Node {
   bool keepdim = false;
   double correction = 1;          ///< var_mean: divisor is N - correction
   double alpha = 1;               ///< add/sub: a + alpha * b
-  DType dtype = DType::kFloat32;  ///< convert_element_type target
-  int64_t dim = 0;                ///< unsqueeze position
-  std::vector<int> outputs;       ///< value indices
-  nlohmann::json raw;             ///< the node as written in the trace (for repro and errors)
+  DType dtype = DType::kFloat32;  ///< convert_element_type / _to_copy / creation / out_dtype
+  int64_t dim = 0;                ///< unsqueeze, slice, select, cat, split, squeeze position
+  double beta = 1;                ///< addmm/baddbmm: beta * self + alpha * (a @ b)
+  bool flag = false;  ///< _scaled_mm use_fast_accum, native_dropout train, clamp has-max, ...
+  int64_t start = 0, end = 0, step = 1;  ///< slice / slice_scatter bounds (normalized)
+  std::vector<int64_t> sizes;            ///< split sizes, creation / as_strided shape
+  std::vector<int64_t> strides;          ///< as_strided strides
+  int64_t offset = 0;                    ///< as_strided storage offset; select index (normalized)
+  std::string mode;          ///< div rounding_mode ("", "trunc", "floor"), gelu approximate
+  std::vector<int> outputs;  ///< value indices
+  nlohmann::json raw;        ///< the node as written in the trace (for repro and errors)
 };
 
 /// Golden tensors stored beside a trace (safetensors), keyed by value name.
 struct GoldenRef {
   std::string path;                ///< absolute or trace-relative file path
   std::vector<std::string> names;  ///< tensors it holds (graph inputs and outputs)
+  std::string prefix;  ///< key prefix of this graph's tensors in the file (op corpus: "c3/")
 };
 
 struct Graph {

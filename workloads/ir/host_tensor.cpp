@@ -104,11 +104,12 @@ std::vector<uint8_t> pack(const HostTensor& t, const TensorMeta& layout) {
   return out;
 }
 
-HostTensor strided_view(const HostTensor& storage, const TensorMeta& layout) {
+HostTensor strided_view(const HostTensor& storage, const TensorMeta& layout, int64_t offset) {
   HostTensor t = make_host_tensor(layout.shape, layout.dtype);
-  if (layout.numel() > 0 && layout.storage_elems() > static_cast<int64_t>(storage.data.size()))
+  if (layout.numel() > 0 &&
+      (offset < 0 || offset + layout.storage_elems() > static_cast<int64_t>(storage.data.size())))
     throw std::invalid_argument("strided_view: layout exceeds the storage");
-  for_each_offset(layout, [&](int64_t i, int64_t off) { t.data[i] = storage.data[off]; });
+  for_each_offset(layout, [&](int64_t i, int64_t off) { t.data[i] = storage.data[offset + off]; });
   return t;
 }
 

@@ -30,8 +30,8 @@ HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype);
 std::vector<uint8_t> pack(const HostTensor& t, const TensorMeta& layout);
 /// Values of a strided view over `storage`'s data (read as a flat array of elements):
 /// element i of the result is storage.data[offset of i in layout]. Used for permute/expand and
-/// broadcasting.
-HostTensor strided_view(const HostTensor& storage, const TensorMeta& layout);
+/// broadcasting. `offset`: the storage element logical element 0 maps to.
+HostTensor strided_view(const HostTensor& storage, const TensorMeta& layout, int64_t offset = 0);
 /// Logical values of a strided buffer in `layout`.
 HostTensor unpack(const std::vector<uint8_t>& bytes, const TensorMeta& layout);
 

@@ -26,7 +26,13 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed) {
     // One value per storage element of the recorded layout, so logical elements that alias one
     // storage element (stride 0, overlapping strides) get the same value, as on the GPU.
     HostTensor storage = make_host_tensor({layout.storage_elems()}, layout.dtype);
-    if (st.std > 0) {
+    if (val.uniform) {  // U[0, 1): the top 24 bits of Philox's first word of counter (i, stream)
+      for (size_t i = 0; i < storage.data.size(); ++i) {
+        const auto w = philox4x32_10(
+            {static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), stream, 0}, key);
+        storage.data[i] = round_to(layout.dtype, static_cast<double>(w[0] >> 8) * 0x1p-24);
+      }
+    } else if (st.std > 0) {
       for (size_t i = 0; i < storage.data.size(); ++i) {
         double x = st.mean + st.std * philox_normal(key, i, stream);
         x = x < st.min ? st.min : (x > st.max ? st.max : x);  // no std::clamp: min > max is UB
@@ -52,8 +58,15 @@ ReplayInputs make_inputs(const Graph& g, uint64_t seed) {
     in.values = generate_inputs(g, seed);
     return in;
   }
-  in.golden = read_safetensors(g.golden->path);
+  for (auto& [name, t] : read_safetensors(g.golden->path))  // this graph's tensors, unprefixed
+    if (name.compare(0, g.golden->prefix.size(), g.golden->prefix) == 0)
+      in.golden[name.substr(g.golden->prefix.size())] = std::move(t);
+  const std::map<int, HostTensor> drawn = generate_inputs(g, seed);  // random ops' draws
   for (int v : g.inputs) {
+    if (g.values[v].uniform) {
+      in.values[v] = drawn.at(v);
+      continue;
+    }
     auto it = in.golden.find(g.values[v].name);
     if (it == in.golden.end())
       throw TraceError(g.golden->path, g.values[v].name, "golden file lacks this graph input");
@@ -63,7 +76,8 @@ ReplayInputs make_inputs(const Graph& g, uint64_t seed) {
                            g.meta(v).str());
     in.values[v] = it->second;
   }
-  in.source = "golden (" + g.golden->path + ")";
+  in.source =
+      "golden (" + g.golden->path + (g.golden->prefix.empty() ? "" : ", " + g.golden->prefix) + ")";
   return in;
 }
 

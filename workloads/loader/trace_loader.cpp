@@ -232,11 +232,6 @@ class Parser {
                      [&](const std::string& name) { return lookup(name, id); });
     def.parse(reader, g_, n);
     reader.finish();
-    for (const auto& o : n.operands)
-      if (o.is_tensor() && !is_floating(g_.meta(o.value).dtype) && def.kind != OpKind::kView)
-        fail(id, "operand '" + g_.values[o.value].name + "' has dtype " +
-                     std::string(dtype_name(g_.meta(o.value).dtype)) +
-                     "; expected a floating dtype (integer math is not supported yet)");
 
     // Recorded outputs vs the op's shape rule.
     std::vector<OutSpec> expect;
@@ -268,18 +263,35 @@ class Parser {
     }
     if (def.kind == OpKind::kView) {  // a view must be expressible on its input's layout
       try {
-        def.alias(n, g_.meta(n.operands[0].value), g_.meta(n.outputs[0]).shape);
+        for (size_t k = 0; k < n.outputs.size(); ++k)
+          def.alias(n, g_.meta(n.operands[0].value), g_.meta(n.outputs[k]).shape,
+                    static_cast<int>(k));
       } catch (const std::invalid_argument& e) {
         fail(id, e.what());
       }
     }
-    if (outs.size() > 1) {  // a tuple: its outputs are selected with getitem
+    if (def.kind == OpKind::kRandom) add_uniform_input(n, expect[0].shape);
+    if (def.num_outputs !=
+        1) {  // a tuple (even of one, for split): outputs are selected with getitem
       if (tuples_.count(id)) fail(id, "duplicate id '" + id + "'");
       tuples_[id] = node_idx;
     }
     for (const auto& o : n.operands)
       if (o.is_tensor()) g_.values[o.value].users.push_back(node_idx);
     g_.nodes.push_back(std::move(n));
+  }
+
+  // A random node's draw: a hidden float32 input "<id>#uniform" of its output's shape, appended
+  // to its operands (workloads/ops/random.cpp).
+  void add_uniform_input(Node& n, const Shape& shape) {
+    TensorMeta m{shape, contiguous_strides(shape), DType::kFloat32};
+    const int v = add_value(n.id + "#uniform", m, -1, 0, n.id);
+    g_.values[v].graph_input = true;
+    g_.values[v].uniform = true;
+    g_.inputs.push_back(v);
+    Operand o;
+    o.value = v;
+    n.operands.push_back(o);
   }
 
   std::string describe_inputs(const Node& n) const {
@@ -299,6 +311,10 @@ class Parser {
     std::filesystem::path p = j["file"].get<std::string>();
     if (p.is_relative()) p = std::filesystem::path(file_).parent_path() / p;
     ref.path = p.string();
+    if (j.contains("prefix")) {
+      if (!j["prefix"].is_string()) fail("", "expected \"prefix\" of \"golden\" to be a string");
+      ref.prefix = j["prefix"].get<std::string>();
+    }
     for (const auto& t : j.value("tensors", json::array())) {
       std::string name = t.get<std::string>();
       if (!names_.count(name)) fail("", "golden tensor '" + name + "' is not a value of the graph");

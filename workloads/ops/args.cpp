@@ -85,11 +85,52 @@ std::optional<double> ArgReader::opt_scalar(size_t i, const char* kw) {
 
 Operand ArgReader::operand(size_t i, const char* kw) {
   const json& a = require(i, kw);
-  Operand o;
-  if (a.is_object() && a.contains("ref"))
+  if (a.is_object() && a.contains("ref")) {
+    Operand o;
     o.value = tensor(i, kw);
-  else
-    o.scalar = scalar(i, kw);
+    return o;
+  }
+  return scalar_operand(i, kw);
+}
+
+std::vector<int> ArgReader::tensor_list(size_t i, const char* kw) {
+  const json& a = require(i, kw);
+  if (!a.is_array())
+    fail("expected a list of tensors for " + describe(i, kw) + ", found " + a.dump());
+  std::vector<int> out;
+  for (const json& e : a) {
+    if (!e.is_object() || !e.contains("ref") || !e["ref"].is_string())
+      fail("expected tensor references {\"ref\": id} in " + describe(i, kw) + ", found " +
+           e.dump());
+    out.push_back(lookup_(e["ref"].get<std::string>()));
+  }
+  return out;
+}
+
+std::optional<std::string> ArgReader::opt_string(size_t i, const char* kw) {
+  const json* p = find(i, kw);
+  if (!p || p->is_null()) return std::nullopt;
+  if (!p->is_string()) fail("expected a string for " + describe(i, kw) + ", found " + p->dump());
+  return p->get<std::string>();
+}
+
+Operand ArgReader::opt_operand(size_t i, const char* kw) {
+  const json* p = find(i, kw);
+  if (!p || p->is_null()) {
+    Operand o;
+    o.none = true;
+    return o;
+  }
+  return operand(i, kw);
+}
+
+Operand ArgReader::scalar_operand(size_t i, const char* kw) {
+  const json& a = require(i, kw);
+  Operand o;
+  o.scalar = scalar(i, kw);
+  o.scalar_type = a.is_boolean()                                    ? DType::kBool
+                  : a.is_number_integer() || a.is_number_unsigned() ? DType::kInt64
+                                                                    : DType::kFloat64;
   return o;
 }
 

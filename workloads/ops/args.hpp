@@ -28,8 +28,15 @@ class ArgReader {
 
   /// A tensor operand `{"ref": id}` at position i or keyword kw (required).
   int tensor(size_t i, const char* kw);
-  /// A tensor or a Python number (required).
+  /// A list of tensor references (required), e.g. cat's `tensors`.
+  std::vector<int> tensor_list(size_t i, const char* kw);
+  /// A tensor or a Python number (required); a number keeps its Python type (int, float, bool)
+  /// for type promotion.
   Operand operand(size_t i, const char* kw);
+  /// Like operand(), an Operand with `none` set when absent or null.
+  Operand opt_operand(size_t i, const char* kw);
+  /// A Python number as an Operand (keeping its type), required.
+  Operand scalar_operand(size_t i, const char* kw);
   /// A Python number: JSON number, bool, or {"float": "inf" | "-inf" | "nan"} (required).
   double scalar(size_t i, const char* kw);
   /// Like scalar(), std::nullopt when absent or null.
@@ -42,6 +49,8 @@ class ArgReader {
   std::optional<std::vector<int64_t>> opt_int_list(size_t i, const char* kw);
   /// A bool; `dflt` when absent or null.
   bool boolean(size_t i, const char* kw, bool dflt);
+  /// A string; std::nullopt when absent or null.
+  std::optional<std::string> opt_string(size_t i, const char* kw);
   /// A dtype `{"dtype": "float32"}` (or its bare name), required.
   DType dtype(size_t i, const char* kw);
 

@@ -6,23 +6,68 @@
 
 namespace replay {
 
-/// Functions of the eager executor's generic pointwise kernel (impls/eager/kernels.cu).
+/// Functions of the eager executor's generic pointwise kernel (impls/eager/kernels.cu):
+/// out = f(x, y, z) with up to three operands (tensors or scalars) and `alpha`.
 enum class PointwiseFn : uint8_t {
-  kCopy,
+  kCopy,  // x (casts)
   kRsqrt,
   kSqrt,
   kNeg,
   kAbs,
   kExp,
+  kLog,
+  kLog1p,
+  kExpm1,
   kReciprocal,
-  kPow,
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
+  kTanh,
+  kSigmoid,
+  kErf,
+  kSin,
+  kCos,
+  kSign,
+  kRelu,
+  kPow,       // x ** y
+  kAdd,       // x + alpha * y
+  kSub,       // x - alpha * y
+  kRsub,      // y - alpha * x
+  kMul,       // x * y
+  kDiv,       // x / y
+  kDivTrunc,  // trunc(x / y)
+  kDivFloor,  // floor(x / y)
+  kMaximum,   // NaN-propagating
+  kMinimum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kLogicalNot,
+  kLogicalAnd,
+  kLogicalOr,
+  kLogicalXor,
+  kWhere,    // x ? y : z
+  kClamp,    // min(max(x, y), z), NaN-propagating
+  kFill,     // x (a scalar)
+  kIota,     // x + y * linear index
+  kDropout,  // y < z ? x * alpha : 0 (x input, y the drawn U[0, 1), z keep probability)
   kCount
 };
 /// Functions of the eager executor's generic reduction kernel.
-enum class ReduceFn : uint8_t { kSum, kMean, kAmax, kVarMean, kCount };
+enum class ReduceFn : uint8_t {
+  kSum,
+  kMean,
+  kAmax,
+  kAmin,
+  kProd,
+  kVar,
+  kVarMean,  // out0 = var, out1 = mean
+  kMaxDim,   // out0 = max, out1 = int64 index of its first occurrence (NaN counts as max)
+  kCount
+};
+/// Matmuls, run through cuBLASLt (impls/eager/gemm.hpp).
+enum class GemmFn : uint8_t { kMm, kAddmm, kBmm, kBaddbmm, kScaledMm, kCount };
+/// Ops that copy their operands into views of the output (impls/eager/lower.cpp).
+enum class CompositeFn : uint8_t { kCat, kSliceScatter, kSelectScatter, kCopy, kCount };
 
 }  // namespace replay

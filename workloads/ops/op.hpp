@@ -19,13 +19,23 @@
 
 namespace replay {
 
-enum class OpKind : uint8_t { kPointwise, kReduction, kView };
+/// An op's family (one family file each, see op_id.hpp).
+enum class OpKind : uint8_t { kPointwise, kReduction, kView, kCreation, kCopy, kMatmul, kRandom };
 
 /// How the eager executor runs an op: a host-side alias (views; the row's `alias` gives the
-/// layout), or one launch of a generic kernel with one of its functions.
+/// layout), one launch of a generic kernel with one of its functions, a GEMM (cuBLASLt), a
+/// composite of copies into views of the output (cat, *_scatter), or the upload of values the
+/// harness drew on the host (random ops: every executor sees the same draw).
 struct EagerLowering {
-  enum Kernel : uint8_t { kAlias, kPointwise, kReduction } kernel = kAlias;
-  uint8_t fn = 0;  ///< PointwiseFn or ReduceFn
+  enum Kernel : uint8_t {
+    kAlias,
+    kPointwise,
+    kReduction,
+    kGemm,
+    kComposite,
+    kGenerated
+  } kernel = kAlias;
+  uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn or CompositeFn
 };
 constexpr EagerLowering eager_pointwise(PointwiseFn f) {
   return {EagerLowering::kPointwise, static_cast<uint8_t>(f)};
@@ -33,9 +43,27 @@ constexpr EagerLowering eager_pointwise(PointwiseFn f) {
 constexpr EagerLowering eager_reduction(ReduceFn f) {
   return {EagerLowering::kReduction, static_cast<uint8_t>(f)};
 }
+constexpr EagerLowering eager_gemm(GemmFn f) {
+  return {EagerLowering::kGemm, static_cast<uint8_t>(f)};
+}
+constexpr EagerLowering eager_composite(CompositeFn f) {
+  return {EagerLowering::kComposite, static_cast<uint8_t>(f)};
+}
 constexpr EagerLowering eager_alias() {
   return {EagerLowering::kAlias, 0};
 }
+constexpr EagerLowering eager_generated() {
+  return {EagerLowering::kGenerated, 0};
+}
+
+/// A view's output layout over its input's storage: strides, and the storage offset (elements)
+/// relative to the input's own offset, or from the storage's start when `absolute`
+/// (as_strided with a storage_offset).
+struct ViewLayout {
+  std::vector<int64_t> stride;
+  int64_t offset = 0;
+  bool absolute = false;
+};
 
 /// What a reference function gets: the node, one tensor per operand (nullptr for a Python
 /// scalar, whose value is in node.operands[i].scalar), and the recorded output metadata.
@@ -68,11 +96,10 @@ struct OpDef {
   /// output dtype (the executor rounds; impls/reference/reference.hpp gives the policy).
   std::vector<HostTensor> (*reference)(const RefArgs& a);
   EagerLowering eager;
-  /// Views only: strides of the output as an alias of an input with layout `in`; std::nullopt
-  /// when the layout cannot be aliased and the op copies instead (reshape). Throws
+  /// Views only: layout of output `k` (shape `out`) as an alias of input 0 with layout `in`;
+  /// std::nullopt when the layout cannot be aliased and the op copies instead (reshape). Throws
   /// std::invalid_argument when the op cannot copy either (view of a non-viewable layout).
-  std::optional<std::vector<int64_t>> (*alias)(const Node& n, const TensorMeta& in,
-                                               const Shape& out);
+  std::optional<ViewLayout> (*alias)(const Node& n, const TensorMeta& in, const Shape& out, int k);
   /// A small case for the table-walking tests, as a trace fragment:
   /// {"inputs": [{"shape": [3, 5], "dtype": "float32", "stats": {...}?, "stride": [...]?}, ...],
   ///  "args": [...], "kwargs": {...}?}; inputs are named in0, in1, ... and referenced as
@@ -87,8 +114,13 @@ std::span<const OpDef* const> all_ops();
 
 // Family tables (one per family file), each covering its OpRange in order.
 std::span<const OpDef> pointwise_op_rows();
+std::span<const OpDef> compare_op_rows();
 std::span<const OpDef> reduction_op_rows();
 std::span<const OpDef> view_op_rows();
+std::span<const OpDef> creation_op_rows();
+std::span<const OpDef> copy_op_rows();
+std::span<const OpDef> matmul_op_rows();
+std::span<const OpDef> random_op_rows();
 
 /// Whether `rows` lists exactly the ops of `range`, in enum order (each family file
 /// static_asserts this on its table).

@@ -17,32 +17,122 @@ namespace replay {
 
 /// Ops as they appear in a decomposed ATen graph. ATen spellings: see the rows (`replay list`).
 enum class Op : uint8_t {
-  // pointwise (pointwise.cpp)
+  // pointwise math (pointwise.cpp)
   kConvertElementType,  // prims.convert_element_type.default(x, dtype)
   kClone,               // aten.clone.default
+  kToCopy,              // aten._to_copy.default(x, *, dtype=, layout=, device=, ...)
   kRsqrt,               // aten.rsqrt.default
   kSqrt,                // aten.sqrt.default
   kNeg,                 // aten.neg.default
   kAbs,                 // aten.abs.default
   kExp,                 // aten.exp.default
+  kLog,                 // aten.log.default
+  kLog1p,               // aten.log1p.default
+  kExpm1,               // aten.expm1.default
   kReciprocal,          // aten.reciprocal.default
+  kTanh,                // aten.tanh.default
+  kSigmoid,             // aten.sigmoid.default
+  kErf,                 // aten.erf.default
+  kSin,                 // aten.sin.default
+  kCos,                 // aten.cos.default
+  kSign,                // aten.sign.default
+  kRelu,                // aten.relu.default
   kPowTensorScalar,     // aten.pow.Tensor_Scalar(x, exponent)
+  kPowTensorTensor,     // aten.pow.Tensor_Tensor(x, exponent)
+  kPowScalar,           // aten.pow.Scalar(base, exponent)
   kAdd,                 // aten.add.Tensor(a, b, alpha=1)
+  kAddScalar,           // aten.add.Scalar(a, b, alpha=1)
   kSub,                 // aten.sub.Tensor(a, b, alpha=1)
+  kSubScalar,           // aten.sub.Scalar(a, b, alpha=1)
+  kRsubScalar,          // aten.rsub.Scalar(a, b, alpha=1): b - alpha * a
   kMul,                 // aten.mul.Tensor
+  kMulScalar,           // aten.mul.Scalar
   kDiv,                 // aten.div.Tensor
+  kDivScalar,           // aten.div.Scalar
+  kDivMode,             // aten.div.Tensor_mode(a, b, *, rounding_mode)
+  kMaximum,             // aten.maximum.default
+  kMinimum,             // aten.minimum.default
+  // comparison and selection (compare.cpp)
+  kEq,           // aten.eq.Tensor
+  kEqScalar,     // aten.eq.Scalar
+  kNe,           // aten.ne.Tensor
+  kNeScalar,     // aten.ne.Scalar
+  kLt,           // aten.lt.Tensor
+  kLtScalar,     // aten.lt.Scalar
+  kLe,           // aten.le.Tensor
+  kLeScalar,     // aten.le.Scalar
+  kGt,           // aten.gt.Tensor
+  kGtScalar,     // aten.gt.Scalar
+  kGe,           // aten.ge.Tensor
+  kGeScalar,     // aten.ge.Scalar
+  kLogicalNot,   // aten.logical_not.default
+  kLogicalAnd,   // aten.logical_and.default
+  kLogicalOr,    // aten.logical_or.default
+  kLogicalXor,   // aten.logical_xor.default
+  kWhere,        // aten.where.self(cond, a, b)
+  kClamp,        // aten.clamp.default(x, min=None, max=None)
+  kClampTensor,  // aten.clamp.Tensor(x, min=None, max=None)
+  kClampMin,     // aten.clamp_min.default(x, min)
+  kClampMax,     // aten.clamp_max.default(x, max)
   // reductions (reduction.cpp)
   kVarMean,  // aten.var_mean.correction(x, dims, correction=, keepdim=) -> (var, mean)
-  kMeanDim,  // aten.mean.dim(x, dims, keepdim=False)
-  kSumDim,   // aten.sum.dim_IntList(x, dims, keepdim=False)
+  kVar,      // aten.var.correction(x, dims, correction=, keepdim=)
+  kMeanDim,  // aten.mean.dim(x, dims, keepdim=False, dtype=None)
+  kMean,     // aten.mean.default(x, dtype=None)
+  kSumDim,   // aten.sum.dim_IntList(x, dims, keepdim=False, dtype=None)
+  kSum,      // aten.sum.default(x, dtype=None)
   kAmax,     // aten.amax.default(x, dims, keepdim=False)
+  kAmin,     // aten.amin.default(x, dims, keepdim=False)
+  kMaxDim,   // aten.max.dim(x, dim, keepdim=False) -> (values, indices)
+  kProdDim,  // aten.prod.dim_int(x, dim, keepdim=False, dtype=None)
+  kProd,     // aten.prod.default(x, dtype=None)
   // views: host-side aliases where the layout allows (view.cpp)
-  kView,        // aten.view.default(x, shape)
-  kUnsafeView,  // aten._unsafe_view.default(x, shape)
-  kReshape,     // aten.reshape.default(x, shape)
-  kPermute,     // aten.permute.default(x, dims)
-  kUnsqueeze,   // aten.unsqueeze.default(x, dim)
-  kExpand,      // aten.expand.default(x, shape)
+  kView,            // aten.view.default(x, shape)
+  kUnsafeView,      // aten._unsafe_view.default(x, shape)
+  kReshape,         // aten.reshape.default(x, shape)
+  kPermute,         // aten.permute.default(x, dims)
+  kUnsqueeze,       // aten.unsqueeze.default(x, dim)
+  kExpand,          // aten.expand.default(x, shape)
+  kAlias,           // aten.alias.default(x)
+  kSlice,           // aten.slice.Tensor(x, dim=0, start=None, end=None, step=1)
+  kSelect,          // aten.select.int(x, dim, index)
+  kSplit,           // aten.split.Tensor(x, split_size, dim=0) -> tuple
+  kSplitWithSizes,  // aten.split_with_sizes.default(x, split_sizes, dim=0) -> tuple
+  kSqueeze,         // aten.squeeze.default(x)
+  kSqueezeDim,      // aten.squeeze.dim(x, dim)
+  kSqueezeDims,     // aten.squeeze.dims(x, dims)
+  kT,               // aten.t.default(x)
+  kTranspose,       // aten.transpose.int(x, dim0, dim1)
+  kAsStrided,       // aten.as_strided.default(x, size, stride, storage_offset=None)
+  // creation (creation.cpp)
+  kFull,          // aten.full.default(size, fill_value, *, dtype=, layout=, device=, pin_memory=)
+  kFullLike,      // aten.full_like.default(x, fill_value, *, dtype=, ...)
+  kZeros,         // aten.zeros.default(size, *, dtype=, ...)
+  kOnes,          // aten.ones.default(size, *, dtype=, ...)
+  kZerosLike,     // aten.zeros_like.default(x, *, dtype=, ...)
+  kOnesLike,      // aten.ones_like.default(x, *, dtype=, ...)
+  kScalarTensor,  // aten.scalar_tensor.default(s, *, dtype=, ...)
+  kArange,        // aten.arange.default(end, *, dtype=, ...)
+  kArangeStart,   // aten.arange.start(start, end, *, dtype=, ...)
+  kArangeStep,    // aten.arange.start_step(start, end, step, *, dtype=, ...)
+  kIota,          // prims.iota.default(length, *, start, step, dtype, device, requires_grad)
+  // copies into views of the output (copy.cpp)
+  kCat,            // aten.cat.default(tensors, dim=0)
+  kSliceScatter,   // aten.slice_scatter.default(x, src, dim=0, start=None, end=None, step=1)
+  kSelectScatter,  // aten.select_scatter.default(x, src, dim, index)
+  kCopy,           // aten.copy.default(x, src, non_blocking=False)
+  // matmuls (matmul.cpp)
+  kMm,        // aten.mm.default(a, b)
+  kAddmm,     // aten.addmm.default(bias, a, b, *, beta=1, alpha=1)
+  kBmm,       // aten.bmm.default(a, b)
+  kBaddbmm,   // aten.baddbmm.default(x, a, b, *, beta=1, alpha=1)
+  kScaledMm,  // aten._scaled_mm.default(a, b, scale_a, scale_b, bias, scale_result, out_dtype,
+              // use_fast_accum)
+  // random: drawn once on the host from the run's seed (random.cpp)
+  kRand,           // aten.rand.default(size, *, dtype=, ...)
+  kRandLike,       // aten.rand_like.default(x, *, dtype=, ...)
+  kBernoulliP,     // aten.bernoulli.p(x, p=0.5, *, generator=None)
+  kNativeDropout,  // aten.native_dropout.default(x, p, train) -> (out, mask)
   kCount
 };
 
@@ -55,16 +145,26 @@ struct OpRange {
     return static_cast<size_t>(last) - static_cast<size_t>(first) + 1;
   }
 };
-inline constexpr OpRange kPointwiseOps{Op::kConvertElementType, Op::kDiv};
-inline constexpr OpRange kReductionOps{Op::kVarMean, Op::kAmax};
-inline constexpr OpRange kViewOps{Op::kView, Op::kExpand};
-static_assert(static_cast<size_t>(kPointwiseOps.first) == 0 &&
-                  static_cast<size_t>(kReductionOps.first) ==
-                      static_cast<size_t>(kPointwiseOps.last) + 1 &&
-                  static_cast<size_t>(kViewOps.first) ==
-                      static_cast<size_t>(kReductionOps.last) + 1 &&
-                  static_cast<size_t>(kViewOps.last) + 1 == kOpCount,
-              "the family ranges must tile the Op enum");
+inline constexpr OpRange kPointwiseOps{Op::kConvertElementType, Op::kMinimum};
+inline constexpr OpRange kCompareOps{Op::kEq, Op::kClampMax};
+inline constexpr OpRange kReductionOps{Op::kVarMean, Op::kProd};
+inline constexpr OpRange kViewOps{Op::kView, Op::kAsStrided};
+inline constexpr OpRange kCreationOps{Op::kFull, Op::kIota};
+inline constexpr OpRange kCopyOps{Op::kCat, Op::kCopy};
+inline constexpr OpRange kMatmulOps{Op::kMm, Op::kScaledMm};
+inline constexpr OpRange kRandomOps{Op::kRand, Op::kNativeDropout};
+/// Every family, in enum order.
+inline constexpr OpRange kOpFamilies[] = {kPointwiseOps, kCompareOps, kReductionOps, kViewOps,
+                                          kCreationOps,  kCopyOps,    kMatmulOps,    kRandomOps};
+constexpr bool families_tile() {
+  size_t next = 0;
+  for (const OpRange& r : kOpFamilies) {
+    if (static_cast<size_t>(r.first) != next) return false;
+    next = static_cast<size_t>(r.last) + 1;
+  }
+  return next == kOpCount;
+}
+static_assert(families_tile(), "the family ranges must tile the Op enum");
 
 /// ATen spelling of an op, e.g. "aten.var_mean.correction".
 std::string_view op_name(Op op);

@@ -1,8 +1,11 @@
-// Pointwise ops: one row each (see op.hpp). The reference computes in float64; the eager kernel
-// computes in float32 opmath (float64 if an operand is float64), as PyTorch does.
+// Pointwise math: one row each (see op.hpp). The reference computes in float64; the eager kernel
+// computes in the opmath of the result dtype (float32 for the narrower floats), as PyTorch does.
+// Result dtypes follow PyTorch's type promotion (promote.hpp): arithmetic gives result_type of
+// the operands, unary float functions and true division turn integers into float32.
 #include <cmath>
 
 #include "workloads/ops/eigen_ref.hpp"
+#include "workloads/ops/promote.hpp"
 
 namespace replay {
 namespace {
@@ -20,18 +23,35 @@ void parse_convert(ArgReader& a, const Graph&, Node& n) {
   n.dtype = a.dtype(1, "dtype");
 }
 
-void parse_clone(ArgReader& a, const Graph&, Node& n) {
+void parse_clone(ArgReader& a, const Graph& g, Node& n) {
   n.operands = {{a.tensor(0, "self")}};
+  n.dtype = g.meta(n.operands[0].value).dtype;
   a.ignore("memory_format");  // the recorded output strides say what it did
 }
 
-void parse_pow_scalar(ArgReader& a, const Graph&, Node& n) {
-  Operand e;
-  e.scalar = a.scalar(1, "exponent");
-  n.operands = {{a.tensor(0, "self")}, e};
+// _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+// memory_format=None): a cast (and a copy); device and layout must stay what they are.
+void parse_to_copy(ArgReader& a, const Graph& g, Node& n) {
+  n.operands = {{a.tensor(0, "self")}};
+  n.dtype = a.present(ArgReader::kKwOnly, "dtype") ? a.dtype(ArgReader::kKwOnly, "dtype")
+                                                   : g.meta(n.operands[0].value).dtype;
+  for (const char* kw : {"layout", "device", "pin_memory", "non_blocking", "memory_format"})
+    a.ignore(kw);
 }
 
-// add/sub: a + alpha * b (alpha keyword-only in ATen; accepted positionally as before)
+void parse_pow_scalar(ArgReader& a, const Graph&, Node& n) {
+  n.operands = {{a.tensor(0, "self")}, a.scalar_operand(1, "exponent")};
+}
+
+void parse_pow_tensor(ArgReader& a, const Graph&, Node& n) {
+  n.operands = {{a.tensor(0, "self")}, {a.tensor(1, "exponent")}};
+}
+
+void parse_pow_scalar_base(ArgReader& a, const Graph&, Node& n) {
+  n.operands = {a.scalar_operand(0, "self"), {a.tensor(1, "exponent")}};
+}
+
+// add/sub/rsub: a + alpha * b (alpha keyword-only in ATen; accepted positionally as before)
 void parse_binary_alpha(ArgReader& a, const Graph&, Node& n) {
   n.operands = {{a.tensor(0, "self")}, a.operand(1, "other")};
   n.alpha = a.opt_scalar(2, "alpha").value_or(1.0);
@@ -41,17 +61,18 @@ void parse_binary(ArgReader& a, const Graph&, Node& n) {
   n.operands = {{a.tensor(0, "self")}, a.operand(1, "other")};
 }
 
-// --- shape rules -------------------------------------------------------------------------------
-
-std::vector<OutSpec> infer_same(const Graph& g, const Node& n) {
-  return {{g.meta(n.operands[0].value).shape, std::nullopt}};
+void parse_div_mode(ArgReader& a, const Graph& g, Node& n) {
+  parse_binary(a, g, n);
+  if (auto m = a.opt_string(ArgReader::kKwOnly, "rounding_mode")) {
+    if (*m != "trunc" && *m != "floor")
+      a.fail("rounding_mode must be \"trunc\", \"floor\" or null, found \"" + *m + "\"");
+    n.mode = *m;
+  }
 }
 
-std::vector<OutSpec> infer_convert(const Graph& g, const Node& n) {
-  return {{g.meta(n.operands[0].value).shape, n.dtype}};
-}
+// --- shape and dtype rules ---------------------------------------------------------------------
 
-std::vector<OutSpec> infer_broadcast(const Graph& g, const Node& n) {
+Shape broadcast_operands(const Graph& g, const Node& n) {
   Shape s;
   bool any = false;
   for (const auto& o : n.operands) {
@@ -59,7 +80,34 @@ std::vector<OutSpec> infer_broadcast(const Graph& g, const Node& n) {
     s = any ? broadcast_shapes(s, g.meta(o.value).shape) : g.meta(o.value).shape;
     any = true;
   }
-  return {{s, std::nullopt}};
+  return s;
+}
+
+std::vector<OutSpec> infer_same(const Graph& g, const Node& n) {
+  return {{g.meta(n.operands[0].value).shape, g.meta(n.operands[0].value).dtype}};
+}
+
+std::vector<OutSpec> infer_float_unary(const Graph& g, const Node& n) {
+  return {{g.meta(n.operands[0].value).shape, int_to_float(g.meta(n.operands[0].value).dtype)}};
+}
+
+std::vector<OutSpec> infer_cast(const Graph& g, const Node& n) {
+  return {{g.meta(n.operands[0].value).shape, n.dtype}};
+}
+
+std::vector<OutSpec> infer_neg(const Graph& g, const Node& n) {
+  if (g.meta(n.operands[0].value).dtype == DType::kBool)
+    throw std::invalid_argument("negation of a bool tensor (PyTorch refuses; use logical_not)");
+  return infer_same(g, n);
+}
+
+std::vector<OutSpec> infer_promote(const Graph& g, const Node& n) {
+  return {{broadcast_operands(g, n), result_type(promote_operands(g, n.operands))}};
+}
+
+std::vector<OutSpec> infer_true_div(const Graph& g, const Node& n) {
+  const DType t = result_type(promote_operands(g, n.operands));
+  return {{broadcast_operands(g, n), n.mode.empty() ? int_to_float(t) : t}};
 }
 
 // --- references --------------------------------------------------------------------------------
@@ -72,94 +120,140 @@ std::vector<HostTensor> unary(const RefArgs& a, F f) {
 std::vector<HostTensor> ref_copy(const RefArgs& a) {
   return unary(a, [](const auto& x) { return ArrayXd(x); });
 }
-std::vector<HostTensor> ref_rsqrt(const RefArgs& a) {
-  return unary(a, [](const auto& x) { return ArrayXd(x.rsqrt()); });
-}
-std::vector<HostTensor> ref_sqrt(const RefArgs& a) {
-  return unary(a, [](const auto& x) { return ArrayXd(x.sqrt()); });
-}
-std::vector<HostTensor> ref_neg(const RefArgs& a) {
-  return unary(a, [](const auto& x) { return ArrayXd(-x); });
-}
-std::vector<HostTensor> ref_abs(const RefArgs& a) {
-  return unary(a, [](const auto& x) { return ArrayXd(x.abs()); });
-}
-std::vector<HostTensor> ref_exp(const RefArgs& a) {
-  return unary(a, [](const auto& x) { return ArrayXd(x.exp()); });
-}
-std::vector<HostTensor> ref_reciprocal(const RefArgs& a) {
-  return unary(a, [](const auto& x) { return ArrayXd(x.inverse()); });
-}
-std::vector<HostTensor> ref_pow_scalar(const RefArgs& a) {
-  const double e = a.node.operands[1].scalar;
-  return unary(a, [e](const auto& x) { return e == 2 ? ArrayXd(x.square()) : ArrayXd(x.pow(e)); });
+#define REF_UNARY(name, expr)                                                          \
+  std::vector<HostTensor> name(const RefArgs& a) {                                     \
+    return unary(a, [](const auto& x) {                                                \
+      return ArrayXd(x.unaryExpr([](double v) { return static_cast<double>(expr); })); \
+    });                                                                                \
+  }
+REF_UNARY(ref_rsqrt, 1 / std::sqrt(v))
+REF_UNARY(ref_sqrt, std::sqrt(v))
+REF_UNARY(ref_neg, -v)
+REF_UNARY(ref_abs, std::fabs(v))
+REF_UNARY(ref_exp, std::exp(v))
+REF_UNARY(ref_log, std::log(v))
+REF_UNARY(ref_log1p, std::log1p(v))
+REF_UNARY(ref_expm1, std::expm1(v))
+REF_UNARY(ref_reciprocal, 1 / v)
+REF_UNARY(ref_tanh, std::tanh(v))
+REF_UNARY(ref_sigmoid, 1 / (1 + std::exp(-v)))
+REF_UNARY(ref_erf, std::erf(v))
+REF_UNARY(ref_sin, std::sin(v))
+REF_UNARY(ref_cos, std::cos(v))
+REF_UNARY(ref_sign, std::isnan(v) ? v : (v > 0) - (v < 0))
+REF_UNARY(ref_relu, std::isnan(v) ? v : (v > 0 ? v : 0.0))
+#undef REF_UNARY
+
+// An elementwise function of all operands (broadcast to the output), plus the node.
+template <typename F>
+std::vector<HostTensor> nary(const RefArgs& a, F f) {
+  const Shape& s = a.out[0].shape;
+  std::vector<ArrayXd> ops;
+  for (size_t i = 0; i < a.in.size(); ++i) ops.push_back(ref::operand(a, i, s));
+  ArrayXd r(ops.empty() ? 0 : ops[0].size());
+  for (Eigen::Index i = 0; i < r.size(); ++i) r[i] = f(ops, i, a.node);
+  return {ref::from_array(r, a.out[0])};
 }
 
-template <typename F>
-std::vector<HostTensor> binary(const RefArgs& a, F f) {
-  const Shape& s = a.out[0].shape;
-  return {ref::from_array(f(ref::operand(a, 0, s), ref::operand(a, 1, s), a.node.alpha), a.out[0])};
+double pow_ref(double x, double y) {
+  return y == 2 ? x * x : std::pow(x, y);
 }
-std::vector<HostTensor> ref_add(const RefArgs& a) {
-  return binary(a,
-                [](const ArrayXd& x, const ArrayXd& y, double al) { return ArrayXd(x + al * y); });
-}
-std::vector<HostTensor> ref_sub(const RefArgs& a) {
-  return binary(a,
-                [](const ArrayXd& x, const ArrayXd& y, double al) { return ArrayXd(x - al * y); });
-}
-std::vector<HostTensor> ref_mul(const RefArgs& a) {
-  return binary(a, [](const ArrayXd& x, const ArrayXd& y, double) { return ArrayXd(x * y); });
-}
-std::vector<HostTensor> ref_div(const RefArgs& a) {
-  return binary(a, [](const ArrayXd& x, const ArrayXd& y, double) { return ArrayXd(x / y); });
-}
+
+using Ops = std::vector<ArrayXd>;
+#define REF_NARY(name, expr)                                                                  \
+  std::vector<HostTensor> name(const RefArgs& a) {                                            \
+    return nary(a, []([[maybe_unused]] const Ops& o, Eigen::Index i,                          \
+                      [[maybe_unused]] const Node& n) { return static_cast<double>(expr); }); \
+  }
+REF_NARY(ref_pow, pow_ref(o[0][i], o[1][i]))
+REF_NARY(ref_add, o[0][i] + n.alpha * o[1][i])
+REF_NARY(ref_sub, o[0][i] - n.alpha * o[1][i])
+REF_NARY(ref_rsub, o[1][i] - n.alpha * o[0][i])
+REF_NARY(ref_mul, o[0][i] * o[1][i])
+REF_NARY(ref_div, n.mode == "trunc"   ? std::trunc(o[0][i] / o[1][i])
+                  : n.mode == "floor" ? std::floor(o[0][i] / o[1][i])
+                                      : o[0][i] / o[1][i])
+REF_NARY(ref_maximum, std::isnan(o[0][i]) || std::isnan(o[1][i]) ? NAN : std::max(o[0][i], o[1][i]))
+REF_NARY(ref_minimum, std::isnan(o[0][i]) || std::isnan(o[1][i]) ? NAN : std::min(o[0][i], o[1][i]))
+#undef REF_NARY
 
 // --- the rows ----------------------------------------------------------------------------------
 
-// Example inputs: x ~ N(0, 1); p ~ positive (for rsqrt, sqrt, reciprocal, div).
+// Example inputs: x ~ N(0, 1); p ~ positive (for rsqrt, sqrt, log, reciprocal, div).
 #define X35 R"({"shape": [3, 5], "dtype": "float32"})"
 #define P35 \
   R"({"shape": [3, 5], "dtype": "float32", "stats": {"mean": 2, "std": 0.5, "min": 0.5, "max": 4}})"
 #define UNARY_EX(in) R"({"inputs": [)" in R"(], "args": [{"ref": "in0"}]})"
+#define BINARY_EX \
+  R"({"inputs": [)" X35 R"(, )" P35 R"(], "args": [{"ref": "in0"}, {"ref": "in1"}]})"
+#define SCALAR_EX(s) R"({"inputs": [)" X35 R"(], "args": [{"ref": "in0"}, )" s R"(]})"
+
+#define PW(op, name, parse, infer, ref, fn, example)                                               \
+  {                                                                                                \
+    op, name, OpKind::kPointwise, 1, parse, infer, ref, eager_pointwise(PointwiseFn::fn), nullptr, \
+        example                                                                                    \
+  }
+#define FLOAT_UNARY(op, name, ref, fn, in) \
+  PW(op, name, parse_unary, infer_float_unary, ref, fn, UNARY_EX(in))
 
 constexpr OpDef kRows[] = {
-    {Op::kConvertElementType, "prims.convert_element_type.default", OpKind::kPointwise, 1,
-     parse_convert, infer_convert, ref_copy, eager_pointwise(PointwiseFn::kCopy), nullptr,
-     R"({"inputs": [)" X35 R"(], "args": [{"ref": "in0"}, {"dtype": "bfloat16"}]})"},
-    {Op::kClone, "aten.clone.default", OpKind::kPointwise, 1, parse_clone, infer_same, ref_copy,
-     eager_pointwise(PointwiseFn::kCopy), nullptr,
-     R"({"inputs": [{"shape": [4, 3], "stride": [1, 4], "dtype": "bfloat16"}],
-         "args": [{"ref": "in0"}]})"},
-    {Op::kRsqrt, "aten.rsqrt.default", OpKind::kPointwise, 1, parse_unary, infer_same, ref_rsqrt,
-     eager_pointwise(PointwiseFn::kRsqrt), nullptr, UNARY_EX(P35)},
-    {Op::kSqrt, "aten.sqrt.default", OpKind::kPointwise, 1, parse_unary, infer_same, ref_sqrt,
-     eager_pointwise(PointwiseFn::kSqrt), nullptr, UNARY_EX(P35)},
-    {Op::kNeg, "aten.neg.default", OpKind::kPointwise, 1, parse_unary, infer_same, ref_neg,
-     eager_pointwise(PointwiseFn::kNeg), nullptr, UNARY_EX(X35)},
-    {Op::kAbs, "aten.abs.default", OpKind::kPointwise, 1, parse_unary, infer_same, ref_abs,
-     eager_pointwise(PointwiseFn::kAbs), nullptr, UNARY_EX(X35)},
-    {Op::kExp, "aten.exp.default", OpKind::kPointwise, 1, parse_unary, infer_same, ref_exp,
-     eager_pointwise(PointwiseFn::kExp), nullptr, UNARY_EX(X35)},
-    {Op::kReciprocal, "aten.reciprocal.default", OpKind::kPointwise, 1, parse_unary, infer_same,
-     ref_reciprocal, eager_pointwise(PointwiseFn::kReciprocal), nullptr, UNARY_EX(P35)},
-    {Op::kPowTensorScalar, "aten.pow.Tensor_Scalar", OpKind::kPointwise, 1, parse_pow_scalar,
-     infer_same, ref_pow_scalar, eager_pointwise(PointwiseFn::kPow), nullptr,
-     R"({"inputs": [)" P35 R"(], "args": [{"ref": "in0"}, 3]})"},
-    {Op::kAdd, "aten.add.Tensor", OpKind::kPointwise, 1, parse_binary_alpha, infer_broadcast,
-     ref_add, eager_pointwise(PointwiseFn::kAdd), nullptr,
-     R"({"inputs": [)" X35 R"(, {"shape": [5], "dtype": "bfloat16"}],
-         "args": [{"ref": "in0"}, {"ref": "in1"}], "kwargs": {"alpha": 2}})"},
-    {Op::kSub, "aten.sub.Tensor", OpKind::kPointwise, 1, parse_binary_alpha, infer_broadcast,
-     ref_sub, eager_pointwise(PointwiseFn::kSub), nullptr,
-     R"({"inputs": [)" X35 R"(, {"shape": [3, 1], "dtype": "float32"}],
-         "args": [{"ref": "in0"}, {"ref": "in1"}]})"},
-    {Op::kMul, "aten.mul.Tensor", OpKind::kPointwise, 1, parse_binary, infer_broadcast, ref_mul,
-     eager_pointwise(PointwiseFn::kMul), nullptr,
-     R"({"inputs": [)" X35 R"(], "args": [{"ref": "in0"}, 0.5]})"},
-    {Op::kDiv, "aten.div.Tensor", OpKind::kPointwise, 1, parse_binary, infer_broadcast, ref_div,
-     eager_pointwise(PointwiseFn::kDiv), nullptr,
-     R"({"inputs": [)" X35 R"(, )" P35 R"(], "args": [{"ref": "in0"}, {"ref": "in1"}]})"},
+    PW(Op::kConvertElementType, "prims.convert_element_type.default", parse_convert, infer_cast,
+       ref_copy, kCopy,
+       R"({"inputs": [)" X35 R"(], "args": [{"ref": "in0"}, {"dtype": "bfloat16"}]})"),
+    PW(Op::kClone, "aten.clone.default", parse_clone, infer_cast, ref_copy, kCopy,
+       R"({"inputs": [{"shape": [4, 3], "stride": [1, 4], "dtype": "bfloat16"}],
+           "args": [{"ref": "in0"}]})"),
+    PW(Op::kToCopy, "aten._to_copy.default", parse_to_copy, infer_cast, ref_copy, kCopy,
+       R"({"inputs": [)" X35 R"(], "args": [{"ref": "in0"}],
+           "kwargs": {"dtype": {"dtype": "float8_e4m3fn"}, "device": {"enum": "cuda:0"}}})"),
+    FLOAT_UNARY(Op::kRsqrt, "aten.rsqrt.default", ref_rsqrt, kRsqrt, P35),
+    FLOAT_UNARY(Op::kSqrt, "aten.sqrt.default", ref_sqrt, kSqrt, P35),
+    PW(Op::kNeg, "aten.neg.default", parse_unary, infer_neg, ref_neg, kNeg, UNARY_EX(X35)),
+    PW(Op::kAbs, "aten.abs.default", parse_unary, infer_same, ref_abs, kAbs, UNARY_EX(X35)),
+    FLOAT_UNARY(Op::kExp, "aten.exp.default", ref_exp, kExp, X35),
+    FLOAT_UNARY(Op::kLog, "aten.log.default", ref_log, kLog, P35),
+    FLOAT_UNARY(Op::kLog1p, "aten.log1p.default", ref_log1p, kLog1p, P35),
+    FLOAT_UNARY(Op::kExpm1, "aten.expm1.default", ref_expm1, kExpm1, X35),
+    FLOAT_UNARY(Op::kReciprocal, "aten.reciprocal.default", ref_reciprocal, kReciprocal, P35),
+    FLOAT_UNARY(Op::kTanh, "aten.tanh.default", ref_tanh, kTanh, X35),
+    FLOAT_UNARY(Op::kSigmoid, "aten.sigmoid.default", ref_sigmoid, kSigmoid, X35),
+    FLOAT_UNARY(Op::kErf, "aten.erf.default", ref_erf, kErf, X35),
+    FLOAT_UNARY(Op::kSin, "aten.sin.default", ref_sin, kSin, X35),
+    FLOAT_UNARY(Op::kCos, "aten.cos.default", ref_cos, kCos, X35),
+    PW(Op::kSign, "aten.sign.default", parse_unary, infer_same, ref_sign, kSign, UNARY_EX(X35)),
+    PW(Op::kRelu, "aten.relu.default", parse_unary, infer_same, ref_relu, kRelu, UNARY_EX(X35)),
+    PW(Op::kPowTensorScalar, "aten.pow.Tensor_Scalar", parse_pow_scalar, infer_promote, ref_pow,
+       kPow, R"({"inputs": [)" P35 R"(], "args": [{"ref": "in0"}, 3]})"),
+    PW(Op::kPowTensorTensor, "aten.pow.Tensor_Tensor", parse_pow_tensor, infer_promote, ref_pow,
+       kPow, R"({"inputs": [)" P35 R"(, {"shape": [5], "dtype": "float32"}],
+           "args": [{"ref": "in0"}, {"ref": "in1"}]})"),
+    PW(Op::kPowScalar, "aten.pow.Scalar", parse_pow_scalar_base, infer_promote, ref_pow, kPow,
+       R"({"inputs": [)" X35 R"(], "args": [2.5, {"ref": "in0"}]})"),
+    PW(Op::kAdd, "aten.add.Tensor", parse_binary_alpha, infer_promote, ref_add, kAdd,
+       R"({"inputs": [)" X35 R"(, {"shape": [5], "dtype": "bfloat16"}],
+           "args": [{"ref": "in0"}, {"ref": "in1"}], "kwargs": {"alpha": 2}})"),
+    PW(Op::kAddScalar, "aten.add.Scalar", parse_binary_alpha, infer_promote, ref_add, kAdd,
+       SCALAR_EX("1.5")),
+    PW(Op::kSub, "aten.sub.Tensor", parse_binary_alpha, infer_promote, ref_sub, kSub,
+       R"({"inputs": [)" X35 R"(, {"shape": [3, 1], "dtype": "float32"}],
+           "args": [{"ref": "in0"}, {"ref": "in1"}]})"),
+    PW(Op::kSubScalar, "aten.sub.Scalar", parse_binary_alpha, infer_promote, ref_sub, kSub,
+       SCALAR_EX("2")),
+    PW(Op::kRsubScalar, "aten.rsub.Scalar", parse_binary_alpha, infer_promote, ref_rsub, kRsub,
+       SCALAR_EX("1")),
+    PW(Op::kMul, "aten.mul.Tensor", parse_binary, infer_promote, ref_mul, kMul, SCALAR_EX("0.5")),
+    PW(Op::kMulScalar, "aten.mul.Scalar", parse_binary, infer_promote, ref_mul, kMul,
+       SCALAR_EX("0.5")),
+    PW(Op::kDiv, "aten.div.Tensor", parse_binary, infer_true_div, ref_div, kDiv, BINARY_EX),
+    PW(Op::kDivScalar, "aten.div.Scalar", parse_binary, infer_true_div, ref_div, kDiv,
+       SCALAR_EX("3")),
+    PW(Op::kDivMode, "aten.div.Tensor_mode", parse_div_mode, infer_true_div, ref_div, kDiv,
+       R"({"inputs": [)" X35 R"(, )" P35 R"(], "args": [{"ref": "in0"}, {"ref": "in1"}],
+           "kwargs": {"rounding_mode": "floor"}})"),
+    PW(Op::kMaximum, "aten.maximum.default", parse_binary, infer_promote, ref_maximum, kMaximum,
+       BINARY_EX),
+    PW(Op::kMinimum, "aten.minimum.default", parse_binary, infer_promote, ref_minimum, kMinimum,
+       BINARY_EX),
 };
 static_assert(rows_cover(kRows, kPointwiseOps), "one row per pointwise op, in enum order");
 

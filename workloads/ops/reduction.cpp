@@ -24,68 +24,185 @@ void parse_var_mean(ArgReader& a, const Graph& g, Node& n) {
   n.correction = a.opt_scalar(ArgReader::kKwOnly, "correction").value_or(1.0);
 }
 
+// The optional accumulation/output dtype of sum, mean and prod; absent: the input's dtype, with
+// integers and bool summed (and multiplied) as int64, as PyTorch does.
+void read_out_dtype(ArgReader& a, const Graph& g, Node& n) {
+  const DType in = g.meta(n.operands[0].value).dtype;
+  if (a.present(ArgReader::kKwOnly, "dtype"))
+    n.dtype = a.dtype(ArgReader::kKwOnly, "dtype");
+  else
+    n.dtype = is_floating(in) ? in : DType::kInt64;
+}
+
 // mean.dim / sum.dim_IntList(self, dim, keepdim=False, *, dtype=None)
 void parse_dim_keepdim_dtype(ArgReader& a, const Graph& g, Node& n) {
   read_dims(a, g, n, 2);
-  if (a.present(ArgReader::kKwOnly, "dtype"))  // an accumulation dtype: not supported yet
-    a.fail("keyword argument 'dtype' is not supported");
+  read_out_dtype(a, g, n);
 }
 
-// amax(self, dim=[], keepdim=False). A max over no elements has no value: PyTorch raises
-// ("Expected reduction dim to have non-zero size"), and so does the loader.
-void parse_amax(ArgReader& a, const Graph& g, Node& n) {
-  read_dims(a, g, n, 2);
+// sum.default / mean.default / prod.default(self, *, dtype=None): every dim.
+void parse_all_dtype(ArgReader& a, const Graph& g, Node& n) {
+  n.operands = {{a.tensor(0, "self")}};
+  const auto nd = g.meta(n.operands[0].value).shape.size();
+  for (size_t d = 0; d < nd; ++d) n.dims.push_back(static_cast<int64_t>(d));
+  read_out_dtype(a, g, n);
+}
+
+void fail_on_empty(ArgReader& a, const Graph& g, const Node& n, const char* what) {
   const auto& shape = g.meta(n.operands[0].value).shape;
   for (int64_t d : n.dims)
     if (shape[d] == 0)
-      a.fail("amax over dim " + std::to_string(d) + " of size 0 (shape " + shape_str(shape) +
-             "): a max of no elements is undefined");
+      a.fail(std::string(what) + " over dim " + std::to_string(d) + " of size 0 (shape " +
+             shape_str(shape) + "): a max of no elements is undefined");
+}
+
+// amax/amin(self, dim=[], keepdim=False). A max over no elements has no value: PyTorch raises
+// ("Expected reduction dim to have non-zero size"), and so does the loader.
+void parse_amax(ArgReader& a, const Graph& g, Node& n) {
+  read_dims(a, g, n, 2);
+  n.dtype = g.meta(n.operands[0].value).dtype;
+  fail_on_empty(a, g, n, n.op == Op::kAmin ? "amin" : "amax");
+}
+
+// max.dim / prod.dim_int(self, dim, keepdim=False): one dim.
+void parse_one_dim(ArgReader& a, const Graph& g, Node& n) {
+  n.operands = {{a.tensor(0, "self")}};
+  const auto nd = static_cast<int64_t>(g.meta(n.operands[0].value).shape.size());
+  int64_t d = a.integer(1, "dim", -std::max<int64_t>(nd, 1), std::max<int64_t>(nd, 1) - 1);
+  n.dims = {nd == 0 ? 0 : (d < 0 ? d + nd : d)};
+  if (nd == 0) n.dims.clear();
+  n.keepdim = a.boolean(2, "keepdim", false);
+}
+
+void parse_max_dim(ArgReader& a, const Graph& g, Node& n) {
+  parse_one_dim(a, g, n);
+  n.dtype = g.meta(n.operands[0].value).dtype;
+  fail_on_empty(a, g, n, "max.dim");
+}
+
+void parse_prod_dim(ArgReader& a, const Graph& g, Node& n) {
+  parse_one_dim(a, g, n);
+  read_out_dtype(a, g, n);
 }
 
 std::vector<OutSpec> infer_reduced(const Graph& g, const Node& n) {
-  return {{reduced_shape(g.meta(n.operands[0].value).shape, n.dims, n.keepdim), std::nullopt}};
+  return {{reduced_shape(g.meta(n.operands[0].value).shape, n.dims, n.keepdim), n.dtype}};
+}
+
+std::vector<OutSpec> infer_mean(const Graph& g, const Node& n) {
+  if (!is_floating(n.dtype))
+    throw std::invalid_argument("mean of a " + std::string(dtype_name(n.dtype)) +
+                                " tensor (PyTorch needs a floating dtype; pass dtype=)");
+  return infer_reduced(g, n);
+}
+
+std::vector<OutSpec> infer_var(const Graph& g, const Node& n) {
+  const DType in = g.meta(n.operands[0].value).dtype;
+  if (!is_floating(in))
+    throw std::invalid_argument("variance of a " + std::string(dtype_name(in)) +
+                                " tensor (PyTorch needs a floating dtype)");
+  return {{reduced_shape(g.meta(n.operands[0].value).shape, n.dims, n.keepdim), in}};
 }
 
 std::vector<OutSpec> infer_var_mean(const Graph& g, const Node& n) {
-  auto s = infer_reduced(g, n);
+  auto s = infer_var(g, n);
   return {s[0], s[0]};
+}
+
+std::vector<OutSpec> infer_max_dim(const Graph& g, const Node& n) {
+  auto s = infer_reduced(g, n);
+  return {s[0], {s[0].shape, DType::kInt64}};
 }
 
 std::vector<HostTensor> ref_sum(const RefArgs& a) {
   return {ref::from_array(ref::reduction_matrix(*a.in[0], a.node.dims).rowwise().sum(), a.out[0])};
 }
+std::vector<HostTensor> ref_prod(const RefArgs& a) {
+  return {ref::from_array(ref::reduction_matrix(*a.in[0], a.node.dims).rowwise().prod(), a.out[0])};
+}
 std::vector<HostTensor> ref_mean(const RefArgs& a) {
   ref::RowMajorXXd m = ref::reduction_matrix(*a.in[0], a.node.dims);
   return {ref::from_array(m.rowwise().sum() / static_cast<double>(m.cols()), a.out[0])};
 }
-std::vector<HostTensor> ref_amax(const RefArgs& a) {
-  return {
-      ref::from_array(ref::reduction_matrix(*a.in[0], a.node.dims).rowwise().maxCoeff(), a.out[0])};
+
+// max/min with NaN propagation (Eigen's maxCoeff does not propagate NaN); for max.dim also the
+// index of the first maximum (or first NaN).
+template <bool kMax>
+std::pair<ArrayXd, ArrayXd> extreme(const HostTensor& x, const std::vector<int64_t>& dims) {
+  ref::RowMajorXXd m = ref::reduction_matrix(x, dims);
+  ArrayXd v(m.rows()), idx(m.rows());
+  for (Eigen::Index r = 0; r < m.rows(); ++r) {
+    double best = m(r, 0);
+    Eigen::Index at = 0;
+    for (Eigen::Index c = 1; c < m.cols() && !std::isnan(best); ++c) {
+      const double e = m(r, c);
+      if (std::isnan(e) || (kMax ? e > best : e < best)) {
+        best = e;
+        at = c;
+      }
+    }
+    v[r] = best;
+    idx[r] = static_cast<double>(at);
+  }
+  return {v, idx};
 }
+
+std::vector<HostTensor> ref_amax(const RefArgs& a) {
+  return {ref::from_array(extreme<true>(*a.in[0], a.node.dims).first, a.out[0])};
+}
+std::vector<HostTensor> ref_amin(const RefArgs& a) {
+  return {ref::from_array(extreme<false>(*a.in[0], a.node.dims).first, a.out[0])};
+}
+std::vector<HostTensor> ref_max_dim(const RefArgs& a) {
+  auto [v, idx] = extreme<true>(*a.in[0], a.node.dims);
+  return {ref::from_array(v, a.out[0]), ref::from_array(idx, a.out[1])};
+}
+
 std::vector<HostTensor> ref_var_mean(const RefArgs& a) {  // two-pass variance in float64
   ref::RowMajorXXd m = ref::reduction_matrix(*a.in[0], a.node.dims);
   const auto cols = static_cast<double>(m.cols());
   ArrayXd mean = m.rowwise().sum() / cols;
   ArrayXd var =
       (m.colwise() - mean).square().rowwise().sum() / std::max(cols - a.node.correction, 0.0);
+  if (a.out.size() == 1) return {ref::from_array(var, a.out[0])};
   return {ref::from_array(var, a.out[0]), ref::from_array(mean, a.out[1])};
 }
 
+#define RED(op, name, nout, parse, infer, ref, fn, example)                                        \
+  {                                                                                                \
+    op, name, OpKind::kReduction, nout, parse, infer, ref, eager_reduction(ReduceFn::fn), nullptr, \
+        example                                                                                    \
+  }
+
 constexpr OpDef kRows[] = {
-    {Op::kVarMean, "aten.var_mean.correction", OpKind::kReduction, 2, parse_var_mean,
-     infer_var_mean, ref_var_mean, eager_reduction(ReduceFn::kVarMean), nullptr,
-     R"({"inputs": [{"shape": [4, 6, 5], "dtype": "bfloat16"}],
-         "args": [{"ref": "in0"}, [0, 2]], "kwargs": {"correction": 1, "keepdim": true}})"},
-    {Op::kMeanDim, "aten.mean.dim", OpKind::kReduction, 1, parse_dim_keepdim_dtype, infer_reduced,
-     ref_mean, eager_reduction(ReduceFn::kMean), nullptr,
-     R"({"inputs": [{"shape": [4, 6], "dtype": "float32"}], "args": [{"ref": "in0"}, [-1], true]})"},
-    {Op::kSumDim, "aten.sum.dim_IntList", OpKind::kReduction, 1, parse_dim_keepdim_dtype,
-     infer_reduced, ref_sum, eager_reduction(ReduceFn::kSum), nullptr,
-     R"({"inputs": [{"shape": [4, 6], "stride": [1, 4], "dtype": "float32"}],
-         "args": [{"ref": "in0"}, [0]]})"},
-    {Op::kAmax, "aten.amax.default", OpKind::kReduction, 1, parse_amax, infer_reduced, ref_amax,
-     eager_reduction(ReduceFn::kAmax), nullptr,
-     R"({"inputs": [{"shape": [3, 7], "dtype": "bfloat16"}], "args": [{"ref": "in0"}, [1]]})"},
+    RED(Op::kVarMean, "aten.var_mean.correction", 2, parse_var_mean, infer_var_mean, ref_var_mean,
+        kVarMean, R"({"inputs": [{"shape": [4, 6, 5], "dtype": "bfloat16"}],
+         "args": [{"ref": "in0"}, [0, 2]], "kwargs": {"correction": 1, "keepdim": true}})"),
+    RED(Op::kVar, "aten.var.correction", 1, parse_var_mean, infer_var, ref_var_mean, kVar,
+        R"({"inputs": [{"shape": [4, 6], "dtype": "float32"}], "args": [{"ref": "in0"}, [1]],
+            "kwargs": {"correction": 0}})"),
+    RED(Op::kMeanDim, "aten.mean.dim", 1, parse_dim_keepdim_dtype, infer_mean, ref_mean, kMean,
+        R"({"inputs": [{"shape": [4, 6], "dtype": "float32"}], "args": [{"ref": "in0"}, [-1], true]})"),
+    RED(Op::kMean, "aten.mean.default", 1, parse_all_dtype, infer_mean, ref_mean, kMean,
+        R"({"inputs": [{"shape": [4, 6], "dtype": "bfloat16"}], "args": [{"ref": "in0"}]})"),
+    RED(Op::kSumDim, "aten.sum.dim_IntList", 1, parse_dim_keepdim_dtype, infer_reduced, ref_sum,
+        kSum, R"({"inputs": [{"shape": [4, 6], "stride": [1, 4], "dtype": "float32"}],
+         "args": [{"ref": "in0"}, [0]]})"),
+    RED(Op::kSum, "aten.sum.default", 1, parse_all_dtype, infer_reduced, ref_sum, kSum,
+        R"({"inputs": [{"shape": [4, 6], "dtype": "bfloat16"}], "args": [{"ref": "in0"}],
+            "kwargs": {"dtype": {"dtype": "float32"}}})"),
+    RED(Op::kAmax, "aten.amax.default", 1, parse_amax, infer_reduced, ref_amax, kAmax,
+        R"({"inputs": [{"shape": [3, 7], "dtype": "bfloat16"}], "args": [{"ref": "in0"}, [1]]})"),
+    RED(Op::kAmin, "aten.amin.default", 1, parse_amax, infer_reduced, ref_amin, kAmin,
+        R"({"inputs": [{"shape": [3, 7], "dtype": "float32"}], "args": [{"ref": "in0"}, [0], true]})"),
+    RED(Op::kMaxDim, "aten.max.dim", 2, parse_max_dim, infer_max_dim, ref_max_dim, kMaxDim,
+        R"({"inputs": [{"shape": [3, 7], "dtype": "float32"}], "args": [{"ref": "in0"}, -1]})"),
+    RED(Op::kProdDim, "aten.prod.dim_int", 1, parse_prod_dim, infer_reduced, ref_prod, kProd,
+        R"({"inputs": [{"shape": [3, 4], "dtype": "float32", "stats": {"mean": 1, "std": 0.2, "min": 0.5, "max": 1.5}}],
+            "args": [{"ref": "in0"}, 1, true]})"),
+    RED(Op::kProd, "aten.prod.default", 1, parse_all_dtype, infer_reduced, ref_prod, kProd,
+        R"({"inputs": [{"shape": [2, 3], "dtype": "float32", "stats": {"mean": 1, "std": 0.2, "min": 0.5, "max": 1.5}}],
+            "args": [{"ref": "in0"}]})"),
 };
 static_assert(rows_cover(kRows, kReductionOps), "one row per reduction, in enum order");
 

@@ -1,0 +1,196 @@
+// Ops that copy their operands into (views of) a new tensor: one row each (see op.hpp). The eager
+// executor lowers each to strided copies into views of the output (impls/eager/lower.cpp);
+// cat promotes its inputs to a common dtype as PyTorch does.
+#include "workloads/ops/eigen_ref.hpp"
+#include "workloads/ops/promote.hpp"
+
+namespace replay {
+namespace {
+
+int64_t read_dim(ArgReader& a, const Graph& g, int value, size_t i, const char* kw,
+                 std::optional<int64_t> dflt) {
+  const auto nd = std::max<int64_t>(static_cast<int64_t>(g.meta(value).shape.size()), 1);
+  const int64_t d = dflt && !a.present(i, kw) ? *dflt : a.integer(i, kw, -nd, nd - 1);
+  return d < 0 ? d + nd : d;
+}
+
+// cat(tensors, dim=0). Like ATen, 1-d tensors of size 0 are skipped (legacy empty inputs);
+// every other input has the rank of the first and the same sizes except along dim.
+void parse_cat(ArgReader& a, const Graph& g, Node& n) {
+  const std::vector<int> ts = a.tensor_list(0, "tensors");
+  if (ts.empty()) a.fail("cat of an empty list");
+  for (int v : ts) n.operands.push_back({v});
+  int ref = -1;
+  for (int v : ts)
+    if (!(g.meta(v).shape.size() == 1 && g.meta(v).shape[0] == 0)) ref = ref < 0 ? v : ref;
+  if (ref < 0) ref = ts[0];
+  if (g.meta(ref).shape.empty()) a.fail("cat of 0-d tensors");
+  n.dim = read_dim(a, g, ref, 1, "dim", 0);
+}
+
+// slice_scatter(self, src, dim=0, start=None, end=None, step=1)
+void parse_slice_scatter(ArgReader& a, const Graph& g, Node& n) {
+  n.operands = {{a.tensor(0, "self")}, {a.tensor(1, "src")}};
+  const int x = n.operands[0].value;
+  if (g.meta(x).shape.empty()) a.fail("slice_scatter into a 0-d tensor");
+  n.dim = read_dim(a, g, x, 2, "dim", 0);
+  const int64_t size = g.meta(x).shape[n.dim];
+  auto bound = [&](size_t i, const char* kw, int64_t dflt) {
+    if (!a.present(i, kw)) return dflt;
+    int64_t v = a.integer(i, kw);
+    if (v < 0) v = v < -size ? 0 : v + size;
+    return std::min(v, size);
+  };
+  n.start = bound(3, "start", 0);
+  n.end = std::max(bound(4, "end", size), n.start);
+  n.step = a.present(5, "step") ? a.integer(5, "step", 1) : 1;
+}
+
+// select_scatter(self, src, dim, index)
+void parse_select_scatter(ArgReader& a, const Graph& g, Node& n) {
+  n.operands = {{a.tensor(0, "self")}, {a.tensor(1, "src")}};
+  const int x = n.operands[0].value;
+  if (g.meta(x).shape.empty()) a.fail("select_scatter into a 0-d tensor");
+  n.dim = read_dim(a, g, x, 2, "dim", std::nullopt);
+  const int64_t size = g.meta(x).shape[n.dim];
+  const int64_t idx = a.integer(3, "index", -size, size - 1);
+  n.offset = idx < 0 ? idx + size : idx;
+}
+
+// copy(self, src, non_blocking=False): src broadcast to self's shape, in self's dtype.
+void parse_copy(ArgReader& a, const Graph&, Node& n) {
+  n.operands = {{a.tensor(0, "self")}, {a.tensor(1, "src")}};
+  a.boolean(2, "non_blocking", false);
+}
+
+std::vector<OutSpec> infer_cat(const Graph& g, const Node& n) {
+  Shape out;
+  for (const auto& o : n.operands) {
+    const Shape& s = g.meta(o.value).shape;
+    if (s.size() == 1 && s[0] == 0) continue;
+    if (out.empty()) {
+      out = s;
+      continue;
+    }
+    if (s.size() != out.size())
+      throw std::invalid_argument("cat of tensors of ranks " + std::to_string(out.size()) +
+                                  " and " + std::to_string(s.size()));
+    for (size_t d = 0; d < s.size(); ++d)
+      if (static_cast<int64_t>(d) != n.dim && s[d] != out[d])
+        throw std::invalid_argument("cat inputs differ in dim " + std::to_string(d) + ": " +
+                                    shape_str(out) + " vs " + shape_str(s));
+    out[n.dim] += s[n.dim];
+  }
+  if (out.empty()) out = {0};
+  return {{out, result_type(promote_operands(g, n.operands))}};
+}
+
+Shape slice_shape(const Graph& g, const Node& n) {
+  Shape s = g.meta(n.operands[0].value).shape;
+  if (n.op == Op::kSelectScatter)
+    s.erase(s.begin() + n.dim);
+  else
+    s[n.dim] = (n.end - n.start + n.step - 1) / n.step;
+  return s;
+}
+
+std::vector<OutSpec> infer_scatter(const Graph& g, const Node& n) {
+  const Shape want = slice_shape(g, n);
+  if (g.meta(n.operands[1].value).shape != want)
+    throw std::invalid_argument("src of shape " + shape_str(g.meta(n.operands[1].value).shape) +
+                                " does not fill the slice of shape " + shape_str(want));
+  const TensorMeta& x = g.meta(n.operands[0].value);
+  return {{x.shape, x.dtype}};
+}
+
+std::vector<OutSpec> infer_copy(const Graph& g, const Node& n) {
+  const TensorMeta& x = g.meta(n.operands[0].value);
+  broadcast_shapes(x.shape, g.meta(n.operands[1].value).shape);  // throws if src does not fit
+  if (broadcast_shapes(x.shape, g.meta(n.operands[1].value).shape) != x.shape)
+    throw std::invalid_argument("copy src of shape " +
+                                shape_str(g.meta(n.operands[1].value).shape) +
+                                " does not broadcast to " + shape_str(x.shape));
+  return {{x.shape, x.dtype}};
+}
+
+// Logical index -> coordinates in `shape` (row-major), and back.
+std::vector<int64_t> coords(int64_t i, const Shape& shape) {
+  std::vector<int64_t> c(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    c[d] = shape[d] ? i % shape[d] : 0;
+    i = shape[d] ? i / shape[d] : 0;
+  }
+  return c;
+}
+int64_t linear(const std::vector<int64_t>& c, const Shape& shape) {
+  int64_t i = 0;
+  for (size_t d = 0; d < shape.size(); ++d) i = i * shape[d] + c[d];
+  return i;
+}
+
+std::vector<HostTensor> ref_cat(const RefArgs& a) {
+  HostTensor out = make_host_tensor(a.out[0].shape, a.out[0].dtype);
+  int64_t at = 0;
+  for (const HostTensor* t : a.in) {
+    const Shape& s = t->meta.shape;
+    if (s.size() == 1 && s[0] == 0) continue;
+    for (int64_t i = 0; i < static_cast<int64_t>(t->data.size()); ++i) {
+      auto c = coords(i, s);
+      c[a.node.dim] += at;
+      out.data[linear(c, out.meta.shape)] = t->data[i];
+    }
+    at += s[a.node.dim];
+  }
+  return {out};
+}
+
+std::vector<HostTensor> ref_scatter(const RefArgs& a) {
+  HostTensor out = *a.in[0];
+  out.meta = TensorMeta{a.out[0].shape, contiguous_strides(a.out[0].shape), a.out[0].dtype};
+  const HostTensor& src = *a.in[1];
+  for (int64_t i = 0; i < static_cast<int64_t>(src.data.size()); ++i) {
+    auto c = coords(i, src.meta.shape);
+    if (a.node.op == Op::kSelectScatter)
+      c.insert(c.begin() + a.node.dim, a.node.offset);
+    else
+      c[a.node.dim] = a.node.start + c[a.node.dim] * a.node.step;
+    out.data[linear(c, out.meta.shape)] = src.data[i];
+  }
+  return {out};
+}
+
+std::vector<HostTensor> ref_copy(const RefArgs& a) {
+  return {ref::from_array(ref::broadcast_to(*a.in[1], a.out[0].shape), a.out[0])};
+}
+
+#define ROW(op, name, parse, infer, ref, fn, example)                                         \
+  {                                                                                           \
+    op, name, OpKind::kCopy, 1, parse, infer, ref, eager_composite(CompositeFn::fn), nullptr, \
+        example                                                                               \
+  }
+
+constexpr OpDef kRows[] = {
+    ROW(Op::kCat, "aten.cat.default", parse_cat, infer_cat, ref_cat, kCat,
+        R"({"inputs": [{"shape": [2, 3], "dtype": "float32"}, {"shape": [2, 4], "stride": [1, 2], "dtype": "bfloat16"}],
+            "args": [[{"ref": "in0"}, {"ref": "in1"}], -1]})"),
+    ROW(Op::kSliceScatter, "aten.slice_scatter.default", parse_slice_scatter, infer_scatter,
+        ref_scatter, kSliceScatter,
+        R"({"inputs": [{"shape": [4, 6], "dtype": "float32"}, {"shape": [4, 2], "dtype": "float32"}],
+            "args": [{"ref": "in0"}, {"ref": "in1"}, 1, 1, 5, 2]})"),
+    ROW(Op::kSelectScatter, "aten.select_scatter.default", parse_select_scatter, infer_scatter,
+        ref_scatter, kSelectScatter,
+        R"({"inputs": [{"shape": [3, 5], "dtype": "bfloat16"}, {"shape": [3], "dtype": "bfloat16"}],
+            "args": [{"ref": "in0"}, {"ref": "in1"}, 1, -2]})"),
+    ROW(Op::kCopy, "aten.copy.default", parse_copy, infer_copy, ref_copy, kCopy,
+        R"({"inputs": [{"shape": [3, 5], "dtype": "bfloat16"}, {"shape": [5], "dtype": "float32"}],
+            "args": [{"ref": "in0"}, {"ref": "in1"}]})"),
+};
+static_assert(rows_cover(kRows, kCopyOps), "one row per copy op, in enum order");
+
+}  // namespace
+
+std::span<const OpDef> copy_op_rows() {
+  return kRows;
+}
+
+}  // namespace replay
