@@ -1,0 +1,64 @@
+// The op conformance corpus (tests/data/opcorpus, written by traces/capture/opcorpus.py on a GPU
+// host with PyTorch): per op, cases over dtypes, shapes and strides, each a one-node trace whose
+// golden sidecar holds PyTorch's inputs and outputs. The unit tests check the reference executor
+// against every case, the GPU tests the eager executor (the harness's test-backend-ops).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+namespace replay::test {
+
+inline std::string opcorpus_dir() {
+  return std::string(REPLAY_TRACES_DIR) + "/../tests/data/opcorpus";
+}
+
+/// The corpus files (one per op), sorted; empty when the corpus has not been generated.
+inline std::vector<std::string> opcorpus_files() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(opcorpus_dir(), ec))
+    if (e.path().extension() == ".json" && e.path().filename() != "INDEX.json")
+      out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+struct CorpusCase {
+  std::string op, id, note;
+  Graph g;
+  std::string label() const { return op + " case " + id + " (" + note + ")"; }
+};
+
+/// Every case of one corpus file, loaded (a case that fails to load throws TraceError).
+inline std::vector<CorpusCase> load_opcorpus(const std::string& file) {
+  const nlohmann::json doc = read_json(file);
+  std::vector<CorpusCase> out;
+  for (const auto& c : doc.at("cases")) {
+    CorpusCase cc;
+    cc.op = doc.at("op").get<std::string>();
+    cc.id = c.at("id").get<std::string>();
+    cc.note = c.value("note", "");
+    cc.g = parse_trace(c.at("trace"), file + "#" + cc.id);
+    out.push_back(std::move(cc));
+  }
+  return out;
+}
+
+/// The first mismatching element of a failed check: "first mismatch at [i, j]: got x, PyTorch y".
+inline std::string first_mismatch(const std::vector<int64_t>& at, double got, double want) {
+  if (at.empty()) return "";
+  return "; first mismatch at " + shape_str(at) + ": got " + std::to_string(got) + ", PyTorch " +
+         std::to_string(want);
+}
+
+/// "name" of a corpus file path, for test names.
+inline std::string opcorpus_name(const std::string& file) {
+  return test_name(std::filesystem::path(file).stem().string());
+}
+
+}  // namespace replay::test

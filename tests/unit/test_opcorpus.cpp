@@ -1,0 +1,55 @@
+// The reference executor against PyTorch, op by op: every case of the op corpus
+// (tests/unit/opcorpus.hpp), with the bounds a replay would use. A failure names the op, the
+// case, its dtype and shape, and the first mismatching element.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "harness/report/numerics.hpp"
+#include "impls/fusions/registry.hpp"
+#include "impls/reference/reference.hpp"
+#include "opcorpus.hpp"
+#include "workloads/loader/inputs.hpp"
+#include "workloads/ops/op.hpp"
+#include "workloads/plan/plan.hpp"
+
+using namespace replay;
+using namespace replay::test;
+
+// Every op but the random ones (whose values cannot match PyTorch's draw) has corpus cases.
+TEST(OpCorpus, CoversEveryOp) {
+  std::set<std::string> covered;
+  for (const auto& f : opcorpus_files())
+    for (const auto& c : load_opcorpus(f)) covered.insert(c.op);
+  for (const OpDef* d : all_ops()) {
+    if (d->kind == OpKind::kRandom) continue;
+    EXPECT_TRUE(covered.count(std::string(d->name)))
+        << d->name << " has no case in " << opcorpus_dir()
+        << " (generate with traces/capture/opcorpus.py on a host with PyTorch)";
+  }
+}
+
+class OpCorpusFile : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpCorpusFile, ReferenceMatchesPyTorch) {
+  for (const auto& c : load_opcorpus(GetParam())) {
+    SCOPED_TRACE(c.label());
+    const ReplayInputs in = make_inputs(c.g, 1);
+    const auto vals = run_reference(c.g, in.values);
+    const Plan plan = make_plan(c.g, fusion_registry());
+    const auto bounds = default_value_bounds(c.g);
+    for (int v : c.g.outputs) {
+      const auto it = in.golden.find(c.g.values[v].name);
+      ASSERT_NE(it, in.golden.end()) << "golden lacks output " << c.g.values[v].name;
+      const auto res = check_numerics(c.g.values[v].name, vals.at(v), it->second,
+                                      output_bounds(c.g, plan, bounds, v));
+      EXPECT_TRUE(res.pass()) << c.label() << ": output " << c.g.meta(v).str() << ": "
+                              << res.failure()
+                              << first_mismatch(res.first_bad, res.first_got, res.first_target);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpCorpusFile, ::testing::ValuesIn(opcorpus_files()),
+                         [](const auto& info) { return opcorpus_name(info.param); });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OpCorpusFile);
