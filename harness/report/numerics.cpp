@@ -159,6 +159,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
   struct Path {
     int ops = 0;
     int64_t k = 1;
+    double u_acc = 0;  // a coarser accumulator upstream (float8 GEMM), else 0
   };
   std::vector<Path> path(g.values.size());
   for (const Node& n : g.nodes) {
@@ -168,6 +169,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       if (o.is_tensor()) {
         p.ops = std::max(p.ops, path[o.value].ops);
         p.k = std::max(p.k, path[o.value].k);
+        p.u_acc = std::max(p.u_acc, path[o.value].u_acc);
       }
     if (def.kind != OpKind::kView) ++p.ops;  // a view computes nothing
     if (def.kind == OpKind::kReduction) {
@@ -176,11 +178,17 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       for (int64_t d : n.dims) terms *= shape.empty() ? 1 : shape[d];
       p.k = std::max(p.k, terms);
     }
+    if (def.kind == OpKind::kMatmul) {  // a dot product of K terms per output element
+      const bool with_bias = n.op == Op::kAddmm || n.op == Op::kBaddbmm;
+      const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;
+      p.k = std::max(p.k, a.empty() ? int64_t{1} : a.back());
+      if (n.op == Op::kScaledMm) p.u_acc = std::max(p.u_acc, std::ldexp(1.0, -13));
+    }
     for (int v : n.outputs) path[v] = p;
   }
   std::vector<NumericsBounds> out;
   for (size_t v = 0; v < g.values.size(); ++v)
-    out.push_back(default_bounds(g.values[v].meta.dtype, path[v].ops, path[v].k));
+    out.push_back(default_bounds(g.values[v].meta.dtype, path[v].ops, path[v].k, path[v].u_acc));
   return out;
 }
 

@@ -18,14 +18,15 @@ double ulp_of(DType t, double v) {
   return std::ldexp(1.0, e - mantissa_bits(t));
 }
 
-NumericsBounds default_bounds(DType t, int ops, int64_t k) {
+NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc) {
   NumericsBounds b;
   char buf[256];
   if (!is_floating(t)) {
     b.why = "integer/bool output: exact";
     return b;
   }
-  const double u_acc = t == DType::kFloat64 ? unit_roundoff(DType::kFloat64) : std::ldexp(1.0, -24);
+  const double u_acc = std::max(
+      coarse_acc, t == DType::kFloat64 ? unit_roundoff(DType::kFloat64) : std::ldexp(1.0, -24));
   const double delta = u_acc * (8.0 * std::max(ops, 1) +
                                 4.0 * std::sqrt(static_cast<double>(std::max<int64_t>(k, 1))));
   const double u = unit_roundoff(t);

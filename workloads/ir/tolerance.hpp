@@ -64,6 +64,10 @@ double ulp_of(DType t, double v);
 /// Example: nanoGPT LayerNorm, bf16 out, 8 ops on the longest chain, k = 1600: delta = 1.3e-5,
 /// rel_l2 <= 4.6e-4, beyond 1 ulp <= 0.044 %, rows <= 1.2e-2; a correct kernel measures ~2e-5 and
 /// 0 %, while eps 1e-3 instead of 1e-5, biased variance or a 1.2 % scale measure 1.3e-3 and more.
-NumericsBounds default_bounds(DType t, int ops, int64_t k);
+/// `u_acc`: the accumulator's unit roundoff when it is coarser than float32's 2^-24 (0: float32,
+/// or float64's for a float64 output). Float8 GEMMs on Hopper tensor cores accumulate with about
+/// 14 mantissa bits (DeepSeek-V3 technical report, section 3.3.2; measured here: rel_l2 1e-4 to
+/// 1e-3 at K = 2048), so values downstream of _scaled_mm use 2^-13.
+NumericsBounds default_bounds(DType t, int ops, int64_t k, double u_acc = 0);
 
 }  // namespace replay

@@ -30,7 +30,8 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
   static const std::map<std::string, DType> kDt = {
       {"F32", DType::kFloat32},   {"F64", DType::kFloat64}, {"F16", DType::kFloat16},
       {"BF16", DType::kBFloat16}, {"I64", DType::kInt64},   {"I32", DType::kInt32},
-      {"BOOL", DType::kBool}};
+      {"BOOL", DType::kBool},     {"F8_E4M3", DType::kFloat8E4M3},
+      {"F8_E5M2", DType::kFloat8E5M2}};
   std::map<std::string, HostTensor> out;
   const size_t base = 8 + hlen;
   for (auto it = header.begin(); it != header.end(); ++it) {

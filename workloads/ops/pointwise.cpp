@@ -51,17 +51,21 @@ void parse_pow_scalar_base(ArgReader& a, const Graph&, Node& n) {
   n.operands = {a.scalar_operand(0, "self"), {a.tensor(1, "exponent")}};
 }
 
+// Binary ops take a Python number for either operand: decompositions record e.g.
+// aten.sub.Tensor(1, x) (Inductor's GELU/SiLU backward); at least one must be a tensor.
+void parse_binary(ArgReader& a, const Graph&, Node& n) {
+  n.operands = {a.operand(0, "self"), a.operand(1, "other")};
+  if (!n.operands[0].is_tensor() && !n.operands[1].is_tensor())
+    a.fail("neither operand is a tensor");
+}
+
 // add/sub/rsub: a + alpha * b (alpha keyword-only in ATen; accepted positionally as before)
-void parse_binary_alpha(ArgReader& a, const Graph&, Node& n) {
-  n.operands = {{a.tensor(0, "self")}, a.operand(1, "other")};
+void parse_binary_alpha(ArgReader& a, const Graph& g, Node& n) {
+  parse_binary(a, g, n);
   n.alpha = a.opt_scalar(2, "alpha").value_or(1.0);
 }
 
-void parse_binary(ArgReader& a, const Graph&, Node& n) {
-  n.operands = {{a.tensor(0, "self")}, a.operand(1, "other")};
-}
-
-void parse_div_mode(ArgReader& a, const Graph& g, Node& n) {
+void parse_div_mode(ArgReader& a, const Graph& g, Node& n) {  // div.Tensor_mode
   parse_binary(a, g, n);
   if (auto m = a.opt_string(ArgReader::kKwOnly, "rounding_mode")) {
     if (*m != "trunc" && *m != "floor")

@@ -1,0 +1,770 @@
+// Eager matmuls through cuBLASLt (see gemm.hpp). Descriptor setup follows the cuBLASLt
+// documentation (cublasLtMatmul, "FP8 data types" and "Outer vector scaling") and PyTorch's
+// at::cuda::blas::gemm_and_bias / scaled_gemm: column-major view of row-major tensors, pointer
+// alignments in the heuristic's preferences, A/B scale pointers swapped with the operands.
+#include "impls/eager/gemm.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/dtype_device.cuh"
+
+namespace replay {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+GemmCounters g_counters;
+
+// --- errors ------------------------------------------------------------------------------------
+
+[[noreturn]] void lt_fail(const std::string& node, const char* what, cublasStatus_t s) {
+  throw RuntimeFailure("node " + node + ": " + what + " failed: " + cublasLtGetStatusName(s) +
+                       " (" + cublasLtGetStatusString(s) + ")");
+}
+void lt_check(const std::string& node, const char* what, cublasStatus_t s) {
+  if (s != CUBLAS_STATUS_SUCCESS) lt_fail(node, what, s);
+}
+
+// --- cuBLASLt objects --------------------------------------------------------------------------
+
+struct DescDeleter {
+  void operator()(std::remove_pointer_t<cublasLtMatmulDesc_t>* d) const {
+    cublasLtMatmulDescDestroy(d);
+  }
+};
+struct LayoutDeleter {
+  void operator()(std::remove_pointer_t<cublasLtMatrixLayout_t>* l) const {
+    cublasLtMatrixLayoutDestroy(l);
+  }
+};
+struct PrefDeleter {
+  void operator()(std::remove_pointer_t<cublasLtMatmulPreference_t>* p) const {
+    cublasLtMatmulPreferenceDestroy(p);
+  }
+};
+using DescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, DescDeleter>;
+using LayoutPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, LayoutDeleter>;
+using PrefPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, PrefDeleter>;
+
+// One handle and one workspace per device, created at the first launch on it, kept for the
+// process (destroying them at exit could run after the CUDA context is gone).
+struct LtDevice {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+};
+LtDevice& lt_device(int device, const std::string& node) {
+  static std::map<int, LtDevice> devices;
+  LtDevice& d = devices[device];
+  if (!d.handle) {
+    lt_check(node, "cublasLtCreate", cublasLtCreate(&d.handle));
+    REPLAY_CUDA(cudaMalloc(&d.workspace, kWorkspaceBytes));
+  }
+  return d;
+}
+
+// Chosen algorithms by "device|problem key" (LtCall::key); std::nullopt where the heuristic
+// had none (asked once, too).
+std::unordered_map<std::string, std::optional<cublasLtMatmulAlgo_t>>& algo_cache() {
+  static std::unordered_map<std::string, std::optional<cublasLtMatmulAlgo_t>> cache;
+  return cache;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+      return CUDA_R_32F;
+    case DType::kFloat64:
+      return CUDA_R_64F;
+    case DType::kBFloat16:
+      return CUDA_R_16BF;
+    case DType::kFloat16:
+      return CUDA_R_16F;
+    case DType::kFloat8E4M3:
+      return CUDA_R_8F_E4M3;
+    case DType::kFloat8E5M2:
+      return CUDA_R_8F_E5M2;
+    default:
+      break;
+  }
+  throw std::invalid_argument("cuBLASLt matmuls do not take " + std::string(dtype_name(t)));
+}
+
+// Largest power of two (at most 256) dividing the address and, for batches, the batch offset in
+// bytes: the alignment every matrix of the operand has.
+uint32_t alignment(const void* p, int64_t batch_bytes) {
+  uint64_t v = reinterpret_cast<uintptr_t>(p) | static_cast<uint64_t>(batch_bytes) | 256;
+  return static_cast<uint32_t>(v & (~v + 1));
+}
+
+// --- our side: operands as batches of row-major-indexed matrices -------------------------------
+
+// One operand as `batch` matrices [rows, cols]: element (b, r, c) at ptr + b * bstride + r *
+// rstride + c * cstride elements.
+struct Mat {
+  void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t batch = 1, rows = 0, cols = 0;
+  int64_t bstride = 0, rstride = 0, cstride = 0;
+};
+
+Mat as_mat(const DeviceTensor& t) {
+  Mat m;
+  m.ptr = t.ptr;
+  m.dtype = t.dtype;
+  if (t.ndim == 3) {
+    m.batch = t.shape[0];
+    m.bstride = t.stride[0];
+  }
+  m.rows = t.shape[t.ndim - 2];
+  m.cols = t.shape[t.ndim - 1];
+  m.rstride = t.stride[t.ndim - 2];
+  m.cstride = t.stride[t.ndim - 1];
+  return m;
+}
+
+DeviceTensor as_tensor(const Mat& m) {
+  DeviceTensor t;
+  t.ptr = m.ptr;
+  t.dtype = m.dtype;
+  t.ndim = 3;
+  t.shape[0] = m.batch;
+  t.shape[1] = m.rows;
+  t.shape[2] = m.cols;
+  t.stride[0] = m.bstride;
+  t.stride[1] = m.rstride;
+  t.stride[2] = m.cstride;
+  return t;
+}
+
+// `src` broadcast (trailing dims aligned, size-1 and missing dims with stride 0) to `shape`.
+DeviceTensor broadcast_as(const DeviceTensor& src, std::initializer_list<int64_t> shape) {
+  DeviceTensor t;
+  t.ptr = src.ptr;
+  t.dtype = src.dtype;
+  t.ndim = static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t s : shape) t.shape[i++] = s;
+  for (int d = 0; d < t.ndim; ++d) {
+    const int j = d - (t.ndim - src.ndim);
+    t.stride[d] = (j < 0 || src.shape[j] == 1) ? 0 : src.stride[j];
+  }
+  return t;
+}
+
+int64_t numel(const DeviceTensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  return n;
+}
+
+// How cuBLASLt can read a matrix in place: a row-major [R, C] matrix is the column-major [C, R]
+// matrix X^T (leading dimension its row stride); a column-major one is X itself (leading
+// dimension its column stride). Size-1 dims take any stride.
+struct Stored {
+  bool col_major = false;
+  int64_t ld = 1;
+};
+std::optional<Stored> stored(const Mat& m) {
+  const int64_t R = m.rows, C = m.cols;
+  if ((m.cstride == 1 || C == 1) && (R == 1 || m.rstride >= std::max<int64_t>(C, 1)))
+    return Stored{false, R == 1 ? std::max<int64_t>(C, 1) : m.rstride};
+  if ((m.rstride == 1 || R == 1) && (C == 1 || m.cstride >= std::max<int64_t>(R, 1)))
+    return Stored{true, C == 1 ? std::max<int64_t>(R, 1) : m.cstride};
+  return std::nullopt;
+}
+// A batch with stride 0 (broadcast) is copied, as PyTorch does.
+bool batch_ok(const Mat& m) {
+  return m.batch <= 1 || m.bstride > 0;
+}
+
+// --- kernels -----------------------------------------------------------------------------------
+
+// dst = scale * src elementwise over dst's shape (src already broadcast to it; a null src
+// gives 0), computed in acc_t and rounded once to dst's dtype.
+template <typename acc_t>
+__global__ void strided_copy_kernel(DeviceTensor dst, DeviceTensor src, int64_t n, acc_t scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = i, od = 0, os = 0;
+    for (int d = dst.ndim - 1; d >= 0; --d) {
+      const int64_t idx = rem % dst.shape[d];
+      rem /= dst.shape[d];
+      od += idx * dst.stride[d];
+      os += idx * src.stride[d];
+    }
+    acc_t v = src.ptr ? load_elem<acc_t>(src.ptr, os, src.dtype) : acc_t(0);
+    if (scale != acc_t(1)) v *= scale;
+    store_elem<acc_t>(dst.ptr, od, dst.dtype, v);
+  }
+}
+
+int grid_for(int64_t n, int threads) {
+  return static_cast<int>(std::min<int64_t>((n + threads - 1) / threads, 8192));
+}
+
+void launch_strided_copy(const DeviceTensor& dst, const DeviceTensor& src, double scale,
+                         cudaStream_t s) {
+  const int64_t n = numel(dst);
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  if (dst.dtype == DType::kFloat64 || src.dtype == DType::kFloat64)
+    strided_copy_kernel<double><<<grid_for(n, kThreads), kThreads, 0, s>>>(dst, src, n, scale);
+  else
+    strided_copy_kernel<float>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(dst, src, n, static_cast<float>(scale));
+  REPLAY_CUDA_LAUNCH("strided_copy_kernel");
+}
+
+// _scaled_mm fallback epilogue: out[m, n] = acc[m, n] * (sa[m] * sb[n]) + bias[n] in float32,
+// rounded once to out's dtype (acc row-major [M, N]; a stride of 0 for a tensorwise scale).
+struct ScaledEpilogue {
+  const float* acc = nullptr;
+  int64_t M = 0, N = 0;
+  const float* sa = nullptr;
+  int64_t sa_stride = 0;
+  const float* sb = nullptr;
+  int64_t sb_stride = 0;
+  const void* bias = nullptr;  // null: no bias
+  DType bias_dtype = DType::kFloat32;
+  int64_t bias_stride = 0;
+  DeviceTensor out;  // 3-D [1, M, N]
+};
+
+__global__ void scaled_epilogue_kernel(ScaledEpilogue e) {
+  const int64_t n = e.M * e.N;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / e.N, j = i % e.N;
+    float v = e.acc[i] * (e.sa[m * e.sa_stride] * e.sb[j * e.sb_stride]);
+    if (e.bias) v += load_elem<float>(e.bias, j * e.bias_stride, e.bias_dtype);
+    store_elem<float>(e.out.ptr, m * e.out.stride[1] + j * e.out.stride[2], e.out.dtype, v);
+  }
+}
+
+// --- one cublasLtMatmul ------------------------------------------------------------------------
+
+// What one cuBLASLt call computes, on our side: d = a @ b (+ epilogue), batch-strided.
+struct GemmSpec {
+  Mat a, b, d;                      // a [batch, M, K], b [batch, K, N], d [batch, M, N] row-major
+  Stored la, lb;                    // how a and b are read (stored(a), stored(b))
+  int64_t ldd = 1;                  // d's row stride
+  DType c_dtype = DType::kFloat32;  // cuBLASLt's C (= D pointer) type
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  double alpha = 1, beta = 0;
+  // _scaled_mm
+  const void* scale_a = nullptr;  // float32 device pointers (one value, or vectors M / N)
+  const void* scale_b = nullptr;
+  bool outer_vec = false;
+  bool set_fast_accum = false, fast_accum = false;
+  // bias epilogue: a vector over N (cuBLASLt's D rows), per matrix `bias_bstride` apart
+  const void* bias = nullptr;
+  DType bias_dtype = DType::kFloat32;
+  int64_t bias_bstride = 0;
+};
+
+struct LtCall {
+  std::string node;
+  DescPtr desc;
+  LayoutPtr la, lb, lc, ld;  // cuBLASLt's A (our b), B (our a), C, D
+  const void* A = nullptr;
+  const void* B = nullptr;
+  void* D = nullptr;
+  bool f64 = false;
+  float alpha_f = 1, beta_f = 0;
+  double alpha_d = 1, beta_d = 0;
+  uint32_t align_a = 256, align_b = 256, align_d = 256;
+  std::string key;  // problem key of the algorithm cache (device prepended at resolve())
+  // Resolved at the first launch.
+  bool ready = false, ran = false;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  // Handle, workspace and algorithm (cached): CUBLAS_STATUS_NOT_SUPPORTED when the heuristic
+  // has none.
+  cublasStatus_t resolve() {
+    int dev = 0;
+    REPLAY_CUDA(cudaGetDevice(&dev));
+    LtDevice& ctx = lt_device(dev, node);
+    handle = ctx.handle;
+    workspace = ctx.workspace;
+    const std::string k = std::to_string(dev) + "|" + key;
+    auto& cache = algo_cache();
+    if (auto it = cache.find(k); it != cache.end()) {
+      if (!it->second) return CUBLAS_STATUS_NOT_SUPPORTED;
+      algo = *it->second;
+      ready = true;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    cublasLtMatmulPreference_t raw = nullptr;
+    lt_check(node, "cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&raw));
+    PrefPtr pref(raw);
+    const uint64_t ws = kWorkspaceBytes;
+    // Split-K partial sums only in the compute type, or no split-K: the in-place and output-type
+    // schemes add partial results in the output's dtype (bfloat16/float16 roundings; on an H100
+    // a bf16 addmm with beta = 1 came out with rel_l2 2.5e-3, ten times its bound), and in-place
+    // reductions are not run-to-run deterministic.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> attrs32[] = {
+        {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d}};
+    lt_check(node, "cublasLtMatmulPreferenceSetAttribute",
+             cublasLtMatmulPreferenceSetAttribute(
+                 pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    for (const auto& [attr, value] : attrs32)
+      lt_check(node, "cublasLtMatmulPreferenceSetAttribute",
+               cublasLtMatmulPreferenceSetAttribute(pref.get(), attr, value, sizeof(uint32_t)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int returned = 0;
+    ++g_counters.heuristic_queries;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle, desc.get(), la.get(), lb.get(), lc.get(), ld.get(),
+                                       pref.get(), 1, &result, &returned);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && returned == 0)) {
+      cache.emplace(k, std::nullopt);
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    cache.emplace(k, result.algo);
+    algo = result.algo;
+    ready = true;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+
+  cublasStatus_t matmul(cudaStream_t s) {
+    ++g_counters.matmuls;
+    const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
+    const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
+    return cublasLtMatmul(handle, desc.get(), alpha, A, la.get(), B, lb.get(), beta, D, lc.get(), D,
+                          ld.get(), &algo, workspace, kWorkspaceBytes, s);
+  }
+};
+
+template <typename T>
+void set_desc(LtCall& c, cublasLtMatmulDescAttributes_t attr, const T& v) {
+  lt_check(c.node, "cublasLtMatmulDescSetAttribute",
+           cublasLtMatmulDescSetAttribute(c.desc.get(), attr, &v, sizeof(v)));
+}
+
+LayoutPtr make_layout(LtCall& c, DType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                      int64_t bstride) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  lt_check(c.node, "cublasLtMatrixLayoutCreate",
+           cublasLtMatrixLayoutCreate(&raw, cuda_type(t), static_cast<uint64_t>(rows),
+                                      static_cast<uint64_t>(cols), ld));
+  LayoutPtr l(raw);
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    lt_check(c.node, "cublasLtMatrixLayoutSetAttribute",
+             cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                              sizeof(count)));
+    lt_check(c.node, "cublasLtMatrixLayoutSetAttribute",
+             cublasLtMatrixLayoutSetAttribute(l.get(), CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                              &bstride, sizeof(bstride)));
+  }
+  c.key += "|" + std::to_string(static_cast<int>(t)) + ":" + std::to_string(rows) + "x" +
+           std::to_string(cols) + "/" + std::to_string(ld) + "b" + std::to_string(batch) + "s" +
+           std::to_string(bstride);
+  return l;
+}
+
+// The cuBLASLt call for `g`: column-major D^T [N, M] = op(B^T) op(A^T), i.e. cuBLASLt's A is our
+// b and its B our a; a column-major operand enters through the transpose flag.
+std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
+  auto c = std::make_unique<LtCall>();
+  c->node = node;
+  const int64_t batch = g.d.batch, M = g.d.rows, N = g.d.cols, K = g.a.cols;
+  c->f64 = g.compute == CUBLAS_COMPUTE_64F;
+  cublasLtMatmulDesc_t raw = nullptr;
+  lt_check(node, "cublasLtMatmulDescCreate",
+           cublasLtMatmulDescCreate(&raw, g.compute, c->f64 ? CUDA_R_64F : CUDA_R_32F));
+  c->desc.reset(raw);
+  const int32_t transa = g.lb.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int32_t transb = g.la.col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+  set_desc(*c, CUBLASLT_MATMUL_DESC_TRANSA, transa);
+  set_desc(*c, CUBLASLT_MATMUL_DESC_TRANSB, transb);
+  c->key = std::to_string(static_cast<int>(g.compute)) + "|t" + std::to_string(transa) +
+           std::to_string(transb);
+  // Our b [K, N]: row-major -> stored [N, K] (op N); column-major -> stored [K, N] (op T).
+  c->la = g.lb.col_major ? make_layout(*c, g.b.dtype, K, N, g.lb.ld, batch, g.b.bstride)
+                         : make_layout(*c, g.b.dtype, N, K, g.lb.ld, batch, g.b.bstride);
+  // Our a [M, K]: row-major -> stored [K, M] (op N); column-major -> stored [M, K] (op T).
+  c->lb = g.la.col_major ? make_layout(*c, g.a.dtype, M, K, g.la.ld, batch, g.a.bstride)
+                         : make_layout(*c, g.a.dtype, K, M, g.la.ld, batch, g.a.bstride);
+  c->lc = make_layout(*c, g.c_dtype, N, M, g.ldd, batch, g.d.bstride);
+  c->ld = make_layout(*c, g.d.dtype, N, M, g.ldd, batch, g.d.bstride);
+  c->A = g.b.ptr;
+  c->B = g.a.ptr;
+  c->D = g.d.ptr;
+  c->alpha_f = static_cast<float>(g.alpha);
+  c->beta_f = static_cast<float>(g.beta);
+  c->alpha_d = g.alpha;
+  c->beta_d = g.beta;
+  auto bytes = [&](const Mat& m) {
+    return batch > 1 ? m.bstride * static_cast<int64_t>(dtype_size(m.dtype)) : 0;
+  };
+  c->align_a = alignment(g.b.ptr, bytes(g.b));
+  c->align_b = alignment(g.a.ptr, bytes(g.a));
+  c->align_d = alignment(g.d.ptr, bytes(g.d));
+  c->key += "|al" + std::to_string(c->align_a) + "," + std::to_string(c->align_b) + "," +
+            std::to_string(c->align_d);
+  if (g.scale_a || g.scale_b) {  // cuBLASLt's A is our b: its scale is scale_b, and vice versa
+    set_desc(*c, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.scale_b);
+    set_desc(*c, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.scale_a);
+    if (g.outer_vec) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      set_desc(*c, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
+      set_desc(*c, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
+    }
+    c->key += std::string("|scale") + (g.outer_vec ? "vec" : "scalar") +
+              std::to_string(alignment(g.scale_a, 0)) + "," +
+              std::to_string(alignment(g.scale_b, 0));
+  }
+  if (g.set_fast_accum) {
+    const int8_t fast = g.fast_accum ? 1 : 0;
+    set_desc(*c, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast);
+    c->key += "|fast" + std::to_string(fast);
+  }
+  if (g.bias) {
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bias_type = cuda_type(g.bias_dtype);
+    set_desc(*c, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
+    set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+    if (batch > 1) set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, g.bias_bstride);
+    c->key += "|bias" + std::to_string(bias_type) + "@" + std::to_string(alignment(g.bias, 0)) +
+              "s" + std::to_string(g.bias_bstride);
+  }
+  return c;
+}
+
+// --- the plan of one node ----------------------------------------------------------------------
+
+struct Copy {
+  DeviceTensor dst, src;  // src broadcast to dst's shape; a null src.ptr writes 0
+  double scale = 1;
+};
+
+// A GEMM and what follows it: copies out of a temporary output, or the scaled epilogue.
+struct Stage {
+  std::unique_ptr<LtCall> call;
+  std::vector<Copy> post;
+  std::optional<ScaledEpilogue> epilogue;
+};
+
+struct GemmPlan {
+  std::string node;
+  std::vector<std::shared_ptr<DeviceBuffer>> temps;
+  std::vector<Copy> pre;  // operand layouts, C = self, K == 0 results
+  std::optional<Stage> direct;
+  std::optional<Stage> fallback;
+  std::function<Stage()> make_fallback;  // _scaled_mm: the float32-GEMM + scale path
+
+  void run_post(const Stage& st, cudaStream_t s) {
+    for (const Copy& c : st.post) launch_strided_copy(c.dst, c.src, c.scale, s);
+    if (st.epilogue) {
+      const int64_t n = st.epilogue->M * st.epilogue->N;
+      constexpr int kThreads = 256;
+      scaled_epilogue_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(*st.epilogue);
+      REPLAY_CUDA_LAUNCH("scaled_epilogue_kernel");
+    }
+  }
+
+  void run(cudaStream_t s) {
+    for (const Copy& c : pre) launch_strided_copy(c.dst, c.src, c.scale, s);
+    if (direct) {
+      LtCall& c = *direct->call;
+      cublasStatus_t st = c.ready ? CUBLAS_STATUS_SUCCESS : c.resolve();
+      const char* what = "cublasLtMatmulAlgoGetHeuristic";
+      if (st == CUBLAS_STATUS_SUCCESS) {
+        what = "cublasLtMatmul";
+        st = c.matmul(s);
+      }
+      if (st == CUBLAS_STATUS_SUCCESS) {
+        c.ran = true;
+        return run_post(*direct, s);
+      }
+      // A configuration cuBLASLt refuses (no algorithm, or an invalid value at the first call:
+      // rowwise scales on a GPU without outer-vector scaling) falls back once; a failure after
+      // the configuration has run is an error.
+      if (!make_fallback || c.ran) lt_fail(node, what, st);
+      fallback = make_fallback();
+      direct.reset();
+    }
+    if (fallback) {
+      LtCall& c = *fallback->call;
+      if (!c.ready)
+        lt_check(node, "cublasLtMatmulAlgoGetHeuristic (float8, float32 output)", c.resolve());
+      lt_check(node, "cublasLtMatmul (float8, float32 output)", c.matmul(s));
+      run_post(*fallback, s);
+    }
+  }
+};
+
+// A fresh buffer for `m` in row-major (or column-major) order per matrix, batch-contiguous.
+Mat make_temp(GemmPlan& p, const Mat& m, bool col_major) {
+  const size_t bytes = static_cast<size_t>(m.batch * m.rows * m.cols) * dtype_size(m.dtype);
+  p.temps.push_back(std::make_shared<DeviceBuffer>(std::max<size_t>(bytes, 256)));
+  Mat t = m;
+  t.ptr = p.temps.back()->get();
+  t.bstride = m.rows * m.cols;
+  t.rstride = col_major ? 1 : m.cols;
+  t.cstride = col_major ? m.rows : 1;
+  return t;
+}
+
+// `m` as cuBLASLt can read it: in place when row- or column-major per matrix with a positive
+// batch stride (and `need` satisfied), else a temporary copied before each GEMM.
+std::pair<Mat, Stored> prepare_operand(GemmPlan& p, const Mat& m,
+                                       const std::function<bool(const Mat&, Stored)>& need,
+                                       bool temp_col_major) {
+  if (auto st = stored(m); st && batch_ok(m) && need(m, *st)) return {m, *st};
+  Mat t = make_temp(p, m, temp_col_major);
+  p.pre.push_back({as_tensor(t), as_tensor(m), 1});
+  ++g_counters.copied_operands;
+  return {t, Stored{temp_col_major, std::max<int64_t>(temp_col_major ? m.rows : m.cols, 1)}};
+}
+
+// The GEMM output: `d` when row-major per matrix, else a temporary copied into `d` after.
+Mat prepare_output(GemmPlan& p, const Mat& d, std::vector<Copy>& post) {
+  if (auto st = stored(d); st && !st->col_major && batch_ok(d)) return d;
+  Mat t = make_temp(p, d, false);
+  post.push_back({as_tensor(d), as_tensor(t), 1});
+  return t;
+}
+
+int64_t row_stride(const Mat& d) {
+  return stored(d)->ld;
+}
+
+void expect_rank(const Node& n, const DeviceTensor& t, int rank, const char* what) {
+  if (t.ndim != rank)
+    throw std::invalid_argument("node " + n.id + ": " + std::string(op_name(n.op)) + " expects " +
+                                what + " of rank " + std::to_string(rank) + ", got rank " +
+                                std::to_string(t.ndim));
+}
+
+// mm / bmm / addmm / baddbmm.
+void plan_matmul(GemmPlan& p, const Node& n, const DeviceTensor* self, const DeviceTensor& a_t,
+                 const DeviceTensor& b_t, const DeviceTensor& out) {
+  const int rank = (n.op == Op::kBmm || n.op == Op::kBaddbmm) ? 3 : 2;
+  expect_rank(n, a_t, rank, "its first matrix operand");
+  expect_rank(n, b_t, rank, "its second matrix operand");
+  expect_rank(n, out, rank, "an output");
+  if (self && self->ndim > rank)
+    throw std::invalid_argument("node " + n.id + ": self has more dims than the product");
+  const Mat a = as_mat(a_t), b = as_mat(b_t), d = as_mat(out);
+  const int64_t batch = d.batch, M = d.rows, N = d.cols, K = a.cols;
+  if (batch == 0 || M == 0 || N == 0) return;
+  double beta = self ? n.beta : 0;
+  if (K == 0) {  // an empty sum: beta * self, or 0
+    if (self && beta != 0)
+      p.pre.push_back({as_tensor(d), broadcast_as(*self, {batch, M, N}), beta});
+    else
+      p.pre.push_back({as_tensor(d), DeviceTensor{}, 1});
+    return;
+  }
+  Stage st;
+  GemmSpec g;
+  const auto any = [](const Mat&, Stored) { return true; };
+  std::tie(g.a, g.la) = prepare_operand(p, a, any, false);
+  std::tie(g.b, g.lb) = prepare_operand(p, b, any, false);
+  g.compute = d.dtype == DType::kFloat64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  g.alpha = n.alpha;
+  // self broadcast to [batch, M, N]: a vector over N (unit stride, constant over M) takes
+  // cuBLASLt's bias epilogue when beta == 1, as PyTorch's gemm_and_bias does for nn.Linear's
+  // addmm (here also for baddbmm, with a bias batch stride).
+  const DeviceTensor c = self ? broadcast_as(*self, {batch, M, N}) : DeviceTensor{};
+  const bool epilogue = self && beta == 1 && d.dtype != DType::kFloat64 && c.stride[1] == 0 &&
+                        (N == 1 || c.stride[2] == 1);
+  // Any other self enters as cuBLASLt's C (in place in D) with beta. For bfloat16/float16, D and
+  // C are then a float32 temporary, rounded into the output by a copy after the GEMM: with a
+  // bfloat16 C and beta == 1, cuBLASLt (13.1, H100) rounds alpha * acc to bfloat16 before adding
+  // C (rel_l2 2.9e-3 on every shape tried, 15x the bound; beta 2 or 0.5 were exact).
+  const bool stage_f32 =
+      self && !epilogue && beta != 0 && (d.dtype == DType::kBFloat16 || d.dtype == DType::kFloat16);
+  if (stage_f32) {
+    Mat t = d;
+    t.dtype = DType::kFloat32;
+    g.d = make_temp(p, t, false);
+    st.post.push_back({as_tensor(d), as_tensor(g.d), 1});
+  } else {
+    g.d = prepare_output(p, d, st.post);
+  }
+  g.ldd = row_stride(g.d);
+  g.c_dtype = g.d.dtype;
+  if (epilogue) {
+    g.bias = self->ptr;
+    g.bias_dtype = self->dtype;
+    g.bias_bstride = batch > 1 ? c.stride[0] : 0;
+    beta = 0;
+  } else if (self && beta != 0) {  // C = self broadcast into D, scaled by beta in the GEMM
+    p.pre.push_back({as_tensor(g.d), c, 1});
+  }
+  g.beta = beta;
+  st.call = build_call(n.id, g);
+  p.direct = std::move(st);
+}
+
+bool is_16bit_or_32bit_float(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat32;
+}
+
+// _scaled_mm.
+void plan_scaled_mm(GemmPlan& p, const Node& n, const std::vector<DeviceTensor>& in,
+                    const DeviceTensor& out) {
+  if (in.size() < 4) throw std::invalid_argument("node " + n.id + ": _scaled_mm needs 4 operands");
+  expect_rank(n, in[0], 2, "self");
+  expect_rank(n, in[1], 2, "mat2");
+  expect_rank(n, out, 2, "an output");
+  const Mat a = as_mat(in[0]), b = as_mat(in[1]), d = as_mat(out);
+  const int64_t M = d.rows, N = d.cols, K = a.cols;
+  const DeviceTensor &sa = in[2], &sb = in[3];
+  const DeviceTensor* bias =
+      n.operands.size() > 4 && n.operands[4].is_tensor() ? &in.at(4) : nullptr;
+  if (bias) expect_rank(n, *bias, 1, "bias");
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: the bias, or 0
+    if (bias)
+      p.pre.push_back({as_tensor(d), broadcast_as(*bias, {1, M, N}), 1});
+    else
+      p.pre.push_back({as_tensor(d), DeviceTensor{}, 1});
+    return;
+  }
+  const bool rowwise = !(numel(sa) == 1 && numel(sb) == 1);
+  // Hopper's float8 kernels take only the TN layout: self row-major, mat2 column-major, leading
+  // dimensions and addresses multiples of 16 bytes.
+  const auto aligned16 = [](const Mat& m, Stored st) {
+    return st.ld % 16 == 0 && reinterpret_cast<uintptr_t>(m.ptr) % 16 == 0;
+  };
+  GemmSpec g;
+  std::tie(g.a, g.la) = prepare_operand(
+      p, a, [&](const Mat& m, Stored st) { return !st.col_major && aligned16(m, st); }, false);
+  std::tie(g.b, g.lb) = prepare_operand(
+      p, b, [&](const Mat& m, Stored st) { return st.col_major && aligned16(m, st); }, true);
+  g.compute = CUBLAS_COMPUTE_32F;
+  g.set_fast_accum = true;
+  g.fast_accum = n.flag;
+  // Per-row scale strides (tensorwise: 0).
+  const int64_t sa_stride = rowwise && M > 1 ? sa.stride[0] : 0;
+  const int64_t sb_stride = rowwise && N > 1 ? sb.stride[sb.ndim - 1] : 0;
+
+  // The fallback: unscaled float8 GEMM into a float32 [M, N] temporary, then the scale kernel.
+  const std::string id = n.id;
+  GemmPlan* plan = &p;  // the plan owns this function
+  const std::optional<DeviceTensor> bias_t =
+      bias ? std::optional<DeviceTensor>(*bias) : std::nullopt;
+  p.make_fallback = [plan, g, id, M, N, sa, sb, sa_stride, sb_stride, bias_t, out]() {
+    ++g_counters.scaled_fallbacks;
+    GemmSpec f = g;
+    f.scale_a = f.scale_b = nullptr;
+    f.outer_vec = false;
+    f.bias = nullptr;
+    f.alpha = 1;
+    f.beta = 0;
+    Mat acc;
+    acc.dtype = DType::kFloat32;
+    acc.rows = M;
+    acc.cols = N;
+    acc = make_temp(*plan, acc, false);
+    f.d = acc;
+    f.ldd = N;
+    f.c_dtype = DType::kFloat32;
+    Stage st;
+    st.call = build_call(id, f);
+    ScaledEpilogue e;
+    e.acc = static_cast<const float*>(acc.ptr);
+    e.M = M;
+    e.N = N;
+    e.sa = static_cast<const float*>(sa.ptr);
+    e.sa_stride = sa_stride;
+    e.sb = static_cast<const float*>(sb.ptr);
+    e.sb_stride = sb_stride;
+    if (bias_t) {
+      e.bias = bias_t->ptr;
+      e.bias_dtype = bias_t->dtype;
+      e.bias_stride = bias_t->stride[0];
+    }
+    e.out = as_tensor(as_mat(out));
+    st.epilogue = e;
+    return st;
+  };
+
+  // The direct path, where cuBLASLt takes the combination (its float8 table: bias bfloat16 with a
+  // bfloat16 or float32 output, float16 with float16; outer-vector scales need unit strides).
+  const DType od = d.dtype;
+  bool direct = is_16bit_or_32bit_float(od);
+  if (bias)
+    direct =
+        direct && (N == 1 || bias->stride[0] == 1) &&
+        ((bias->dtype == DType::kBFloat16 && (od == DType::kBFloat16 || od == DType::kFloat32)) ||
+         (bias->dtype == DType::kFloat16 && od == DType::kFloat16));
+  if (rowwise) direct = direct && (M == 1 || sa.stride[0] == 1) && (N == 1 || sb_stride == 1);
+  if (!direct) {
+    p.fallback = p.make_fallback();
+    return;
+  }
+  Stage st;
+  g.d = prepare_output(p, d, st.post);
+  g.ldd = row_stride(g.d);
+  g.c_dtype = od;
+  g.scale_a = sa.ptr;
+  g.scale_b = sb.ptr;
+  g.outer_vec = rowwise;
+  if (bias) {
+    g.bias = bias->ptr;
+    g.bias_dtype = bias->dtype;
+  }
+  st.call = build_call(n.id, g);
+  p.direct = std::move(st);
+}
+
+}  // namespace
+
+EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
+                       const std::vector<DeviceTensor>& out) {
+  if (out.size() != 1)
+    throw std::invalid_argument("node " + n.id + ": a matmul has one output, got " +
+                                std::to_string(out.size()));
+  auto plan = std::make_shared<GemmPlan>();
+  plan->node = n.id;
+  switch (n.op) {
+    case Op::kMm:
+    case Op::kBmm:
+      plan_matmul(*plan, n, nullptr, in.at(0), in.at(1), out[0]);
+      break;
+    case Op::kAddmm:
+    case Op::kBaddbmm:
+      plan_matmul(*plan, n, &in.at(0), in.at(1), in.at(2), out[0]);
+      break;
+    case Op::kScaledMm:
+      plan_scaled_mm(*plan, n, in, out[0]);
+      break;
+    default:
+      throw std::invalid_argument("node " + n.id + ": " + std::string(op_name(n.op)) +
+                                  " is not a matmul");
+  }
+  return [plan](cudaStream_t s) { plan->run(s); };
+}
+
+GemmCounters gemm_counters() {
+  return g_counters;
+}
+
+}  // namespace replay

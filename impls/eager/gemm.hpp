@@ -1,0 +1,73 @@
+// Eager matmuls through cuBLASLt, one cublasLtMatmul per node as PyTorch eager does
+// (at::cuda::blas::gemm_and_bias / bgemm_internal_cublaslt / scaled_gemm in ATen's CUDABlas.cpp):
+// aten.mm, addmm, bmm, baddbmm (float32 without TF32, float64, bfloat16, float16; float32
+// accumulation and alpha/beta for the 16-bit types) and aten._scaled_mm (float8 operands,
+// tensorwise or rowwise float32 scales, optional bias, float32 accumulation).
+//
+// Row-major tensors are handed to cuBLASLt, which is column-major, as their transposes:
+// out = a @ b is computed as out^T = b^T a^T, so a row-major [M, N] output is a column-major
+// [N, M] matrix and a bias over N is cuBLASLt's per-row bias vector. An operand that is row-major
+// or column-major per matrix (any leading dimension, any positive batch stride) is used in place,
+// a column-major one through the transpose flag; any other layout (expanded dims, a batch stride
+// of 0, gaps in both dims) is first copied into a contiguous temporary with a strided-copy kernel.
+// An output that is not row-major per matrix is computed into a temporary and copied.
+//
+// cuBLASLt state: one handle and one 32 MiB workspace per device, created at the first launch on
+// it and kept for the process (so GEMMs of one device must not run concurrently on several
+// streams); the algorithm comes from cublasLtMatmulAlgoGetHeuristic once per (device, problem
+// shape, dtypes, layouts, epilogue, pointer alignments) and is cached, so a launch after the first
+// enqueues a single cublasLtMatmul (plus the copies its layouts need). Split-K reductions are
+// limited to float32 partial sums (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE): the in-place and
+// output-type schemes round partial sums to bfloat16/float16, which the numerics bounds (and a
+// float32-accumulating GEMM) do not allow, and in-place ones are not deterministic. PyTorch allows
+// them by default (allow_bf16_reduced_precision_reduction); this is the one deliberate difference.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "impls/eager/kernels.hpp"
+
+namespace replay {
+
+/// The launch of matmul node `n` (its op row's lowering is EagerLowering::kGemm). `in` holds one
+/// DeviceTensor per operand in the row's order (an empty one for None), `out` the output, of the
+/// shapes and dtypes the row's shape rule gives (workloads/ops/matmul.cpp):
+///  - mm: in = {self [M, K], mat2 [K, N]}, out [M, N];
+///    bmm: in = {self [B, M, K], mat2 [B, K, N]}, out [B, M, N]; one dtype (float32, float64,
+///    bfloat16, float16) throughout.
+///  - addmm / baddbmm: in = {self, mat1/batch1, mat2/batch2}, out = beta * self + alpha * (a @ b),
+///    self broadcast to the output. With beta == 1 and self a unit-stride vector over N
+///    (nn.Linear's bias [N]; [B, 1, N] per batch), cuBLASLt's bias epilogue, as PyTorch's
+///    gemm_and_bias does; otherwise self is copied into the GEMM's output and enters as
+///    cuBLASLt's C with beta: for bfloat16/float16 that output is a float32 temporary rounded into
+///    `out` afterwards (cuBLASLt rounds alpha * (a @ b) to the output type before adding a
+///    bfloat16 C when beta == 1: measured, see gemm.cu). beta == 0 ignores self (NaN included).
+///  - _scaled_mm: in = {self [M, K], mat2 [K, N] (float8), scale_a, scale_b (float32: one element
+///    each, or [M, 1] and [1, N]), bias ([N] or None), scale_result (None)}, n.dtype the output
+///    dtype, n.flag use_fast_accum: out = (self * scale_a) @ (mat2 * scale_b) + bias. Hopper's
+///    float8 kernels need self row-major and mat2 column-major (the "TN" layout): other layouts
+///    are copied into it. Tensorwise scales are cuBLASLt's A/B scale pointers; rowwise scales its
+///    outer-vector scale mode (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLAS 12.9+). Fallback
+///    (when cuBLASLt has no algorithm for that, or refuses it at the first launch, and for
+///    combinations cuBLASLt does not take: a float8 output, a float32 bias, a float16 bias with a
+///    non-float16 output, strided scale or bias vectors): an unscaled float8 GEMM into a float32
+///    [M, N] temporary, then a kernel computing acc * scale_a[m] * scale_b[n] + bias[n] in float32
+///    and rounding once to the output dtype. gemm_counters() tells which path ran.
+/// M, N or the batch 0: the launch does nothing; K == 0: the output is beta * self, bias, or 0.
+/// Throws std::invalid_argument when `n` is not a matmul or the tensors' ranks do not fit it.
+/// The launch throws RuntimeFailure naming the node and the cuBLASLt status (e.g.
+/// CUBLAS_STATUS_NOT_SUPPORTED when no algorithm fits) or the CUDA error.
+EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
+                       const std::vector<DeviceTensor>& out);
+
+/// What the GEMM launches of this process did so far (for tests and logs).
+struct GemmCounters {
+  int64_t heuristic_queries = 0;  ///< cublasLtMatmulAlgoGetHeuristic calls (algorithm cache misses)
+  int64_t matmuls = 0;            ///< cublasLtMatmul calls
+  int64_t copied_operands = 0;    ///< operands given a temporary in a cuBLASLt layout (lowering)
+  int64_t scaled_fallbacks = 0;   ///< _scaled_mm nodes that took the float32-GEMM + scale path
+};
+GemmCounters gemm_counters();
+
+}  // namespace replay

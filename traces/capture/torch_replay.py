@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""Run replay traces in PyTorch and time them: the PyTorch peers of the harness's variants, and a
+reproducer building block (any trace's graph as a torch.fx.GraphModule).
+
+    python3 traces/capture/torch_replay.py TRACE.json|DIR ... --out peers.json [--reps 200] [--compile]
+
+For each replay-trace/1 file (or each case of a replay-opcorpus/1 file): build a torch.fx.Graph
+with one call_function per trace node (target torch.ops.<ns>.<op>.<overload>, operator.getitem
+for "getitem"), arguments decoded back from the JSON; inputs are the golden tensors when the trace
+has a golden sidecar (laid out with the recorded strides), else generated on CUDA from each
+input's "stats" (normal with mean/std, clamped to min/max, cast, laid out with the recorded
+strides); then
+
+- "pytorch_ops": the GraphModule run op by op (eager), timed;
+- "torch_compile" (with --compile): torch.compile(gm), default mode, timed after a first
+  (compiling) call;
+- "golden_check": the GraphModule's outputs against the trace's golden outputs
+  (torch.testing.assert_close, bf16 tolerances), "pass", "fail: ..." or "none";
+  "golden_check_compile" likewise for the compiled module, for information only (Inductor fuses
+  and keeps float32 intermediates, so a cancelling bf16 reduction such as a weight gradient can
+  differ by more than the bf16 tolerance without being wrong).
+
+Timing is the method of shared/peers/anchors.py `bench`: before every sample the L2 is flushed by
+READING a buffer twice its size (buf.sum()), CUDA events around the call alone, 25 warm-up calls,
+then --reps samples; the median and every sample are recorded (microseconds).
+
+One trace failing does not stop the others; peers.json is rewritten after every trace. Exit
+status 1 if any trace failed (an error, or a failed golden_check of the GraphModule).
+
+As a reproducer:  from torch_replay import load_graph;  gm, inputs, golden = load_graph("t.json")
+"""
+import argparse
+import glob
+import json
+import keyword
+import operator
+import os
+import re
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tracelib import NAME_TO_DTYPE, FLOAT8_DTYPES, read_safetensors  # noqa: E402
+
+PEERS_SCHEMA = "replay-peers/1"
+
+
+# --- trace -> GraphModule ------------------------------------------------------------------------------
+
+
+def resolve_op(name):
+    if name == "getitem":
+        return operator.getitem
+    parts = name.split(".")
+    if len(parts) != 3:
+        raise ValueError(f"op '{name}' is not <namespace>.<op>.<overload>")
+    ns, packet, overload = parts
+    return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+
+
+def decode_enum(s):
+    if s.startswith("torch."):
+        v = getattr(torch, s[len("torch."):], None)
+        if v is None:
+            raise ValueError(f"unknown enum {s}")
+        return v
+    return torch.device(s)  # "cuda:0", "cpu", "cuda"
+
+
+def decode_arg(a, env):
+    if isinstance(a, dict):
+        if "ref" in a:
+            if a["ref"] not in env:
+                raise KeyError(f"reference to unknown value '{a['ref']}'")
+            return env[a["ref"]]
+        if "dtype" in a:
+            return NAME_TO_DTYPE[a["dtype"]]
+        if "enum" in a:
+            return decode_enum(a["enum"])
+        if "float" in a:
+            return float(a["float"])
+        raise ValueError(f"cannot decode argument {a}")
+    if isinstance(a, list):
+        return [decode_arg(x, env) for x in a]
+    return a
+
+
+def _py_name(s, used):
+    n = re.sub(r"\W", "_", s)
+    if not n or n[0].isdigit() or keyword.iskeyword(n):
+        n = "v_" + n
+    base, k = n, 1
+    while n in used:
+        n = f"{base}_{k}"
+        k += 1
+    used.add(n)
+    return n
+
+
+def build_graph_module(trace):
+    g = torch.fx.Graph()
+    env, used = {}, set()
+    for inp in trace["inputs"]:
+        env[inp["id"]] = g.placeholder(_py_name(inp["id"], used))
+    for node in trace["nodes"]:
+        target = resolve_op(node["op"])
+        args = tuple(decode_arg(a, env) for a in node.get("args", []))
+        kwargs = {k: decode_arg(v, env) for k, v in node.get("kwargs", {}).items()}
+        env[node["id"]] = g.call_function(target, args, kwargs)
+    g.output(tuple(env[o] for o in trace["outputs"]))
+    g.lint()
+    return torch.fx.GraphModule(torch.nn.Module(), g)
+
+
+# --- inputs ------------------------------------------------------------------------------------------
+
+
+def _contig_strides(shape):
+    st, s = [], 1
+    for d in reversed(shape):
+        st.append(s)
+        s *= max(d, 1)
+    return list(reversed(st))
+
+
+def _storage_numel(shape, stride):
+    if any(d == 0 for d in shape):
+        return 0
+    return 1 + sum((d - 1) * s for d, s in zip(shape, stride))
+
+
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def materialize(values, shape, stride, dtype, device):
+    """A tensor of the given layout (storage offset 0) holding `values` (its logical values); the
+    storage is written element by element, so stride-0 and overlapping layouts work too."""
+    values = values.to(device)
+    if values.dtype != dtype:
+        values = values.to(dtype)
+    n = _storage_numel(shape, stride)
+    itype = _SAME_SIZE_INT[torch.empty(0, dtype=dtype).element_size()]
+    flat = torch.zeros(max(n, 1), dtype=itype, device=device)
+    if n:
+        idx = torch.zeros(shape, dtype=torch.int64, device=device)
+        for d, (sz, st) in enumerate(zip(shape, stride)):
+            view = [1] * len(shape)
+            view[d] = sz
+            idx = idx + (torch.arange(sz, device=device, dtype=torch.int64) * st).view(view)
+        flat[idx.reshape(-1)] = values.contiguous().reshape(-1).view(itype)
+    return flat.view(dtype).as_strided(shape, stride, 0)
+
+
+def generate(inp, shape, stride, dtype, device, gen):
+    st = inp.get("stats") or {}
+    mean, std = float(st.get("mean", 0.0)), float(st.get("std", 1.0))
+    lo, hi = float(st.get("min", -1e30)), float(st.get("max", 1e30))
+    n = max(_storage_numel(shape, stride), 1)
+    if std > 0:
+        x = torch.randn(n, generator=gen, device=device, dtype=torch.float64) * std + mean
+    else:
+        x = torch.full((n,), mean, device=device, dtype=torch.float64)
+    x = x.clamp(lo, hi)
+    if dtype == torch.bool:
+        x = x != 0
+    elif dtype.is_floating_point:
+        if dtype in FLOAT8_DTYPES:
+            m = torch.finfo(dtype).max
+            x = x.clamp(-m, m).to(torch.float32)
+        x = x.to(dtype)
+    else:
+        info = torch.iinfo(dtype)
+        x = x.clamp(info.min, info.max).trunc().to(dtype)
+    return x.as_strided(shape, stride, 0)
+
+
+def make_inputs(trace, golden, device, seed):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    inputs, sources = [], []
+    for inp in trace["inputs"]:
+        shape = list(inp["shape"])
+        stride = list(inp.get("stride") or _contig_strides(shape))
+        dtype = NAME_TO_DTYPE[inp["dtype"]]
+        if inp["id"] in golden:
+            inputs.append(materialize(golden[inp["id"]], shape, stride, dtype, device))
+            sources.append("golden")
+        else:
+            inputs.append(generate(inp, shape, stride, dtype, device, gen))
+            sources.append("stats")
+    return inputs, sources
+
+
+def load_golden(trace, trace_dir):
+    """{value id: CPU tensor} of the trace's golden sidecar (prefix stripped), or {}."""
+    gd = trace.get("golden")
+    if not gd:
+        return {}
+    path = gd["file"] if os.path.isabs(gd["file"]) else os.path.join(trace_dir, gd["file"])
+    tensors = read_safetensors(path)
+    prefix = gd.get("prefix", "")
+    out = {}
+    for vid in gd.get("tensors", []):
+        key = prefix + vid
+        if key not in tensors:
+            raise KeyError(f"golden file {path} has no tensor '{key}'")
+        out[vid] = tensors[key]
+    return out
+
+
+def load_graph(path, device="cuda", seed=0, case=None):
+    """(GraphModule, inputs, golden) of a trace file (case: the case id of an opcorpus file)."""
+    with open(path) as f:
+        doc = json.load(f)
+    if doc.get("schema") == "replay-opcorpus/1":
+        doc = next(c["trace"] for c in doc["cases"] if case is None or c["id"] == case)
+    golden = load_golden(doc, os.path.dirname(os.path.abspath(path)))
+    gm = build_graph_module(doc)
+    inputs, _ = make_inputs(doc, golden, device, seed)
+    return gm, inputs, golden
+
+
+# --- timing and checks --------------------------------------------------------------------------------
+
+_L2_READ = None
+
+
+def bench(fn, rep=200, warmup=25):
+    """Cold samples in µs (shared/peers/anchors.py bench): the L2 flushed by READING a buffer of
+    twice its size before every sample, CUDA events around `fn` alone. Returns (median, samples)."""
+    global _L2_READ
+    if _L2_READ is None:
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        _L2_READ = torch.ones(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
+    for i in range(rep):
+        _L2_READ.sum()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    ts = sorted(samples)
+    return ts[len(ts) // 2], samples
+
+
+def check_golden(outs, trace, golden):
+    """'pass', 'fail: ...' or 'none' (no golden output)."""
+    checked, fails = 0, []
+    for oid, o in zip(trace["outputs"], outs):
+        if oid not in golden:
+            continue
+        g = golden[oid].to(o.device)
+        checked += 1
+        try:
+            if list(o.shape) != list(g.shape) or o.dtype != g.dtype:
+                raise AssertionError(f"{o.dtype}{list(o.shape)} vs golden {g.dtype}{list(g.shape)}")
+            if o.dtype in FLOAT8_DTYPES:
+                o, g = o.float(), g.float()
+            torch.testing.assert_close(o, g, rtol=1.6e-2, atol=1e-2, equal_nan=True, check_stride=False)
+        except AssertionError as e:
+            fails.append(f"{oid}: {' '.join(str(e).split())[:300]}")
+    if not checked:
+        return "none"
+    return "pass" if not fails else "fail: " + "; ".join(fails)
+
+
+def _as_list(out):
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def replay_one(name, trace, trace_dir, args):
+    res = {}
+    golden = load_golden(trace, trace_dir)
+    gm = build_graph_module(trace)
+    inputs, sources = make_inputs(trace, golden, "cuda", args.seed)
+    res["inputs_from"] = "golden" if sources and all(s == "golden" for s in sources) else \
+        ("stats" if all(s == "stats" for s in sources) else "golden+stats")
+    res["nodes"] = len(trace["nodes"])
+    with torch.no_grad():
+        outs = _as_list(gm(*inputs))
+        torch.cuda.synchronize()
+        res["golden_check"] = check_golden(outs, trace, golden)
+        del outs
+        if not args.no_time:
+            med, samples = bench(lambda: gm(*inputs), rep=args.reps, warmup=args.warmup)
+            res["pytorch_ops"] = {"median_us": round(med, 3), "samples_us": [round(s, 3) for s in samples]}
+        if args.compile:
+            try:
+                torch._dynamo.reset()
+                cgm = torch.compile(gm)
+                t0 = time.time()
+                outs = _as_list(cgm(*inputs))
+                torch.cuda.synchronize()
+                res["compile_s"] = round(time.time() - t0, 2)
+                res["golden_check_compile"] = check_golden(outs, trace, golden)
+                del outs
+                if not args.no_time:
+                    med, samples = bench(lambda: cgm(*inputs), rep=args.reps, warmup=args.warmup)
+                    res["torch_compile"] = {"median_us": round(med, 3), "samples_us": [round(s, 3) for s in samples]}
+            except Exception as e:
+                traceback.print_exc()
+                res["torch_compile"] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"}
+            finally:
+                torch._dynamo.reset()
+    return res
+
+
+def expand_paths(paths):
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(glob.glob(os.path.join(p, "*.json")))
+        else:
+            out.append(p)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("traces", nargs="+", help="trace files or folders (their *.json)")
+    ap.add_argument("--out", required=True, help="peers JSON to write")
+    ap.add_argument("--reps", type=int, default=200, help="timed samples per measurement (default 200)")
+    ap.add_argument("--warmup", type=int, default=25)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile(gm)")
+    ap.add_argument("--no-time", action="store_true", help="golden checks only")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the inputs generated from stats")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("torch_replay.py needs a CUDA device", file=sys.stderr)
+        return 2
+
+    method = ("pytorch_ops: torch.fx.GraphModule with one call_function per trace node, run eagerly; "
+              "torch_compile: torch.compile(gm) in the default mode, timed after a first compiling call. "
+              f"Each: {args.warmup} warm-up calls, then {args.reps} samples, each after flushing the L2 by "
+              "reading a float32 buffer of twice its size (buf.sum()), CUDA events around the call alone; "
+              "median of the samples, in µs (shared/peers/anchors.py bench). Inputs: golden tensors where "
+              "the trace has them, else normal(mean, std) clamped to [min, max] from the trace's stats "
+              f"(seed {args.seed}), laid out with the recorded strides. Under torch.no_grad.")
+    doc = {"schema": PEERS_SCHEMA, "torch_version": torch.__version__,
+           "device": torch.cuda.get_device_name(0), "method": method,
+           "command": " ".join(["python3", "traces/capture/torch_replay.py"] + sys.argv[1:]), "traces": {}}
+    items = []
+    for path in expand_paths(args.traces):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except Exception as e:
+            doc["traces"][os.path.basename(path)] = {"error": f"cannot read: {e}"}
+            continue
+        tdir = os.path.dirname(os.path.abspath(path))
+        if d.get("schema") == "replay-opcorpus/1":
+            items += [(c["trace"]["name"], c["trace"], tdir) for c in d.get("cases", [])]
+        elif d.get("schema") == "replay-trace/1":
+            items.append((d.get("name", os.path.basename(path)), d, tdir))
+        else:
+            print(f"skipping {path}: schema {d.get('schema')!r}", flush=True)
+    failed = [k for k, v in doc["traces"].items() if "error" in v]
+    for k, (name, trace, tdir) in enumerate(items):
+        print(f"[{k + 1}/{len(items)}] {name}", flush=True)
+        try:
+            r = replay_one(name, trace, tdir, args)
+        except Exception as e:
+            traceback.print_exc()
+            r = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"}
+        doc["traces"][name] = r
+        # golden_check_compile is information only: Inductor's fused float32 reductions legitimately
+        # differ from the decomposed graph's by more than bf16 tolerances on cancelling sums
+        bad = "error" in r or r.get("golden_check", "").startswith("fail")
+        if bad:
+            failed.append(name)
+        line = f"  golden {r.get('golden_check', '-')}"
+        if "golden_check_compile" in r:
+            line += f" (compiled: {r['golden_check_compile'][:80]})"
+        if "pytorch_ops" in r:
+            line += f", eager {r['pytorch_ops']['median_us']:.1f} µs"
+        if isinstance(r.get("torch_compile"), dict):
+            tc = r["torch_compile"]
+            line += f", compiled {tc['median_us']:.1f} µs" if "median_us" in tc else f", compile error {tc.get('error')}"
+        if "error" in r:
+            line = f"  ERROR {r['error']}"
+        print(line[:600], flush=True)
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+        torch.cuda.empty_cache()
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"\n{len(items) - len(failed)}/{len(items)} traces ok; wrote {args.out}", flush=True)
+    if failed:
+        print(f"failed: {failed}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
