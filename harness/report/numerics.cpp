@@ -182,7 +182,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       const bool with_bias = n.op == Op::kAddmm || n.op == Op::kBaddbmm;
       const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;
       p.k = std::max(p.k, a.empty() ? int64_t{1} : a.back());
-      if (n.op == Op::kScaledMm) p.u_acc = std::max(p.u_acc, std::ldexp(1.0, -13));
+      if (n.op == Op::kScaledMm) p.u_acc = std::max(p.u_acc, std::ldexp(1.0, -17));
     }
     for (int v : n.outputs) path[v] = p;
   }

@@ -1,5 +1,7 @@
 #include "impls/reference/reference.hpp"
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "workloads/ops/op.hpp"
@@ -8,7 +10,12 @@ namespace replay {
 namespace {
 
 void round_inplace(HostTensor& t) {
-  if (t.meta.dtype == DType::kFloat32 || t.meta.dtype == DType::kFloat64) return;
+  if (t.meta.dtype == DType::kFloat64) return;
+  if (t.meta.dtype == DType::kFloat32) {  // kept in float64, but overflowing as float32 does
+    for (double& v : t.data)
+      if (std::fabs(v) > std::numeric_limits<float>::max()) v = std::copysign(INFINITY, v);
+    return;
+  }
   for (double& v : t.data) v = round_to(t.meta.dtype, v);
 }
 
@@ -19,7 +26,10 @@ std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
   std::vector<TensorMeta> out_meta;
   for (int v : n.outputs) out_meta.push_back(g.meta(v));
   RefArgs args{n, {}, out_meta};
-  for (const auto& o : n.operands) args.in.push_back(o.is_tensor() ? &vals.at(o.value) : nullptr);
+  for (const auto& o : n.operands) {
+    args.in.push_back(o.is_tensor() ? &vals.at(o.value) : nullptr);
+    args.in_meta.push_back(o.is_tensor() ? &g.meta(o.value) : nullptr);
+  }
   std::vector<HostTensor> out = op_def(n.op).reference(args);
   for (auto& t : out) round_inplace(t);
   return out;

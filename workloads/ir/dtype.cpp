@@ -47,6 +47,7 @@ const DTypeInfo& info(DType t) {
 // torch's cast does for e4m3fn; e5m2 goes to inf).
 double round_minifloat(double v, int mant, int emin, double maxval, bool has_inf) {
   if (std::isnan(v)) return v;
+  if (std::isinf(v)) return has_inf ? v : NAN;
   double a = std::fabs(v);
   if (a == 0) return v;
   int e = std::max(std::ilogb(a), emin);  // exact (std::log2 may round differently per libm)

@@ -208,6 +208,9 @@ class Parser {
                      " of '" + g_.nodes[node].id + "', " + g_.meta(v).str());
     }
     names_[id] = v;
+    // The selected output takes the getitem's id as its name (FX's name for it, the one golden
+    // files and reports use), unless an earlier getitem named it already.
+    if (g_.values[v].name == g_.nodes[node].id + "." + std::to_string(k)) g_.values[v].name = id;
   }
 
   void parse_node(const json& j) {
@@ -258,7 +261,7 @@ class Parser {
         fail(id, "recorded output strides " + shape_str(m.stride) + " of shape " +
                      shape_str(m.shape) +
                      " overlap or leave gaps; a computed (non-view) tensor is dense");
-      std::string vname = outs.size() == 1 ? id : id + "." + std::to_string(k);
+      std::string vname = def.num_outputs == 1 ? id : id + "." + std::to_string(k);
       n.outputs.push_back(add_value(vname, m, node_idx, static_cast<int>(k), id));
     }
     if (def.kind == OpKind::kView) {  // a view must be expressible on its input's layout

@@ -86,6 +86,12 @@ std::vector<OutSpec> infer_promote(const Graph& g, const Node& n) {
 template <typename F>
 std::vector<HostTensor> nary(const RefArgs& a, F f) {
   const Shape& s = a.out[0].shape;
+  // The common dtype: the output's, or for bool results (comparisons) the promoted operands'.
+  std::vector<PromoteOperand> po;
+  for (size_t i = 0; i < a.in.size(); ++i)
+    if (a.in[i]) po.push_back({a.in[i]->meta.dtype, a.in[i]->meta.shape.empty(), false});
+  const DType common =
+      a.out[0].dtype != DType::kBool || po.empty() ? a.out[0].dtype : result_type(po);
   std::vector<ArrayXd> ops;
   for (size_t i = 0; i < a.in.size(); ++i) {
     if (a.node.operands[i].none) {
@@ -93,6 +99,9 @@ std::vector<HostTensor> nary(const RefArgs& a, F f) {
       continue;
     }
     ops.push_back(ref::operand(a, i, s));
+    // Tensor operands are cast to the common dtype first, as TensorIterator does.
+    if (a.in[i] && is_floating(common) && a.in[i]->meta.dtype != common)
+      ops.back() = ops.back().unaryExpr([common](double v) { return round_to(common, v); });
   }
   int64_t numel = 1;
   for (int64_t d : s) numel *= d;

@@ -72,6 +72,8 @@ struct RefArgs {
   const Node& node;
   std::vector<const HostTensor*> in;
   const std::vector<TensorMeta>& out;
+  /// The recorded layout of each tensor operand (nullptr for numbers): as_strided reads storage.
+  std::vector<const TensorMeta*> in_meta = {};
 };
 
 /// What a shape rule gives for one output: its shape, and its dtype where the op fixes it

@@ -144,7 +144,7 @@ REF_UNARY(ref_sigmoid, 1 / (1 + std::exp(-v)))
 REF_UNARY(ref_erf, std::erf(v))
 REF_UNARY(ref_sin, std::sin(v))
 REF_UNARY(ref_cos, std::cos(v))
-REF_UNARY(ref_sign, std::isnan(v) ? v : (v > 0) - (v < 0))
+REF_UNARY(ref_sign, (v > 0) - (v < 0))  // NaN gives 0, as torch.sign does
 REF_UNARY(ref_relu, std::isnan(v) ? v : (v > 0 ? v : 0.0))
 #undef REF_UNARY
 
@@ -152,15 +152,29 @@ REF_UNARY(ref_relu, std::isnan(v) ? v : (v > 0 ? v : 0.0))
 template <typename F>
 std::vector<HostTensor> nary(const RefArgs& a, F f) {
   const Shape& s = a.out[0].shape;
+  // Tensor operands are cast to the result dtype first, as TensorIterator does (a 0-dim float32
+  // operand of a bfloat16 op is rounded to bfloat16); Python numbers are not.
   std::vector<ArrayXd> ops;
-  for (size_t i = 0; i < a.in.size(); ++i) ops.push_back(ref::operand(a, i, s));
+  for (size_t i = 0; i < a.in.size(); ++i) {
+    ops.push_back(ref::operand(a, i, s));
+    if (a.in[i] && is_floating(a.out[0].dtype) && a.in[i]->meta.dtype != a.out[0].dtype)
+      ops.back() = ops.back().unaryExpr([t = a.out[0].dtype](double v) { return round_to(t, v); });
+  }
   ArrayXd r(ops.empty() ? 0 : ops[0].size());
   for (Eigen::Index i = 0; i < r.size(); ++i) r[i] = f(ops, i, a.node);
   return {ref::from_array(r, a.out[0])};
 }
 
+// PyTorch computes these exponents with the matching function (ATen's pow kernels), which
+// differs from pow() at -0 (rsqrt(-0) = -inf) and in rounding.
 double pow_ref(double x, double y) {
-  return y == 2 ? x * x : std::pow(x, y);
+  if (y == 2) return x * x;
+  if (y == 3) return x * x * x;
+  if (y == 0.5) return std::sqrt(x);
+  if (y == -0.5) return 1 / std::sqrt(x);
+  if (y == -1) return 1 / x;
+  if (y == -2) return 1 / (x * x);
+  return std::pow(x, y);
 }
 
 using Ops = std::vector<ArrayXd>;

@@ -330,6 +330,23 @@ std::vector<HostTensor> ref_view(const RefArgs& a) {
       outs.push_back(std::move(t));
       continue;
     }
+    if (a.node.op == Op::kAsStrided && !a.in_meta.empty() && a.in_meta[0]) {
+      // as_strided reads storage: lay the input's values out in its recorded layout first (the
+      // harness's tensors start at storage offset 0).
+      const TensorMeta& im = *a.in_meta[0];
+      HostTensor storage = make_host_tensor({im.storage_elems()}, im.dtype);
+      for (int64_t i = 0; i < static_cast<int64_t>(x.data.size()); ++i) {
+        int64_t rem = i, off = 0;
+        for (size_t d = im.shape.size(); d-- > 0;) {
+          off += (rem % im.shape[d]) * im.stride[d];
+          rem /= im.shape[d];
+        }
+        storage.data[off] = x.data[i];
+      }
+      outs.push_back(
+          strided_view(storage, TensorMeta{om.shape, lay->stride, om.dtype}, lay->offset));
+      continue;
+    }
     outs.push_back(strided_view(x, TensorMeta{om.shape, lay->stride, om.dtype}, lay->offset));
   }
   return outs;
