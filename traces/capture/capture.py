@@ -53,16 +53,10 @@ import models  # noqa: E402
 # --- the modules of the inference captures, as their model code writes them --------------------------
 
 
-class NanoGPTLayerNorm(nn.Module):
-    """LayerNorm from karpathy/nanoGPT model.py (optional bias; F.layer_norm with eps 1e-5)."""
-
-    def __init__(self, ndim, bias=True):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(ndim))
-        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
-
-    def forward(self, input):
-        return F.layer_norm(input, self.weight.shape, self.weight, self.bias, 1e-5)
+# nanoGPT's LayerNorm and the norm perturbation live in models.py (one definition for the
+# inference and training captures).
+NanoGPTLayerNorm = models.NanoGPTLayerNorm
+perturb_ = models.perturb_norm_
 
 
 class LlamaRMSNorm(nn.Module):
@@ -80,15 +74,6 @@ class LlamaRMSNorm(nn.Module):
         variance = hidden_states.pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
         return self.weight * hidden_states.to(input_dtype)
-
-
-def perturb_(module, gen):
-    """Freshly initialised norms have weight 1 and bias 0, which would hide a kernel that drops
-    the affine step. Stand in for trained weights: weight ~ 1 + 0.1 N(0,1), bias ~ 0.1 N(0,1)."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            noise = torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32) * 0.1
-            p.copy_((1.0 + noise) if name.endswith("weight") else noise)
 
 
 # --- inference capture ----------------------------------------------------------------------------------

@@ -5,11 +5,13 @@
 
 #include "workloads/ops/eigen_ref.hpp"
 #include "workloads/ops/promote.hpp"
+#include "workloads/ops/row_util.hpp"
 
 namespace replay {
 namespace {
 
 using ref::ArrayXd;
+using rows::broadcast_operands;
 
 // --- parsers -----------------------------------------------------------------------------------
 
@@ -53,17 +55,6 @@ void parse_clamp_max(ArgReader& a, const Graph&, Node& n) {
 }
 
 // --- shape and dtype rules ---------------------------------------------------------------------
-
-Shape broadcast_operands(const Graph& g, const Node& n) {
-  Shape s;
-  bool any = false;
-  for (const auto& o : n.operands) {
-    if (!o.is_tensor()) continue;
-    s = any ? broadcast_shapes(s, g.meta(o.value).shape) : g.meta(o.value).shape;
-    any = true;
-  }
-  return s;
-}
 
 std::vector<OutSpec> infer_bool(const Graph& g, const Node& n) {
   result_type(promote_operands(g, n.operands));  // throws for operands that do not promote

@@ -3,16 +3,12 @@
 // cat promotes its inputs to a common dtype as PyTorch does.
 #include "workloads/ops/eigen_ref.hpp"
 #include "workloads/ops/promote.hpp"
+#include "workloads/ops/row_util.hpp"
 
 namespace replay {
 namespace {
 
-int64_t read_dim(ArgReader& a, const Graph& g, int value, size_t i, const char* kw,
-                 std::optional<int64_t> dflt) {
-  const auto nd = std::max<int64_t>(static_cast<int64_t>(g.meta(value).shape.size()), 1);
-  const int64_t d = dflt && !a.present(i, kw) ? *dflt : a.integer(i, kw, -nd, nd - 1);
-  return d < 0 ? d + nd : d;
-}
+using rows::read_dim;
 
 // cat(tensors, dim=0). Like ATen, 1-d tensors of size 0 are skipped (legacy empty inputs);
 // every other input has the rank of the first and the same sizes except along dim.
@@ -34,16 +30,7 @@ void parse_slice_scatter(ArgReader& a, const Graph& g, Node& n) {
   const int x = n.operands[0].value;
   if (g.meta(x).shape.empty()) a.fail("slice_scatter into a 0-d tensor");
   n.dim = read_dim(a, g, x, 2, "dim", 0);
-  const int64_t size = g.meta(x).shape[n.dim];
-  auto bound = [&](size_t i, const char* kw, int64_t dflt) {
-    if (!a.present(i, kw)) return dflt;
-    int64_t v = a.integer(i, kw);
-    if (v < 0) v = v < -size ? 0 : v + size;
-    return std::min(v, size);
-  };
-  n.start = bound(3, "start", 0);
-  n.end = std::max(bound(4, "end", size), n.start);
-  n.step = a.present(5, "step") ? a.integer(5, "step", 1) : 1;
+  rows::read_slice_bounds(a, 3, g.meta(x).shape[n.dim], n);
 }
 
 // select_scatter(self, src, dim, index)
@@ -105,7 +92,7 @@ std::vector<OutSpec> infer_scatter(const Graph& g, const Node& n) {
 
 std::vector<OutSpec> infer_copy(const Graph& g, const Node& n) {
   const TensorMeta& x = g.meta(n.operands[0].value);
-  broadcast_shapes(x.shape, g.meta(n.operands[1].value).shape);  // throws if src does not fit
+  // broadcast_shapes throws when src does not broadcast at all; it must also not grow self.
   if (broadcast_shapes(x.shape, g.meta(n.operands[1].value).shape) != x.shape)
     throw std::invalid_argument("copy src of shape " +
                                 shape_str(g.meta(n.operands[1].value).shape) +

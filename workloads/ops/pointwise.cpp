@@ -6,11 +6,13 @@
 
 #include "workloads/ops/eigen_ref.hpp"
 #include "workloads/ops/promote.hpp"
+#include "workloads/ops/row_util.hpp"
 
 namespace replay {
 namespace {
 
 using ref::ArrayXd;
+using rows::broadcast_operands;
 
 // --- parsers -----------------------------------------------------------------------------------
 
@@ -75,17 +77,6 @@ void parse_div_mode(ArgReader& a, const Graph& g, Node& n) {  // div.Tensor_mode
 }
 
 // --- shape and dtype rules ---------------------------------------------------------------------
-
-Shape broadcast_operands(const Graph& g, const Node& n) {
-  Shape s;
-  bool any = false;
-  for (const auto& o : n.operands) {
-    if (!o.is_tensor()) continue;
-    s = any ? broadcast_shapes(s, g.meta(o.value).shape) : g.meta(o.value).shape;
-    any = true;
-  }
-  return s;
-}
 
 std::vector<OutSpec> infer_same(const Graph& g, const Node& n) {
   return {{g.meta(n.operands[0].value).shape, g.meta(n.operands[0].value).dtype}};

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "workloads/ops/eigen_ref.hpp"
+#include "workloads/ops/row_util.hpp"
 
 namespace replay {
 namespace {
@@ -49,12 +50,10 @@ int64_t rank_of(const Graph& g, const Node& n) {
   return static_cast<int64_t>(g.meta(n.operands[0].value).shape.size());
 }
 
-// A dim argument in [-ndim, ndim) (a 0-d tensor takes 0 and -1), normalized.
+// A dim argument of the node's input (rows::read_dim).
 int64_t read_dim(ArgReader& a, const Graph& g, const Node& n, size_t i, const char* kw,
                  std::optional<int64_t> dflt = std::nullopt) {
-  const int64_t nd = std::max<int64_t>(rank_of(g, n), 1);
-  int64_t d = dflt && !a.present(i, kw) ? *dflt : a.integer(i, kw, -nd, nd - 1);
-  return d < 0 ? d + nd : d;
+  return rows::read_dim(a, g, n.operands[0].value, i, kw, dflt);
 }
 
 // slice.Tensor(self, dim=0, start=None, end=None, step=1), bounds normalized as ATen does:
@@ -63,16 +62,7 @@ void parse_slice(ArgReader& a, const Graph& g, Node& n) {
   n.operands = {{a.tensor(0, "self")}};
   if (rank_of(g, n) == 0) a.fail("slice of a 0-d tensor");
   n.dim = read_dim(a, g, n, 1, "dim", 0);
-  const int64_t size = g.meta(n.operands[0].value).shape[n.dim];
-  auto bound = [&](size_t i, const char* kw, int64_t dflt) {
-    if (!a.present(i, kw)) return dflt;
-    int64_t v = a.integer(i, kw);
-    if (v < 0) v = v < -size ? 0 : v + size;
-    return std::min(v, size);
-  };
-  n.start = bound(2, "start", 0);
-  n.end = std::max(bound(3, "end", size), n.start);
-  n.step = a.present(4, "step") ? a.integer(4, "step", 1) : 1;
+  rows::read_slice_bounds(a, 2, g.meta(n.operands[0].value).shape[n.dim], n);
 }
 
 // select.int(self, dim, index): index in [-size, size).
