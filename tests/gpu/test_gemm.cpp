@@ -37,20 +37,7 @@ using nlohmann::json;
 
 namespace {
 
-json in(std::vector<int64_t> shape, const std::string& dtype, std::vector<int64_t> stride = {},
-        json stats = nullptr) {
-  json j = {{"shape", shape}, {"dtype", dtype}};
-  if (!stride.empty()) j["stride"] = stride;
-  if (!stats.is_null()) j["stats"] = stats;
-  return j;
-}
 const json kScaleStats = {{"mean", 1}, {"std", 0.3}, {"min", 0.5}, {"max", 2}};
-
-json refs(int n) {
-  json a = json::array();
-  for (int i = 0; i < n; ++i) a.push_back(test::ref("in" + std::to_string(i)));
-  return a;
-}
 
 struct Case {
   std::string name;
@@ -142,85 +129,96 @@ void expect_matches(const Case& c, uint64_t seed) {
 std::vector<Case> cases() {
   std::vector<Case> v;
   auto mm = [&](std::string name, json a, json b) {
-    v.push_back({name, "aten.mm.default", {{"inputs", {a, b}}, {"args", refs(2)}}});
+    v.push_back({name, "aten.mm.default", {{"inputs", {a, b}}, {"args", input_refs(2)}}});
   };
-  mm("mm_f32_7x13x5", in({7, 13}, "float32"), in({13, 5}, "float32"));
-  mm("mm_bf16_7x13x5", in({7, 13}, "bfloat16"), in({13, 5}, "bfloat16"));
-  mm("mm_f16_7x13x5_both_t", in({7, 13}, "float16", {1, 7}), in({13, 5}, "float16", {1, 13}));
-  mm("mm_f16_64x256x48_a_t", in({64, 256}, "float16", {1, 64}), in({256, 48}, "float16"));
-  mm("mm_bf16_128x1024x96_b_t", in({128, 1024}, "bfloat16"), in({1024, 96}, "bfloat16", {1, 1024}));
-  mm("mm_f32_33x65x17_both_t", in({33, 65}, "float32", {1, 33}), in({65, 17}, "float32", {1, 65}));
-  mm("mm_f32_256x2048x128", in({256, 2048}, "float32"), in({2048, 128}, "float32"));
-  mm("mm_f64_9x11x7", in({9, 11}, "float64"), in({11, 7}, "float64"));
-  mm("mm_bf16_gapped_a", in({12, 40}, "bfloat16", {80, 2}), in({40, 24}, "bfloat16"));
-  mm("mm_bf16_1x64x1", in({1, 64}, "bfloat16"), in({64, 1}, "bfloat16"));
-  mm("mm_bf16_padded_ld", in({16, 48}, "bfloat16", {64, 1}), in({48, 40}, "bfloat16", {1, 56}));
-  mm("mm_f32_k0", in({3, 0}, "float32"), in({0, 4}, "float32"));
+  mm("mm_f32_7x13x5", example_input({7, 13}, "float32"), example_input({13, 5}, "float32"));
+  mm("mm_bf16_7x13x5", example_input({7, 13}, "bfloat16"), example_input({13, 5}, "bfloat16"));
+  mm("mm_f16_7x13x5_both_t", example_input({7, 13}, "float16", {1, 7}),
+     example_input({13, 5}, "float16", {1, 13}));
+  mm("mm_f16_64x256x48_a_t", example_input({64, 256}, "float16", {1, 64}),
+     example_input({256, 48}, "float16"));
+  mm("mm_bf16_128x1024x96_b_t", example_input({128, 1024}, "bfloat16"),
+     example_input({1024, 96}, "bfloat16", {1, 1024}));
+  mm("mm_f32_33x65x17_both_t", example_input({33, 65}, "float32", {1, 33}),
+     example_input({65, 17}, "float32", {1, 65}));
+  mm("mm_f32_256x2048x128", example_input({256, 2048}, "float32"),
+     example_input({2048, 128}, "float32"));
+  mm("mm_f64_9x11x7", example_input({9, 11}, "float64"), example_input({11, 7}, "float64"));
+  mm("mm_bf16_gapped_a", example_input({12, 40}, "bfloat16", {80, 2}),
+     example_input({40, 24}, "bfloat16"));
+  mm("mm_bf16_1x64x1", example_input({1, 64}, "bfloat16"), example_input({64, 1}, "bfloat16"));
+  mm("mm_bf16_padded_ld", example_input({16, 48}, "bfloat16", {64, 1}),
+     example_input({48, 40}, "bfloat16", {1, 56}));
+  mm("mm_f32_k0", example_input({3, 0}, "float32"), example_input({0, 4}, "float32"));
 
   auto addmm = [&](std::string name, std::string op, json self, json a, json b, double beta,
                    double alpha) {
     v.push_back({name,
                  op,
                  {{"inputs", {self, a, b}},
-                  {"args", refs(3)},
+                  {"args", input_refs(3)},
                   {"kwargs", {{"beta", beta}, {"alpha", alpha}}}}});
   };
   const std::string am = "aten.addmm.default", bb = "aten.baddbmm.default";
-  addmm("addmm_bf16_linear_bias_epilogue", am, in({96}, "bfloat16"), in({64, 512}, "bfloat16"),
-        in({512, 96}, "bfloat16", {1, 512}), 1, 1);
-  addmm("addmm_f16_bias_epilogue_alpha", am, in({40}, "float16"), in({24, 128}, "float16"),
-        in({128, 40}, "float16", {1, 128}), 1, 0.5);
-  addmm("addmm_f32_bias_epilogue_odd", am, in({5}, "float32"), in({7, 13}, "float32"),
-        in({13, 5}, "float32"), 1, 1);
-  addmm("addmm_f32_col_bias_beta_alpha", am, in({33, 1}, "float32"), in({33, 65}, "float32"),
-        in({65, 17}, "float32"), 0.5, 2);
-  addmm("addmm_bf16_full_self_beta2", am, in({48, 80}, "bfloat16"), in({48, 256}, "bfloat16"),
-        in({256, 80}, "bfloat16"), 2, 1);
+  addmm("addmm_bf16_linear_bias_epilogue", am, example_input({96}, "bfloat16"),
+        example_input({64, 512}, "bfloat16"), example_input({512, 96}, "bfloat16", {1, 512}), 1, 1);
+  addmm("addmm_f16_bias_epilogue_alpha", am, example_input({40}, "float16"),
+        example_input({24, 128}, "float16"), example_input({128, 40}, "float16", {1, 128}), 1, 0.5);
+  addmm("addmm_f32_bias_epilogue_odd", am, example_input({5}, "float32"),
+        example_input({7, 13}, "float32"), example_input({13, 5}, "float32"), 1, 1);
+  addmm("addmm_f32_col_bias_beta_alpha", am, example_input({33, 1}, "float32"),
+        example_input({33, 65}, "float32"), example_input({65, 17}, "float32"), 0.5, 2);
+  addmm("addmm_bf16_full_self_beta2", am, example_input({48, 80}, "bfloat16"),
+        example_input({48, 256}, "bfloat16"), example_input({256, 80}, "bfloat16"), 2, 1);
   // A bfloat16/float16 C with beta == 1 goes through a float32 temporary (gemm.cu says why).
-  addmm("addmm_bf16_full_self_beta1", am, in({16, 24}, "bfloat16"), in({16, 64}, "bfloat16"),
-        in({64, 24}, "bfloat16"), 1, 1);
-  addmm("addmm_bf16_full_self_beta1_alpha2", am, in({16, 24}, "bfloat16"), in({16, 64}, "bfloat16"),
-        in({64, 24}, "bfloat16"), 1, 2);
-  addmm("addmm_bf16_full_self_beta_half", am, in({16, 24}, "bfloat16"), in({16, 64}, "bfloat16"),
-        in({64, 24}, "bfloat16"), 0.5, 1);
-  addmm("addmm_bf16_256x1024x256_full_self_beta1", am, in({256, 256}, "bfloat16"),
-        in({256, 1024}, "bfloat16"), in({1024, 256}, "bfloat16"), 1, 1);
-  addmm("addmm_f16_col_self_beta1", am, in({16, 1}, "float16"), in({16, 64}, "float16"),
-        in({64, 24}, "float16"), 1, 1);
-  addmm("addmm_bf16_row_self_1xN_epilogue", am, in({1, 40}, "bfloat16"), in({24, 128}, "bfloat16"),
-        in({128, 40}, "bfloat16"), 1, 1);
-  addmm("addmm_f32_beta0", am, in({17}, "float32"), in({9, 31}, "float32"), in({31, 17}, "float32"),
-        0, 1.5);
-  addmm("addmm_bf16_expanded_bias", am, in({24}, "bfloat16", {0}), in({16, 64}, "bfloat16"),
-        in({64, 24}, "bfloat16"), 1, 1);
-  addmm("addmm_f64_bias", am, in({7}, "float64"), in({5, 9}, "float64"), in({9, 7}, "float64"), 1,
-        1);
-  addmm("addmm_bf16_k0", am, in({4}, "bfloat16"), in({3, 0}, "bfloat16"), in({0, 4}, "bfloat16"), 2,
-        1);
+  addmm("addmm_bf16_full_self_beta1", am, example_input({16, 24}, "bfloat16"),
+        example_input({16, 64}, "bfloat16"), example_input({64, 24}, "bfloat16"), 1, 1);
+  addmm("addmm_bf16_full_self_beta1_alpha2", am, example_input({16, 24}, "bfloat16"),
+        example_input({16, 64}, "bfloat16"), example_input({64, 24}, "bfloat16"), 1, 2);
+  addmm("addmm_bf16_full_self_beta_half", am, example_input({16, 24}, "bfloat16"),
+        example_input({16, 64}, "bfloat16"), example_input({64, 24}, "bfloat16"), 0.5, 1);
+  addmm("addmm_bf16_256x1024x256_full_self_beta1", am, example_input({256, 256}, "bfloat16"),
+        example_input({256, 1024}, "bfloat16"), example_input({1024, 256}, "bfloat16"), 1, 1);
+  addmm("addmm_f16_col_self_beta1", am, example_input({16, 1}, "float16"),
+        example_input({16, 64}, "float16"), example_input({64, 24}, "float16"), 1, 1);
+  addmm("addmm_bf16_row_self_1xN_epilogue", am, example_input({1, 40}, "bfloat16"),
+        example_input({24, 128}, "bfloat16"), example_input({128, 40}, "bfloat16"), 1, 1);
+  addmm("addmm_f32_beta0", am, example_input({17}, "float32"), example_input({9, 31}, "float32"),
+        example_input({31, 17}, "float32"), 0, 1.5);
+  addmm("addmm_bf16_expanded_bias", am, example_input({24}, "bfloat16", {0}),
+        example_input({16, 64}, "bfloat16"), example_input({64, 24}, "bfloat16"), 1, 1);
+  addmm("addmm_f64_bias", am, example_input({7}, "float64"), example_input({5, 9}, "float64"),
+        example_input({9, 7}, "float64"), 1, 1);
+  addmm("addmm_bf16_k0", am, example_input({4}, "bfloat16"), example_input({3, 0}, "bfloat16"),
+        example_input({0, 4}, "bfloat16"), 2, 1);
 
   auto bmm = [&](std::string name, json a, json b) {
-    v.push_back({name, "aten.bmm.default", {{"inputs", {a, b}}, {"args", refs(2)}}});
+    v.push_back({name, "aten.bmm.default", {{"inputs", {a, b}}, {"args", input_refs(2)}}});
   };
-  bmm("bmm_f32_3x7x13x5", in({3, 7, 13}, "float32"), in({3, 13, 5}, "float32"));
-  bmm("bmm_bf16_b_t", in({4, 64, 128}, "bfloat16"), in({4, 128, 32}, "bfloat16", {4096, 1, 128}));
-  bmm("bmm_f16_a_batch_broadcast", in({3, 20, 48}, "float16", {0, 48, 1}),
-      in({3, 48, 24}, "float16"));
-  bmm("bmm_bf16_b_batch_broadcast", in({5, 7, 13}, "bfloat16"),
-      in({5, 13, 5}, "bfloat16", {0, 5, 1}));
-  bmm("bmm_f32_permuted_batch", in({2, 16, 32}, "float32", {32, 64, 1}), in({2, 32, 8}, "float32"));
+  bmm("bmm_f32_3x7x13x5", example_input({3, 7, 13}, "float32"),
+      example_input({3, 13, 5}, "float32"));
+  bmm("bmm_bf16_b_t", example_input({4, 64, 128}, "bfloat16"),
+      example_input({4, 128, 32}, "bfloat16", {4096, 1, 128}));
+  bmm("bmm_f16_a_batch_broadcast", example_input({3, 20, 48}, "float16", {0, 48, 1}),
+      example_input({3, 48, 24}, "float16"));
+  bmm("bmm_bf16_b_batch_broadcast", example_input({5, 7, 13}, "bfloat16"),
+      example_input({5, 13, 5}, "bfloat16", {0, 5, 1}));
+  bmm("bmm_f32_permuted_batch", example_input({2, 16, 32}, "float32", {32, 64, 1}),
+      example_input({2, 32, 8}, "float32"));
 
-  addmm("baddbmm_f32_broadcast_self", bb, in({7, 5}, "float32"), in({2, 7, 13}, "float32"),
-        in({2, 13, 5}, "float32"), 0.5, 2);
-  addmm("baddbmm_bf16_full_self", bb, in({3, 32, 40}, "bfloat16"), in({3, 32, 64}, "bfloat16"),
-        in({3, 64, 40}, "bfloat16"), 1, 1);
-  addmm("baddbmm_f16_bias_vector", bb, in({48}, "float16"), in({2, 64, 96}, "float16"),
-        in({2, 96, 48}, "float16", {4608, 1, 96}), 1, 1);
-  addmm("baddbmm_bf16_per_batch_bias_epilogue", bb, in({3, 1, 40}, "bfloat16"),
-        in({3, 24, 64}, "bfloat16"), in({3, 64, 40}, "bfloat16"), 1, 0.5);
-  addmm("baddbmm_f16_self_beta2", bb, in({2, 16, 24}, "float16"), in({2, 16, 96}, "float16"),
-        in({2, 96, 24}, "float16"), 2, 1);
-  addmm("baddbmm_f32_beta0", bb, in({4, 1, 6}, "float32"), in({4, 5, 3}, "float32"),
-        in({4, 3, 6}, "float32"), 0, -1);
+  addmm("baddbmm_f32_broadcast_self", bb, example_input({7, 5}, "float32"),
+        example_input({2, 7, 13}, "float32"), example_input({2, 13, 5}, "float32"), 0.5, 2);
+  addmm("baddbmm_bf16_full_self", bb, example_input({3, 32, 40}, "bfloat16"),
+        example_input({3, 32, 64}, "bfloat16"), example_input({3, 64, 40}, "bfloat16"), 1, 1);
+  addmm("baddbmm_f16_bias_vector", bb, example_input({48}, "float16"),
+        example_input({2, 64, 96}, "float16"), example_input({2, 96, 48}, "float16", {4608, 1, 96}),
+        1, 1);
+  addmm("baddbmm_bf16_per_batch_bias_epilogue", bb, example_input({3, 1, 40}, "bfloat16"),
+        example_input({3, 24, 64}, "bfloat16"), example_input({3, 64, 40}, "bfloat16"), 1, 0.5);
+  addmm("baddbmm_f16_self_beta2", bb, example_input({2, 16, 24}, "float16"),
+        example_input({2, 16, 96}, "float16"), example_input({2, 96, 24}, "float16"), 2, 1);
+  addmm("baddbmm_f32_beta0", bb, example_input({4, 1, 6}, "float32"),
+        example_input({4, 5, 3}, "float32"), example_input({4, 3, 6}, "float32"), 0, -1);
 
   // _scaled_mm(self, mat2, scale_a, scale_b, bias=, out_dtype=, use_fast_accum=).
   auto scaled = [&](std::string name, int64_t M, int64_t K, int64_t N, bool rowwise,
@@ -228,20 +226,20 @@ std::vector<Case> cases() {
                     std::string a_dt = "float8_e4m3fn", std::string b_dt = "float8_e4m3fn",
                     bool self_col = false) {
     std::vector<json> ins = {
-        in({M, K}, a_dt, self_col ? std::vector<int64_t>{1, M} : std::vector<int64_t>{}),
-        in({K, N}, b_dt, mat2_col ? std::vector<int64_t>{1, K} : std::vector<int64_t>{}),
-        in(rowwise ? std::vector<int64_t>{M, 1} : std::vector<int64_t>{}, "float32", {},
-           kScaleStats),
-        in(rowwise ? std::vector<int64_t>{1, N} : std::vector<int64_t>{}, "float32", {},
-           kScaleStats)};
+        example_input({M, K}, a_dt, self_col ? std::vector<int64_t>{1, M} : std::vector<int64_t>{}),
+        example_input({K, N}, b_dt, mat2_col ? std::vector<int64_t>{1, K} : std::vector<int64_t>{}),
+        example_input(rowwise ? std::vector<int64_t>{M, 1} : std::vector<int64_t>{}, "float32", {},
+                      kScaleStats),
+        example_input(rowwise ? std::vector<int64_t>{1, N} : std::vector<int64_t>{}, "float32", {},
+                      kScaleStats)};
     json kwargs = {{"out_dtype", {{"dtype", out}}}, {"use_fast_accum", fast}};
     if (!bias.empty()) {
-      ins.push_back(in({N}, bias));
+      ins.push_back(example_input({N}, bias));
       kwargs["bias"] = test::ref("in4");
     }
     v.push_back({name,
                  "aten._scaled_mm.default",
-                 {{"inputs", ins}, {"args", refs(4)}, {"kwargs", kwargs}}});
+                 {{"inputs", ins}, {"args", input_refs(4)}, {"kwargs", kwargs}}});
   };
   scaled("scaled_tensorwise_bf16", 32, 64, 48, false, "", "bfloat16");
   scaled("scaled_tensorwise_bias_bf16", 40, 128, 64, false, "bfloat16", "bfloat16");
@@ -283,17 +281,18 @@ TEST(GemmMutation, SwappedRowwiseScalesAreCaught) {
   REQUIRE_GPU();
   for (const std::string bias : {"", "bfloat16"}) {
     const int64_t M = 48, K = 128, N = 32;
-    std::vector<json> ins = {in({M, K}, "float8_e4m3fn"), in({K, N}, "float8_e4m3fn", {1, K}),
-                             in({M, 1}, "float32", {}, kScaleStats),
-                             in({1, N}, "float32", {}, kScaleStats)};
+    std::vector<json> ins = {example_input({M, K}, "float8_e4m3fn"),
+                             example_input({K, N}, "float8_e4m3fn", {1, K}),
+                             example_input({M, 1}, "float32", {}, kScaleStats),
+                             example_input({1, N}, "float32", {}, kScaleStats)};
     json kwargs = {{"out_dtype", {{"dtype", "bfloat16"}}}};
     if (!bias.empty()) {
-      ins.push_back(in({N}, bias));
+      ins.push_back(example_input({N}, bias));
       kwargs["bias"] = test::ref("in4");
     }
     Case c{"swapped",
            "aten._scaled_mm.default",
-           {{"inputs", ins}, {"args", refs(4)}, {"kwargs", kwargs}}};
+           {{"inputs", ins}, {"args", input_refs(4)}, {"kwargs", kwargs}}};
     DeviceNode d(c, 7);
     const HostTensor target = d.reference();
     HostTensor good = d.run(lower_gemm(d.node(), d.in, {d.out}));
@@ -325,18 +324,21 @@ TEST(GemmMutation, SwappedRowwiseScalesAreCaught) {
 // cache: no new heuristic query), give the same bits; a cached launch enqueues in a few µs.
 TEST(GemmCache, SecondCallsGiveIdenticalBits) {
   REQUIRE_GPU();
-  for (const Case& c :
-       {Case{"bf16",
-             "aten.mm.default",
-             {{"inputs", {in({256, 512}, "bfloat16"), in({512, 384}, "bfloat16", {1, 512})}},
-              {"args", refs(2)}}},
-        Case{"rowwise",
-             "aten._scaled_mm.default",
-             {{"inputs",
-               {in({64, 256}, "float8_e4m3fn"), in({256, 128}, "float8_e4m3fn", {1, 256}),
-                in({64, 1}, "float32", {}, kScaleStats), in({1, 128}, "float32", {}, kScaleStats)}},
-              {"args", refs(4)},
-              {"kwargs", {{"out_dtype", {{"dtype", "bfloat16"}}}}}}}}) {
+  for (const Case& c : {Case{"bf16",
+                             "aten.mm.default",
+                             {{"inputs",
+                               {example_input({256, 512}, "bfloat16"),
+                                example_input({512, 384}, "bfloat16", {1, 512})}},
+                              {"args", input_refs(2)}}},
+                        Case{"rowwise",
+                             "aten._scaled_mm.default",
+                             {{"inputs",
+                               {example_input({64, 256}, "float8_e4m3fn"),
+                                example_input({256, 128}, "float8_e4m3fn", {1, 256}),
+                                example_input({64, 1}, "float32", {}, kScaleStats),
+                                example_input({1, 128}, "float32", {}, kScaleStats)}},
+                              {"args", input_refs(4)},
+                              {"kwargs", {{"out_dtype", {{"dtype", "bfloat16"}}}}}}}}) {
     DeviceNode d(c, 3);
     EagerLaunch first = lower_gemm(d.node(), d.in, {d.out});
     d.run(first);
@@ -383,9 +385,11 @@ TEST(GemmCache, ReportsTheRowwisePath) {
   Case c{"rowwise",
          "aten._scaled_mm.default",
          {{"inputs",
-           {in({128, 256}, "float8_e4m3fn"), in({256, 64}, "float8_e4m3fn", {1, 256}),
-            in({128, 1}, "float32", {}, kScaleStats), in({1, 64}, "float32", {}, kScaleStats)}},
-          {"args", refs(4)},
+           {example_input({128, 256}, "float8_e4m3fn"),
+            example_input({256, 64}, "float8_e4m3fn", {1, 256}),
+            example_input({128, 1}, "float32", {}, kScaleStats),
+            example_input({1, 64}, "float32", {}, kScaleStats)}},
+          {"args", input_refs(4)},
           {"kwargs", {{"out_dtype", {{"dtype", "bfloat16"}}}}}}};
   DeviceNode d(c, 11);
   const int64_t before = gemm_counters().scaled_fallbacks;

@@ -24,21 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-// One example input: shape, dtype, optional strides and value statistics.
-json in(std::vector<int64_t> shape, const std::string& dtype, std::vector<int64_t> stride = {},
-        json stats = nullptr) {
-  json j = {{"shape", shape}, {"dtype", dtype}};
-  if (!stride.empty()) j["stride"] = stride;
-  if (!stats.is_null()) j["stats"] = stats;
-  return j;
-}
 const json kPositive = {{"mean", 1}, {"std", 0.25}, {"min", 0.25}, {"max", 2}};
-
-json refs(int n) {
-  json a = json::array();
-  for (int i = 0; i < n; ++i) a.push_back(test::ref("in" + std::to_string(i)));
-  return a;
-}
 
 struct Evaluated {
   Graph g;
@@ -161,11 +147,12 @@ TEST(MatmulReference, MmMatchesNaiveLoop) {
                      C{9, 16, 11, "float32", true, true}, C{7, 13, 5, "bfloat16", false, true},
                      C{4, 33, 6, "float16", true, false}, C{3, 5, 2, "float64", false, false}}) {
     for (uint64_t seed : {1u, 2u}) {
-      json ex = {
-          {"inputs",
-           {in({c.M, c.K}, c.dt, c.a_t ? std::vector<int64_t>{1, c.M} : std::vector<int64_t>{}),
-            in({c.K, c.N}, c.dt, c.b_t ? std::vector<int64_t>{1, c.K} : std::vector<int64_t>{})}},
-          {"args", refs(2)}};
+      json ex = {{"inputs",
+                  {example_input({c.M, c.K}, c.dt,
+                                 c.a_t ? std::vector<int64_t>{1, c.M} : std::vector<int64_t>{}),
+                   example_input({c.K, c.N}, c.dt,
+                                 c.b_t ? std::vector<int64_t>{1, c.K} : std::vector<int64_t>{})}},
+                 {"args", input_refs(2)}};
       Evaluated e = evaluate("aten.mm.default", ex, seed);
       ASSERT_EQ(e.out.meta.shape, (std::vector<int64_t>{c.M, c.N}));
       EXPECT_EQ(e.out.meta.dtype, *parse_dtype(c.dt));
@@ -178,15 +165,18 @@ TEST(MatmulReference, MmMatchesNaiveLoop) {
 TEST(MatmulReference, EmptyInnerDimGivesZerosOrBetaSelf) {
   Evaluated e =
       evaluate("aten.mm.default",
-               {{"inputs", {in({3, 0}, "float32"), in({0, 4}, "float32")}}, {"args", refs(2)}}, 1);
+               {{"inputs", {example_input({3, 0}, "float32"), example_input({0, 4}, "float32")}},
+                {"args", input_refs(2)}},
+               1);
   ASSERT_EQ(e.out.data.size(), 12u);
   for (double v : e.out.data) EXPECT_EQ(v, 0.0);
-  Evaluated f =
-      evaluate("aten.addmm.default",
-               {{"inputs", {in({4}, "float32"), in({3, 0}, "float32"), in({0, 4}, "float32")}},
-                {"args", refs(3)},
-                {"kwargs", {{"beta", 2}}}},
-               1);
+  Evaluated f = evaluate("aten.addmm.default",
+                         {{"inputs",
+                           {example_input({4}, "float32"), example_input({3, 0}, "float32"),
+                            example_input({0, 4}, "float32")}},
+                          {"args", input_refs(3)},
+                          {"kwargs", {{"beta", 2}}}},
+                         1);
   for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(f.out.data[i], 2 * f.in[0].data[i % 4]);
 }
 
@@ -200,8 +190,10 @@ TEST(MatmulReference, AddmmBroadcastSelfAlphaBeta) {
   for (const C& c :
        {C{{N}, 1, 1, "float32"}, C{{M, 1}, 0.5, 2, "float32"}, C{{1, N}, -1, 0.25, "float32"},
         C{{}, 3, 1, "float32"}, C{{M, N}, 0.5, 2, "bfloat16"}, C{{N}, 1, -0.5, "float16"}}) {
-    json ex = {{"inputs", {in(c.self, c.dt), in({M, K}, c.dt), in({K, N}, c.dt, {1, K})}},
-               {"args", refs(3)},
+    json ex = {{"inputs",
+                {example_input(c.self, c.dt), example_input({M, K}, c.dt),
+                 example_input({K, N}, c.dt, {1, K})}},
+               {"args", input_refs(3)},
                {"kwargs", {{"beta", c.beta}, {"alpha", c.alpha}}}};
     Evaluated e = evaluate("aten.addmm.default", ex, 3);
     auto prod = naive(e.in[1], e.in[2], 1, M, K, N);
@@ -240,9 +232,10 @@ TEST(MatmulReference, AddmmBetaZeroIgnoresSelfNaN) {
 TEST(MatmulReference, BmmAndBaddbmmMatchNaiveLoop) {
   const int64_t B = 3, M = 5, K = 7, N = 4;
   // bmm with a batch-broadcast first operand (batch stride 0) and a transposed second one.
-  json ex = {
-      {"inputs", {in({B, M, K}, "float32", {0, K, 1}), in({B, K, N}, "float32", {K * N, 1, K})}},
-      {"args", refs(2)}};
+  json ex = {{"inputs",
+              {example_input({B, M, K}, "float32", {0, K, 1}),
+               example_input({B, K, N}, "float32", {K * N, 1, K})}},
+             {"args", input_refs(2)}};
   Evaluated e = evaluate("aten.bmm.default", ex, 4);
   ASSERT_EQ(e.out.meta.shape, (std::vector<int64_t>{B, M, N}));
   for (int64_t i = 1; i < B; ++i)  // the broadcast operand's matrices are one matrix
@@ -252,10 +245,11 @@ TEST(MatmulReference, BmmAndBaddbmmMatchNaiveLoop) {
 
   for (const std::vector<int64_t>& self :
        std::vector<std::vector<int64_t>>{{M, N}, {B, 1, N}, {B, M, N}, {1}}) {
-    json bx = {
-        {"inputs", {in(self, "float32"), in({B, M, K}, "float32"), in({B, K, N}, "float32")}},
-        {"args", refs(3)},
-        {"kwargs", {{"beta", 0.5}, {"alpha", -2}}}};
+    json bx = {{"inputs",
+                {example_input(self, "float32"), example_input({B, M, K}, "float32"),
+                 example_input({B, K, N}, "float32")}},
+               {"args", input_refs(3)},
+               {"kwargs", {{"beta", 0.5}, {"alpha", -2}}}};
     Evaluated f = evaluate("aten.baddbmm.default", bx, 5);
     auto want = naive(f.in[1], f.in[2], B, M, K, N);
     auto scale = abs_scale(f.in[1], f.in[2], B, M, K, N);
@@ -278,18 +272,19 @@ TEST(MatmulReference, ScaledMmTensorwiseAndRowwise) {
        {C{false, "", "bfloat16", "float8_e4m3fn"}, C{false, "bfloat16", "float32", "float8_e5m2"},
         C{true, "", "float32", "float8_e4m3fn"}, C{true, "bfloat16", "bfloat16", "float8_e4m3fn"},
         C{true, "float32", "float16", "float8_e4m3fn"}}) {
-    std::vector<json> inputs = {in({M, K}, "float8_e4m3fn"), in({K, N}, c.b_dt, {1, K}),
-                                in(c.rowwise ? std::vector<int64_t>{M, 1} : std::vector<int64_t>{},
-                                   "float32", {}, kPositive),
-                                in(c.rowwise ? std::vector<int64_t>{1, N} : std::vector<int64_t>{1},
-                                   "float32", {}, kPositive)};
+    std::vector<json> inputs = {
+        example_input({M, K}, "float8_e4m3fn"), example_input({K, N}, c.b_dt, {1, K}),
+        example_input(c.rowwise ? std::vector<int64_t>{M, 1} : std::vector<int64_t>{}, "float32",
+                      {}, kPositive),
+        example_input(c.rowwise ? std::vector<int64_t>{1, N} : std::vector<int64_t>{1}, "float32",
+                      {}, kPositive)};
     json kwargs = {{"out_dtype", {{"dtype", c.out}}}};
     if (!c.bias.empty()) {
-      inputs.push_back(in({N}, c.bias));
+      inputs.push_back(example_input({N}, c.bias));
       kwargs["bias"] = test::ref("in4");
     }
     Evaluated e = evaluate("aten._scaled_mm.default",
-                           {{"inputs", inputs}, {"args", refs(4)}, {"kwargs", kwargs}}, 6);
+                           {{"inputs", inputs}, {"args", input_refs(4)}, {"kwargs", kwargs}}, 6);
     EXPECT_EQ(e.out.meta.dtype, *parse_dtype(c.out));
     auto want = naive(e.in[0], e.in[1], 1, M, K, N);
     auto scale = abs_scale(e.in[0], e.in[1], 1, M, K, N);
@@ -313,8 +308,9 @@ TEST(MatmulReference, ScaledMmTensorwiseAndRowwise) {
 TEST(MatmulParse, PositionalAndKeywordForms) {
   // addmm's beta and alpha by keyword or by position.
   json kw = trace_with("aten.addmm.default",
-                       {in({4}, "float32"), in({3, 2}, "float32"), in({2, 4}, "float32")}, refs(3),
-                       {{"beta", 0.5}, {"alpha", 3}}, tensor({3, 4}, "float32"));
+                       {example_input({4}, "float32"), example_input({3, 2}, "float32"),
+                        example_input({2, 4}, "float32")},
+                       input_refs(3), {{"beta", 0.5}, {"alpha", 3}}, tensor({3, 4}, "float32"));
   Graph g = parse_trace(kw, "<kw>");
   EXPECT_EQ(g.nodes[0].beta, 0.5);
   EXPECT_EQ(g.nodes[0].alpha, 3);
@@ -326,8 +322,9 @@ TEST(MatmulParse, PositionalAndKeywordForms) {
   EXPECT_EQ(h.nodes[0].alpha, 3);
 
   // _scaled_mm fully positional: bias None, scale_result None, out_dtype, use_fast_accum.
-  std::vector<json> f8 = {in({4, 16}, "float8_e4m3fn"), in({16, 32}, "float8_e4m3fn", {1, 16}),
-                          in({}, "float32"), in({}, "float32")};
+  std::vector<json> f8 = {example_input({4, 16}, "float8_e4m3fn"),
+                          example_input({16, 32}, "float8_e4m3fn", {1, 16}),
+                          example_input({}, "float32"), example_input({}, "float32")};
   json s = trace_with("aten._scaled_mm.default", f8,
                       {test::ref("in0"),
                        test::ref("in1"),
@@ -346,7 +343,7 @@ TEST(MatmulParse, PositionalAndKeywordForms) {
   EXPECT_EQ(n.dtype, DType::kBFloat16);
   EXPECT_TRUE(n.flag);
   // Keyword form, out_dtype absent: the output has self's dtype.
-  json k = trace_with("aten._scaled_mm.default", f8, refs(4), {{"use_fast_accum", false}},
+  json k = trace_with("aten._scaled_mm.default", f8, input_refs(4), {{"use_fast_accum", false}},
                       tensor({4, 32}, "float8_e4m3fn"));
   Graph kg = parse_trace(k, "<scaled kw>");
   EXPECT_EQ(kg.nodes[0].dtype, DType::kFloat8E4M3);
@@ -359,55 +356,69 @@ TEST(MatmulParse, PositionalAndKeywordForms) {
 
 TEST(MatmulShapeRule, Errors) {
   // Inner dims.
-  expect_rule_error("aten.mm.default",
-                    {{"inputs", {in({3, 4}, "float32"), in({5, 6}, "float32")}}, {"args", refs(2)}},
-                    "cannot be multiplied (inner dims 4 != 5)");
+  expect_rule_error(
+      "aten.mm.default",
+      {{"inputs", {example_input({3, 4}, "float32"), example_input({5, 6}, "float32")}},
+       {"args", input_refs(2)}},
+      "cannot be multiplied (inner dims 4 != 5)");
   expect_rule_error(
       "aten.bmm.default",
-      {{"inputs", {in({2, 3, 4}, "float32"), in({2, 5, 6}, "float32")}}, {"args", refs(2)}},
+      {{"inputs", {example_input({2, 3, 4}, "float32"), example_input({2, 5, 6}, "float32")}},
+       {"args", input_refs(2)}},
       "inner dims 4 != 5");
   // Ranks.
   expect_rule_error(
       "aten.mm.default",
-      {{"inputs", {in({2, 3, 4}, "float32"), in({4, 5}, "float32")}}, {"args", refs(2)}},
+      {{"inputs", {example_input({2, 3, 4}, "float32"), example_input({4, 5}, "float32")}},
+       {"args", input_refs(2)}},
       "expected self to be 2-D");
-  expect_rule_error("aten.bmm.default",
-                    {{"inputs", {in({3, 4}, "float32"), in({4, 5}, "float32")}}, {"args", refs(2)}},
-                    "expected self to be 3-D");
   expect_rule_error(
       "aten.bmm.default",
-      {{"inputs", {in({2, 3, 4}, "float32"), in({3, 4, 5}, "float32")}}, {"args", refs(2)}},
+      {{"inputs", {example_input({3, 4}, "float32"), example_input({4, 5}, "float32")}},
+       {"args", input_refs(2)}},
+      "expected self to be 3-D");
+  expect_rule_error(
+      "aten.bmm.default",
+      {{"inputs", {example_input({2, 3, 4}, "float32"), example_input({3, 4, 5}, "float32")}},
+       {"args", input_refs(2)}},
       "same number of matrices");
   // Dtypes.
   expect_rule_error(
       "aten.mm.default",
-      {{"inputs", {in({3, 4}, "bfloat16"), in({4, 5}, "float32")}}, {"args", refs(2)}},
+      {{"inputs", {example_input({3, 4}, "bfloat16"), example_input({4, 5}, "float32")}},
+       {"args", input_refs(2)}},
       "same dtype");
-  expect_rule_error(
-      "aten.addmm.default",
-      {{"inputs", {in({5}, "float32"), in({3, 4}, "bfloat16"), in({4, 5}, "bfloat16")}},
-       {"args", refs(3)}},
-      "same dtype");
+  expect_rule_error("aten.addmm.default",
+                    {{"inputs",
+                      {example_input({5}, "float32"), example_input({3, 4}, "bfloat16"),
+                       example_input({4, 5}, "bfloat16")}},
+                     {"args", input_refs(3)}},
+                    "same dtype");
   expect_rule_error("aten.mm.default",
-                    {{"inputs", {in({3, 4}, "int64"), in({4, 5}, "int64")}}, {"args", refs(2)}},
+                    {{"inputs", {example_input({3, 4}, "int64"), example_input({4, 5}, "int64")}},
+                     {"args", input_refs(2)}},
                     "matmuls of int64 tensors are not supported");
   // addmm self not broadcastable to [M, N].
   expect_rule_error("aten.addmm.default",
-                    {{"inputs", {in({3}, "float32"), in({3, 4}, "float32"), in({4, 5}, "float32")}},
-                     {"args", refs(3)}},
+                    {{"inputs",
+                      {example_input({3}, "float32"), example_input({3, 4}, "float32"),
+                       example_input({4, 5}, "float32")}},
+                     {"args", input_refs(3)}},
                     "expected self to broadcast to the product's shape [3, 5]");
-  expect_rule_error(
-      "aten.addmm.default",
-      {{"inputs", {in({2, 3, 5}, "float32"), in({3, 4}, "float32"), in({4, 5}, "float32")}},
-       {"args", refs(3)}},
-      "expected self to broadcast");
+  expect_rule_error("aten.addmm.default",
+                    {{"inputs",
+                      {example_input({2, 3, 5}, "float32"), example_input({3, 4}, "float32"),
+                       example_input({4, 5}, "float32")}},
+                     {"args", input_refs(3)}},
+                    "expected self to broadcast");
   // _scaled_mm: K and N multiples of 16, float8 operands, scale shapes, bias.
   auto scaled = [](std::vector<int64_t> a, std::vector<int64_t> b, std::vector<int64_t> sa,
                    std::vector<int64_t> sb, std::string adt = "float8_e4m3fn") {
-    return json{
-        {"inputs", {in(a, adt), in(b, "float8_e4m3fn"), in(sa, "float32"), in(sb, "float32")}},
-        {"args", refs(4)},
-        {"kwargs", {{"out_dtype", {{"dtype", "bfloat16"}}}}}};
+    return json{{"inputs",
+                 {example_input(a, adt), example_input(b, "float8_e4m3fn"),
+                  example_input(sa, "float32"), example_input(sb, "float32")}},
+                {"args", input_refs(4)},
+                {"kwargs", {{"out_dtype", {{"dtype", "bfloat16"}}}}}};
   };
   expect_rule_error("aten._scaled_mm.default", scaled({8, 24}, {24, 16}, {}, {}),
                     "K and N must be multiples of 16");
@@ -420,48 +431,57 @@ TEST(MatmulShapeRule, Errors) {
   expect_rule_error("aten._scaled_mm.default", scaled({8, 32}, {32, 16}, {8, 1}, {}),
                     "expected tensorwise scales");
   json bad_bias = scaled({8, 32}, {32, 16}, {}, {});
-  bad_bias["inputs"].push_back(in({8}, "bfloat16"));
+  bad_bias["inputs"].push_back(example_input({8}, "bfloat16"));
   bad_bias["kwargs"]["bias"] = test::ref("in4");
   expect_rule_error("aten._scaled_mm.default", bad_bias, "expected bias to be");
 }
 
 TEST(MatmulShapeRule, ErrorsFromATraceAreTraceErrors) {
-  expect_trace_error(trace_with("aten.mm.default", {in({3, 4}, "float32"), in({5, 6}, "float32")},
-                                refs(2), json::object(), tensor({3, 6}, "float32")),
-                     "inner dims 4 != 5");
-  expect_trace_error(trace_with("aten.mm.default", {in({3, 4}, "bfloat16"), in({4, 6}, "float16")},
-                                refs(2), json::object(), tensor({3, 6}, "bfloat16")),
-                     "same dtype");
-  expect_trace_error(trace_with("aten.bmm.default", {in({3, 4}, "float32"), in({4, 6}, "float32")},
-                                refs(2), json::object(), tensor({3, 6}, "float32")),
-                     "3-D");
-  expect_trace_error(trace_with("aten.mm.default", {in({3, 4}, "float32"), in({4, 6}, "float32")},
-                                refs(2), json::object(), tensor({3, 7}, "float32")),
-                     "recorded output shape [3, 7]");
-  const std::vector<json> f8 = {in({8, 24}, "float8_e4m3fn"),
-                                in({24, 16}, "float8_e4m3fn", {1, 24}), in({}, "float32"),
-                                in({}, "float32")};
   expect_trace_error(
-      trace_with("aten._scaled_mm.default", f8, refs(4), {{"out_dtype", {{"dtype", "bfloat16"}}}},
-                 tensor({8, 16}, "bfloat16")),
+      trace_with("aten.mm.default",
+                 {example_input({3, 4}, "float32"), example_input({5, 6}, "float32")},
+                 input_refs(2), json::object(), tensor({3, 6}, "float32")),
+      "inner dims 4 != 5");
+  expect_trace_error(
+      trace_with("aten.mm.default",
+                 {example_input({3, 4}, "bfloat16"), example_input({4, 6}, "float16")},
+                 input_refs(2), json::object(), tensor({3, 6}, "bfloat16")),
+      "same dtype");
+  expect_trace_error(
+      trace_with("aten.bmm.default",
+                 {example_input({3, 4}, "float32"), example_input({4, 6}, "float32")},
+                 input_refs(2), json::object(), tensor({3, 6}, "float32")),
+      "3-D");
+  expect_trace_error(
+      trace_with("aten.mm.default",
+                 {example_input({3, 4}, "float32"), example_input({4, 6}, "float32")},
+                 input_refs(2), json::object(), tensor({3, 7}, "float32")),
+      "recorded output shape [3, 7]");
+  const std::vector<json> f8 = {example_input({8, 24}, "float8_e4m3fn"),
+                                example_input({24, 16}, "float8_e4m3fn", {1, 24}),
+                                example_input({}, "float32"), example_input({}, "float32")};
+  expect_trace_error(
+      trace_with("aten._scaled_mm.default", f8, input_refs(4),
+                 {{"out_dtype", {{"dtype", "bfloat16"}}}}, tensor({8, 16}, "bfloat16")),
       "multiples of 16");
   // e5m2 x e5m2 and a scale_result are refused by the parser.
-  const std::vector<json> e5 = {in({8, 32}, "float8_e5m2"), in({32, 16}, "float8_e5m2", {1, 32}),
-                                in({}, "float32"), in({}, "float32")};
+  const std::vector<json> e5 = {example_input({8, 32}, "float8_e5m2"),
+                                example_input({32, 16}, "float8_e5m2", {1, 32}),
+                                example_input({}, "float32"), example_input({}, "float32")};
   expect_trace_error(
-      trace_with("aten._scaled_mm.default", e5, refs(4), {{"out_dtype", {{"dtype", "bfloat16"}}}},
-                 tensor({8, 16}, "bfloat16")),
+      trace_with("aten._scaled_mm.default", e5, input_refs(4),
+                 {{"out_dtype", {{"dtype", "bfloat16"}}}}, tensor({8, 16}, "bfloat16")),
       "two float8_e5m2 matrices");
   std::vector<json> sr = e5;
   sr[0]["dtype"] = "float8_e4m3fn";
-  sr.push_back(in({}, "float32"));
+  sr.push_back(example_input({}, "float32"));
   expect_trace_error(
-      trace_with("aten._scaled_mm.default", sr, refs(4),
+      trace_with("aten._scaled_mm.default", sr, input_refs(4),
                  {{"scale_result", test::ref("in4")}, {"out_dtype", {{"dtype", "bfloat16"}}}},
                  tensor({8, 16}, "bfloat16")),
       "scale_result");
   // A non-tensor where an optional tensor goes.
-  expect_trace_error(trace_with("aten._scaled_mm.default", sr, refs(4), {{"bias", 3}},
+  expect_trace_error(trace_with("aten._scaled_mm.default", sr, input_refs(4), {{"bias", 3}},
                                 tensor({8, 16}, "float8_e4m3fn")),
                      "expected a tensor reference");
 }

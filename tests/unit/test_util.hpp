@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -43,6 +44,23 @@ inline std::string test_name(std::string s) {
 
 inline nlohmann::json ref(const std::string& v) {
   return {{"ref", v}};
+}
+
+/// One example input of example_trace: shape, dtype, optional strides and value statistics.
+inline nlohmann::json example_input(std::vector<int64_t> shape, const std::string& dtype,
+                                    std::vector<int64_t> stride = {},
+                                    nlohmann::json stats = nullptr) {
+  nlohmann::json j = {{"shape", shape}, {"dtype", dtype}};
+  if (!stride.empty()) j["stride"] = stride;
+  if (!stats.is_null()) j["stats"] = stats;
+  return j;
+}
+
+/// [{"ref": "in0"}, ..., {"ref": "in<n-1>"}]: the example inputs as operands.
+inline nlohmann::json input_refs(int n) {
+  nlohmann::json a = nlohmann::json::array();
+  for (int i = 0; i < n; ++i) a.push_back(test::ref("in" + std::to_string(i)));
+  return a;
 }
 
 /// A trace of one op node "y" from an op row's example (workloads/ops/op.hpp: inputs in0, in1,
