@@ -108,7 +108,8 @@ artifacts="$build/fuzz-artifacts"
 rm -rf "$corpus"
 mkdir -p "$corpus" "$artifacts"
 seeds=(traces/*.json)
-while IFS= read -r f; do seeds+=("$f"); done < <(find tests/data -name '*.json' | LC_ALL=C sort)
+# (tests/data/opcorpus holds op-corpus files, not traces: the loader never reads them as such)
+while IFS= read -r f; do seeds+=("$f"); done < <(find tests/data -name '*.json' -not -path '*/opcorpus/*' | LC_ALL=C sort)
 for f in "${seeds[@]}"; do
   cp "$f" "$corpus/$(printf '%s' "${f%.json}" | tr / _).json"  # tests/data/bad/x.json and others
 done
@@ -117,7 +118,7 @@ if command -v jq >/dev/null 2>&1; then
     small="$corpus/small_$(printf '%s' "${f%.json}" | tr / _)"
     jq -c "$shrink" "$f" >"$small.json" 2>/dev/null || { rm -f "$small.json"; continue; }
     i=0
-    jq -c "$variants" "$small.json" 2>/dev/null | while IFS= read -r line; do
+    { jq -c "$variants" "$small.json" 2>/dev/null || true; } | while IFS= read -r line; do
       i=$((i + 1))
       printf '%s\n' "$line" >"${small}_v$i.json"
     done
