@@ -1,5 +1,6 @@
 // `replay`: the CLI. Subcommands list, validate, plan, run (README.md documents them and the exit
 // codes). Library code throws; this file maps errors to exit codes.
+#include <malloc.h>
 #include <CLI/CLI.hpp>
 
 #include <unistd.h>
@@ -165,6 +166,11 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
     std::printf("   ERROR (%s): %s\n",
                 t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime failure",
                 t.error.c_str());
+  if (!t.not_replayed.empty()) {
+    std::printf("   NOT REPLAYED: %s\n",
+                t.not_replayed.substr(t.not_replayed.find(':') + 2).c_str());
+    return;
+  }
   for (const auto& n : t.golden_check)
     std::printf("   reference vs PyTorch golden %-24s %s (rel_l2 %.2e, max %.0f ulp)\n",
                 n.value.c_str(), n.pass() ? "PASS" : ("FAIL " + n.failure()).c_str(), n.rel_l2,
@@ -274,6 +280,11 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The float64 reference allocates and frees tensors of hundreds of MB op after op. glibc serves
+  // those with fresh mmap()s, so every op paid page faults and the kernel's page zeroing (45% of a
+  // realistic reference run under perf). From the heap, kept (no trim), freed pages are reused.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, -1);
   CLI::App app{"replay: trace-replay benchmarking and verification harness for fusions"};
   app.require_subcommand(1);
   std::string traces_dir = REPLAY_TRACES_DIR;
@@ -330,6 +341,11 @@ int main(int argc, char** argv) {
                   "(proves that compare catches a slower variant; recorded in results.json)");
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
+  run->add_option("--reference-budget", opt.reference_budget_s,
+                  "seconds: a trace whose float64 reference is estimated to take longer on this "
+                  "machine is not replayed (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 
   try {
     app.parse(argc, argv);

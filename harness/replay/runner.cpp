@@ -13,6 +13,8 @@
 #include "workloads/ir/error.hpp"
 #include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/matmul.hpp"
+#include "workloads/ops/op.hpp"
 #include "workloads/plan/match_util.hpp"
 
 namespace replay {
@@ -131,7 +133,19 @@ ReferenceFootprint reference_footprint(const Graph& g) {
     if (b > largest) largest = b, f.largest_value = static_cast<int>(v);
   }
   f.bytes += 2 * largest;  // an op's temporaries (a permuted copy of its input, its result)
+  for (const Node& n : g.nodes) {
+    if (const double fl = matmul_flops(g, n); fl > 0) {
+      f.gemm_flops += fl;
+      continue;
+    }
+    if (op_def(n.op).kind == OpKind::kView) continue;
+    for (int out : n.outputs) f.elements += static_cast<double>(g.meta(out).numel());
+  }
   return f;
+}
+
+double ReferenceFootprint::seconds(double gemm_gflops) const {
+  return gemm_flops / (std::max(gemm_gflops, 1e-3) * 1e9) + elements / kReferenceElementsPerSecond;
 }
 
 double available_host_bytes() {
@@ -276,6 +290,30 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       tr.dropped_matches.push_back(d.fusion + " on [" + nodes + "]: " + d.reason);
     }
     const ReferenceFootprint need = reference_footprint(g);
+    if (opt.reference_budget_s > 0) {
+      const double gflops = need.gemm_flops > 0 ? reference_gemm_gflops() : 0;
+      const double est = need.seconds(gflops);
+      if (est > opt.reference_budget_s) {
+        char why[320];
+        std::snprintf(why, sizeof why,
+                      "not replayed: its float64 reference would take ~%.0f s on this machine "
+                      "(%.0f GFLOP of matmuls at the measured %.0f GFLOP/s, %.2g elements of "
+                      "other ops at ~%.0f M/s), over the --reference-budget of %.0f s "
+                      "(--reference-budget 0 lifts it)",
+                      est, need.gemm_flops / 1e9, gflops, need.elements,
+                      kReferenceElementsPerSecond / 1e6, opt.reference_budget_s);
+        tr.not_replayed = why;
+        tr.regions = result_rows(g, plan);
+        for (auto& row : tr.regions)
+          for (const VariantInfo& variant : variants_for(plan, opt)) {
+            VariantResult v;
+            v.variant = variant;
+            v.skipped = tr.not_replayed;
+            row.variants.push_back(v);
+          }
+        return tr;
+      }
+    }
     const double have = available_host_bytes();
     if (have > 0 && need.bytes > 0.8 * have) {
       const Value& big = g.values[need.largest_value];

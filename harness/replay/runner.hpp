@@ -22,6 +22,10 @@ struct RunOptions {
   /// Test only: a spin kernel of this many µs added to every timed replay of the named variant,
   /// to prove that `replay compare` catches a slower variant. Recorded in results.json.
   std::map<std::string, double> test_slowdown_us;
+  /// A trace whose float64 reference is estimated (ReferenceFootprint::seconds) to take longer
+  /// than this on this machine is not replayed (the report says why, with the estimate); 0: no
+  /// limit. Seconds.
+  double reference_budget_s = 60;
 };
 
 class L2Flush;
@@ -66,13 +70,24 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
 TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
                       const std::string& no_gpu_why = "no CUDA device (GPU replay needs one)");
 
-/// Host bytes the float64 reference of `g` needs at its peak, estimated high: every value as
-/// doubles, each input's generated storage and the executor's copy of it, and twice the largest
-/// value for an op's temporaries; and the value that needs the most.
+/// What the float64 reference of `g` costs. Host bytes at its peak, estimated high: every value
+/// as doubles, each input's generated storage and the executor's copy of it, and twice the largest
+/// value for an op's temporaries; the value that needs the most. Its work: the matmuls' FLOPs
+/// (Eigen's threaded GEMM) and the elements every other op writes (one thread, strided loops).
 struct ReferenceFootprint {
   double bytes = 0;
   int largest_value = -1;
+  double gemm_flops = 0;  ///< FLOP
+  double elements = 0;    ///< outputs of the non-matmul, non-view ops, elements
+  /// Estimated seconds on this machine at `gemm_gflops` (reference_gemm_gflops()) and
+  /// kReferenceElementsPerSecond for the rest.
+  double seconds(double gemm_gflops) const;
 };
+/// The reference's rate on its non-GEMM ops, elements written per second: measured 14-56 M/s on
+/// two AMD EPYC cores (x86-64-v3 build) over realistic traces (litgpt RoPE forward
+/// [2, 4096, 40·128] the slowest: cat and strided views; nanoGPT LayerNorm backward
+/// [16, 1024, 1600] the fastest). Most of these ops run on one thread, so more cores help little.
+inline constexpr double kReferenceElementsPerSecond = 20e6;
 ReferenceFootprint reference_footprint(const Graph& g);
 
 /// Host memory available to this process in bytes: Linux MemAvailable, or less when a cgroup

@@ -126,6 +126,10 @@ std::string render_markdown(const RunResult& r) {
             ", max " + fmt_num(n.max_ulp_err, 0) + " ulp)";
     if (!t.golden_check.empty()) md += "\n";
     for (const auto& d : t.dropped_matches) md += "\n- match not taken: " + d + "\n";
+    if (!t.not_replayed.empty()) {
+      md += "\n**" + t.not_replayed + "**\n";
+      continue;
+    }
     for (const auto& reg : t.regions) {
       md += "\n### " + reg.label + "\n\n";
       md += "SOL bytes: " + fmt_num(reg.cost.bytes / 1e6, 2) + " MB";

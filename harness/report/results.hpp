@@ -67,6 +67,9 @@ struct TraceResult {
   Error error_kind = Error::kNone;
   std::string error;         ///< what went wrong, naming the file and node where it can
   std::string input_source;  ///< "generated (seed N)" or "golden (<file>)"
+  /// Non-empty: the trace validated and was planned, but was not replayed on this machine (its
+  /// reference is over the time budget), and why. Not an error: every row says the same.
+  std::string not_replayed;
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
   /// Matches the plan did not take: "<fusion> on [node ids]: <reason>".
   std::vector<std::string> dropped_matches;

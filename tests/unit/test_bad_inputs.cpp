@@ -22,9 +22,11 @@ std::string data(const std::string& rel) {
   return std::string(REPLAY_TRACES_DIR) + "/../tests/data/" + rel;
 }
 
+// No time budget: these traces are checked for what is wrong with them, not for their size.
 RunOptions reference_only() {
   RunOptions opt;
   opt.variants = {"reference"};
+  opt.reference_budget_s = 0;
   return opt;
 }
 
@@ -183,4 +185,35 @@ TEST(BadTrace, ADirectoryNamedLikeATraceIsBadInput) {
   TraceResult tr = run_trace(dir.string(), reference_only(), nullptr);
   EXPECT_EQ(tr.error_kind, TraceResult::Error::kBadInput);
   EXPECT_NE(tr.error.find("not a regular file"), std::string::npos) << tr.error;
+}
+
+// A trace whose reference is over the time budget is not replayed, and says why with the estimate;
+// it is not an error. The budget is what decides: lifted, the same trace runs.
+TEST(ReferenceBudget, OverBudgetTraceIsNotReplayedAndSaysWhy) {
+  const std::string path = std::string(REPLAY_TRACES_DIR) + "/nanogpt_layernorm_fwd_2x8x1600.json";
+  RunOptions opt = reference_only();
+  opt.reference_budget_s = 1e-9;  // every trace is over it
+  TraceResult tr = run_trace(path, opt, nullptr);
+  EXPECT_EQ(tr.error_kind, TraceResult::Error::kNone) << tr.error;
+  EXPECT_NE(tr.not_replayed.find("--reference-budget"), std::string::npos) << tr.not_replayed;
+  EXPECT_TRUE(tr.golden_check.empty());
+  ASSERT_FALSE(tr.regions.empty());
+  for (const auto& r : tr.regions)
+    for (const auto& v : r.variants) EXPECT_EQ(v.skipped, tr.not_replayed);
+  EXPECT_EQ(tr.verdict(), Verdict::kNotCompared);
+  opt.reference_budget_s = 60;
+  tr = run_trace(path, opt, nullptr);
+  EXPECT_TRUE(tr.not_replayed.empty()) << tr.not_replayed;
+  EXPECT_FALSE(tr.golden_check.empty());
+}
+
+// The estimate counts the matmuls' FLOPs (2·M·N·K each) and the elements the other ops write;
+// views write nothing.
+TEST(ReferenceBudget, FootprintCountsMatmulFlopsAndElements) {
+  const Graph g =
+      load_trace(std::string(REPLAY_TRACES_DIR) + "/linear_fp32_train_fwd_2x8x64x32.json");
+  const ReferenceFootprint f = reference_footprint(g);
+  EXPECT_DOUBLE_EQ(f.gemm_flops, 2.0 * 16 * 32 * 64);               // x [16, 64] @ w.t() [64, 32]
+  EXPECT_DOUBLE_EQ(f.elements, 2 * 8 * 64 + 32 * 64 + 2 * 8 * 32);  // the three converts
+  EXPECT_GT(f.seconds(1.0), f.seconds(1000.0));
 }

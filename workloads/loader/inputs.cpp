@@ -26,13 +26,17 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed) {
     // One value per storage element of the recorded layout, so logical elements that alias one
     // storage element (stride 0, overlapping strides) get the same value, as on the GPU.
     HostTensor storage = make_host_tensor({layout.storage_elems()}, layout.dtype);
+    // Counter-based: element i depends only on (key, i, stream), so the loops split over threads
+    // (OpenMP when the build has it) give the same bits as one thread.
     if (val.uniform) {  // U[0, 1): the top 24 bits of Philox's first word of counter (i, stream)
+#pragma omp parallel for schedule(static)
       for (size_t i = 0; i < storage.data.size(); ++i) {
         const auto w = philox4x32_10(
             {static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), stream, 0}, key);
         storage.data[i] = round_to(layout.dtype, static_cast<double>(w[0] >> 8) * 0x1p-24);
       }
     } else if (st.std > 0) {
+#pragma omp parallel for schedule(static)
       for (size_t i = 0; i < storage.data.size(); ++i) {
         double x = st.mean + st.std * philox_normal(key, i, stream);
         x = x < st.min ? st.min : (x > st.max ? st.max : x);  // no std::clamp: min > max is UB

@@ -5,9 +5,15 @@
 // The reference multiplies in float64 with Eigen's GEMM (row-major double matrices), threaded
 // through OpenMP when the build has it (Eigen::setNbThreads(hardware_concurrency) once): a
 // [8192, 4096] x [4096, 14336] product (0.96 TFLOP) took 11 s on the 16 cores of an H100 host
-// (86 GFLOP/s; the build targets baseline x86-64, no AVX). Operands are the dtype-rounded values
+// (86 GFLOP/s) when the build targeted baseline x86-64; built for x86-64-v3 (AVX2 + FMA, the
+// default where the build machine has it, CMakeLists.txt) Eigen's GEMM is ~3x faster (measured on
+// 2 cores: 25 -> 75 GFLOP/s). Operands are the dtype-rounded values
 // (RefArgs), so the only error of the reference is float64's.
 // The eager lowering is cuBLASLt (impls/eager/gemm.hpp).
+#include "workloads/ops/matmul.hpp"
+
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -291,6 +297,33 @@ static_assert(rows_cover(kRows, kMatmulOps), "one row per matmul, in enum order"
 
 std::span<const OpDef> matmul_op_rows() {
   return kRows;
+}
+
+double matmul_flops(const Graph& g, const Node& n) {
+  if (n.op < kMatmulOps.first || n.op > kMatmulOps.last) return 0;
+  // The first matrix operand: self for mm / bmm / _scaled_mm, mat1 / batch1 after the added term.
+  const size_t a = n.op == Op::kAddmm || n.op == Op::kBaddbmm ? 1 : 0;
+  const Shape& sa = g.meta(n.operands.at(a).value).shape;
+  const double K = sa.empty() ? 0 : static_cast<double>(sa.back());
+  return 2.0 * static_cast<double>(g.meta(n.outputs.at(0)).numel()) * K;
+}
+
+double reference_gemm_gflops() {
+  static const double rate = [] {
+    use_all_threads();
+    constexpr int kN = 768;
+    const MatRM a = MatRM::Constant(kN, kN, 0.5), b = MatRM::Constant(kN, kN, 0.25);
+    MatRM c(kN, kN);
+    double best = 1e30;
+    for (int rep = 0; rep < 2; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      c.noalias() = a * b;
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return 2.0 * kN * kN * kN / std::max(best, 1e-9) / 1e9;
+  }();
+  return rate;
 }
 
 }  // namespace replay
