@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
+#include "impls/cuda/cuda_check.hpp"
 #include "impls/eager/gemm.hpp"
 #include "workloads/ops/op.hpp"
 #include "workloads/ops/promote.hpp"
@@ -52,6 +54,35 @@ EagerLaunch lower_pointwise(const Graph& g, const Node& n, PointwiseFn fn,
   if (fn == PointwiseFn::kCopy) {  // casts: exact for every dtype pair
     return [o = out, src = ops.at(0).t](cudaStream_t s) { launch_copy(o, src, s); };
   }
+  // PyTorch casts every operand to the op's common dtype before computing in its opmath type.
+  // A 0-dim tensor does not take part in promotion within its category, so a float32 0-dim
+  // operand of a bfloat16 op is rounded to bfloat16 first (TensorIterator's fetch-and-cast): here
+  // a cast into a one-element temporary before the op. Other operands are never wider than the
+  // common dtype (their promotion made it).
+  std::vector<std::pair<DeviceTensor, DeviceTensor>> casts;  // (temporary, operand)
+  std::vector<std::shared_ptr<DeviceBuffer>> temps;
+  for (size_t i = 0; i < n.operands.size() && i < ops.size(); ++i) {
+    const Operand& o = n.operands[i];
+    const DType d = ops[i].t.dtype;
+    const bool exact_widening =
+        d == DType::kBool || (is_floating(d) && dtype_size(d) < dtype_size(compute));
+    if (!o.is_tensor() || !g.meta(o.value).shape.empty() || !is_floating(compute) || d == compute ||
+        exact_widening)
+      continue;
+    temps.push_back(std::make_shared<DeviceBuffer>(dtype_size(compute)));
+    DeviceTensor rounded = ops[i].t;  // same broadcast strides (all 0), one element
+    rounded.ptr = temps.back()->get();
+    rounded.dtype = compute;
+    DeviceTensor src = ops[i].t, dst = rounded;
+    src.ndim = dst.ndim = 0;
+    casts.push_back({dst, src});
+    ops[i].t = rounded;
+  }
+  if (!casts.empty())
+    return [fn, o = out, ops, alpha = n.alpha, compute, casts, temps](cudaStream_t s) {
+      for (const auto& [dst, src] : casts) launch_copy(dst, src, s);
+      launch_pointwise(fn, o, ops, alpha, compute, s);
+    };
   return [fn, o = out, ops, alpha = n.alpha, compute](cudaStream_t s) {
     launch_pointwise(fn, o, ops, alpha, compute, s);
   };

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Join a `replay run` results.json with a torch_replay.py peers.json (same traces, same GPU, same
+job) into one Markdown table: per trace, the whole graph replayed by our eager executor and by our
+fusions (`optimized`), PyTorch running the same decomposed graph op by op, and torch.compile.
+
+    python3 scripts/eager_vs_pytorch.py RESULTS.json PEERS.json [--all] [--goal 1.25] [--out F.md]
+
+Times are the medians of cold samples (L2 flushed by reading before each), in µs. `eager/PyTorch`
+is our eager time over PyTorch's op-by-op time (issue 7's goal: <= 1.25). By default only the
+traces without golden tensors (the realistic shapes) are listed; --all lists every trace.
+Exit status: 0, or 1 when a listed trace is over the goal or lacks a number (said in the table).
+"""
+import argparse
+import json
+import sys
+
+
+def whole_graph_medians(trace):
+    """{variant name: median µs} of the trace's whole-graph row (region -1), timed variants only."""
+    for reg in trace.get("regions", []):
+        if reg.get("region") == -1:
+            return {v["variant"]: v["stats"]["median"] for v in reg.get("variants", [])
+                    if "stats" in v and "skipped" not in v}
+    return {}
+
+
+def fmt(us):
+    return "-" if us is None else f"{us:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("peers")
+    ap.add_argument("--all", action="store_true", help="also the small traces with golden tensors")
+    ap.add_argument("--goal", type=float, default=1.25, help="eager / PyTorch op-by-op goal (default 1.25)")
+    ap.add_argument("--out", help="also write the table to this file")
+    args = ap.parse_args()
+    with open(args.results) as f:
+        res = json.load(f)
+    with open(args.peers) as f:
+        peers = json.load(f)
+    env = res.get("environment", {})
+    lines = [f"GPU: {env.get('device', 'none')}; PyTorch {peers.get('torch_version', '?')} "
+             f"on {peers.get('device', '?')}. Medians of cold samples, µs.", "",
+             "| trace | eager | optimized | PyTorch op by op | torch.compile | eager / PyTorch | verdict |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    bad = 0
+    for t in res.get("traces", []):
+        if not args.all and "golden" in t.get("input_source", ""):
+            continue
+        name = t["name"]
+        med = whole_graph_medians(t)
+        p = peers.get("traces", {}).get(name, {})
+        ops = p.get("pytorch_ops", {}).get("median_us")
+        tc = p.get("torch_compile", {})
+        comp = tc.get("median_us")
+        eager = med.get("eager")
+        ratio = eager / ops if eager and ops else None
+        if ratio is None:
+            note = "no number: " + (t.get("error") or p.get("error") or "not timed")[:80]
+            bad += 1
+        elif ratio > args.goal:
+            note = f"over the {args.goal:.2f}x goal"
+            bad += 1
+        else:
+            note = "ok"
+        if t.get("verdict") not in (None, "PASS"):
+            note += f"; numerics {t.get('verdict')}"
+        lines.append(f"| {name} | {fmt(eager)} | {fmt(med.get('optimized'))} | {fmt(ops)} | "
+                     f"{fmt(comp) if comp is not None else tc.get('error', '-')[:40]} | "
+                     f"{'-' if ratio is None else f'{ratio:.2f}x'} | {note} |")
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
