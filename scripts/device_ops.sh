@@ -1,28 +1,39 @@
 #!/usr/bin/env bash
 # GPU-host batch job for op coverage (issue 7), in phases so each fits the device tool's 10 min:
-#   bash scripts/device_ops.sh tests OUT   build here (scripts/setup.sh), GPU tests: op corpus on
-#                                          the eager executor, matmuls, eager kernels, every op
-#                                          example, every variant of the small (golden) traces
-#   bash scripts/device_ops.sh run OUT     `replay run` over every bundled trace (reference, eager,
-#                                          fusions; timing) -> OUT/run/{results.json,report.md}
-#   bash scripts/device_ops.sh peers OUT   PyTorch on the same traces, op by op and torch.compile,
-#                                          same timing method (traces/capture/torch_replay.py)
-# then: python3 scripts/eager_vs_pytorch.py OUT/run/results.json OUT/peers.json
+#   bash scripts/device_ops.sh tests OUT        build here (scripts/setup.sh) unless built, GPU tests:
+#                                               op corpus on the eager executor, matmuls, eager
+#                                               kernels, every op example, every variant of the
+#                                               small (golden) traces
+#   bash scripts/device_ops.sh run OUT [TRACE]  `replay run` (reference, eager, fusions; timing) over
+#                                               the given traces, default the realistic ones (no
+#                                               golden sidecar), no reference budget
+#                                               -> OUT/run/{results.json,report.md}
+#   bash scripts/device_ops.sh peers OUT [TRACE] PyTorch on the same traces, op by op and
+#                                               torch.compile, same timing method
+#                                               (traces/capture/torch_replay.py) -> OUT/peers.json
+# then: python3 scripts/eager_vs_pytorch.py OUT*/run/results.json --peers OUT/peers.json
 set -uo pipefail
 phase=${1:?phase: tests | run | peers}
 OUT=${2:?out dir}
+shift 2
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 BUILD=${BUILD:-build}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu_$phase.txt"
+realistic() {  # bundled traces without golden tensors
+  for f in traces/*.json; do [ -e "${f%.json}.safetensors" ] || echo "$f"; done
+}
+traces=("$@")
+((${#traces[@]})) || mapfile -t traces < <(realistic)
 case $phase in
   tests)
+    lscpu | grep -E "Model name|^CPU\(s\)|Flags" | cut -c1-200 | tee "$OUT/cpu.txt"
     if [ ! -x "$BUILD/tests/replay_gpu_tests" ]; then
       t0=$SECONDS
       bash scripts/setup.sh > "$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 4; }
       echo "setup+build: $((SECONDS - t0)) s"
     fi
-    # Big traces run in `run`; here the small ones (every trace with golden tensors).
+    # Realistic traces run in `run`; here the small ones (every trace with golden tensors).
     timeout 420 "$BUILD/tests/replay_gpu_tests" \
       --gtest_filter='-Traces/BundledTrace.*16x1024*:Traces/BundledTrace.*16x128*:Traces/BundledTrace.*4096x4096*:Traces/BundledTrace.*8x1024x1600*:Traces/BundledTrace.*2x4096x*' \
       --gtest_output="xml:$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
@@ -32,13 +43,14 @@ case $phase in
     echo "gpu tests rc=$rc"
     exit $rc ;;
   run)
-    timeout 560 ./"$BUILD"/replay run traces --max-time 0.5 --out "$OUT/run" > "$OUT/run.log" 2>&1
+    timeout 580 ./"$BUILD"/replay run "${traces[@]}" --max-time 0.5 --reference-budget 0 \
+      --out "$OUT/run" > "$OUT/run.log" 2>&1
     rc=$?
-    grep -E "FAIL|ERROR|eager|PASS" "$OUT/run.log" | head -80
+    grep -E "^==|FAIL|ERROR|reference:|     eager|optimized|NOT REPL" "$OUT/run.log" | head -150
     echo "replay run rc=$rc"
     exit $rc ;;
   peers)
-    timeout 560 python3 traces/capture/torch_replay.py traces/*.json --compile --reps 100 \
+    timeout 560 python3 traces/capture/torch_replay.py "${traces[@]}" --compile --reps 100 \
       --out "$OUT/peers.json" > "$OUT/peers.log" 2>&1
     rc=$?
     tail -15 "$OUT/peers.log"

@@ -3,7 +3,9 @@
 job) into one Markdown table: per trace, the whole graph replayed by our eager executor and by our
 fusions (`optimized`), PyTorch running the same decomposed graph op by op, and torch.compile.
 
-    python3 scripts/eager_vs_pytorch.py RESULTS.json PEERS.json [--all] [--goal 1.25] [--out F.md]
+    python3 scripts/eager_vs_pytorch.py RESULTS.json... --peers PEERS.json [--all] [--goal 1.25] [--out F.md]
+
+(several results.json: the shards of one suite, run one after another in the same job)
 
 Times are the medians of cold samples (L2 flushed by reading before each), in µs. `eager/PyTorch`
 is our eager time over PyTorch's op-by-op time (issue 7's goal: <= 1.25). By default only the
@@ -30,21 +32,25 @@ def fmt(us):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results")
-    ap.add_argument("peers")
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--peers", required=True)
     ap.add_argument("--all", action="store_true", help="also the small traces with golden tensors")
     ap.add_argument("--goal", type=float, default=1.25, help="eager / PyTorch op-by-op goal (default 1.25)")
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
-    with open(args.results) as f:
-        res = json.load(f)
+    res = {"traces": []}
+    for path in args.results:
+        with open(path) as f:
+            part = json.load(f)
+        res.setdefault("environment", part.get("environment", {}))
+        res["traces"] += part.get("traces", [])
     with open(args.peers) as f:
         peers = json.load(f)
     env = res.get("environment", {})
     lines = [f"GPU: {env.get('device', 'none')}; PyTorch {peers.get('torch_version', '?')} "
              f"on {peers.get('device', '?')}. Medians of cold samples, µs.", "",
-             "| trace | eager | optimized | PyTorch op by op | torch.compile | eager / PyTorch | verdict |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "| trace | eager | optimized | PyTorch op by op | torch.compile | eager / PyTorch | reference s | verdict |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     bad = 0
     for t in res.get("traces", []):
         if not args.all and "golden" in t.get("input_source", ""):
@@ -65,11 +71,13 @@ def main():
             bad += 1
         else:
             note = "ok"
+        if t.get("not_replayed"):
+            note += "; " + t["not_replayed"][:60]
         if t.get("verdict") not in (None, "PASS"):
             note += f"; numerics {t.get('verdict')}"
         lines.append(f"| {name} | {fmt(eager)} | {fmt(med.get('optimized'))} | {fmt(ops)} | "
                      f"{fmt(comp) if comp is not None else tc.get('error', '-')[:40]} | "
-                     f"{'-' if ratio is None else f'{ratio:.2f}x'} | {note} |")
+                     f"{'-' if ratio is None else f'{ratio:.2f}x'} | {t.get('reference_s', 0):.0f} | {note} |")
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.out:

@@ -1,6 +1,7 @@
 #include "harness/replay/runner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -322,6 +323,7 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
                            " of host memory (largest value " + big.meta.str() + "), more than " +
                            "80% of the " + gib(have) + " this machine has available");
     }
+    const auto ref_start = std::chrono::steady_clock::now();
     ReplayInputs inputs = make_inputs(g, opt.seed);
     tr.input_source = inputs.source;
     // Random ops draw from the run's seed, not PyTorch's generator: outputs that depend on a
@@ -331,6 +333,8 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       tr.input_source += "; random ops drawn from seed " + std::to_string(opt.seed) +
                          " (the same draw for the reference and every GPU variant)";
     ref = run_reference(g, inputs.values);
+    tr.reference_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
     bounds = default_value_bounds(g);
     for (int v : g.outputs) {
       if (random[v]) continue;

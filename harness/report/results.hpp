@@ -70,6 +70,7 @@ struct TraceResult {
   /// Non-empty: the trace validated and was planned, but was not replayed on this machine (its
   /// reference is over the time budget), and why. Not an error: every row says the same.
   std::string not_replayed;
+  double reference_s = 0;  ///< wall time of input generation + the float64 reference, seconds
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
   /// Matches the plan did not take: "<fusion> on [node ids]: <reason>".
   std::vector<std::string> dropped_matches;
