@@ -172,7 +172,11 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
         p.u_acc = std::max(p.u_acc, path[o.value].u_acc);
       }
     if (def.kind != OpKind::kView) ++p.ops;  // a view computes nothing
-    if (def.kind == OpKind::kReduction) {
+    // amax / amin / max.dim select one of their inputs: no rounding error accumulates over their
+    // terms (a tensorwise float8 scale's amax over 33M elements must not widen the bound of
+    // everything downstream).
+    const bool selects = n.op == Op::kAmax || n.op == Op::kAmin || n.op == Op::kMaxDim;
+    if (def.kind == OpKind::kReduction && !selects) {
       const auto& shape = g.meta(n.operands[0].value).shape;
       int64_t terms = 1;
       for (int64_t d : n.dims) terms *= shape.empty() ? 1 : shape[d];

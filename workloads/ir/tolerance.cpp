@@ -38,7 +38,7 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc) {
     b.max_rel_l2 = 2 * delta;
     b.max_beyond_1ulp = 1;
   }
-  b.max_row_rel_l2 = std::max(3 * u, 8 * delta);
+  b.max_row_rel_l2 = std::max(3 * u, 4 * delta);
   b.elem_floor = 4 * u + 8 * delta;
   std::snprintf(buf, sizeof buf,
                 "default for %s after %d op(s), longest reduction %lld terms: delta = %.2g",

@@ -57,7 +57,8 @@ double ulp_of(DType t, double v);
 ///   1e-4 + 0.1 delta / u (correct kernels measure ~1e-6).
 /// - float32/float64 output: rel_l2 <= 2 delta (float64 opmath: u64 in place of u32 when
 ///   t is float64); one-ulp agreement is not expected, so the share bound is 1.
-/// - Per row: max(3u, 8 delta) (a row of one-ulp flips stays under 2u); elements: floor
+/// - Per row: max(3u, 4 delta) (a row of one-ulp flips stays under 2u; 4 delta is twice the
+///   whole-tensor bound of a float32 output); elements: floor
 ///   4u + 8 delta times rms(target).
 /// - Systematic bias: float32 opmath rounds to nearest (unbiased); its approximate functions
 ///   (rsqrtf, expf) err by at most 2 ulps, so max_bias = 16 u_acc (9.5e-7 for float32 opmath).
