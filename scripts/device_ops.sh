@@ -33,9 +33,10 @@ case $phase in
       bash scripts/setup.sh > "$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 4; }
       echo "setup+build: $((SECONDS - t0)) s"
     fi
-    # Realistic traces run in `run`; here the small ones (every trace with golden tensors).
+    # Realistic traces run in `run` (and their mutation tests, ~1 min each, in `mutations`); here
+    # the small ones (every trace with golden tensors). GTEST_FILTER narrows further.
     timeout 420 "$BUILD/tests/replay_gpu_tests" \
-      --gtest_filter='-Traces/BundledTrace.*16x1024*:Traces/BundledTrace.*16x128*:Traces/BundledTrace.*4096x4096*:Traces/BundledTrace.*8x1024x1600*:Traces/BundledTrace.*2x4096x*' \
+      --gtest_filter="${GTEST_FILTER:-*}-*/BundledTrace.*16x1024*:*/BundledTrace.*16x128*:*/BundledTrace.*4096x4096*:*/BundledTrace.*8x1024x1600*:*/BundledTrace.*2x4096x*:*MutatedGpuOutput*16x1024*:*MutatedGpuOutput*16x128*:*MutatedGpuOutput*4096x*:*MutatedGpuOutput*8x1024x1600*:*MutatedGpuOutput*2x4096x*" \
       --gtest_output="xml:$OUT/gpu_tests.xml" > "$OUT/gpu_tests.log" 2>&1
     rc=$?
     grep -E "^\[  (PASSED|FAILED) |tests? ran|^\[  FAILED" "$OUT/gpu_tests.log" | sort | uniq -c | sort -rn | head -60
