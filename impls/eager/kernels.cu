@@ -630,22 +630,17 @@ PwKernel pick_vec_kernel(PointwiseFn fn, DType in, unsigned in_mask, DType out) 
     }
   }
   if ((in_mask & ~kVecIn<acc_t>) != 0 || (eager::dmask(out) & kVecOut<acc_t>) == 0) return nullptr;
-  if constexpr (std::is_same_v<acc_t, int64_t>)
-    return &pw_vec_kernel<int64_t, kDyn, kDyn, false, -1>;
-  else
-    return math ? &pw_vec_kernel<acc_t, kDyn, kDyn, true, -1>
-                : &pw_vec_kernel<acc_t, kDyn, kDyn, false, -1>;
+  // int64 too: pow is in the math group and has an integer form (the other math functions
+  // have none, so the int64 math kernels carry pow alone).
+  return math ? &pw_vec_kernel<acc_t, kDyn, kDyn, true, -1>
+              : &pw_vec_kernel<acc_t, kDyn, kDyn, false, -1>;
 }
 
 template <typename acc_t>
 PwKernel pick_nd_kernel(PointwiseFn fn, bool small) {
-  if constexpr (std::is_same_v<acc_t, int64_t>) {
-    return small ? &pw_nd_kernel<int64_t, uint32_t, false> : &pw_nd_kernel<int64_t, int64_t, false>;
-  } else {
-    if (is_math(fn))
-      return small ? &pw_nd_kernel<acc_t, uint32_t, true> : &pw_nd_kernel<acc_t, int64_t, true>;
-    return small ? &pw_nd_kernel<acc_t, uint32_t, false> : &pw_nd_kernel<acc_t, int64_t, false>;
-  }
+  if (is_math(fn))  // int64 too: pow (see pick_vec_kernel)
+    return small ? &pw_nd_kernel<acc_t, uint32_t, true> : &pw_nd_kernel<acc_t, int64_t, true>;
+  return small ? &pw_nd_kernel<acc_t, uint32_t, false> : &pw_nd_kernel<acc_t, int64_t, false>;
 }
 
 // Where the vec path applies to p (coalesced), dtypes aside: see the top of the file.

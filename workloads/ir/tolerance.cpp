@@ -33,7 +33,10 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc) {
   b.max_bias = 16 * u_acc;
   if (u > delta) {
     b.max_rel_l2 = 2 * std::sqrt(delta * u);
-    b.max_beyond_1ulp = std::min(1.0, 1e-4 + 0.1 * delta / u);
+    // Behind a coarse accumulator (float8 GEMM) the error is absolute, not relative: outputs near
+    // 0 (cancellation) are off by more than one ulp far more often than a second rounding makes
+    // them (PyTorch's own float8 golden outputs measure 2.8 % at delta / u = 0.26, K = 32).
+    b.max_beyond_1ulp = std::min(1.0, 1e-4 + (coarse_acc > 0 ? 0.25 : 0.1) * delta / u);
   } else {
     b.max_rel_l2 = 2 * delta;
     b.max_beyond_1ulp = 1;

@@ -54,7 +54,8 @@ double ulp_of(DType t, double v);
 ///   probability ~ delta / u, and then by one ulp (2u relative): rel_l2 ~ sqrt(delta / u) * 2u
 ///   = 2 sqrt(delta * u), the bound. Elements more than one ulp off come only from cancellation
 ///   (a target near 0) or, rarely, a second rounding of a narrow intermediate: at most
-///   1e-4 + 0.1 delta / u (correct kernels measure ~1e-6).
+///   1e-4 + 0.1 delta / u (correct kernels measure ~1e-6); 1e-4 + 0.25 delta / u behind a coarse
+///   accumulator (u_acc > 0), whose absolute error moves near-zero outputs by several ulps.
 /// - float32/float64 output: rel_l2 <= 2 delta (float64 opmath: u64 in place of u32 when
 ///   t is float64); one-ulp agreement is not expected, so the share bound is 1.
 /// - Per row: max(3u, 4 delta) (a row of one-ulp flips stays under 2u; 4 delta is twice the
