@@ -24,6 +24,7 @@
 #include "harness/report/markdown.hpp"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/fusions/registry.hpp"
+#include "impls/reference/saved_inputs.hpp"
 #include "workloads/ir/error.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/ops/op.hpp"
@@ -117,8 +118,11 @@ int cmd_validate(const std::vector<std::string>& traces) {
   for (const auto& t : files) {
     try {
       Graph g = load_trace(t);
+      std::string links;  // a backward's saved inputs: their forward, its outputs checked
+      for (const ForwardOfSaved& f : forwards_of_saved_inputs(g))
+        links += f.graph ? "; saved inputs from " + f.trace : "; forward " + f.path + " not found";
       std::cout << "OK      " << t << ": " << g.inputs.size() << " inputs, " << g.nodes.size()
-                << " nodes, " << g.outputs.size() << " outputs\n";
+                << " nodes, " << g.outputs.size() << " outputs" << links << "\n";
     } catch (const TraceError& e) {
       std::cerr << "INVALID " << e.what() << "\n";
       rc = kExitBadInput;

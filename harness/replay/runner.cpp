@@ -11,6 +11,7 @@
 #include "harness/replay/gpu_program.hpp"
 #include "impls/fusions/registry.hpp"
 #include "impls/reference/reference.hpp"
+#include "impls/reference/saved_inputs.hpp"
 #include "workloads/ir/error.hpp"
 #include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
@@ -290,7 +291,27 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       for (int n : d.nodes) nodes += (nodes.empty() ? "" : ", ") + g.nodes[n].id;
       tr.dropped_matches.push_back(d.fusion + " on [" + nodes + "]: " + d.reason);
     }
-    const ReferenceFootprint need = reference_footprint(g);
+    // A backward trace's saved inputs come from its forward's reference (make_replay_inputs,
+    // impls/reference/saved_inputs.hpp; golden traces keep PyTorch's): that reference runs first,
+    // while the backward's generated inputs are held, so it adds to the time and, where it is the
+    // larger, sets the memory estimate. The links are checked either way.
+    const std::vector<ForwardOfSaved> forwards = forwards_of_saved_inputs(g);
+    ReferenceFootprint need = reference_footprint(g);
+    const Graph* big_graph = &g;
+    for (const ForwardOfSaved& f : forwards) {
+      if (!f.graph || g.golden) continue;
+      const ReferenceFootprint fwd = reference_footprint(*f.graph);
+      need.gemm_flops += fwd.gemm_flops;
+      need.elements += fwd.elements;
+      double held = fwd.bytes;  // the backward's generated inputs: storage and logical copy
+      for (int v : g.inputs)
+        held += static_cast<double>(g.meta(v).storage_elems() + g.meta(v).numel()) * sizeof(double);
+      if (held > need.bytes) {
+        need.bytes = held;
+        need.largest_value = fwd.largest_value;
+        big_graph = &*f.graph;
+      }
+    }
     if (opt.reference_budget_s > 0) {
       const double gflops = need.gemm_flops > 0 ? reference_gemm_gflops() : 0;
       const double est = need.seconds(gflops);
@@ -317,14 +338,18 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     }
     const double have = available_host_bytes();
     if (have > 0 && need.bytes > 0.8 * have) {
-      const Value& big = g.values[need.largest_value];
-      throw TraceError(path, big.producer >= 0 ? g.nodes[big.producer].id : big.name,
-                       "the float64 reference needs " + gib(need.bytes) +
-                           " of host memory (largest value " + big.meta.str() + "), more than " +
-                           "80% of the " + gib(have) + " this machine has available");
+      const Value& big = big_graph->values[need.largest_value];
+      throw TraceError(
+          path, big.producer >= 0 ? big_graph->nodes[big.producer].id : big.name,
+          "the float64 reference needs " + gib(need.bytes) + " of host memory (largest value " +
+              big.meta.str() +
+              (big_graph != &g
+                   ? " of forward trace " + big_graph->name + ", run for the saved inputs"
+                   : "") +
+              "), more than " + "80% of the " + gib(have) + " this machine has available");
     }
     const auto ref_start = std::chrono::steady_clock::now();
-    ReplayInputs inputs = make_inputs(g, opt.seed);
+    ReplayInputs inputs = make_replay_inputs(g, opt.seed, forwards);
     tr.input_source = inputs.source;
     // Random ops draw from the run's seed, not PyTorch's generator: outputs that depend on a
     // draw cannot match the golden ones and are not compared with them (said in the report).

@@ -59,21 +59,8 @@ NanoGPTLayerNorm = models.NanoGPTLayerNorm
 perturb_ = models.perturb_norm_
 
 
-class LlamaRMSNorm(nn.Module):
-    """RMSNorm as Hugging Face's LlamaRMSNorm writes it (fp32 statistics, weight applied after the
-    cast back to the input dtype)."""
-
-    def __init__(self, hidden_size, eps=1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        input_dtype = hidden_states.dtype
-        hidden_states = hidden_states.to(torch.float32)
-        variance = hidden_states.pow(2).mean(-1, keepdim=True)
-        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        return self.weight * hidden_states.to(input_dtype)
+# Hugging Face's LlamaRMSNorm lives in models.py too (the training capture hf_llama_rmsnorm uses it).
+LlamaRMSNorm = models.LlamaRMSNorm
 
 
 # --- inference capture ----------------------------------------------------------------------------------
@@ -127,7 +114,7 @@ def llama_rmsnorm_fwd(B, T, C, seed, device):
 
     return fn, [x, mod.weight.detach().clone()], ["x", "weight"], {
         "model": "Llama-2-7B (hidden 4096): LlamaRMSNorm as Hugging Face writes it, bf16",
-        "module": "traces/capture/capture.py:LlamaRMSNorm",
+        "module": "traces/capture/models.py:LlamaRMSNorm (huggingface/transformers LlamaRMSNorm)",
         "phase": "fwd",
     }
 

@@ -14,6 +14,10 @@ Sources (read for this file):
 - litgpt: Lightning-AI/litgpt litgpt/model.py (RMSNorm, apply_rope, CausalSelfAttention.forward's
   qkv split/view/transpose and partial rotary on the first rope_n_elem of each head,
   build_rope_cache returning float32 cos/sin, GroupedTopkRouter's F.linear in float32).
+- Hugging Face transformers: models/llama/modeling_llama.py LlamaRMSNorm (hidden_states.to(float32),
+  variance = pow(2).mean(-1, keepdim=True), * rsqrt(variance + eps), self.weight * h.to(input_dtype)).
+- PyTorch PR 165370 ("[inductor] generate fused rms/layer norm bwd"): its benchmark's [576000, 384]
+  LayerNorm and RMSNorm, the RMSNorm written as ../shared/peers/anchors.py writes it.
 - torchao float8 training: pytorch/ao torchao/float8/float8_utils.py (tensor_to_amax,
   amax_to_scale in float64, to_fp8_saturated), float8_linear.py / float8_ops.py
   (matmul_with_hp_or_float8_args, addmm_float8_unwrapped: _scaled_mm with reciprocal scales).
@@ -93,6 +97,52 @@ class LitGPTRMSNorm(nn.Module):
         x_normed = x * torch.rsqrt(norm_x + self.eps)
         weight = (1 + self.weight) if self.add_unit_offset else self.weight
         return (x_normed * weight.float()).to(dtype=dtype)
+
+
+class LlamaRMSNorm(nn.Module):
+    """Hugging Face transformers LlamaRMSNorm (models/llama/modeling_llama.py): float32 statistics,
+    the weight applied after the cast back to the input dtype, weight as the first operand."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        input_dtype = hidden_states.dtype
+        hidden_states = hidden_states.to(torch.float32)
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * hidden_states.to(input_dtype)
+
+
+class AnchorRMSNorm(nn.Module):
+    """The RMSNorm of PyTorch PR 165370's norm-backward benchmark, as ../shared/peers/anchors.py
+    writes it: xf = x.float(); (xf * rsqrt(mean(xf^2) + 1e-6) * w.float()).to(x.dtype)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()).to(x.dtype)
+
+
+class TensorEpsRMSNorm(nn.Module):
+    """RMSNorm whose eps is a 0-dim float32 tensor (a buffer, passed to the graph as an input, as a
+    lifted or learned eps arrives) instead of a Python float: rsqrt(mean(x^2) + eps_t)."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.register_buffer("eps", torch.tensor(eps, dtype=torch.float32))
+
+    def forward(self, x):
+        xf = x.float()
+        ms = xf.pow(2).mean(-1, keepdim=True)
+        return (xf * torch.rsqrt(ms + self.eps) * self.weight.float()).to(x.dtype)
 
 
 class NanoGPTMLP(nn.Module):
@@ -392,6 +442,71 @@ def litgpt_rmsnorm_unit_offset(shape, seed, device):
     return litgpt_rmsnorm(shape, seed, device, add_unit_offset=True)
 
 
+def pr165370_layernorm(shape, seed, device):
+    M, N = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    mod = NanoGPTLayerNorm(N, bias=True).to(device=device, dtype=BF16)
+    perturb_norm_(mod, gen)
+    x = _randn((M, N), gen, device)
+    return _module_case(mod, x, {
+        "model": (f"LayerNorm [M, N] = [{M}, {N}] with weight and bias, eps 1e-5, bf16, training step: the "
+                  "shape of PyTorch PR 165370 ('[inductor] generate fused rms/layer norm bwd') and of "
+                  "../shared/peers/anchors.py normbwd"),
+        "module": "traces/capture/models.py:NanoGPTLayerNorm (F.layer_norm(x, (N,), weight, bias, 1e-5))",
+    })
+
+
+def pr165370_rmsnorm(shape, seed, device):
+    M, N = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    mod = AnchorRMSNorm(N, eps=1e-6).to(device=device, dtype=BF16)
+    perturb_norm_(mod, gen)
+    x = _randn((M, N), gen, device)
+    return _module_case(mod, x, {
+        "model": (f"RMSNorm [M, N] = [{M}, {N}], eps 1e-6, bf16, training step: the shape and the RMSNorm of "
+                  "PyTorch PR 165370's benchmark as ../shared/peers/anchors.py normbwd writes it "
+                  "(xf = x.float(); (xf * rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype))"),
+        "module": "traces/capture/models.py:AnchorRMSNorm",
+    })
+
+
+def hf_llama_rmsnorm(shape, seed, device):
+    B, T, C = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    mod = LlamaRMSNorm(C, eps=1e-5).to(device=device, dtype=BF16)
+    perturb_norm_(mod, gen)
+    x = _randn((B, T, C), gen, device)
+    return _module_case(mod, x, {
+        "model": (f"Llama-3-8B (hidden {C}, rms_norm_eps 1e-5): Hugging Face LlamaRMSNorm, bf16, training step "
+                  "(float32 statistics, self.weight * hidden_states.to(input_dtype))"),
+        "module": "traces/capture/models.py:LlamaRMSNorm (huggingface/transformers "
+                  "models/llama/modeling_llama.py LlamaRMSNorm)",
+    })
+
+
+def rmsnorm_eps_tensor(shape, seed, device):
+    B, T, C = shape
+    gen = torch.Generator(device=device).manual_seed(seed)
+    mod = TensorEpsRMSNorm(C, eps=1e-6).to(device=device, dtype=BF16)
+    mod.eps = torch.tensor(1e-6, dtype=torch.float32, device=device)  # .to(BF16) cast the buffer
+    perturb_norm_(mod, gen)
+    x = _randn((B, T, C), gen, device)
+    weight = mod.weight.detach().clone()
+    eps = mod.eps.detach().clone()
+
+    def fn(x, weight, eps):
+        return (functional_call(mod, {"weight": weight, "eps": eps}, (x,)),)
+
+    return TrainCase(fn=fn, inputs=[x, weight, eps], names=["x", "weight", "eps"],
+                     roles=["activation", "param", "param"], requires_grad=[True, True, False],
+                     source={
+                         "model": (f"RMSNorm (dim {C}) whose eps is a 0-dim float32 tensor input of the graph "
+                                   "(a module buffer, requires_grad False), eps 1e-6, bf16, training step"),
+                         "module": "traces/capture/models.py:TensorEpsRMSNorm",
+                     },
+                     notes=["eps is the graph input 'eps' (0-dim float32, role param, a buffer): rsqrt(ms + eps)"])
+
+
 def litgpt_rope(shape, seed, device):
     B, T, n_head, n_query_groups, head_size = shape
     # small shape: partial rotary as Pythia (rotary_percentage 0.25); realistic Llama: full head
@@ -549,6 +664,11 @@ TRAIN_WORKLOADS = {
     "meta_llama_rmsnorm": (meta_llama_rmsnorm, [((2, 8, 4096), True), ((2, 4096, 4096), False)]),
     "litgpt_rmsnorm": (litgpt_rmsnorm, [((2, 8, 4096), True), ((2, 4096, 4096), False)]),
     "litgpt_rmsnorm_unit_offset": (litgpt_rmsnorm_unit_offset, [((2, 8, 4096), True), ((2, 4096, 4096), False)]),
+    # (M, N): PyTorch PR 165370's norm-backward shape (1152 * 500 rows of 384)
+    "pr165370_layernorm": (pr165370_layernorm, [((32, 384), True), ((576000, 384), False)]),
+    "pr165370_rmsnorm": (pr165370_rmsnorm, [((32, 384), True), ((576000, 384), False)]),
+    "hf_llama_rmsnorm": (hf_llama_rmsnorm, [((2, 8, 4096), True), ((2, 4096, 4096), False)]),
+    "rmsnorm_eps_tensor": (rmsnorm_eps_tensor, [((2, 8, 4096), True), ((2, 4096, 4096), False)]),
     # (B, T, n_head, n_query_groups, head_size)
     "litgpt_rope": (litgpt_rope, [((1, 8, 4, 2, 16), True), ((2, 4096, 40, 40, 128), False)]),
     # (B, T, n_heads, n_kv_heads, head_dim)

@@ -52,6 +52,12 @@ struct ValueStats {
   double mean = 0, std = 1, min = -1e30, max = 1e30;
 };
 
+/// A backward trace's saved input: the forward trace's output it is (traces/SCHEMA.md, "from").
+struct ForwardOutputRef {
+  std::string trace;   ///< forward trace name (its file is <trace>.json beside this one)
+  std::string output;  ///< the forward graph's output value id
+};
+
 struct Value {
   std::string name;
   TensorMeta meta;
@@ -64,6 +70,10 @@ struct Value {
   /// A hidden input the loader adds for a random op ("<node id>#uniform"): U[0, 1) drawn from
   /// the run's seed (traces/SCHEMA.md, "Random ops"), never taken from a golden file.
   bool uniform = false;
+  /// Training captures: the input's role ("activation", "param", "saved", "tangent"; empty when
+  /// the trace gives none) and, for a saved input, the forward output it is.
+  std::string role;
+  std::optional<ForwardOutputRef> from;
 };
 
 /// A node operand: a tensor (value index) or a Python scalar.

@@ -176,6 +176,26 @@ class Parser {
       if (st.std < 0 || st.min > st.max) fail(id, "inconsistent \"stats\" (std < 0 or min > max)");
       g_.values[v].stats = st;
     }
+    if (in.contains("role")) {
+      if (!in["role"].is_string()) fail(id, "expected \"role\" to be a string");
+      g_.values[v].role = in["role"].get<std::string>();
+    }
+    if (in.contains("from")) {  // {"trace": forward trace name, "output": its output id}
+      const json& f = in["from"];
+      if (!f.is_object() || !f.contains("trace") || !f["trace"].is_string() ||
+          !f.contains("output") || !f["output"].is_string() ||
+          f["trace"].get<std::string>().empty() || f["output"].get<std::string>().empty())
+        fail(id,
+             "expected \"from\" to be {\"trace\": \"<forward trace>\", \"output\": "
+             "\"<its output id>\"}, found " +
+                 f.dump());
+      const std::string trace = f["trace"].get<std::string>();
+      if (trace.find('/') != std::string::npos || trace.find('\\') != std::string::npos ||
+          trace == "." || trace == "..")
+        fail(id, "\"from\" names trace '" + trace +
+                     "': a trace name, not a path (the forward is <name>.json beside this file)");
+      g_.values[v].from = ForwardOutputRef{trace, f["output"].get<std::string>()};
+    }
     g_.inputs.push_back(v);
   }
 

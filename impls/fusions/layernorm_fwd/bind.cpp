@@ -1,4 +1,6 @@
 // layernorm_fwd binder: typed params (match.cpp) -> kernel arguments (kernels.hpp).
+#include <tuple>
+
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/layernorm_fwd/params.hpp"
 #include "workloads/ir/layout.hpp"
@@ -15,6 +17,14 @@ int64_t row_stride(const TensorMeta& m, int64_t cols) {
   return rows == 1 ? cols : (*st)[0];
 }
 
+// Element stride of `m` ([.., 1]: one value per row) seen as [rows]; -1 if it cannot be.
+int64_t stat_stride(const TensorMeta& m, int64_t rows) {
+  if (m.numel() != rows) return -1;
+  if (rows <= 1) return 1;
+  auto st = view_strides(m.shape, m.stride, {rows});
+  return st ? (*st)[0] : -1;
+}
+
 }  // namespace
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
@@ -29,6 +39,15 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.rows = p.rows;
   a.cols = p.cols;
   a.eps = static_cast<float>(p.eps);
+  if (p.eps_value >= 0) {
+    BoundTensor e = ctx.tensor(p.eps_value);
+    if (e.layout.dtype != DType::kFloat32 || e.layout.numel() != 1) {
+      b.unsupported = "eps tensor '" + g.values[p.eps_value].name + "' is " + e.layout.str() +
+                      " (needs one float32)";
+      return b;
+    }
+    a.eps_ptr = static_cast<const float*>(e.ptr);
+  }
   if (p.correction != 0) {
     if (!(p.correction < static_cast<double>(p.cols))) {
       b.unsupported = "variance correction " + std::to_string(p.correction) +
@@ -49,6 +68,29 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     b.unsupported = "input or output rows are not [rows, cols] with a contiguous last dim";
     return b;
   }
+  // What a training forward saves for the backward, written by the same kernels.
+  for (auto [value, ptr, stride] : {std::tuple{p.mean, &a.mean_out, &a.mean_stride},
+                                    std::tuple{p.rstd, &a.rstd_out, &a.rstd_stride}}) {
+    if (value < 0) continue;
+    BoundTensor t = ctx.tensor(value);
+    *stride = stat_stride(t.layout, a.rows);
+    if (t.layout.dtype != DType::kFloat32 || *stride < 0) {
+      b.unsupported = "saved statistic '" + g.values[value].name + "' is " + t.layout.str() +
+                      " (needs float32, one value per row)";
+      return b;
+    }
+    *ptr = static_cast<float*>(t.ptr);
+  }
+  if (p.x32 >= 0) {
+    BoundTensor t = ctx.tensor(p.x32);
+    a.x32_row_stride = row_stride(t.layout, a.cols);
+    if (t.layout.dtype != DType::kFloat32 || a.x32_row_stride < 0) {
+      b.unsupported = "exported upcast x '" + g.values[p.x32].name + "' is not float32 [rows, " +
+                      "cols] with a contiguous last dim";
+      return b;
+    }
+    a.x32_out = static_cast<float*>(t.ptr);
+  }
   if (p.epilogue.size() > static_cast<size_t>(kNormMaxEpilogue)) {
     b.unsupported = "epilogue longer than " + std::to_string(kNormMaxEpilogue) + " steps";
     return b;
@@ -68,6 +110,12 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       return b;
     }
     s.weight = a.n_weights;
+    a.w_offset[a.n_weights] = static_cast<float>(st.offset);
+    a.w_offset_dtype[a.n_weights] = st.offset_dtype;
+    if (st.offset != 0 && static_cast<double>(a.w_offset[a.n_weights]) != st.offset) {
+      b.unsupported = "weight offset " + std::to_string(st.offset) + " is not a float32 value";
+      return b;
+    }
     a.w[a.n_weights] = w.ptr;
     a.w_dtype[a.n_weights++] = w.layout.dtype;
   }

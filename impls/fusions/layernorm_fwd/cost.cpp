@@ -1,5 +1,7 @@
 // layernorm_fwd cost and description.
-// Bytes that must move: x read once, y written once, each [C] weight read once
+// Bytes that must move: x read once, y written once, each [C] weight (and a tensor eps) read once,
+// and in a training forward what the region exports for the backward written once: mean and rstd
+// (4 bytes per row each) and the upcast x when it is exported (4 bytes per element, more than y)
 // (= the region's external inputs and outputs). FLOPs per element: LayerNorm ~8 (sum, square-sum,
 // subtract, scale, affine), RMSNorm ~5; memory-bound by 2-3 orders of magnitude on Hopper, so the
 // SOL is the byte term.
@@ -27,19 +29,31 @@ nlohmann::json describe(const Graph& g, const Region& r) {
     if (s.op == EpilogueOp::kRound) {
       epi.push_back({{"op", "round"}, {"dtype", dtype_name(s.dtype)}});
     } else {
-      epi.push_back({{"op", s.op == EpilogueOp::kMul ? "mul" : "add"},
-                     {"value", g.values[s.weight].name},
-                     {"dtype", dtype_name(s.dtype)}});
+      nlohmann::json st = {{"op", s.op == EpilogueOp::kMul ? "mul" : "add"},
+                           {"value", g.values[s.weight].name},
+                           {"dtype", dtype_name(s.dtype)}};
+      if (s.offset != 0) {  // the operand is round(offset_dtype, weight + offset)
+        st["offset"] = s.offset;
+        st["offset_dtype"] = dtype_name(s.offset_dtype);
+      }
+      epi.push_back(st);
     }
   }
-  return {{"kind", p.kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
-          {"x", g.values[p.x].name},
-          {"rows", p.rows},
-          {"cols", p.cols},
-          {"eps", p.eps},
-          {"correction", p.correction},
-          {"epilogue", epi},
-          {"out", g.values[p.out].name}};
+  nlohmann::json d = {{"kind", p.kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"},
+                      {"x", g.values[p.x].name},
+                      {"rows", p.rows},
+                      {"cols", p.cols},
+                      {"eps", p.eps},
+                      {"correction", p.correction},
+                      {"epilogue", epi},
+                      {"out", g.values[p.out].name}};
+  if (p.eps_value >= 0) d["eps"] = g.values[p.eps_value].name;  // read from the tensor
+  nlohmann::json saved = nlohmann::json::object();              // what a training forward exports
+  if (p.mean >= 0) saved["mean"] = g.values[p.mean].name;
+  if (p.rstd >= 0) saved["rstd"] = g.values[p.rstd].name;
+  if (p.x32 >= 0) saved["x32"] = g.values[p.x32].name;
+  if (!saved.empty()) d["saved"] = saved;
+  return d;
 }
 
 }  // namespace replay::layernorm_fwd

@@ -4,6 +4,9 @@
 // = 104.9 MB; at 4.22 TB/s (H200 1 GiB copy) SOL is 24.8 µs, and a copy of the same 104.9 MB
 // timed the same way takes 28.9 µs. The baseline moves x twice (~157 MB) and launches two
 // kernels, so it can reach at most ~2/3 of SOL (~37 µs). Measured history: TUNING.md (this folder).
+// The training forward adds mean and rstd, 2 x 64 KB for 16384 rows (+0.1 %): written by the
+// thread that holds the row's statistics, in the same pass. An exported fp32 x (not in the
+// bundled captures) adds 4 bytes per element, 105 MB here: it doubles the bytes written.
 #include "impls/fusions/layernorm_fwd/kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -76,6 +79,29 @@ struct Vec<float> {
   __device__ static float first(const float* p) { return *p; }
 };
 
+// Round E fp32 values in place to a 16-bit dtype (in pairs: one conversion for two); other dtypes:
+// unchanged (fp32 values are fp32 already).
+template <int E>
+__device__ __forceinline__ void round_to_dtype(float* y, DType dt) {
+  if (dt != DType::kBFloat16 && dt != DType::kFloat16) return;
+#pragma unroll
+  for (int e = 0; e < E; e += 2) {
+    float2 t = dt == DType::kBFloat16 ? Bf16Ops::to_float2(Bf16Ops::from_float2(y[e], y[e + 1]))
+                                      : F16Ops::to_float2(F16Ops::from_float2(y[e], y[e + 1]));
+    y[e] = t.x;
+    y[e + 1] = t.y;
+  }
+}
+
+// E fp32 values to 16-byte aligned memory, E/4 streaming 16-byte stores (written once).
+template <int E>
+__device__ __forceinline__ void store_f32(float* dst, const float* y) {
+#pragma unroll
+  for (int j = 0; j < E / 4; ++j)
+    __stcs(reinterpret_cast<float4*>(dst) + j,
+           make_float4(y[4 * j], y[4 * j + 1], y[4 * j + 2], y[4 * j + 3]));
+}
+
 template <typename T>
 constexpr DType dtype_of() {
   return std::is_same_v<T, __nv_bfloat16> ? DType::kBFloat16
@@ -131,6 +157,21 @@ __device__ __forceinline__ void load_w(const void* w, int v, float* out) {
   Vec<T>::unpack(static_cast<const uint4*>(w)[v], out);
 }
 
+// Weight i (0 or 1; `w` is its copy in global or shared memory) of vector v as fp32, with its
+// offset applied as the graph does: round(w_offset_dtype, w + offset), e.g. x * (1 + w) of litgpt
+// add_unit_offset. The branch depends only on kernel arguments; selected, not indexed (see below).
+template <typename T>
+__device__ __forceinline__ void load_weight(const NormFwdArgs& a, int i, const void* w, int v,
+                                            float* out) {
+  load_w<T>(w, v, out);
+  const float off = i == 0 ? a.w_offset[0] : a.w_offset[1];
+  if (off != 0.f) {
+#pragma unroll
+    for (int e = 0; e < Vec<T>::kElems; ++e) out[e] += off;
+    round_to_dtype<Vec<T>::kElems>(out, i == 0 ? a.w_offset_dtype[0] : a.w_offset_dtype[1]);
+  }
+}
+
 // The epilogue on one vector of normalized values y, shared by both variants. Every branch depends
 // only on kernel arguments, so it is uniform across the grid. w0 / w1 are selected, not indexed,
 // so that no pointer array goes to local memory.
@@ -140,8 +181,8 @@ __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const v
   constexpr int E = Vec<T>::kElems;
   float wa[E], wb[E];
   if constexpr (K == EpiKind::kScale || K == EpiKind::kRoundScale || K == EpiKind::kAffine)
-    load_w<T>(w0, v, wa);
-  if constexpr (K == EpiKind::kAffine) load_w<T>(w1, v, wb);
+    load_weight<T>(a, 0, w0, v, wa);
+  if constexpr (K == EpiKind::kAffine) load_weight<T>(a, 1, w1, v, wb);
   if constexpr (K == EpiKind::kRoundScale) Vec<T>::unpack(Vec<T>::pack(y), y);
 #pragma unroll
   for (int e = 0; e < E; ++e) {
@@ -155,27 +196,18 @@ __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const v
       const NormEpilogueStep st = a.epilogue[s];
       if (s + 1 == a.n_epilogue && st.op == EpilogueOp::kRound && st.dtype == dtype_of<T>()) break;
       if (st.op != EpilogueOp::kRound) {
-        load_w<T>(st.weight == 0 ? w0 : w1, v, wa);
+        load_weight<T>(a, st.weight, st.weight == 0 ? w0 : w1, v, wa);
 #pragma unroll
         for (int e = 0; e < E; ++e) y[e] = st.op == EpilogueOp::kMul ? y[e] * wa[e] : y[e] + wa[e];
       }
-      if (st.dtype == DType::kBFloat16 || st.dtype == DType::kFloat16) {
-#pragma unroll
-        for (int e = 0; e < E; e += 2) {
-          float2 t = st.dtype == DType::kBFloat16
-                         ? Bf16Ops::to_float2(Bf16Ops::from_float2(y[e], y[e + 1]))
-                         : F16Ops::to_float2(F16Ops::from_float2(y[e], y[e + 1]));
-          y[e] = t.x;
-          y[e + 1] = t.y;
-        }
-      }
+      round_to_dtype<E>(y, st.dtype);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // baseline, kernel 1: one warp per row; mean and rstd by a shifted single pass (fp32), written to
-// memory. 16-byte loads.
+// memory (the workspaces, and the exported statistics of a training forward). 16-byte loads.
 template <typename T>
 __global__ void norm_stats_kernel(NormFwdArgs a, float* mean, float* rstd) {
   constexpr int E = Vec<T>::kElems;
@@ -206,13 +238,17 @@ __global__ void norm_stats_kernel(NormFwdArgs a, float* mean, float* rstd) {
     const float n = float(a.cols);
     const float m1 = s1 / n;
     const float var = ln ? fmaxf(s2 / n - m1 * m1, 0.f) * a.var_scale : s2 / n;
-    mean[row] = ln ? shift + m1 : 0.f;
-    rstd[row] = rsqrtf(var + a.eps);
+    const float mu = ln ? shift + m1 : 0.f;
+    const float rs = rsqrtf(var + (a.eps_ptr ? __ldg(a.eps_ptr) : a.eps));
+    mean[row] = mu;
+    rstd[row] = rs;
+    if (a.mean_out) a.mean_out[row * a.mean_stride] = mu;
+    if (a.rstd_out) a.rstd_out[row * a.rstd_stride] = rs;
   }
 }
 
 // baseline, kernel 2: one thread per 16-byte vector: reads x again with the row's mean/rstd,
-// applies the epilogue (weights through L1/L2), writes y.
+// applies the epilogue (weights through L1/L2), writes y (and the exported fp32 x, if asked).
 template <typename T, EpiKind K>
 __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float* rstd) {
   constexpr int E = Vec<T>::kElems;
@@ -227,6 +263,7 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
     float y[E];
     Vec<T>::unpack(
         reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride)[v], y);
+    if (a.x32_out) store_f32<E>(a.x32_out + row * a.x32_row_stride + int64_t(v) * E, y);
     const float m = mean[row], r = rstd[row];
 #pragma unroll
     for (int e = 0; e < E; ++e) y[e] = (y[e] - m) * r;
@@ -299,6 +336,7 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   const int nvec = static_cast<int>(a.cols / E);
   const bool ln = a.kind == NormKind::kLayerNorm;
   const float inv_cols = 1.f / float(a.cols);
+  const float eps = a.eps_ptr ? __ldg(a.eps_ptr) : a.eps;
   const int64_t step = int64_t(gridDim.x) * RPB;
 
   auto load_row = [&](int64_t row, uint4* raw) {
@@ -351,15 +389,21 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
     const float mean = ln ? c + m1 : 0.f;
     const float var =
         ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) * a.var_scale : sums.y * inv_cols;
-    const float rstd = rsqrtf(var + a.eps);
+    const float rstd = rsqrtf(var + eps);
     const float shift = -mean * rstd;
     if (row >= a.rows) continue;
+    if (tid == 0) {  // the statistics a training forward saves for the backward
+      if (a.mean_out) a.mean_out[row * a.mean_stride] = mean;
+      if (a.rstd_out) a.rstd_out[row * a.rstd_stride] = rstd;
+    }
     uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
+    float* x32r = a.x32_out ? a.x32_out + row * a.x32_row_stride : nullptr;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
       if (v >= nvec) continue;
       float* y = x[k];
+      if (x32r) store_f32<E>(x32r + int64_t(v) * E, y);
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
       epilogue<T, K>(a, y, w0, w1, v);
@@ -511,6 +555,10 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant) {
   if (!aligned(a.x) || !aligned(a.out) || (a.n_weights > 0 && !aligned(a.w[0])) ||
       (a.n_weights > 1 && !aligned(a.w[1])))
     return "a pointer is not 16-byte aligned";
+  if (a.x32_out && (!aligned(a.x32_out) || a.x32_row_stride % 4))
+    return "the exported fp32 x is not in 16-byte aligned rows";
+  if (a.eps_ptr && reinterpret_cast<uintptr_t>(a.eps_ptr) % alignof(float))
+    return "the eps tensor is not aligned";
   if (variant == NormVariant::kOptimized && geometry(a.cols / elems).second > kMaxVpt)
     return "row of " + std::to_string(a.cols) +
            " elements is longer than the register-resident "

@@ -8,10 +8,14 @@
 //               vector loads, statistics in fp32 (one shifted pass over registers), epilogue
 //               applied in registers, 16-byte streaming stores; the next row's loads are in
 //               flight while a row is computed; weights staged once per block in shared memory.
+// Training forwards also export what the backward saves: both variants write mean and rstd
+// (fp32 per row; the baseline from its statistics kernel, the optimized one from the same
+// persistent kernel) and the upcast x (fp32, from the pass that reads x) when asked to.
 // Both need x, y and the weights in one dtype (bf16, fp16 or fp32), 16-byte aligned rows; the
 // optimized one also a row of at most 8192 bf16 (4096 fp32) elements. Otherwise the region runs
 // eagerly and the report says why.
-// Bytes that must move: rows*C*(sizeof x + sizeof y) + C*sizeof(w) per weight.
+// Bytes that must move: rows*C*(sizeof x + sizeof y) + C*sizeof(w) per weight, + rows*4 per
+// exported statistic, + rows*C*4 for an exported upcast x.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +47,8 @@ struct NormFwdArgs {
   NormKind kind = NormKind::kLayerNorm;
   int64_t rows = 0, cols = 0;
   float eps = 1e-5f;
+  /// eps read from device memory (a float32 tensor of the graph) instead of `eps`; nullptr: `eps`.
+  const float* eps_ptr = nullptr;
   /// LayerNorm: the variance is sum((x - mean)^2) / (cols - correction) = population variance *
   /// var_scale, var_scale = cols / (cols - correction) (1 for the usual correction 0).
   float var_scale = 1.f;
@@ -51,12 +57,25 @@ struct NormFwdArgs {
   int64_t x_row_stride = 0;
   const void* w[kNormMaxWeights] = {};  ///< [cols] each, contiguous
   DType w_dtype[kNormMaxWeights] = {};
+  /// The epilogue uses round(w_offset_dtype[i], w[i] + w_offset[i]) when w_offset[i] != 0 (x * (1 +
+  /// w): litgpt add_unit_offset, Gemma), the add in fp32 as PyTorch's opmath does.
+  float w_offset[kNormMaxWeights] = {};
+  DType w_offset_dtype[kNormMaxWeights] = {DType::kFloat32, DType::kFloat32};
   int n_weights = 0;
   NormEpilogueStep epilogue[kNormMaxEpilogue];
   int n_epilogue = 0;
   void* out = nullptr;
   DType out_dtype = DType::kBFloat16;
   int64_t out_row_stride = 0;
+  /// Saved for the backward (training forwards); nullptr: not written. mean (LayerNorm only) and
+  /// rstd: [rows] fp32 at element stride mean_stride / rstd_stride; x32: x upcast to fp32,
+  /// [rows, cols] with row stride x32_row_stride (a multiple of 4, 16-byte aligned).
+  float* mean_out = nullptr;
+  int64_t mean_stride = 1;
+  float* rstd_out = nullptr;
+  int64_t rstd_stride = 1;
+  float* x32_out = nullptr;
+  int64_t x32_row_stride = 0;
 };
 
 /// Which kernel a support query is about.
@@ -66,7 +85,8 @@ enum class NormVariant : uint8_t { kBaseline, kOptimized };
 /// register-resident kernel, misaligned pointers, mixed dtypes).
 std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant);
 
-/// Baseline: stats kernel writing `mean`/`rstd` ([rows] fp32 workspaces), then normalize kernel.
+/// Baseline: stats kernel writing `mean`/`rstd` ([rows] fp32 workspaces, and a.mean_out /
+/// a.rstd_out when set), then normalize kernel (writing a.x32_out when set).
 void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream);
 
 /// Optimized: one persistent row kernel. Requires layernorm_fwd_supports(a, kOptimized) == "".

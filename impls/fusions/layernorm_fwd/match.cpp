@@ -1,13 +1,19 @@
-// layernorm_fwd matcher: LayerNorm- and RMSNorm-shaped forward graphs.
+// layernorm_fwd matcher: LayerNorm- and RMSNorm-shaped forward graphs, inference and training.
 //
 // LayerNorm (nanoGPT, F.layer_norm decomposed by Inductor's table):
 //   x32 = convert(x)?; var, mean = var_mean(x32, [-1], correction=c, keepdim)  (c < C; 0 usual)
 //   rstd = rsqrt(var + eps); y = (x32 - mean) * rstd; epilogue
-// RMSNorm (Llama / torchtitan):
+// RMSNorm (Meta Llama, Hugging Face, litgpt, torchtitan, PR 165370's benchmark):
 //   x32 = convert(x)?; ms = mean(pow(x32, 2) | x32 * x32, [-1], keepdim)
-//   rstd = rsqrt(ms + eps); y = x32 * rstd; epilogue
-// epilogue: up to 4 of {convert(dtype), mul by a [C] weight, add a [C] bias}, in graph order, each
-// weight optionally behind its own convert. Every intermediate must be used only inside the region.
+//   rstd = rsqrt(ms + eps); y = x32 * rstd (either operand order); epilogue
+// eps: a Python scalar, or a float32 tensor of one element (a 0-dim graph input), either order.
+// epilogue: up to 4 of {convert(dtype), mul by a [C] weight, add a [C] bias}, in graph order, the
+// weight as either operand (Hugging Face writes `self.weight * h`); each weight optionally behind
+// exact upcasts and one add of a scalar (x * (1 + w): litgpt add_unit_offset, Gemma).
+// Exports: a training forward also returns what the backward saves, mean and rstd ([.., 1]
+// float32) and, with some partitions, x32; these may be read outside the region (graph outputs,
+// views of them, nodes after the region) and the kernels write them in the same pass. Every other
+// intermediate must be used only inside the region.
 #include <algorithm>
 
 #include "impls/fusions/layernorm_fwd/params.hpp"
@@ -16,18 +22,63 @@
 namespace replay::layernorm_fwd {
 namespace {
 
-// add(v, eps) -> rsqrt: returns {eps, rsqrt node} or {0, -1}.
-std::pair<double, int> match_eps_rsqrt(const Graph& g, int v, std::vector<int>& nodes) {
-  int add = single_user(g, v);
-  if (add < 0 || g.nodes[add].op != Op::kAdd) return {0, -1};
+bool contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// The one node reading `v` that `is` accepts, or -1 when none or several do. Other readers are
+// allowed here (the caller decides whether `v` may be exported).
+template <typename Pred>
+int user_where(const Graph& g, int v, Pred is) {
+  int found = -1;
+  for (int u : g.values[v].users) {
+    if (u == found || !is(g.nodes[u])) continue;
+    if (found >= 0) return -1;
+    found = u;
+  }
+  return found;
+}
+
+// True when every value of dtype `from` converts to `to` exactly (an upcast, or no change).
+bool exact_convert(DType from, DType to) {
+  return from == to ||
+         (is_floating(from) && is_floating(to) && promote_types(from, to) == std::optional(to));
+}
+
+struct EpsMatch {
+  double eps = 0;
+  int eps_value = -1;  ///< a tensor eps
+  int rsqrt = -1;      ///< the rsqrt node; -1: no match
+};
+
+// add(v, eps) -> rsqrt, with eps a Python scalar or a float32 tensor of one element, in either
+// operand order; v and the sum must be read only by these nodes.
+EpsMatch match_eps_rsqrt(const Graph& g, int v, std::vector<int>& nodes) {
+  EpsMatch m;
+  const int add = single_user(g, v);
+  if (add < 0 || g.nodes[add].op != Op::kAdd) return m;
   const Node& a = g.nodes[add];
-  if (a.operands.size() != 2 || a.operands[0].value != v || a.operands[1].is_tensor())
-    return {0, -1};
-  int rs = single_user(g, a.outputs[0]);
-  if (rs < 0 || g.nodes[rs].op != Op::kRsqrt) return {0, -1};
+  if (a.operands.size() != 2 || g.meta(a.outputs[0]).shape != g.meta(v).shape) return m;
+  const bool v_first = a.operands[0].value == v;
+  const Operand& e = a.operands[v_first ? 1 : 0];
+  if (e.value == v || (!v_first && a.alpha != 1)) return m;  // v + v; eps + alpha * v
+  double eps = 0;
+  if (e.is_tensor()) {
+    if (a.alpha != 1 || g.meta(e.value).numel() != 1 || g.meta(e.value).dtype != DType::kFloat32)
+      return m;
+  } else if (e.is_scalar()) {
+    eps = v_first ? a.alpha * e.scalar : e.scalar;
+  } else {
+    return m;
+  }
+  const int rs = single_user(g, a.outputs[0]);
+  if (rs < 0 || g.nodes[rs].op != Op::kRsqrt) return m;
   nodes.push_back(add);
   nodes.push_back(rs);
-  return {a.alpha * a.operands[1].scalar, rs};
+  m.eps = eps;
+  m.eps_value = e.is_tensor() ? e.value : -1;
+  m.rsqrt = rs;
+  return m;
 }
 
 bool is_row_reduction(const Graph& g, const Node& n) {
@@ -37,30 +88,86 @@ bool is_row_reduction(const Graph& g, const Node& n) {
          g.meta(n.operands[0].value).dtype == DType::kFloat32;
 }
 
+// The [C] operand `w` of epilogue node `reader`, traced back through single-use exact upcasts and
+// at most one add of a Python scalar (the weight's offset) to the tensor the kernel reads; the
+// nodes passed are appended to `nodes`.
+struct WeightSrc {
+  int value = -1;
+  double offset = 0;
+  DType offset_dtype = DType::kFloat32;
+};
+WeightSrc trace_weight(const Graph& g, int w, int reader, std::vector<int>& nodes) {
+  WeightSrc ws{w};
+  bool has_offset = false;
+  for (int depth = 0; depth < 4; ++depth) {
+    const int p = g.values[ws.value].producer;
+    if (p < 0 || single_user(g, ws.value) != reader) break;
+    const Node& n = g.nodes[p];
+    if (n.op == Op::kConvertElementType &&
+        exact_convert(g.meta(n.operands[0].value).dtype, n.dtype)) {
+      ws.value = n.operands[0].value;
+    } else if (n.op == Op::kAdd && !has_offset && n.operands.size() == 2 &&
+               n.operands[0].is_tensor() != n.operands[1].is_tensor()) {
+      const bool tensor_first = n.operands[0].is_tensor();
+      const Operand& s = n.operands[tensor_first ? 1 : 0];
+      if (!s.is_scalar() || (!tensor_first && n.alpha != 1)) break;  // s + alpha * w
+      ws.offset = tensor_first ? n.alpha * s.scalar : s.scalar;
+      ws.offset_dtype = g.meta(n.outputs[0]).dtype;
+      ws.value = n.operands[tensor_first ? 0 : 1].value;
+      has_offset = true;
+    } else {
+      break;
+    }
+    nodes.push_back(p);
+    reader = p;
+  }
+  return ws;
+}
+
+// Read outside the region (a graph output, or a node not in it).
+bool read_outside(const Graph& g, int v, const std::vector<int>& nodes) {
+  if (g.values[v].graph_output) return true;
+  for (int u : g.values[v].users)
+    if (!contains(nodes, u)) return true;
+  return false;
+}
+
+// Every reader of `v` outside the region comes after the region's last node, where the fused
+// step runs (harness/replay/gpu_program.cpp places it there).
+bool read_after_region(const Graph& g, int v, const std::vector<int>& nodes) {
+  const int last = *std::max_element(nodes.begin(), nodes.end());
+  for (int u : g.values[v].users)
+    if (!contains(nodes, u) && u < last) return false;
+  return true;
+}
+
 void try_match(const Graph& g, int root, std::vector<Region>& out) {
   const Node& r = g.nodes[root];
   std::vector<int> nodes = {root};
   int src = r.operands[0].value;  // fp32 activations
   int normalized = -1;            // value: (x - mean) * rstd, or x * rstd
-  double eps = 0, correction = 0;
+  int mean = -1, rstd = -1;
+  EpsMatch em;
+  double correction = 0;
   NormKind kind = NormKind::kLayerNorm;
   if (r.op == Op::kVarMean) {
     if (!is_row_reduction(g, r)) return;
     correction = r.correction;
-    auto [e, rs] = match_eps_rsqrt(g, r.outputs[0], nodes);
-    if (rs < 0) return;
-    int sub = single_user(g, r.outputs[1]);
-    if (sub < 0 || g.nodes[sub].op != Op::kSub || g.nodes[sub].operands[0].value != src ||
-        g.nodes[sub].operands[1].value != r.outputs[1] || g.nodes[sub].alpha != 1)
-      return;
-    int mul = single_user(g, g.nodes[sub].outputs[0]);
-    int rstd = g.nodes[rs].outputs[0];
-    if (mul < 0 || g.nodes[mul].op != Op::kMul || single_user(g, rstd) != mul ||
-        other_tensor(g.nodes[mul], rstd) != g.nodes[sub].outputs[0])
+    em = match_eps_rsqrt(g, r.outputs[0], nodes);
+    if (em.rsqrt < 0) return;
+    mean = r.outputs[1];
+    rstd = g.nodes[em.rsqrt].outputs[0];
+    const int sub = user_where(g, mean, [&](const Node& n) {
+      return n.op == Op::kSub && n.operands[0].value == src && n.operands[1].value == mean &&
+             n.alpha == 1;
+    });
+    if (sub < 0) return;
+    const int centered = g.nodes[sub].outputs[0];
+    const int mul = single_user(g, centered);
+    if (mul < 0 || g.nodes[mul].op != Op::kMul || other_tensor(g.nodes[mul], centered) != rstd)
       return;
     nodes.insert(nodes.end(), {sub, mul});
     normalized = g.nodes[mul].outputs[0];
-    eps = e;
     kind = NormKind::kLayerNorm;
   } else if (r.op == Op::kMeanDim) {
     if (!is_row_reduction(g, r)) return;
@@ -77,15 +184,14 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
       return;
     }
     nodes.insert(nodes.begin(), sq);
-    auto [e, rs] = match_eps_rsqrt(g, r.outputs[0], nodes);
-    if (rs < 0) return;
-    int mul = single_user(g, g.nodes[rs].outputs[0]);
-    if (mul < 0 || g.nodes[mul].op != Op::kMul ||
-        other_tensor(g.nodes[mul], g.nodes[rs].outputs[0]) != src)
-      return;
+    em = match_eps_rsqrt(g, r.outputs[0], nodes);
+    if (em.rsqrt < 0) return;
+    rstd = g.nodes[em.rsqrt].outputs[0];
+    const int mul = user_where(
+        g, rstd, [&](const Node& n) { return n.op == Op::kMul && other_tensor(n, rstd) == src; });
+    if (mul < 0) return;
     nodes.push_back(mul);
     normalized = g.nodes[mul].outputs[0];
-    eps = e;
     kind = NormKind::kRMSNorm;
   } else {
     return;
@@ -93,21 +199,7 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
   if (g.meta(src).dtype != DType::kFloat32) return;
   const TensorMeta& xm = g.meta(src);
   const int64_t cols = xm.shape.back();
-
-  // The upcast of the activations joins the region when nothing else reads its result.
-  int x = src;
-  int conv = g.values[src].producer;
-  if (conv >= 0 && g.nodes[conv].op == Op::kConvertElementType) {
-    std::vector<int> with = nodes;
-    with.push_back(conv);
-    const auto& users = g.values[src].users;
-    if (!g.values[src].graph_output && std::all_of(users.begin(), users.end(), [&](int u) {
-          return std::find(with.begin(), with.end(), u) != with.end();
-        })) {
-      nodes.push_back(conv);
-      x = g.nodes[conv].operands[0].value;
-    }
-  }
+  if (g.meta(normalized).shape != xm.shape) return;
 
   // Epilogue chain.
   std::vector<EpilogueStep> epilogue;
@@ -123,20 +215,37 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
     } else if ((n.op == Op::kMul || n.op == Op::kAdd) && n.alpha == 1) {
       int w = other_tensor(n, cur);
       if (w < 0 || w == cur || g.meta(w).numel() != cols || g.meta(w).shape.back() != cols) break;
-      int wsrc = w;
-      int wc = g.values[w].producer;
-      if (wc >= 0 && g.nodes[wc].op == Op::kConvertElementType && single_user(g, w) == u) {
-        nodes.push_back(wc);
-        wsrc = g.nodes[wc].operands[0].value;
-      }
-      epilogue.push_back({n.op == Op::kMul ? EpilogueOp::kMul : EpilogueOp::kAdd, om.dtype, wsrc});
+      const WeightSrc ws = trace_weight(g, w, u, nodes);
+      epilogue.push_back({n.op == Op::kMul ? EpilogueOp::kMul : EpilogueOp::kAdd, om.dtype,
+                          ws.value, ws.offset, ws.offset_dtype});
     } else {
       break;
     }
     nodes.push_back(u);
     cur = n.outputs[0];
   }
-  if (!intermediates_private(g, nodes, {cur})) return;
+
+  // The upcast of the activations joins the region; when something outside reads x32, the region
+  // exports it, provided that reader runs after the region (else the region reads x32 instead).
+  int x = src, x32 = -1;
+  const int conv = g.values[src].producer;
+  if (conv >= 0 && g.nodes[conv].op == Op::kConvertElementType) {
+    std::vector<int> with = nodes;
+    with.push_back(conv);
+    if (read_after_region(g, src, with)) {
+      nodes = std::move(with);
+      x = g.nodes[conv].operands[0].value;
+      x32 = src;
+    }
+  }
+
+  // The saved statistics (and x32) may be exported, the rest must stay private.
+  std::vector<int> exported = {cur};
+  for (int v : {mean, rstd, x32})
+    if (v >= 0) exported.push_back(v);
+  if (!intermediates_private(g, nodes, exported)) return;
+  for (int v : exported)
+    if (!read_after_region(g, v, nodes)) return;
 
   Params p;
   p.kind = kind;
@@ -144,9 +253,13 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
   p.out = cur;
   p.rows = xm.numel() / std::max<int64_t>(cols, 1);
   p.cols = cols;
-  p.eps = eps;
+  p.eps = em.eps;
+  p.eps_value = em.eps_value;
   p.correction = correction;
   p.epilogue = std::move(epilogue);
+  p.mean = mean >= 0 && read_outside(g, mean, nodes) ? mean : -1;
+  p.rstd = read_outside(g, rstd, nodes) ? rstd : -1;
+  p.x32 = x32 >= 0 && read_outside(g, x32, nodes) ? x32 : -1;
   out.push_back(make_region(g, std::move(nodes), std::move(p)));
 }
 

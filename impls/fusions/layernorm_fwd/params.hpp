@@ -1,7 +1,8 @@
 // layernorm_fwd: LayerNorm / RMSNorm forward over the last dim (row statistics + normalize +
-// epilogue of casts, [C] weight multiply, [C] bias add), as nanoGPT, Hugging Face Llama and
-// torchtitan write them. This header holds the fusion's typed params and its entry points; the
-// FusionSpec row is in spec.cpp, listed in impls/fusions/registry.cpp.
+// epilogue of casts, [C] weight multiply, [C] bias add), as nanoGPT, Hugging Face Llama, Meta
+// Llama, litgpt and torchtitan write them; in training forwards the region also exports what the
+// backward saves (mean, rstd, the upcast x). This header holds the fusion's typed params and its
+// entry points; the FusionSpec row is in spec.cpp, listed in impls/fusions/registry.cpp.
 //
 //   params.hpp  this file        match.cpp   structural matcher      cost.cpp   bytes/FLOPs,
 //   describe kernels.*   both variants    bind.cpp    params -> kernel args   TUNING.md  measured
@@ -20,6 +21,10 @@ struct EpilogueStep {
   EpilogueOp op = EpilogueOp::kRound;
   DType dtype = DType::kFloat32;  ///< the step's result is rounded to this dtype
   int weight = -1;  ///< kMul/kAdd: value index of the [C] operand (before any absorbed upcast)
+  /// kMul/kAdd: the operand is round(offset_dtype, weight + offset) (litgpt add_unit_offset,
+  /// Gemma: x * (1 + w)); 0: the weight as it is. Exact upcasts around the add are absorbed.
+  double offset = 0;
+  DType offset_dtype = DType::kFloat32;
 };
 
 /// A matched region. Value indices, not names.
@@ -29,8 +34,14 @@ struct Params {
   int out = -1;  ///< [.., C] result, same shape as x
   int64_t rows = 0, cols = 0;  ///< x seen as [rows, cols]
   double eps = 0;
+  int eps_value = -1;     ///< eps as a tensor (numel 1, e.g. a 0-dim float32 input), else -1
   double correction = 0;  ///< LayerNorm: variance divisor is cols - correction (var_mean's)
   std::vector<EpilogueStep> epilogue;  ///< in graph order, at most kNormMaxEpilogue
+  // What the region exports besides `out` (training forwards save them for the backward), -1 when
+  // nothing outside the region reads it:
+  int mean = -1;  ///< LayerNorm: the row means, [.., 1] float32 (var_mean's second output)
+  int rstd = -1;  ///< rsqrt(var + eps) or rsqrt(mean(x^2) + eps), [.., 1] float32
+  int x32 = -1;   ///< the upcast x, [.., C] float32 (its convert is in the region)
 };
 
 void match(const Graph& g, std::vector<Region>& out);

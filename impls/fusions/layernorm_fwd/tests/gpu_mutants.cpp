@@ -1,5 +1,6 @@
 // Deliberately wrong layernorm_fwd kernels: the real baseline and optimized kernels launched with
-// wrong arguments (eps off, biased variance, a dropped affine step, the last row not computed).
+// wrong arguments (eps off, biased variance, a dropped affine step or weight offset, the last row
+// not computed), on inference and training forwards.
 // Each must FAIL the numerics check on every norm trace it applies to; the same kernels with the
 // right arguments PASS (tests/gpu/test_replay_all.cpp).
 #include "impls/fusions/binding.hpp"
@@ -35,6 +36,11 @@ bool has_step(const layernorm_fwd::Params& p, EpilogueOp op) {
     if (s.op == op) return true;
   return false;
 }
+bool has_offset(const layernorm_fwd::Params& p) {
+  for (const auto& s : p.epilogue)
+    if (s.offset != 0) return true;
+  return false;
+}
 void drop_step(layernorm_fwd::Params& p, EpilogueOp op) {
   for (size_t i = 0; i < p.epilogue.size(); ++i)
     if (p.epilogue[i].op == op) {
@@ -52,6 +58,10 @@ const Mutant kMutants[] = {
     {"dropped_bias", [](const layernorm_fwd::Params& p) { return has_step(p, EpilogueOp::kAdd); },
      [](layernorm_fwd::Params& p) { drop_step(p, EpilogueOp::kAdd); }},
     {"lost_last_row", always, [](layernorm_fwd::Params& p) { p.rows -= 1; }},
+    {"dropped_weight_offset", has_offset,
+     [](layernorm_fwd::Params& p) {
+       for (auto& s : p.epilogue) s.offset = 0;
+     }},
 };
 
 // The mutant being bound (a FusionSpec's bind is a plain function pointer).
@@ -101,14 +111,16 @@ TEST_P(LayerNormFwdMutant, Fails) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, LayerNormFwdMutant,
-                         ::testing::Combine(::testing::Range<size_t>(0, std::size(kMutants)),
-                                            ::testing::Values("nanogpt_layernorm_fwd_16x128x1600",
-                                                              "nanogpt_layernorm_fwd_2x8x1600",
-                                                              "llama_rmsnorm_fwd_2x8x4096"),
-                                            ::testing::Values("baseline", "optimized")),
-                         [](const auto& info) {
-                           return test_name(std::string(kMutants[std::get<0>(info.param)].name) +
-                                            "_" + std::get<1>(info.param) + "_" +
-                                            std::get<2>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, LayerNormFwdMutant,
+    ::testing::Combine(::testing::Range<size_t>(0, std::size(kMutants)),
+                       ::testing::Values("nanogpt_layernorm_fwd_16x128x1600",
+                                         "nanogpt_layernorm_fwd_2x8x1600",
+                                         "llama_rmsnorm_fwd_2x8x4096",
+                                         "nanogpt_layernorm_train_fwd_2x8x1600",
+                                         "litgpt_rmsnorm_unit_offset_train_fwd_2x8x4096"),
+                       ::testing::Values("baseline", "optimized")),
+    [](const auto& info) {
+      return test_name(std::string(kMutants[std::get<0>(info.param)].name) + "_" +
+                       std::get<1>(info.param) + "_" + std::get<2>(info.param));
+    });

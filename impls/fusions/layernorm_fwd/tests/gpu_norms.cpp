@@ -69,3 +69,53 @@ TEST(LayerNormFwdGpu, VarianceCorrectionRunsFused) {
   for (const char* variant : {"eager", "baseline", "optimized"})
     expect_variant_matches(g, variant, 17);
 }
+
+// Training forwards: the region also writes what the backward saves (mean, rstd; the upcast x in
+// "stats_x32"); every graph output, those included, is checked against the reference, fused.
+class TrainingLayerNorm : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(TrainingLayerNorm, SavedStatisticsMatchReference) {
+  REQUIRE_GPU();
+  auto [saved, dtype] = GetParam();
+  // Each geometry of the optimized kernel: one warp per row, four (the longest row it holds).
+  const int64_t longest = dtype == "float32" ? 4096 : 8192;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{333, 1600}, {65, longest}, {7, 256}}) {
+    Graph g = parse_trace(layernorm_trace(rows, cols, dtype, "affine", saved), "<training>");
+    ASSERT_EQ(make_plan(g, fusion_registry()).regions.size(), 1u) << saved;
+    for (const char* variant : {"eager", "baseline", "optimized"})
+      expect_variant_matches(g, variant, 19);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Saved, TrainingLayerNorm,
+                         ::testing::Combine(::testing::Values("stats", "stats_x32", "stats_views"),
+                                            ::testing::Values("bfloat16", "float16", "float32")),
+                         [](const auto& info) {
+                           return test_name(std::get<0>(info.param) + "_" +
+                                            std::get<1>(info.param));
+                         });
+
+// RMSNorm as model code writes it (Meta, Hugging Face, litgpt, unit offset in bf16 and fp32, eps
+// as a tensor, the upcast x exported), each returning rstd.
+class TrainingRMSNorm : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(TrainingRMSNorm, AllVariantsMatchReference) {
+  REQUIRE_GPU();
+  auto [form, dtype] = GetParam();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{129, 4096}, {1001, 2048}, {3, 64}}) {
+    Graph g = parse_trace(rmsnorm_trace(rows, cols, dtype, form), "<rmsnorm>");
+    ASSERT_EQ(make_plan(g, fusion_registry()).regions.size(), 1u) << form;
+    for (const char* variant : {"eager", "baseline", "optimized"})
+      expect_variant_matches(g, variant, 23);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, TrainingRMSNorm,
+                         ::testing::Combine(::testing::Values("meta", "hf", "litgpt", "unit_offset",
+                                                              "unit_offset_f32", "eps_tensor",
+                                                              "x32"),
+                                            ::testing::Values("bfloat16", "float16")),
+                         [](const auto& info) {
+                           return test_name(std::get<0>(info.param) + "_" +
+                                            std::get<1>(info.param));
+                         });

@@ -10,8 +10,12 @@ namespace replay::test {
 /// `epilogue`: "affine" (* weight + bias in fp32, then cast: nanoGPT), "scale" (* weight only),
 /// "none" (cast only), or "mixed" (cast, * weight in `dtype`, + bias in `dtype`: no compiled
 /// shape, so the kernels' generic epilogue path runs).
+/// `saved`: what a training forward also returns for the backward: "" (nothing: inference),
+/// "stats" (mean and rstd, as nanoGPT's training forward), "stats_x32" (and the upcast x),
+/// "stats_views" (an alias of mean and a [rows] view of rstd instead of the values themselves).
 inline nlohmann::json layernorm_trace(int64_t rows, int64_t cols, const std::string& dtype,
-                                      const std::string& epilogue = "affine") {
+                                      const std::string& epilogue = "affine",
+                                      const std::string& saved = "") {
   using nlohmann::json;
   std::vector<int64_t> x{rows, cols}, s{rows, 1}, w{cols};
   auto in = [&](const char* id, std::vector<int64_t> sh, double mean, double std) {
@@ -56,12 +60,97 @@ inline nlohmann::json layernorm_trace(int64_t rows, int64_t cols, const std::str
         node("scaled", "aten.mul.Tensor", {ref("low"), ref("weight")}, {tensor(x, dtype)}));
     nodes.push_back(node("y", "aten.add.Tensor", {ref("scaled"), ref("bias")}, {tensor(x, dtype)}));
   }
+  if (saved == "stats" || saved == "stats_x32") outputs.insert(outputs.end(), {"mean", "rstd"});
+  if (saved == "stats_x32") outputs.push_back("x32");
+  if (saved == "stats_views") {
+    nodes.push_back(node("mean_out", "aten.alias.default", {ref("mean")}, {tensor(s, "float32")}));
+    nodes.push_back(
+        node("rstd_flat", "aten.view.default", {ref("rstd"), {rows}}, {tensor({rows}, "float32")}));
+    outputs.insert(outputs.end(), {"mean_out", "rstd_flat"});
+  }
   json inputs = {in("x", x, 0.3, 2.0)};
   if (epilogue != "none") inputs.push_back(in("weight", w, 1.0, 0.1));
   if (epilogue == "affine" || epilogue == "mixed") inputs.push_back(in("bias", w, 0.0, 0.1));
   return {{"schema", "replay-trace/1"},
           {"name", "synthetic_layernorm_" + std::to_string(rows) + "x" + std::to_string(cols) +
-                       "_" + dtype + "_" + epilogue},
+                       "_" + dtype + "_" + epilogue + (saved.empty() ? "" : "_" + saved)},
+          {"source", {{"model", "synthetic"}, {"phase", "fwd"}}},
+          {"world_size", 1},
+          {"inputs", inputs},
+          {"nodes", nodes},
+          {"outputs", outputs}};
+}
+
+/// RMSNorm training forwards of [rows, cols] in `dtype`, as model code writes them (each returns
+/// rstd for the backward, as the captured training forwards do), `form`:
+/// - "meta": Meta Llama, `(x32 * rstd).to(dtype) * weight` (weight second, after the down-cast);
+/// - "hf": Hugging Face LlamaRMSNorm, `weight * (x32 * rstd).to(dtype)` (weight first);
+/// - "litgpt": `(x32 * rstd * weight.float()).to(dtype)`, the mean of squares as x32 * x32;
+/// - "unit_offset": litgpt add_unit_offset, `weight + 1` in `dtype`, then upcast;
+/// - "unit_offset_f32": Gemma, `weight.float() + 1` in float32;
+/// - "eps_tensor": the litgpt form with eps a 0-dim float32 graph input `eps`;
+/// - "x32": the meta form that also returns the upcast x (a partition that saves it).
+inline nlohmann::json rmsnorm_trace(int64_t rows, int64_t cols, const std::string& dtype,
+                                    const std::string& form) {
+  using nlohmann::json;
+  std::vector<int64_t> x{rows, cols}, s{rows, 1}, w{cols};
+  auto in = [&](const char* id, std::vector<int64_t> sh, const std::string& dt, double mean,
+                double std) {
+    json t = tensor(sh, dt);
+    t["id"] = id;
+    t["stats"] = {{"mean", mean}, {"std", std}, {"min", mean - 6 * std}, {"max", mean + 6 * std}};
+    return t;
+  };
+  auto node = [](const char* id, const char* op, json args, json outs) {
+    return json{
+        {"id", id}, {"op", op}, {"args", args}, {"kwargs", json::object()}, {"outputs", outs}};
+  };
+  const json f32 = {{"dtype", "float32"}}, low = {{"dtype", dtype}};
+  const bool eps_tensor = form == "eps_tensor";
+  json nodes = json::array({
+      node("x32", "prims.convert_element_type.default", {ref("x"), f32}, {tensor(x, "float32")}),
+      form == "litgpt" || eps_tensor
+          ? node("sq", "aten.mul.Tensor", {ref("x32"), ref("x32")}, {tensor(x, "float32")})
+          : node("sq", "aten.pow.Tensor_Scalar", {ref("x32"), 2}, {tensor(x, "float32")}),
+      node("ms", "aten.mean.dim", {ref("sq"), {-1}, true}, {tensor(s, "float32")}),
+      node("add", "aten.add.Tensor", {ref("ms"), eps_tensor ? ref("eps") : json(1e-5)},
+           {tensor(s, "float32")}),
+      node("rstd", "aten.rsqrt.default", {ref("add")}, {tensor(s, "float32")}),
+      node("norm", "aten.mul.Tensor", {ref("x32"), ref("rstd")}, {tensor(x, "float32")}),
+  });
+  if (form == "meta" || form == "x32" || form == "hf") {
+    nodes.push_back(
+        node("low", "prims.convert_element_type.default", {ref("norm"), low}, {tensor(x, dtype)}));
+    nodes.push_back(
+        node("y", "aten.mul.Tensor",
+             form == "hf" ? json{ref("weight"), ref("low")} : json{ref("low"), ref("weight")},
+             {tensor(x, dtype)}));
+  } else {  // litgpt forms: the weight in float32, then the down-cast
+    if (form == "unit_offset") {
+      nodes.push_back(node("w1", "aten.add.Tensor", {ref("weight"), 1}, {tensor(w, dtype)}));
+      nodes.push_back(node("w32", "prims.convert_element_type.default", {ref("w1"), f32},
+                           {tensor(w, "float32")}));
+    } else if (form == "unit_offset_f32") {
+      nodes.push_back(node("w0", "prims.convert_element_type.default", {ref("weight"), f32},
+                           {tensor(w, "float32")}));
+      nodes.push_back(node("w32", "aten.add.Tensor", {ref("w0"), 1}, {tensor(w, "float32")}));
+    } else {
+      nodes.push_back(node("w32", "prims.convert_element_type.default", {ref("weight"), f32},
+                           {tensor(w, "float32")}));
+    }
+    nodes.push_back(
+        node("scaled", "aten.mul.Tensor", {ref("norm"), ref("w32")}, {tensor(x, "float32")}));
+    nodes.push_back(
+        node("y", "prims.convert_element_type.default", {ref("scaled"), low}, {tensor(x, dtype)}));
+  }
+  json outputs = {"y", "rstd"};
+  if (form == "x32") outputs.push_back("x32");
+  const bool offset = form == "unit_offset" || form == "unit_offset_f32";
+  json inputs = {in("x", x, dtype, 0.3, 2.0), in("weight", w, dtype, offset ? 0.0 : 1.0, 0.1)};
+  if (eps_tensor) inputs.push_back(in("eps", {}, "float32", 1e-5, 0));
+  return {{"schema", "replay-trace/1"},
+          {"name", "synthetic_rmsnorm_" + std::to_string(rows) + "x" + std::to_string(cols) + "_" +
+                       dtype + "_" + form},
           {"source", {{"model", "synthetic"}, {"phase", "fwd"}}},
           {"world_size", 1},
           {"inputs", inputs},

@@ -1,6 +1,7 @@
 // The layernorm_fwd matcher: finds LayerNorm and RMSNorm structurally, and nothing elsewhere.
 #include <gtest/gtest.h>
 
+#include "impls/fusions/binding.hpp"
 #include "impls/fusions/layernorm_fwd/params.hpp"
 #include "impls/fusions/layernorm_fwd/tests/synthetic.hpp"
 #include "impls/fusions/registry.hpp"
@@ -115,13 +116,41 @@ TEST(LayerNormFwdMatch, NothingInAGraphWithoutThePattern) {
 }
 
 TEST(LayerNormFwdMatch, RejectsWhenAnIntermediateEscapes) {
-  // Training forward: mean and rstd are graph outputs too. The fused kernel does not write them,
-  // so the matcher must not claim the region.
-  json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+  // The kernels write y and what a training forward saves (mean, rstd, x32), nothing else: a
+  // region whose variance, var + eps or centered x is read outside is not claimed.
+  for (const char* escapes : {"getitem", "add", "sub"}) {
+    json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+    t.erase("golden");
+    t["outputs"].push_back(escapes);
+    Plan p = plan_of(parse_trace(t, "<escape>"));
+    EXPECT_TRUE(p.regions.empty()) << escapes;
+  }
+}
+
+TEST(LayerNormFwdMatch, RejectsAnExportReadBeforeTheRegionEnds) {
+  // The fused step runs at the region's last node: a node that reads rstd earlier in the graph
+  // would find it not yet written.
+  json t = read_json(trace_path("nanogpt_layernorm_train_fwd_2x8x1600"));
   t.erase("golden");
-  t["outputs"].push_back("rsqrt");
-  Plan p = plan_of(parse_trace(t, "<escape>"));
-  EXPECT_TRUE(p.regions.empty());
+  json early = {{"id", "early"},
+                {"op", "aten.mul.Tensor"},
+                {"args", {ref("rsqrt"), 2.0}},
+                {"outputs", {tensor({2, 8, 1}, "float32")}}};
+  auto& nodes = t["nodes"];
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i]["id"] == "rsqrt") {
+      nodes.insert(nodes.begin() + static_cast<long>(i) + 1, early);
+      break;
+    }
+  t["outputs"].push_back("early");
+  EXPECT_TRUE(plan_of(parse_trace(t, "<early-reader>")).regions.empty());
+  // The same reader after the region's last node is fine.
+  nodes.erase(
+      std::find_if(nodes.begin(), nodes.end(), [](const json& n) { return n["id"] == "early"; }));
+  nodes.push_back(early);
+  Plan p = plan_of(parse_trace(t, "<late-reader>"));
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(params(p.regions[0]).rstd, parse_trace(t, "<late-reader>").find_value("rsqrt"));
 }
 
 TEST(LayerNormFwdMatch, TakesAVarianceCorrectionRejectsOtherDims) {
@@ -158,4 +187,252 @@ TEST(LayerNormFwdMatch, SyntheticLayerNormOfAnyShape) {
   Plan p = plan_of(parse_trace(layernorm_trace(5, 24, "float16"), "<synthetic>"));
   ASSERT_EQ(p.regions.size(), 1u);
   EXPECT_EQ(params(p.regions[0]).rows, 5);
+}
+
+// --- training forwards: the region also exports what the backward saves
+// ----------------------------
+
+namespace {
+
+std::vector<std::string> names(const Graph& g, const std::vector<int>& values) {
+  std::vector<std::string> out;
+  for (int v : values) out.push_back(g.values[v].name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST(LayerNormFwdMatch, ClaimsEveryBundledTrainingForward) {
+  struct Case {
+    const char* workload;
+    NormKind kind;
+    std::vector<std::string> region_outputs;  // y and the saved statistics
+    double offset;                            // of the weight (litgpt add_unit_offset)
+  };
+  const Case cases[] = {
+      {"nanogpt_layernorm",
+       NormKind::kLayerNorm,
+       {"convert_element_type_1", "getitem_1", "rsqrt"},
+       0},
+      {"nanogpt_layernorm_nobias",
+       NormKind::kLayerNorm,
+       {"convert_element_type_1", "getitem_1", "rsqrt"},
+       0},
+      {"meta_llama_rmsnorm", NormKind::kRMSNorm, {"mul_1", "rsqrt"}, 0},
+      {"litgpt_rmsnorm", NormKind::kRMSNorm, {"convert_element_type_2", "rsqrt"}, 0},
+      {"litgpt_rmsnorm_unit_offset", NormKind::kRMSNorm, {"convert_element_type_2", "rsqrt"}, 1},
+  };
+  for (const Case& c : cases) {
+    const std::string w = c.workload;
+    const bool ln = c.kind == NormKind::kLayerNorm;
+    for (const std::string shape :
+         {ln ? "2x8x1600" : "2x8x4096", ln ? "16x1024x1600" : "2x4096x4096"}) {
+      const std::string name = w + "_train_fwd_" + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      ASSERT_EQ(p.regions.size(), 1u) << name;
+      const Region& r = p.regions[0];
+      EXPECT_EQ(r.nodes.size(), g.nodes.size()) << name;  // the whole forward is one region
+      EXPECT_EQ(names(g, r.outputs), c.region_outputs) << name;
+      const auto& pr = params(r);
+      EXPECT_EQ(pr.kind, c.kind) << name;
+      EXPECT_EQ(g.values[pr.x].name, "x") << name;
+      EXPECT_EQ(g.values[pr.rstd].name, "rsqrt") << name;
+      EXPECT_EQ(pr.mean >= 0 ? g.values[pr.mean].name : "", ln ? "getitem_1" : "") << name;
+      EXPECT_EQ(pr.x32, -1) << name;  // Inductor's partition saves x, not its upcast
+      double offset = 0;
+      for (const auto& st : pr.epilogue) {
+        if (st.op == EpilogueOp::kMul) {
+          EXPECT_EQ(g.values[st.weight].name, "weight") << name;
+        }
+        offset += st.offset;
+      }
+      EXPECT_EQ(offset, c.offset) << name;
+      json d = r.fusion->describe(g, r);
+      EXPECT_EQ(d["saved"]["rstd"], "rsqrt") << name;
+      // Cost: x read, y written, the weights read, and the saved statistics written (fp32 per row).
+      double bytes = 0;
+      for (int v : r.inputs) bytes += static_cast<double>(g.meta(v).nbytes());
+      for (int v : r.outputs) bytes += static_cast<double>(g.meta(v).nbytes());
+      const int64_t rows = pr.rows;
+      EXPECT_EQ(r.fusion->cost(g, r).bytes, bytes) << name;
+      EXPECT_EQ(bytes, static_cast<double>(rows * pr.cols * 2 * 2 +
+                                           (ln && w == "nanogpt_layernorm" ? 2 : 1) * pr.cols * 2 +
+                                           (ln ? 2 : 1) * rows * 4))
+          << name;
+    }
+  }
+}
+
+TEST(LayerNormFwdMatch, UnitOffsetWeightIsRoundedInItsDtype) {
+  Graph g = load_trace(trace_path("litgpt_rmsnorm_unit_offset_train_fwd_2x8x4096"));
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  json want = json::array({{{"op", "mul"},
+                            {"value", "weight"},
+                            {"dtype", "float32"},
+                            {"offset", 1.0},
+                            {"offset_dtype", "bfloat16"}},
+                           {{"op", "round"}, {"dtype", "bfloat16"}}});
+  EXPECT_EQ(p.regions[0].fusion->describe(g, p.regions[0])["epilogue"], want);
+}
+
+// Forms model code writes that the bundled captures do not all have (tests/synthetic.hpp).
+TEST(LayerNormFwdMatch, RMSNormForms) {
+  struct Case {
+    const char* form;
+    std::vector<std::string> epilogue;  // op names
+    double offset;
+    const char* offset_dtype;
+  };
+  const Case cases[] = {
+      {"meta", {"round", "mul"}, 0, ""},
+      {"hf", {"round", "mul"}, 0, ""},  // weight as the first operand
+      {"litgpt", {"mul", "round"}, 0, ""},
+      {"unit_offset", {"mul", "round"}, 1, "bfloat16"},
+      {"unit_offset_f32", {"mul", "round"}, 1, "float32"},  // weight.float() + 1
+      {"eps_tensor", {"mul", "round"}, 0, ""},
+      {"x32", {"round", "mul"}, 0, ""},
+  };
+  for (const Case& c : cases) {
+    Graph g = parse_trace(rmsnorm_trace(6, 64, "bfloat16", c.form), c.form);
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << c.form;
+    const Region& r = p.regions[0];
+    EXPECT_EQ(r.nodes.size(), g.nodes.size()) << c.form;
+    const auto& pr = params(r);
+    EXPECT_EQ(pr.kind, NormKind::kRMSNorm) << c.form;
+    EXPECT_EQ(g.values[pr.x].name, "x") << c.form;
+    EXPECT_EQ(g.values[pr.rstd].name, "rstd") << c.form;
+    EXPECT_EQ(pr.mean, -1) << c.form;
+    EXPECT_EQ(pr.x32 >= 0 ? g.values[pr.x32].name : "", std::string(c.form) == "x32" ? "x32" : "")
+        << c.form;
+    std::vector<std::string> ops;
+    for (const auto& st : pr.epilogue) {
+      ops.push_back(st.op == EpilogueOp::kRound ? "round"
+                    : st.op == EpilogueOp::kMul ? "mul"
+                                                : "add");
+      if (st.op == EpilogueOp::kMul) {
+        EXPECT_EQ(g.values[st.weight].name, "weight") << c.form;
+        EXPECT_EQ(st.offset, c.offset) << c.form;
+        if (c.offset != 0) {
+          EXPECT_EQ(dtype_name(st.offset_dtype), c.offset_dtype) << c.form;
+        }
+      }
+    }
+    EXPECT_EQ(ops, c.epilogue) << c.form;
+    if (std::string(c.form) == "eps_tensor") {
+      EXPECT_EQ(g.values[pr.eps_value].name, "eps");
+      EXPECT_EQ(r.fusion->describe(g, r)["eps"], "eps");
+      EXPECT_NE(std::find(r.inputs.begin(), r.inputs.end(), pr.eps_value), r.inputs.end());
+    } else {
+      EXPECT_EQ(pr.eps_value, -1) << c.form;
+      EXPECT_DOUBLE_EQ(pr.eps, 1e-5) << c.form;
+    }
+    // Cost counts the exports: rstd, and x32 where it is one.
+    double bytes = 0;
+    for (int v : r.inputs) bytes += static_cast<double>(g.meta(v).nbytes());
+    for (int v : r.outputs) bytes += static_cast<double>(g.meta(v).nbytes());
+    EXPECT_EQ(r.fusion->cost(g, r).bytes, bytes) << c.form;
+    EXPECT_EQ(bytes, 6 * 64 * 2 * 2 + 64 * 2 + 6 * 4 +
+                         (std::string(c.form) == "x32" ? 6 * 64 * 4 : 0) +
+                         (std::string(c.form) == "eps_tensor" ? 4 : 0))
+        << c.form;
+  }
+}
+
+TEST(LayerNormFwdMatch, LayerNormExportsStatisticsAndTheirViews) {
+  for (const char* saved : {"stats", "stats_x32", "stats_views"}) {
+    Graph g = parse_trace(layernorm_trace(5, 32, "bfloat16", "affine", saved), saved);
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << saved;
+    const Region& r = p.regions[0];
+    const auto& pr = params(r);
+    EXPECT_EQ(g.values[pr.mean].name, "mean") << saved;
+    EXPECT_EQ(g.values[pr.rstd].name, "rstd") << saved;
+    EXPECT_EQ(pr.x32 >= 0 ? g.values[pr.x32].name : "",
+              std::string(saved) == "stats_x32" ? "x32" : "")
+        << saved;
+    // Views of the statistics stay outside the region, as aliases of what it writes.
+    std::vector<std::string> outs = {"mean", "rstd", "y"};
+    if (std::string(saved) == "stats_x32") outs = {"mean", "rstd", "x32", "y"};
+    EXPECT_EQ(names(g, r.outputs), outs) << saved;
+    EXPECT_EQ(r.nodes.size() + (std::string(saved) == "stats_views" ? 2 : 0), g.nodes.size())
+        << saved;
+  }
+}
+
+TEST(LayerNormFwdMatch, NarrowingWeightCastStaysOutside) {
+  // weight.to(bfloat16) from float32 rounds: not absorbed into the region (the kernel reads the
+  // cast weight, computed eagerly first), unlike the exact upcasts.
+  json t = rmsnorm_trace(4, 32, "bfloat16", "meta");
+  for (auto& in : t["inputs"])
+    if (in["id"] == "weight") in["dtype"] = "float32";
+  json cast = {{"id", "wlow"},
+               {"op", "prims.convert_element_type.default"},
+               {"args", {ref("weight"), {{"dtype", "bfloat16"}}}},
+               {"kwargs", json::object()},
+               {"outputs", {tensor({32}, "bfloat16")}}};
+  t["nodes"].insert(t["nodes"].begin(), cast);
+  for (auto& n : t["nodes"])
+    if (n["id"] == "y") n["args"][1] = ref("wlow");
+  Graph g = parse_trace(t, "<narrowing>");
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(g.values[params(p.regions[0]).epilogue[1].weight].name, "wlow");
+  EXPECT_EQ(p.node_region[0], -1);  // the cast runs eagerly
+}
+
+TEST(LayerNormFwdMatch, EpsTensorMustBeOneFloat32) {
+  for (const char* dtype : {"bfloat16", "float64"}) {
+    json t = rmsnorm_trace(4, 32, "bfloat16", "eps_tensor");
+    for (auto& in : t["inputs"])
+      if (in["id"] == "eps") in["dtype"] = dtype;
+    EXPECT_TRUE(plan_of(parse_trace(t, dtype)).regions.empty()) << dtype;
+  }
+}
+
+namespace {
+
+// Binds without a device: every value at its own 16-byte aligned fake address, laid out as
+// recorded (inputs) or dense (outputs), as the GPU program would. Nothing is launched.
+class FakeBuffers : public BindContext {
+ public:
+  explicit FakeBuffers(const Graph& g) : g_(g) {}
+  BoundTensor tensor(int v) override {
+    return {reinterpret_cast<void*>(uintptr_t(0x10000) * uintptr_t(v + 1)), g_.meta(v)};
+  }
+  void* workspace(size_t) override { return reinterpret_cast<void*>(uintptr_t(0x10000000)); }
+
+ private:
+  const Graph& g_;
+};
+
+}  // namespace
+
+// Both kernels take every training form the matcher claims (the GPU tests then run them): the
+// binder finds nothing unsupported in the saved statistics, the upcast x, offsets or eps tensors.
+TEST(LayerNormFwdMatch, BothVariantsBindEveryTrainingForm) {
+  std::vector<Graph> graphs;
+  for (const char* name :
+       {"nanogpt_layernorm_train_fwd_16x1024x1600", "nanogpt_layernorm_nobias_train_fwd_2x8x1600",
+        "meta_llama_rmsnorm_train_fwd_2x4096x4096", "litgpt_rmsnorm_train_fwd_2x8x4096",
+        "litgpt_rmsnorm_unit_offset_train_fwd_2x4096x4096"})
+    graphs.push_back(load_trace(trace_path(name)));
+  for (const char* form :
+       {"meta", "hf", "litgpt", "unit_offset", "unit_offset_f32", "eps_tensor", "x32"})
+    graphs.push_back(parse_trace(rmsnorm_trace(33, 2048, "bfloat16", form), form));
+  for (const char* saved : {"stats", "stats_x32", "stats_views"})
+    graphs.push_back(parse_trace(layernorm_trace(33, 1600, "float16", "affine", saved), saved));
+  for (const Graph& g : graphs) {
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << g.name;
+    for (const VariantSpec& v : p.regions[0].fusion->variants) {
+      FakeBuffers ctx(g);
+      Binding b = p.regions[0].fusion->bind(g, p.regions[0], v, ctx);
+      EXPECT_EQ(b.unsupported, "") << g.name << " " << v.name;
+      EXPECT_TRUE(b.launch) << g.name << " " << v.name;
+    }
+  }
 }
