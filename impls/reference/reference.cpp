@@ -14,10 +14,9 @@ void round_inplace(HostTensor& t) {
   if (t.meta.dtype == DType::kFloat64) return;
   const auto n = static_cast<int64_t>(t.data.size());
   double* d = t.data.data();
-  if (t.meta.dtype == DType::kFloat32) {  // kept in float64, but overflowing as float32 does
+  if (t.meta.dtype == DType::kFloat32) {  // materialized as PyTorch does: rounded to float32
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      if (std::fabs(d[i]) > std::numeric_limits<float>::max()) d[i] = std::copysign(INFINITY, d[i]);
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<double>(static_cast<float>(d[i]));
     return;
   }
   const DType dt = t.meta.dtype;

@@ -71,15 +71,16 @@ double broadcast_at(const HostTensor& t, int64_t i, int64_t M, int64_t N, int64_
   return t.data[off];
 }
 
-// Reference vs expected values: float32/float64 outputs to float64 roundoff of the sum of
-// |terms|; narrower outputs after rounding the expectation to the dtype, within one ulp (the two
-// float64 sums may straddle a rounding boundary).
+// Reference vs expected values: float64 outputs to float64 roundoff of the sum of |terms|;
+// narrower outputs (float32 included: the reference materializes it rounded, as PyTorch does)
+// after rounding the expectation to the dtype, within one ulp (the two float64 sums may straddle
+// a rounding boundary).
 void expect_close(const HostTensor& got, const std::vector<double>& want,
                   const std::vector<double>& scale, const std::string& what) {
   ASSERT_EQ(got.data.size(), want.size()) << what;
   const DType dt = got.meta.dtype;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (dt == DType::kFloat32 || dt == DType::kFloat64) {
+    if (dt == DType::kFloat64) {
       ASSERT_NEAR(got.data[i], want[i], 1e-13 * (scale[i] + 1e-300)) << what << " element " << i;
     } else {
       const double t = round_to(dt, want[i]);
