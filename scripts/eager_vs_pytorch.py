@@ -19,11 +19,11 @@ import sys
 
 def whole_graph_medians(trace):
     """{variant name: median µs} of the trace's whole-graph row (region -1), timed variants only."""
-    for reg in trace.get("regions", []):
-        if reg.get("region") == -1:
-            return {v["variant"]: v["stats"]["median"] for v in reg.get("variants", [])
-                    if "stats" in v and "skipped" not in v}
-    return {}
+    regs = trace.get("regions", [])
+    if not regs:  # regions[0] is the whole trace (a fusion claiming every node shares that row)
+        return {}
+    return {v["variant"]: v["stats"]["median_us"] for v in regs[0].get("variants", [])
+            if "stats" in v and "skipped" not in v}
 
 
 def fmt(us):

@@ -160,6 +160,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     int ops = 0;
     int64_t k = 1;
     double u_acc = 0;  // a coarser accumulator upstream (float8 GEMM), else 0
+    int64_t tc_k = 0;  // the longest K of a 16-bit tensor-core GEMM upstream
   };
   std::vector<Path> path(g.values.size());
   for (const Node& n : g.nodes) {
@@ -170,6 +171,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
         p.ops = std::max(p.ops, path[o.value].ops);
         p.k = std::max(p.k, path[o.value].k);
         p.u_acc = std::max(p.u_acc, path[o.value].u_acc);
+        p.tc_k = std::max(p.tc_k, path[o.value].tc_k);
       }
     if (def.kind != OpKind::kView) ++p.ops;  // a view computes nothing
     // amax / amin / max.dim select one of their inputs: no rounding error accumulates over their
@@ -185,14 +187,18 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     if (def.kind == OpKind::kMatmul) {  // a dot product of K terms per output element
       const bool with_bias = n.op == Op::kAddmm || n.op == Op::kBaddbmm;
       const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;
-      p.k = std::max(p.k, a.empty() ? int64_t{1} : a.back());
+      const int64_t K = a.empty() ? int64_t{1} : a.back();
+      p.k = std::max(p.k, K);
       if (n.op == Op::kScaledMm) p.u_acc = std::max(p.u_acc, std::ldexp(1.0, -17));
+      const DType at = g.meta(n.operands.at(with_bias ? 1 : 0).value).dtype;
+      if (at == DType::kBFloat16 || at == DType::kFloat16) p.tc_k = std::max(p.tc_k, K);
     }
     for (int v : n.outputs) path[v] = p;
   }
   std::vector<NumericsBounds> out;
   for (size_t v = 0; v < g.values.size(); ++v)
-    out.push_back(default_bounds(g.values[v].meta.dtype, path[v].ops, path[v].k, path[v].u_acc));
+    out.push_back(default_bounds(g.values[v].meta.dtype, path[v].ops, path[v].k, path[v].u_acc,
+                                 path[v].tc_k));
   return out;
 }
 

@@ -72,6 +72,9 @@ double ulp_of(DType t, double v);
 /// measured on an H100 at K = 2048: rel_l2 1.3e-4 (float32 output) and 8.7e-4 with fast
 /// accumulation, i.e. an effective u_acc of 2^-21.5 and 2^-18.7 in this model. Values downstream
 /// of _scaled_mm use 2^-17 (3x margin over fast accumulation; a 1 % error still fails).
-NumericsBounds default_bounds(DType t, int ops, int64_t k, double u_acc = 0);
+/// `tc_k`: the longest K of a 16-bit (bf16/f16) tensor-core GEMM upstream, 0 if none: its float32
+/// accumulation is not round-to-nearest and drifts toward zero by about K * 2^-30 relative
+/// (H100, cuBLASLt); delta and max_bias grow by K * 2^-28.
+NumericsBounds default_bounds(DType t, int ops, int64_t k, double u_acc = 0, int64_t tc_k = 0);
 
 }  // namespace replay
