@@ -1,0 +1,145 @@
+// norm_bwd binder: typed params (match.cpp) -> kernel arguments (kernels.hpp).
+#include "impls/fusions/binding.hpp"
+#include "impls/fusions/norm_bwd/params.hpp"
+#include "workloads/ir/layout.hpp"
+
+namespace replay::norm_bwd {
+namespace {
+
+// Row stride of `m` seen as [numel / cols, cols] with a contiguous last dim; -1 if it cannot be.
+int64_t row_stride(const TensorMeta& m, int64_t cols) {
+  if (m.shape.empty() || m.shape.back() != cols || cols == 0) return -1;
+  const int64_t rows = m.numel() / cols;
+  auto st = view_strides(m.shape, m.stride, {rows, cols});
+  if (!st || (*st)[1] != 1) return -1;
+  return rows == 1 ? cols : (*st)[0];
+}
+
+// Stride of `m` seen as [n]; -1 if it cannot be.
+int64_t vector_stride(const TensorMeta& m, int64_t n) {
+  if (m.numel() != n) return -1;
+  auto st = view_strides(m.shape, m.stride, {n});
+  if (!st) return -1;
+  return n == 1 ? 1 : (*st)[0];
+}
+
+bool narrow(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
+}  // namespace
+
+Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  Binding b;
+  if (v.role == Role::kAlternative) {
+    b.unsupported = "norm_bwd has no variant '" + std::string(v.name) + "'";
+    return b;
+  }
+  NormBwdArgs a;
+  a.rows = p.rows;
+  a.cols = p.cols;
+  a.layernorm = p.layernorm;
+  a.stats = p.stats;
+  BoundTensor x = ctx.tensor(p.x), dy = ctx.tensor(p.dy), dx = ctx.tensor(p.dx);
+  a.x = x.ptr;
+  a.x_dtype = x.layout.dtype;
+  a.x_row_stride = row_stride(x.layout, a.cols);
+  a.dy = dy.ptr;
+  a.dy_row_stride = row_stride(dy.layout, a.cols);
+  a.dx = dx.ptr;
+  a.dx_row_stride = row_stride(dx.layout, a.cols);
+  if (a.x_row_stride < 0 || a.dy_row_stride < 0 || a.dx_row_stride < 0) {
+    b.unsupported = "x, dy or dx rows are not [rows, cols] with a contiguous last dim";
+    return b;
+  }
+  if (dy.layout.dtype != a.x_dtype || dx.layout.dtype != a.x_dtype) {
+    b.unsupported = "x, dy and dx dtypes differ (" + std::string(dtype_name(a.x_dtype)) + ", " +
+                    std::string(dtype_name(dy.layout.dtype)) + ", " +
+                    std::string(dtype_name(dx.layout.dtype)) + ")";
+    return b;
+  }
+  if (narrow(p.dx_round) && p.dx_round != a.x_dtype) {
+    b.unsupported = "dx rounded to " + std::string(dtype_name(p.dx_round)) + " but stored as " +
+                    std::string(dtype_name(a.x_dtype));
+    return b;
+  }
+  auto stat = [&](int value, const float** ptr, int64_t* stride) {
+    if (value < 0) return true;
+    BoundTensor t = ctx.tensor(value);
+    if (t.layout.dtype != DType::kFloat32 || t.layout.numel() < a.rows) return false;
+    *stride = vector_stride(t.layout, t.layout.numel());
+    *ptr = static_cast<const float*>(t.ptr);
+    return *stride >= 0;
+  };
+  if (!stat(p.stats == NormBwdStats::kSaved ? p.mean : -1, &a.mean, &a.mean_stride) ||
+      !stat(p.rstd, &a.rstd, &a.rstd_stride)) {
+    b.unsupported = "mean or rstd is not a float32 [rows] tensor";
+    return b;
+  }
+  if (p.stats == NormBwdStats::kRecompute) {
+    a.eps = static_cast<float>(p.eps);
+    if (p.eps_value >= 0) {
+      BoundTensor e = ctx.tensor(p.eps_value);
+      a.eps_ptr = e.ptr;
+      a.eps_dtype = e.layout.dtype;
+      if (!is_floating(a.eps_dtype) || a.eps_dtype == DType::kFloat8E4M3 ||
+          a.eps_dtype == DType::kFloat8E5M2) {
+        b.unsupported = "eps tensor of dtype " + std::string(dtype_name(a.eps_dtype));
+        return b;
+      }
+    }
+    if (p.layernorm) {
+      if (!(p.correction < static_cast<double>(p.cols))) {
+        b.unsupported = "variance correction leaves no degrees of freedom";
+        return b;
+      }
+      a.var_scale = static_cast<float>(p.cols / (p.cols - p.correction));
+    }
+  }
+  BoundTensor w = ctx.tensor(p.w);
+  if (vector_stride(w.layout, a.cols) != 1) {
+    b.unsupported = "weight '" + g.values[p.w].name + "' is not a contiguous [C]";
+    return b;
+  }
+  a.w = w.ptr;
+  a.w_dtype = w.layout.dtype;
+  a.w_offset = static_cast<float>(p.w_offset);
+  a.w_round = p.w_round;
+  a.g_round = p.g_round;
+  a.xhat_round = p.xhat_round;
+  a.dwt_round = p.dwt_round;
+  BoundTensor dw = ctx.tensor(p.dw);
+  if (vector_stride(dw.layout, a.cols) != 1) {
+    b.unsupported = "dw is not a contiguous [C]";
+    return b;
+  }
+  a.dw = dw.ptr;
+  a.dw_dtype = dw.layout.dtype;
+  a.dw_round = p.dw_round;
+  if (p.db >= 0) {
+    BoundTensor db = ctx.tensor(p.db);
+    if (vector_stride(db.layout, a.cols) != 1) {
+      b.unsupported = "db is not a contiguous [C]";
+      return b;
+    }
+    a.db = db.ptr;
+    a.db_dtype = db.layout.dtype;
+    a.db_round = p.db_round;
+  }
+  b.unsupported = norm_bwd_supports(a);
+  if (!b.unsupported.empty()) return b;
+  if (v.role == Role::kBaseline) {
+    void* ws = ctx.workspace(norm_bwd_workspace_bytes(a, NormBwdVariant::kBaseline, 0));
+    b.launch = [a, ws](const LaunchContext& c) { norm_bwd_baseline(a, ws, c.stream); };
+    return b;
+  }
+  const int64_t rpi = norm_bwd_geometry(a).rows_per_iter;
+  int64_t split = p.split_size > 0 ? p.split_size : norm_bwd_default_split(a);
+  split = (split + rpi - 1) / rpi * rpi;
+  void* ws = ctx.workspace(norm_bwd_workspace_bytes(a, NormBwdVariant::kOptimized, split));
+  b.launch = [a, split, ws](const LaunchContext& c) { norm_bwd_optimized(a, split, ws, c.stream); };
+  return b;
+}
+
+}  // namespace replay::norm_bwd

@@ -1,0 +1,771 @@
+// norm_bwd: baseline and optimized variants side by side (see kernels.hpp).
+//
+// Napkin math, [576000, 384] bf16 (the issue's shape): x and dy read 442 MB each, dx written
+// 442 MB, w 768 B, mean/rstd 2.3 MB each: 1.332 GB; at 4.24 TB/s (H200 1 GiB copy) SOL is 314 µs.
+// The baseline moves x and dy twice (2.22 GB: at most 60 % of SOL). The optimized kernel's extra
+// traffic is its partial dw/db rows: 2 * blocks * C * 4 B (264 blocks: 0.8 MB, 0.06 %).
+// nanoGPT [16384, 1600] bf16: 157 MB + 0.13 MB stats, SOL 37 µs.
+//
+// Kernel 1 (both variants): a group of G threads owns a row; thread t holds the row's 16-byte
+// vectors t, t+G, ..., (VPT of them) of x and dy packed in registers; the next row's vectors are
+// loaded while the current one is computed. Two passes over the registers: (1) S1 = sum(g),
+// S2 = sum(g * xhat), reduced over the group; (2) dx, and (optimized) the dw/db terms accumulated
+// in fp32 registers — each thread owns the same columns in every row of its block's chunk.
+// At the end of the chunk the block's groups are summed in a fixed order through shared memory
+// and the block writes one partial row of dw and of db. w_eff = rnd(w + offset) is staged in
+// shared memory as fp32 once per block.
+// Kernel 2 (baseline only): column sums of dy * xhat and dy over row chunks, read again from
+// memory (what a separate column reduction must do), one partial row per chunk.
+// Kernel 3 (both): sums the partial rows of each column in a fixed order, rounds and stores.
+// Measured history and the split-size heuristic: TUNING.md (this folder).
+#include "impls/fusions/norm_bwd/kernels.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <tuple>
+#include <type_traits>
+
+#include "impls/cuda/cuda_check.hpp"
+
+namespace replay {
+namespace {
+
+// 16-byte vectors of T, widened to / narrowed from fp32 (16-bit types in pairs).
+template <typename T>
+struct Vec;
+template <>
+struct Vec<__nv_bfloat16> {
+  static constexpr int kElems = 8;
+  __device__ static void unpack(const uint4& raw, float* f) {
+    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 t = __bfloat1622float2(p[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  }
+  __device__ static uint4 pack(const float* f) {
+    uint4 raw;
+    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return raw;
+  }
+};
+template <>
+struct Vec<__half> {
+  static constexpr int kElems = 8;
+  __device__ static void unpack(const uint4& raw, float* f) {
+    const __half2* p = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float2 t = __half22float2(p[i]);
+      f[2 * i] = t.x;
+      f[2 * i + 1] = t.y;
+    }
+  }
+  __device__ static uint4 pack(const float* f) {
+    uint4 raw;
+    __half2* p = reinterpret_cast<__half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    return raw;
+  }
+};
+template <>
+struct Vec<float> {
+  static constexpr int kElems = 4;
+  __device__ static void unpack(const uint4& raw, float* f) {
+    f[0] = __uint_as_float(raw.x);
+    f[1] = __uint_as_float(raw.y);
+    f[2] = __uint_as_float(raw.z);
+    f[3] = __uint_as_float(raw.w);
+  }
+  __device__ static uint4 pack(const float* f) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                      __float_as_uint(f[3]));
+  }
+};
+
+// Round v to t where the graph materializes a narrow value (t uniform: a kernel argument).
+__device__ __forceinline__ float round_as(float v, DType t) {
+  if (t == DType::kBFloat16) return __bfloat162float(__float2bfloat16_rn(v));
+  if (t == DType::kFloat16) return __half2float(__float2half_rn(v));
+  return v;
+}
+
+__device__ __forceinline__ float load_elem(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBFloat16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::kFloat16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::kFloat64:
+      return static_cast<float>(static_cast<const double*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ __forceinline__ void store_elem(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::kBFloat16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+      break;
+    case DType::kFloat16:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+  }
+}
+
+constexpr int block_of(int g) {
+  return g > 256 ? g : 256;
+}
+
+// Sums of a and b over the G threads of a row group (G a power of two; groups of G <= 32 are
+// aligned lane segments, larger ones whole warps summed through shared memory in warp order).
+template <int G>
+__device__ __forceinline__ float2 group_sum2(float a, float b, float2* red) {
+  constexpr int W = G < 32 ? G : 32;
+#pragma unroll
+  for (int o = W / 2; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  if constexpr (G <= 32) {
+    return make_float2(a, b);
+  } else {
+    constexpr int kWarps = G / 32;
+    const int warp = threadIdx.x / 32, first = warp / kWarps * kWarps;
+    if (threadIdx.x % 32 == 0) red[warp] = make_float2(a, b);
+    __syncthreads();
+    float2 t = make_float2(0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) {
+      t.x += red[first + i].x;
+      t.y += red[first + i].y;
+    }
+    __syncthreads();  // red is reused by the next call
+    return t;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 1: dx rows (both variants); with kAcc, the chunk's dw/db partials (optimized).
+// Block b takes rows [b * split, (b + 1) * split). kRound: the graph rounds g, xhat or the dw term.
+// stats_out (baseline, recomputed statistics): the row's mean and rstd for the column kernel.
+//
+// x and dy reach the thread through a ring of kStages shared-memory slots filled with cp.async
+// (16 bytes, L2 only, zero-filled past the row end or the chunk): the row after the current one
+// is in flight while the current one is computed, without registers held for it (they go to the
+// dw/db accumulators). Each thread copies and reads only its own slots, so the ring needs no
+// barrier.
+constexpr int kStages = 2;
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+               "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Dynamic shared memory of the row kernel: w_eff [cols] fp32, then the ring
+// [kStages][2 (x, dy)][VPT][block] of 16-byte vectors; the final partial sums [RPI][cols] reuse
+// the ring.
+__host__ __device__ constexpr size_t ring_offset(int64_t cols) {
+  return (static_cast<size_t>(cols) * sizeof(float) + 15) / 16 * 16;
+}
+
+template <typename T, int G, int VPT, bool kAcc, bool kRound>
+__global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
+    norm_bwd_rows_kernel(NormBwdArgs a, int64_t split, float* part_dw, float* part_db,
+                         float* stats_out) {
+  using V = Vec<T>;
+  constexpr int E = V::kElems;
+  constexpr int kBlock = block_of(G);
+  constexpr int RPI = kBlock / G;  // rows per block iteration
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* w_s = reinterpret_cast<float*>(smem_raw);
+  uint4* ring = reinterpret_cast<uint4*>(smem_raw + ring_offset(a.cols));
+  __shared__ float2 red[kBlock / 32];
+  const int tid = threadIdx.x % G, grp = threadIdx.x / G;
+  const int nvec = static_cast<int>(a.cols / E);
+  const int64_t r0 = int64_t(blockIdx.x) * split;
+  const int64_t r1 = min(r0 + split, a.rows);
+  const float inv_c = 1.f / float(a.cols);
+  // This thread's slot k of tensor t (0: x, 1: dy) in stage st.
+  auto slot = [&](int st, int t, int k) -> uint4* {
+    return ring + ((st * 2 + t) * VPT + k) * kBlock + threadIdx.x;
+  };
+  auto issue = [&](int64_t row, int st) {
+    const bool ok = row < r1;
+    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) +
+                                                     (ok ? row : r0) * a.x_row_stride);
+    const uint4* dr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.dy) +
+                                                     (ok ? row : r0) * a.dy_row_stride);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = tid + k * G;
+      const bool in = ok && v < nvec;
+      cp_async16(slot(st, 0, k), xr + (in ? v : 0), in);
+      cp_async16(slot(st, 1, k), dr + (in ? v : 0), in);
+    }
+    cp_async_commit();
+  };
+  auto load_stats = [&](int64_t row, float& m, float& s) {
+    m = 0.f;
+    s = 1.f;
+    if (row < r1 && a.stats != NormBwdStats::kRecompute) {
+      if (a.mean) m = __ldg(a.mean + row * a.mean_stride);
+      if (a.rstd) s = __ldg(a.rstd + row * a.rstd_stride);
+    }
+  };
+
+  int64_t row = r0 + grp;
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(row + i * RPI, i);  // in flight during staging
+  float nm, ns;
+  load_stats(row, nm, ns);
+  for (int64_t c = threadIdx.x; c < a.cols; c += kBlock)
+    w_s[c] = round_as(load_elem(a.w, a.w_dtype, c) + a.w_offset, a.w_round);
+  float eps = a.eps;
+  if (a.stats == NormBwdStats::kRecompute && a.eps_ptr) eps += load_elem(a.eps_ptr, a.eps_dtype, 0);
+  __syncthreads();
+
+  float acc_w[kAcc ? VPT : 1][E], acc_b[kAcc ? VPT : 1][E];
+  if constexpr (kAcc) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc_w[k][e] = acc_b[k][e] = 0.f;
+  }
+  const int64_t iters = (r1 - r0 + RPI - 1) / RPI;
+  for (int64_t it = 0; it < iters; ++it, row += RPI) {
+    const int st = static_cast<int>(it % kStages);
+    issue(row + (kStages - 1) * RPI, static_cast<int>((it + kStages - 1) % kStages));
+    float m = nm, s = ns;
+    load_stats(row + RPI, nm, ns);
+    cp_async_wait<kStages - 1>();  // this row's copies (this thread's own) have landed
+    const bool valid = row < r1;
+    // Row statistics: xhat = (x - m) * s; rs is the rstd of dx.
+    float rs = s;
+    if (a.stats == NormBwdStats::kNormalized) {
+      m = 0.f;
+      s = 1.f;
+    } else if (a.stats == NormBwdStats::kRecompute) {
+      float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        float f[E];
+        V::unpack(*slot(st, 0, k), f);  // zero-filled past the row
+#pragma unroll
+        for (int e = 0; e < E; ++e) s1 += f[e];
+      }
+      const float mean = a.layernorm ? group_sum2<G>(s1, 0.f, red).x * inv_c : 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const bool in = tid + k * G < nvec;
+        float f[E];
+        V::unpack(*slot(st, 0, k), f);
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          const float d = in ? f[e] - mean : 0.f;
+          s2 = fmaf(d, d, s2);
+        }
+      }
+      const float var = group_sum2<G>(s2, 0.f, red).x * inv_c * (a.layernorm ? a.var_scale : 1.f);
+      rs = rsqrtf(var + eps);
+      m = mean;
+      s = rs;
+      if (stats_out && valid && tid == 0) {
+        stats_out[row] = m;
+        stats_out[a.rows + row] = s;
+      }
+    }
+    const float ms = -m * s;
+    // Pass 1: S1 = sum(g), S2 = sum(g * xhat).
+    float p1[2] = {0.f, 0.f}, p2[2] = {0.f, 0.f};
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = tid + k * G;
+      if (v >= nvec) continue;
+      float xf[E], df[E];
+      V::unpack(*slot(st, 0, k), xf);
+      V::unpack(*slot(st, 1, k), df);
+      const float4* w4 = reinterpret_cast<const float4*>(w_s + v * E);
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {
+        const float4 w = w4[e / 4];
+        const float wv[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float g = df[e + i] * wv[i];
+          if constexpr (kRound) g = round_as(g, a.g_round);
+          const float xh = fmaf(xf[e + i], s, ms);
+          p1[i % 2] += g;
+          p2[i % 2] = fmaf(g, xh, p2[i % 2]);
+        }
+      }
+    }
+    const float2 S = group_sum2<G>(p1[0] + p1[1], p2[0] + p2[1], red);
+    // Pass 2: dx = rs * (g - (S1 + xhat * S2) / C); dw += rnd(dy * rnd(xhat)); db += dy.
+    const float ca = rs, cb = -rs * S.y * inv_c, cc = a.layernorm ? -rs * S.x * inv_c : 0.f;
+    T* dxr = static_cast<T*>(a.dx) + (valid ? row : 0) * a.dx_row_stride;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int v = tid + k * G;
+      if (v >= nvec) continue;
+      float xf[E], df[E], out[E];
+      V::unpack(*slot(st, 0, k), xf);
+      V::unpack(*slot(st, 1, k), df);
+      const float4* w4 = reinterpret_cast<const float4*>(w_s + v * E);
+#pragma unroll
+      for (int e = 0; e < E; e += 4) {
+        const float4 w = w4[e / 4];
+        const float wv[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float g = df[e + i] * wv[i];
+          if constexpr (kRound) g = round_as(g, a.g_round);
+          const float xh = fmaf(xf[e + i], s, ms);
+          out[e + i] = fmaf(ca, g, fmaf(cb, xh, cc));
+          if constexpr (kAcc) {
+            float xr = xh;
+            if constexpr (kRound) xr = round_as(xr, a.xhat_round);
+            float t = df[e + i] * xr;
+            if constexpr (kRound) t = round_as(t, a.dwt_round);
+            // Rows past the chunk read zeros; their xhat may still be inf (rstd of 0 + eps 0).
+            acc_w[k][e + i] += valid ? t : 0.f;
+            acc_b[k][e + i] += df[e + i];
+          }
+        }
+      }
+      if (valid) __stcs(reinterpret_cast<uint4*>(dxr) + v, V::pack(out));
+    }
+  }
+  cp_async_wait<0>();  // the last (empty) copies
+
+  if constexpr (kAcc) {
+    // One partial row per block: the groups' accumulators summed in group order, through the
+    // ring's shared memory.
+    float* scratch = reinterpret_cast<float*>(ring);
+    __syncthreads();  // every thread is done with its ring slots
+    for (int q = 0; q < 2; ++q) {
+      float* part = q == 0 ? part_dw : part_db;
+      if (!part) continue;
+      float* dst = part + int64_t(blockIdx.x) * a.cols;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int v = tid + k * G;
+        if (v >= nvec) continue;
+        float* o = (RPI == 1 ? dst : scratch + grp * a.cols) + v * E;
+#pragma unroll
+        for (int e = 0; e < E; e += 4)
+          *reinterpret_cast<float4*>(o + e) =
+              q == 0 ? make_float4(acc_w[k][e], acc_w[k][e + 1], acc_w[k][e + 2], acc_w[k][e + 3])
+                     : make_float4(acc_b[k][e], acc_b[k][e + 1], acc_b[k][e + 2], acc_b[k][e + 3]);
+      }
+      if constexpr (RPI > 1) {
+        __syncthreads();
+        for (int64_t c = threadIdx.x; c < a.cols; c += kBlock) {
+          float t = scratch[c];
+#pragma unroll
+          for (int gi = 1; gi < RPI; ++gi) t += scratch[gi * a.cols + c];
+          dst[c] = t;
+        }
+        __syncthreads();
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 2 (baseline): column sums over a chunk of rows. Block: vt threads across 16-byte
+// vectors of a column tile x (256 / vt) row lanes; partials summed over the lanes in lane order.
+constexpr int kColThreads = 256;
+
+template <typename T, bool kRound>
+__global__ void __launch_bounds__(kColThreads)
+    norm_bwd_cols_kernel(NormBwdArgs a, const float* stats, int vt, int64_t rows_per_chunk,
+                         float* part_dw, float* part_db) {
+  using V = Vec<T>;
+  constexpr int E = V::kElems;
+  __shared__ float buf[kColThreads * E];
+  const int tx = threadIdx.x % vt, ty = threadIdx.x / vt, lanes = kColThreads / vt;
+  const int nvec = static_cast<int>(a.cols / E);
+  const int v = blockIdx.x * vt + tx;
+  const bool in = v < nvec;
+  const int64_t r0 = int64_t(blockIdx.y) * rows_per_chunk;
+  const int64_t r1 = min(r0 + rows_per_chunk, a.rows);
+  float aw[E], ab[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) aw[e] = ab[e] = 0.f;
+  if (in) {
+#pragma unroll 4
+    for (int64_t row = r0 + ty; row < r1; row += lanes) {
+      float xf[E], df[E];
+      V::unpack(
+          __ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride) +
+                 v),
+          xf);
+      V::unpack(__ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(a.dy) +
+                                                      row * a.dy_row_stride) +
+                       v),
+                df);
+      float m = 0.f, s = 1.f;
+      if (a.stats == NormBwdStats::kRecompute) {
+        m = stats[row];
+        s = stats[a.rows + row];
+      } else if (a.stats == NormBwdStats::kSaved) {
+        if (a.mean) m = __ldg(a.mean + row * a.mean_stride);
+        s = __ldg(a.rstd + row * a.rstd_stride);
+      }
+      const float ms = -m * s;
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float xr = fmaf(xf[e], s, ms);
+        if constexpr (kRound) xr = round_as(xr, a.xhat_round);
+        float t = df[e] * xr;
+        if constexpr (kRound) t = round_as(t, a.dwt_round);
+        aw[e] += t;
+        ab[e] += df[e];
+      }
+    }
+  }
+  for (int q = 0; q < 2; ++q) {
+    float* part = q == 0 ? part_dw : part_db;
+    if (!part) continue;
+#pragma unroll
+    for (int e = 0; e < E; ++e) buf[(ty * vt + tx) * E + e] = q == 0 ? aw[e] : ab[e];
+    __syncthreads();
+    if (ty == 0 && in) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        float t = buf[tx * E + e];
+        for (int l = 1; l < lanes; ++l) t += buf[(l * vt + tx) * E + e];
+        part[int64_t(blockIdx.y) * a.cols + v * E + e] = t;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel 3 (both): dw[c] = rnd(sum over partial rows p of part[p][c]), p in a fixed order:
+// slice y of 16 sums p = y, y + 16, ... in order, then slices 0..15 in order.
+constexpr int kFinCols = 32, kFinSlices = 16;
+
+__global__ void __launch_bounds__(kFinCols* kFinSlices)
+    norm_bwd_finalize_kernel(const float* part_dw, const float* part_db, int64_t nparts,
+                             int64_t cols, void* dw, DType dw_dtype, DType dw_round, void* db,
+                             DType db_dtype, DType db_round) {
+  __shared__ float buf[kFinSlices][kFinCols + 1];
+  const int64_t c = int64_t(blockIdx.x) * kFinCols + threadIdx.x;
+  for (int q = 0; q < 2; ++q) {
+    const float* part = q == 0 ? part_dw : part_db;
+    if (!part) continue;
+    float s = 0.f;
+    if (c < cols) {
+#pragma unroll 8
+      for (int64_t p = threadIdx.y; p < nparts; p += kFinSlices) s += part[p * cols + c];
+    }
+    buf[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+      float t = buf[0][threadIdx.x];
+#pragma unroll
+      for (int i = 1; i < kFinSlices; ++i) t += buf[i][threadIdx.x];
+      if (q == 0)
+        store_elem(dw, dw_dtype, c, round_as(t, dw_round));
+      else
+        store_elem(db, db_dtype, c, round_as(t, db_round));
+    }
+    __syncthreads();
+  }
+}
+
+void launch_finalize(const NormBwdArgs& a, const float* part_dw, const float* part_db,
+                     int64_t nparts, cudaStream_t s) {
+  const dim3 block(kFinCols, kFinSlices);
+  const unsigned grid = static_cast<unsigned>((a.cols + kFinCols - 1) / kFinCols);
+  norm_bwd_finalize_kernel<<<grid, block, 0, s>>>(
+      part_dw, part_db, nparts, a.cols, a.dw, a.dw_dtype, a.dw_round, a.db, a.db_dtype, a.db_round);
+  REPLAY_CUDA_LAUNCH("norm_bwd_finalize_kernel");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side: geometry, occupancy (cached), dispatch.
+
+int elems_of(DType t) {
+  return t == DType::kFloat32 ? 4 : 8;
+}
+
+int pow2ceil(int64_t n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// Vectors per thread: at most 3 for 16-bit types (24 elements: the dw/db accumulators, the row and
+// the prefetched next row then fit the 128-register cap of 2 blocks of 256 threads per SM; 4
+// spilled up to 500 bytes), at most 4 for fp32 (16 elements). The group is the smallest power of
+// two that holds the row, so a thread holds max_vpt/2 < vpt <= max_vpt vectors.
+constexpr int kMinGroup = 8, kMaxGroup = 512;
+
+int max_vpt(DType t) {
+  return t == DType::kFloat32 ? 4 : 3;
+}
+
+NormBwdGeometry geometry_of(int64_t nvec, DType t) {
+  NormBwdGeometry g;
+  const int mv = max_vpt(t);
+  g.threads_per_row = std::clamp(pow2ceil((nvec + mv - 1) / mv), kMinGroup, kMaxGroup);
+  g.vectors_per_thread =
+      std::max<int>(mv - 1, static_cast<int>((nvec + g.threads_per_row - 1) / g.threads_per_row));
+  g.block_threads = block_of(g.threads_per_row);
+  g.rows_per_iter = g.block_threads / g.threads_per_row;
+  return g;
+}
+
+bool needs_round(const NormBwdArgs& a) {
+  auto narrow = [](DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; };
+  return narrow(a.g_round) || narrow(a.xhat_round) || narrow(a.dwt_round);
+}
+
+using RowsKernel = void (*)(NormBwdArgs, int64_t, float*, float*, float*);
+
+template <typename T, int G, int VPT>
+RowsKernel pick_rows(bool acc, bool round) {
+  if (acc)
+    return round ? norm_bwd_rows_kernel<T, G, VPT, true, true>
+                 : norm_bwd_rows_kernel<T, G, VPT, true, false>;
+  return round ? norm_bwd_rows_kernel<T, G, VPT, false, true>
+               : norm_bwd_rows_kernel<T, G, VPT, false, false>;
+}
+
+template <typename T, int G>
+RowsKernel pick_vpt(int vpt, bool acc, bool round) {
+  if constexpr (std::is_same_v<T, float>)
+    return vpt == 3 ? pick_rows<T, G, 3>(acc, round) : pick_rows<T, G, 4>(acc, round);
+  else
+    return vpt == 2 ? pick_rows<T, G, 2>(acc, round) : pick_rows<T, G, 3>(acc, round);
+}
+
+template <typename T>
+RowsKernel pick_group(int g, int vpt, bool acc, bool round) {
+  switch (g) {
+    case 8:
+      return pick_vpt<T, 8>(vpt, acc, round);
+    case 16:
+      return pick_vpt<T, 16>(vpt, acc, round);
+    case 32:
+      return pick_vpt<T, 32>(vpt, acc, round);
+    case 64:
+      return pick_vpt<T, 64>(vpt, acc, round);
+    case 128:
+      return pick_vpt<T, 128>(vpt, acc, round);
+    case 256:
+      return pick_vpt<T, 256>(vpt, acc, round);
+    default:
+      return pick_vpt<T, 512>(vpt, acc, round);
+  }
+}
+
+RowsKernel rows_kernel(const NormBwdArgs& a, bool acc) {
+  const NormBwdGeometry geo = norm_bwd_geometry(a);
+  const bool round = needs_round(a);
+  switch (a.x_dtype) {
+    case DType::kBFloat16:
+      return pick_group<__nv_bfloat16>(geo.threads_per_row, geo.vectors_per_thread, acc, round);
+    case DType::kFloat16:
+      return pick_group<__half>(geo.threads_per_row, geo.vectors_per_thread, acc, round);
+    default:
+      return pick_group<float>(geo.threads_per_row, geo.vectors_per_thread, acc, round);
+  }
+}
+
+size_t rows_smem(const NormBwdArgs& a, bool) {
+  const NormBwdGeometry geo = norm_bwd_geometry(a);
+  return ring_offset(a.cols) +
+         size_t(kStages) * 2 * geo.vectors_per_thread * geo.block_threads * sizeof(uint4);
+}
+
+struct DeviceInfo {
+  int sms = 0;
+  std::map<std::pair<const void*, size_t>, int> occupancy;  // (kernel, smem) -> blocks per SM
+};
+
+std::mutex g_mu;
+std::map<int, DeviceInfo> g_devices;
+
+// Resident blocks per SM of `k` with `smem` dynamic shared memory (opting in above 48 KiB).
+int blocks_per_sm(const void* k, int threads, size_t smem, int* sms) {
+  int dev = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(g_mu);
+  DeviceInfo& d = g_devices[dev];
+  if (d.sms == 0) REPLAY_CUDA(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+  *sms = d.sms;
+  auto key = std::make_pair(k, smem);
+  auto it = d.occupancy.find(key);
+  if (it != d.occupancy.end()) return it->second;
+  if (smem > 48 * 1024)
+    REPLAY_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  int n = 0;
+  REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, smem));
+  return d.occupancy[key] = std::max(n, 1);
+}
+
+// Baseline column kernel shape: vt vectors per tile, row chunks.
+struct ColShape {
+  int vt = 0;
+  int64_t tiles = 0, chunks = 0, rows_per_chunk = 0;
+};
+
+ColShape col_shape(const NormBwdArgs& a) {
+  const int64_t nvec = a.cols / elems_of(a.x_dtype);
+  ColShape c;
+  c.vt = 32;  // the largest power of two <= 32 dividing nvec, at least 8
+  while (c.vt > 8 && nvec % c.vt) c.vt /= 2;
+  c.tiles = (nvec + c.vt - 1) / c.vt;
+  const int lanes = kColThreads / c.vt;
+  int sms = 0;
+  blocks_per_sm(reinterpret_cast<const void*>(norm_bwd_cols_kernel<float, false>), kColThreads, 0,
+                &sms);
+  // About 8 blocks per SM in all; each chunk a multiple of the row lanes.
+  const int64_t want = std::max<int64_t>(1, int64_t(sms) * 8 / c.tiles);
+  c.chunks = std::clamp<int64_t>((a.rows + lanes - 1) / lanes, 1, want);
+  c.rows_per_chunk = (a.rows + c.chunks - 1) / c.chunks;
+  c.rows_per_chunk = (c.rows_per_chunk + lanes - 1) / lanes * lanes;
+  c.chunks = (a.rows + c.rows_per_chunk - 1) / c.rows_per_chunk;
+  return c;
+}
+
+template <typename T>
+void launch_cols(const NormBwdArgs& a, const ColShape& c, const float* stats, float* pw, float* pb,
+                 cudaStream_t s) {
+  auto k = needs_round(a) ? norm_bwd_cols_kernel<T, true> : norm_bwd_cols_kernel<T, false>;
+  k<<<dim3(static_cast<unsigned>(c.tiles), static_cast<unsigned>(c.chunks)), kColThreads, 0, s>>>(
+      a, stats, c.vt, c.rows_per_chunk, pw, pb);
+  REPLAY_CUDA_LAUNCH("norm_bwd_cols_kernel");
+}
+
+}  // namespace
+
+NormBwdGeometry norm_bwd_geometry(const NormBwdArgs& a) {
+  return geometry_of(a.cols / elems_of(a.x_dtype), a.x_dtype);
+}
+
+std::string norm_bwd_supports(const NormBwdArgs& a) {
+  if (a.rows <= 0 || a.cols <= 0) return "empty rows";
+  const DType t = a.x_dtype;
+  if (t != DType::kBFloat16 && t != DType::kFloat16 && t != DType::kFloat32)
+    return "x dtype " + std::string(dtype_name(t)) + " (needs bfloat16, float16 or float32)";
+  const int64_t e = elems_of(t);
+  if (a.cols % e || a.x_row_stride % e || a.dy_row_stride % e || a.dx_row_stride % e)
+    return "row length or stride not a multiple of a 16-byte vector";
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!aligned(a.x) || !aligned(a.dy) || !aligned(a.dx))
+    return "x, dy or dx is not 16-byte aligned";
+  const int64_t nvec = a.cols / e;
+  if (nvec > int64_t(kMaxGroup) * max_vpt(t))
+    return "row of " + std::to_string(a.cols) + " elements is longer than the kernels hold (" +
+           std::to_string(kMaxGroup * max_vpt(t) * e) + ")";
+  for (DType w : {a.w_dtype, a.dw_dtype, a.db_dtype})
+    if (w != DType::kBFloat16 && w != DType::kFloat16 && w != DType::kFloat32)
+      return "weight or gradient dtype " + std::string(dtype_name(w));
+  if (a.stats == NormBwdStats::kSaved && !a.rstd) return "no rstd";
+  if (a.stats == NormBwdStats::kNormalized && !a.rstd) return "no rstd";
+  if (!a.w || !a.dw) return "no weight or dw";
+  return "";
+}
+
+int64_t norm_bwd_default_split(const NormBwdArgs& a) {
+  const NormBwdGeometry geo = norm_bwd_geometry(a);
+  int sms = 0;
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(rows_kernel(a, true)),
+                                   geo.block_threads, rows_smem(a, true), &sms);
+  const int64_t grid = int64_t(sms) * per_sm;
+  int64_t split = (a.rows + grid - 1) / grid;
+  split = (split + geo.rows_per_iter - 1) / geo.rows_per_iter * geo.rows_per_iter;
+  return std::max<int64_t>(split, geo.rows_per_iter);
+}
+
+size_t norm_bwd_workspace_bytes(const NormBwdArgs& a, NormBwdVariant v, int64_t split) {
+  int64_t parts = 0, stats = 0;
+  if (v == NormBwdVariant::kOptimized) {
+    parts = (a.rows + split - 1) / split;
+  } else {
+    parts = col_shape(a).chunks;
+    if (a.stats == NormBwdStats::kRecompute) stats = 2 * a.rows;
+  }
+  return sizeof(float) * static_cast<size_t>(2 * parts * a.cols + stats);
+}
+
+void norm_bwd_optimized(const NormBwdArgs& a, int64_t split, void* workspace, cudaStream_t s) {
+  std::string why = norm_bwd_supports(a);
+  if (!why.empty()) throw std::invalid_argument("norm_bwd optimized: " + why);
+  if (split <= 0) throw std::invalid_argument("norm_bwd optimized: split size must be positive");
+  const NormBwdGeometry geo = norm_bwd_geometry(a);
+  const int64_t parts = (a.rows + split - 1) / split;
+  auto* pw = static_cast<float*>(workspace);
+  float* pb = a.db ? pw + parts * a.cols : nullptr;
+  RowsKernel k = rows_kernel(a, true);
+  const size_t smem = rows_smem(a, true);
+  int sms = 0;
+  blocks_per_sm(reinterpret_cast<const void*>(k), geo.block_threads, smem, &sms);  // opt-in smem
+  k<<<static_cast<unsigned>(parts), geo.block_threads, smem, s>>>(a, split, pw, pb, nullptr);
+  REPLAY_CUDA_LAUNCH("norm_bwd_rows_kernel (optimized)");
+  launch_finalize(a, pw, pb, parts, s);
+}
+
+void norm_bwd_baseline(const NormBwdArgs& a, void* workspace, cudaStream_t s) {
+  std::string why = norm_bwd_supports(a);
+  if (!why.empty()) throw std::invalid_argument("norm_bwd baseline: " + why);
+  const NormBwdGeometry geo = norm_bwd_geometry(a);
+  const ColShape c = col_shape(a);
+  auto* pw = static_cast<float*>(workspace);
+  float* pb = a.db ? pw + c.chunks * a.cols : nullptr;
+  float* stats = a.stats == NormBwdStats::kRecompute ? pw + 2 * c.chunks * a.cols : nullptr;
+  // dx: the same row kernel without the column sums, over a persistent grid.
+  RowsKernel k = rows_kernel(a, false);
+  const size_t smem = rows_smem(a, false);
+  int sms = 0;
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(k), geo.block_threads, smem, &sms);
+  const int64_t grid = int64_t(sms) * per_sm;
+  int64_t split = (a.rows + grid - 1) / grid;
+  split = std::max<int64_t>(
+      geo.rows_per_iter, (split + geo.rows_per_iter - 1) / geo.rows_per_iter * geo.rows_per_iter);
+  const int64_t blocks = (a.rows + split - 1) / split;
+  k<<<static_cast<unsigned>(blocks), geo.block_threads, smem, s>>>(a, split, nullptr, nullptr,
+                                                                   stats);
+  REPLAY_CUDA_LAUNCH("norm_bwd_rows_kernel (baseline)");
+  switch (a.x_dtype) {
+    case DType::kBFloat16:
+      launch_cols<__nv_bfloat16>(a, c, stats, pw, pb, s);
+      break;
+    case DType::kFloat16:
+      launch_cols<__half>(a, c, stats, pw, pb, s);
+      break;
+    default:
+      launch_cols<float>(a, c, stats, pw, pb, s);
+  }
+  launch_finalize(a, pw, pb, c.chunks, s);
+}
+
+}  // namespace replay

@@ -1,0 +1,105 @@
+// norm_bwd kernels: LayerNorm / RMSNorm backward over the last dim, x and dy [rows, cols], as
+// matched by match.cpp. Per row (fp32 math):
+//   xhat = (x - m) * s          (m, s: mean and rstd; RMSNorm m = 0; x already normalized: m = 0,
+//                                s = 1; mean/rstd saved by the forward, or recomputed from x)
+//   g    = rnd_g(dy * w_eff)    w_eff = rnd_w(w + w_offset), staged once per block
+//   dx   = rstd * (g - (S1 + xhat * S2) / cols)   S1 = sum(g) (LayerNorm only), S2 = sum(g * xhat)
+//   dw  += rnd_dwt(dy * rnd_xhat(xhat)),  db += dy                (column sums over the rows)
+// rnd_*: optional roundings to bfloat16/float16 where the captured graph materializes a narrow
+// value (Meta Llama and Hugging Face RMSNorm multiply by the weight after the down-cast, so g,
+// xhat and the dw term are bf16 there); float32 means "not rounded".
+//
+// Variants (kernels.cu):
+//   baseline  — what PyTorch eager and Inductor without mix-order reduction do: a persistent row
+//               kernel for dx, then a column-reduction kernel that reads x and dy again for dw/db
+//               (partial sums over row chunks), then the fixed-order final sum and cast.
+//   optimized — mix-order reduction (PyTorch PR 165370): one persistent kernel computes dx and
+//               accumulates dw/db for its chunk of `split_size` rows in fp32 registers, writes one
+//               partial row per block; a small kernel sums the partials in a fixed order and casts.
+//               x and dy are read once. Deterministic: no float atomics; the same split gives
+//               bit-identical dw/db.
+// Both need x, dy and dx in one dtype (bf16, fp16 or fp32), 16-byte aligned rows, mean/rstd in
+// fp32; rows of at most 2048 16-byte vectors (16384 bf16, 8192 fp32 elements).
+// Bytes that must move: rows*cols*(|x| + |dy| + |dx|) + cols*(|w| + |dw| + |db|) + rows*4 per
+// saved statistic.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "workloads/ir/dtype.hpp"
+
+namespace replay {
+
+/// Where the row statistics come from.
+enum class NormBwdStats : uint8_t {
+  kSaved,       ///< mean (LayerNorm) and rstd read from [rows] fp32 tensors
+  kRecompute,   ///< mean/rstd recomputed from the row of x (eps, correction below)
+  kNormalized,  ///< x is already xhat (saved normalized activations); rstd read for dx
+};
+
+struct NormBwdArgs {
+  int64_t rows = 0, cols = 0;
+  bool layernorm = true;  ///< dx has the mean term S1 (LayerNorm); RMSNorm does not
+  NormBwdStats stats = NormBwdStats::kSaved;
+  const void* x = nullptr;  ///< [rows, cols], row stride x_row_stride elements
+  DType x_dtype = DType::kBFloat16;
+  int64_t x_row_stride = 0;
+  const void* dy = nullptr;  ///< [rows, cols], same dtype as x
+  int64_t dy_row_stride = 0;
+  const float* mean = nullptr;  ///< kSaved LayerNorm: [rows] with stride mean_stride
+  int64_t mean_stride = 1;
+  const float* rstd = nullptr;  ///< kSaved, kNormalized: [rows] with stride rstd_stride
+  int64_t rstd_stride = 1;
+  // kRecompute: rstd = 1/sqrt(var + eps), var = sum((x - mean)^2) / (cols - correction)
+  // (LayerNorm; var_scale = cols / (cols - correction)) or mean(x^2) (RMSNorm).
+  float eps = 0;
+  const void* eps_ptr = nullptr;  ///< 0-dim tensor holding eps (added to `eps`), or null
+  DType eps_dtype = DType::kFloat32;
+  float var_scale = 1;
+  const void* w = nullptr;  ///< [cols] contiguous
+  DType w_dtype = DType::kBFloat16;
+  float w_offset = 0;  ///< x * (1 + w): 1
+  DType w_round = DType::kFloat32, g_round = DType::kFloat32;
+  DType xhat_round = DType::kFloat32, dwt_round = DType::kFloat32;
+  void* dx = nullptr;  ///< [rows, cols], dtype x_dtype
+  int64_t dx_row_stride = 0;
+  void* dw = nullptr;  ///< [cols] contiguous; rounded to dw_round, stored as dw_dtype
+  DType dw_dtype = DType::kBFloat16, dw_round = DType::kFloat32;
+  void* db = nullptr;  ///< optional [cols]
+  DType db_dtype = DType::kBFloat16, db_round = DType::kFloat32;
+};
+
+enum class NormBwdVariant : uint8_t { kBaseline, kOptimized };
+
+/// Launch shape of the row kernel (both variants): a group of `threads_per_row` threads owns a
+/// row, each thread `vectors_per_thread` 16-byte vectors of it; a block of `block_threads`
+/// processes `rows_per_iter` rows at a time.
+struct NormBwdGeometry {
+  int threads_per_row = 0, vectors_per_thread = 0, block_threads = 0, rows_per_iter = 0;
+};
+
+/// Empty if the kernels support `a`, else the reason (dtypes, alignment, row length).
+std::string norm_bwd_supports(const NormBwdArgs& a);
+
+NormBwdGeometry norm_bwd_geometry(const NormBwdArgs& a);
+
+/// The optimized kernel's split size (rows per block) by the heuristic of TUNING.md: one chunk
+/// per resident block of the persistent grid, i.e. ceil(rows / (SMs * resident blocks per SM))
+/// rounded up to a multiple of rows_per_iter. Queries the current device (cached).
+int64_t norm_bwd_default_split(const NormBwdArgs& a);
+
+/// Workspace bytes of a variant: optimized, the fp32 partial dw/db rows of ceil(rows / split)
+/// blocks; baseline, the column kernel's partials (+ recomputed statistics).
+size_t norm_bwd_workspace_bytes(const NormBwdArgs& a, NormBwdVariant v, int64_t split);
+
+/// Optimized: the persistent dx + partial dw/db kernel over chunks of `split` rows, then the
+/// final reduction. `split` must be a positive multiple of geometry().rows_per_iter.
+void norm_bwd_optimized(const NormBwdArgs& a, int64_t split, void* workspace, cudaStream_t s);
+
+/// Baseline: dx row kernel, column-reduction kernel, final reduction.
+void norm_bwd_baseline(const NormBwdArgs& a, void* workspace, cudaStream_t s);
+
+}  // namespace replay

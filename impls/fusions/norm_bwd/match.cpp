@@ -1,0 +1,428 @@
+// norm_bwd matcher: finds, structurally, a LayerNorm or RMSNorm backward — a row reduction that
+// produces dx and column reductions that produce dw (and db) over the same x and dy — in any of
+// the ways model code and decompositions write it (algebra.hpp gives the normal form).
+//
+// 1. Anchors: sum.dim_IntList over every dim but the last of an [.., C] tensor. Each fixes the
+//    row shape [R, C]; the graph is evaluated once per row shape (Algebra).
+// 2. dw: an anchor whose summand is dy * xhat, with
+//      xhat = (x - mean) * rstd  (saved mean: LayerNorm; no mean: RMSNorm),
+//      xhat = (x - sum(x)/C) * rsqrt(var(x) + eps) or x * rsqrt(mean(x^2) + eps)  (recomputed; eps
+//             a number or a 0-dim tensor),
+//      xhat = a saved normalized x,
+//    optionally rounded where the graph rounds (xhat, then dy * xhat, to bf16/fp16): the roles
+//    x, dy, mean, rstd are tried over the leaves the summand mentions.
+// 3. db (optional): another anchor whose summand is dy itself.
+// 4. dx: the first value equal to
+//      rstd * g - rstd/C * sum(g) [LayerNorm only] - rstd/C * xhat * sum(g * xhat),
+//      g = dy * w_eff (optionally rounded), w_eff = w + offset (optionally rounded)
+//    for a [C] leaf w and offset 0 or any constant the graph adds to w (x * (1 + w)).
+// 5. Each output extends through single-use converts, views, clones (the down-casts of dx, dw,
+//    db); the rounding it ends in is recorded. The region is every node between the leaves and
+//    the outputs; every intermediate must stay private, and no node outside may read an output
+//    before the region's last node (the fused step runs there).
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "impls/fusions/norm_bwd/algebra.hpp"
+#include "impls/fusions/norm_bwd/params.hpp"
+#include "workloads/plan/match_util.hpp"
+
+namespace replay::norm_bwd {
+namespace {
+
+// One choice of an optionally rounded quantity: its polynomial and the rounding (kFloat32: none).
+struct Choice {
+  Poly p;
+  DType round = DType::kFloat32;
+};
+
+// `p` itself and every rounding of it the graph materializes.
+std::vector<Choice> choices(const Algebra& A, const Poly& p) {
+  std::vector<Choice> r = {{p, DType::kFloat32}};
+  for (auto [t, atom] : A.rounds_of(p)) r.push_back({Poly::atom(atom), t});
+  return r;
+}
+
+struct Stats {
+  NormBwdStats mode = NormBwdStats::kSaved;
+  int x = -1;  // atom
+  bool layernorm = false, ln_known = true;
+  Poly xhat, rstd;  // rstd: empty for kNormalized until the dx search picks one
+  int mean_atom = -1, rstd_atom = -1;
+  double eps = 0, correction = 0;
+  int eps_atom = -1;
+};
+
+// rstd recomputed as rsqrt(inner): inner = sum(x^2)/C + eps (RMSNorm) or
+// (sum(x^2) - sum(x)^2/C)/(C - correction) + eps (LayerNorm), eps a number and/or a 0-dim leaf.
+bool recomputed(Algebra& A, const Poly& inner, int x, Stats& s) {
+  const double C = static_cast<double>(A.cols());
+  auto xx = A.mul(Poly::atom(x), Poly::atom(x));
+  if (!xx) return false;
+  auto s2 = A.rowsum(*xx);
+  auto s1 = A.rowsum(Poly::atom(x));
+  if (!s2 || !s1 || s2->t.size() != 1) return false;
+  auto it = inner.t.find(s2->t.begin()->first);
+  if (it == inner.t.end()) return false;
+  const double a = it->second;  // 1 / (C - correction)
+  Poly eps;
+  for (const auto& [m, c] : inner.t) {
+    if (m.empty()) s.eps = c;
+    if (m.size() == 1 && m[0].second == 1 && A.atom(m[0].first).kind == Atom::kLeaf &&
+        A.atom(m[0].first).cls == Cls::kScalar && c == 1)
+      s.eps_atom = m[0].first;
+  }
+  eps = Poly::constant(s.eps);
+  if (s.eps_atom >= 0) eps = Algebra::add(eps, Poly::atom(s.eps_atom));
+  // RMSNorm
+  if (same(inner, Algebra::add(Algebra::scale(*s2, 1 / C), eps))) {
+    s.layernorm = false;
+    s.correction = 0;
+    return true;
+  }
+  auto s1s1 = A.mul(*s1, *s1);
+  if (!s1s1 || !(a > 0)) return false;
+  const double corr = C - 1 / a;
+  Poly ln = Algebra::add(Algebra::scale(Algebra::add(*s2, *s1s1, -1 / C), a), eps);
+  if (!same(inner, ln) || std::fabs(corr - std::round(corr)) > 1e-6) return false;
+  s.layernorm = true;
+  s.correction = std::round(corr);
+  return true;
+}
+
+// Every way of reading the leaves of the dw summand as (x, mean, rstd).
+std::vector<Stats> stats_candidates(Algebra& A, const std::vector<int>& atoms) {
+  std::vector<int> elem, row, rsq;
+  for (int a : atoms) {
+    const Atom& at = A.atom(a);
+    if (at.kind == Atom::kLeaf && at.cls == Cls::kElem) elem.push_back(a);
+    if (at.kind == Atom::kLeaf && at.cls == Cls::kRow) row.push_back(a);
+    if (at.kind == Atom::kRsqrt) rsq.push_back(a);
+  }
+  std::vector<Stats> out;
+  for (int x : elem) {
+    for (int r : row) {
+      std::vector<int> means = {-1};
+      for (int m : row)
+        if (m != r) means.push_back(m);
+      for (int m : means) {
+        Stats s;
+        s.mode = NormBwdStats::kSaved;
+        s.x = x;
+        s.rstd_atom = r;
+        s.mean_atom = m;
+        s.layernorm = m >= 0;
+        s.rstd = Poly::atom(r);
+        Poly centered = Poly::atom(x);
+        if (m >= 0) centered = Algebra::add(centered, Poly::atom(m), -1);
+        auto xh = A.mul(centered, s.rstd);
+        if (!xh) continue;
+        s.xhat = *xh;
+        out.push_back(s);
+      }
+    }
+    for (int r : rsq) {
+      Stats s;
+      s.mode = NormBwdStats::kRecompute;
+      s.x = x;
+      if (!recomputed(A, A.atom(r).inner, x, s)) continue;
+      s.rstd = Poly::atom(r);
+      Poly centered = Poly::atom(x);
+      if (s.layernorm) {
+        auto s1 = A.rowsum(Poly::atom(x));
+        if (!s1) continue;
+        centered = Algebra::add(centered, Algebra::scale(*s1, 1.0 / A.cols()), -1);
+      }
+      auto xh = A.mul(centered, s.rstd);
+      if (!xh) continue;
+      s.xhat = *xh;
+      out.push_back(s);
+    }
+    Stats s;
+    s.mode = NormBwdStats::kNormalized;
+    s.x = x;
+    s.ln_known = false;
+    s.xhat = Poly::atom(x);
+    out.push_back(s);
+  }
+  return out;
+}
+
+// rstd * g - [LayerNorm] rstd/C * sum(g) - rstd/C * xhat * sum(g * xhat)
+std::optional<Poly> expected_dx(Algebra& A, const Poly& rstd, const Poly& g, const Poly& xhat,
+                                bool layernorm) {
+  const double inv_c = 1.0 / static_cast<double>(A.cols());
+  auto rg = A.mul(rstd, g);
+  auto gx = A.mul(g, xhat);
+  auto s2 = gx ? A.rowsum(*gx) : std::nullopt;
+  auto t2 = s2 ? A.mul(rstd, xhat) : std::nullopt;
+  if (t2) t2 = A.mul(*t2, *s2);
+  if (!rg || !t2) return std::nullopt;
+  Poly dx = Algebra::add(*rg, *t2, -inv_c);
+  if (layernorm) {
+    auto s1 = A.rowsum(g);
+    auto t1 = s1 ? A.mul(rstd, *s1) : std::nullopt;
+    if (!t1) return std::nullopt;
+    dx = Algebra::add(dx, *t1, -inv_c);
+  }
+  return dx;
+}
+
+// Follows single users through casts, clones and views that keep the class; returns the last
+// value and the rounding its polynomial ends in relative to `exact` (kFloat32: none), or -1 when
+// the chain double-rounds.
+std::pair<int, DType> extend(const Graph& g, const Algebra& A, int v, const Poly& exact,
+                             DType first_round) {
+  int cur = v;
+  for (;;) {
+    const int u = single_user(g, cur);
+    if (u < 0) break;
+    const Node& n = g.nodes[u];
+    const Op op = n.op;
+    const bool ok = op == Op::kConvertElementType || op == Op::kToCopy || op == Op::kClone ||
+                    op == Op::kAlias || op == Op::kView || op == Op::kUnsafeView ||
+                    op == Op::kReshape || op == Op::kSqueeze || op == Op::kSqueezeDim ||
+                    op == Op::kSqueezeDims || op == Op::kUnsqueeze;
+    if (!ok || n.outputs.size() != 1 || !A.absorbed(n.outputs[0]) || !A.value(n.outputs[0])) break;
+    if (A.classify(g.meta(n.outputs[0]).shape) != A.classify(g.meta(cur).shape)) break;
+    cur = n.outputs[0];
+  }
+  const Poly& p = *A.value(cur);
+  if (same(p, exact)) return {cur, first_round};
+  if (p.t.size() == 1 && p.t.begin()->second == 1 && p.t.begin()->first.size() == 1) {
+    const Atom& a = A.atom(p.t.begin()->first[0].first);
+    if (a.kind == Atom::kRound && same(a.inner, exact) && first_round == DType::kFloat32)
+      return {cur, a.dtype};
+  }
+  return {-1, DType::kFloat32};
+}
+
+// Nodes between the leaves and `outs`, through absorbed values.
+std::vector<int> region_nodes(const Graph& g, const Algebra& A, const std::vector<int>& outs) {
+  std::set<int> nodes;
+  std::vector<int> todo = outs;
+  std::set<int> seen;
+  while (!todo.empty()) {
+    const int v = todo.back();
+    todo.pop_back();
+    if (!seen.insert(v).second || !A.absorbed(v)) continue;
+    const int p = g.values[v].producer;
+    if (p < 0) continue;
+    nodes.insert(p);
+    for (const Operand& o : g.nodes[p].operands)
+      if (o.is_tensor()) todo.push_back(o.value);
+  }
+  return {nodes.begin(), nodes.end()};
+}
+
+// No node outside the region reads an output before the region's last node.
+bool convex(const Graph& g, const std::vector<int>& nodes, const std::vector<int>& outs) {
+  const int last = nodes.back();
+  std::set<int> in(nodes.begin(), nodes.end());
+  for (int v : outs)
+    for (int u : g.values[v].users)
+      if (!in.count(u) && u < last) return false;
+  return true;
+}
+
+int leaf_value(const Algebra& A, int atom) {
+  return atom < 0 ? -1 : A.atom(atom).value;
+}
+
+struct Found {
+  Params p;
+  std::vector<int> anchors;
+};
+
+// Tries anchor `dw_node` as the dw column reduction.
+std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
+                                const std::vector<int>& anchors, const std::set<int>& used) {
+  const int cs = A.colsum_atom(dw_node);
+  if (cs < 0) return std::nullopt;
+  const Poly dw_sum = A.atom(cs).inner;
+  const auto atoms = A.closure(dw_sum);
+  std::vector<int> elem;
+  int row_leaves = 0;
+  for (int a : atoms) {
+    if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kElem) elem.push_back(a);
+    if (A.atom(a).cls == Cls::kRow) ++row_leaves;
+  }
+  // dy * xhat mentions x, dy and at most mean, rstd (or the atoms of their recomputation).
+  if (elem.size() < 2 || elem.size() > 3 || row_leaves > 8) return std::nullopt;
+  std::vector<int> rows;
+  for (int a = 0; a < A.num_atoms(); ++a)
+    if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kRow) rows.push_back(a);
+  // The weight: a [C] leaf that a row sum multiplies with dy (sum(g) or sum(g * xhat)).
+  auto weights_with = [&](int dy) {
+    std::set<int> w;
+    for (int a = 0; a < A.num_atoms(); ++a) {
+      if (A.atom(a).kind != Atom::kRowSum) continue;
+      const auto in = A.closure(A.atom(a).inner);
+      if (std::find(in.begin(), in.end(), dy) == in.end()) continue;
+      for (int b : in)
+        if (A.atom(b).kind == Atom::kLeaf && A.atom(b).cls == Cls::kCol) w.insert(b);
+    }
+    return std::vector<int>(w.begin(), w.end());
+  };
+
+  for (Stats st : stats_candidates(A, atoms)) {
+    for (int dy : elem) {
+      if (dy == st.x) continue;
+      const Poly DY = Poly::atom(dy);
+      // dw: sum(rnd(dy * rnd(xhat)))
+      std::optional<Choice> xh_pick, dwt_pick;
+      for (const Choice& xh : choices(A, st.xhat)) {
+        auto t = A.mul(DY, xh.p);
+        if (!t) continue;
+        for (const Choice& dwt : choices(A, *t))
+          if (same(dwt.p, dw_sum)) xh_pick = xh, dwt_pick = dwt;
+      }
+      if (!xh_pick) continue;
+      // db: another anchor summing dy.
+      int db_node = -1;
+      for (int a : anchors) {
+        if (a == dw_node || used.count(a)) continue;
+        const int c = A.colsum_atom(a);
+        if (c >= 0 && same(A.atom(c).inner, DY)) {
+          db_node = a;
+          break;
+        }
+      }
+      // dx.
+      std::vector<int> rstd_opts = {st.rstd_atom};
+      if (st.mode == NormBwdStats::kNormalized) rstd_opts = rows;
+      std::vector<bool> ln_opts = {st.layernorm};
+      if (!st.ln_known) ln_opts = {true, false};
+      for (int w : weights_with(dy)) {
+        std::set<double> offsets = {0};
+        auto offset_of = [&](const Poly& q) {  // q = w + c
+          if (q.t.size() != 2) return;
+          auto it = q.t.find(Mono{{w, 1}});
+          auto c = q.t.find(Mono{});
+          if (it != q.t.end() && it->second == 1 && c != q.t.end()) offsets.insert(c->second);
+        };
+        for (int a = 0; a < A.num_atoms(); ++a)
+          if (A.atom(a).kind == Atom::kRound) offset_of(A.atom(a).inner);
+        for (size_t v = 0; v < g.values.size(); ++v)
+          if (A.value(static_cast<int>(v))) offset_of(*A.value(static_cast<int>(v)));
+        for (double off : offsets) {
+          Poly weff = Algebra::add(Poly::atom(w), Poly::constant(off));
+          for (const Choice& we : choices(A, weff)) {
+            auto gg = A.mul(DY, we.p);
+            if (!gg) continue;
+            for (const Choice& gc : choices(A, *gg)) {
+              for (int r : rstd_opts) {
+                if (r < 0 && st.mode == NormBwdStats::kNormalized) continue;
+                const Poly rstd = st.mode == NormBwdStats::kNormalized ? Poly::atom(r) : st.rstd;
+                for (bool ln : ln_opts) {
+                  auto E = expected_dx(A, rstd, gc.p, st.xhat, ln);
+                  if (!E) continue;
+                  std::vector<int> cands = A.values_equal(*E);
+                  for (auto [t, atom] : A.rounds_of(*E))
+                    for (int v : A.values_equal(Poly::atom(atom))) cands.push_back(v);
+                  std::sort(cands.begin(), cands.end(), [&](int a, int b) {
+                    return g.values[a].producer < g.values[b].producer;
+                  });
+                  for (int v : cands) {
+                    if (!A.absorbed(v)) continue;
+                    auto [dx, dx_round] = extend(g, A, v, *E, DType::kFloat32);
+                    if (dx < 0) continue;
+                    const int dw_val = A.atom(cs).value;
+                    const DType cs_t = A.atom(cs).dtype;
+                    const DType first = cs_t == DType::kBFloat16 || cs_t == DType::kFloat16
+                                            ? cs_t
+                                            : DType::kFloat32;
+                    auto [dw, dw_round] = extend(g, A, dw_val, Poly::atom(cs), first);
+                    if (dw < 0) continue;
+                    int db = -1;
+                    DType db_round = DType::kFloat32;
+                    if (db_node >= 0) {
+                      const int dbs = A.colsum_atom(db_node);
+                      const DType bt = A.atom(dbs).dtype;
+                      auto e = extend(
+                          g, A, A.atom(dbs).value, Poly::atom(dbs),
+                          bt == DType::kBFloat16 || bt == DType::kFloat16 ? bt : DType::kFloat32);
+                      db = e.first;
+                      db_round = e.second;
+                      if (db < 0) continue;
+                    }
+                    Found f;
+                    Params& p = f.p;
+                    p.layernorm = ln;
+                    p.stats = st.mode;
+                    p.x = leaf_value(A, st.x);
+                    p.dy = leaf_value(A, dy);
+                    p.w = leaf_value(A, w);
+                    p.mean = leaf_value(A, st.mean_atom);
+                    p.rstd = st.mode == NormBwdStats::kRecompute
+                                 ? -1
+                                 : leaf_value(
+                                       A, st.mode == NormBwdStats::kNormalized ? r : st.rstd_atom);
+                    p.eps_value = leaf_value(A, st.eps_atom);
+                    p.eps = st.eps;
+                    p.correction = st.correction;
+                    p.w_offset = off;
+                    p.w_round = we.round;
+                    p.g_round = gc.round;
+                    p.xhat_round = xh_pick->round;
+                    p.dwt_round = dwt_pick->round;
+                    p.dx = dx;
+                    p.dx_round = dx_round;
+                    p.dw = dw;
+                    p.dw_round = dw_round;
+                    p.db = db;
+                    p.db_round = db_round;
+                    p.rows = A.rows();
+                    p.cols = A.cols();
+                    f.anchors = {dw_node};
+                    if (db_node >= 0) f.anchors.push_back(db_node);
+                    return f;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void match(const Graph& g, std::vector<Region>& out) {
+  // Column-reduction anchors, grouped by row shape.
+  std::map<std::pair<int64_t, int64_t>, std::vector<int>> groups;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (n.op != Op::kSumDim || n.operands.empty() || !n.operands[0].is_tensor()) continue;
+    const auto& s = g.meta(n.operands[0].value).shape;
+    if (s.size() < 2 || n.dims.size() != s.size() - 1) continue;
+    bool leading = true;
+    for (size_t d = 0; d < n.dims.size(); ++d) leading &= n.dims[d] == static_cast<int64_t>(d);
+    const int64_t cols = s.back();
+    const int64_t rows = cols > 0 ? g.meta(n.operands[0].value).numel() / cols : 0;
+    if (leading && rows >= 2 && cols >= 2) groups[{rows, cols}].push_back(static_cast<int>(i));
+  }
+  for (const auto& [shape, anchors] : groups) {
+    Algebra A(g, shape.first, shape.second);
+    std::set<int> used;
+    for (int a : anchors) {
+      if (used.count(a)) continue;
+      auto f = try_anchor(g, A, a, anchors, used);
+      if (!f) continue;
+      Params& p = f->p;
+      std::vector<int> outs = {p.dx, p.dw};
+      if (p.db >= 0) outs.push_back(p.db);
+      std::vector<int> nodes = region_nodes(g, A, outs);
+      if (nodes.empty() || !intermediates_private(g, nodes, outs) || !convex(g, nodes, outs))
+        continue;
+      for (int n : f->anchors) used.insert(n);
+      out.push_back(make_region(g, std::move(nodes), std::move(*f).p));
+    }
+  }
+}
+
+}  // namespace replay::norm_bwd

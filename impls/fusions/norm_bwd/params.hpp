@@ -1,0 +1,50 @@
+// norm_bwd: LayerNorm / RMSNorm backward with mix-order reduction (issue 8): the row reductions
+// that produce dx and the column reductions that produce dw/db read the same x and dy, so one
+// kernel can do both. This header holds the fusion's typed params and its entry points; the
+// FusionSpec row is in spec.cpp, listed in impls/fusions/registry.cpp.
+//
+//   params.hpp  this file          match.cpp   structural matcher (polynomial normal form)
+//   cost.cpp    bytes/FLOPs, describe           kernels.*   baseline and optimized side by side
+//   bind.cpp    params -> kernel args           TUNING.md   split-size heuristic, sweep, history
+//   tests/      matcher tests on every bundled backward trace and synthetic forms (unit_*.cpp), a
+//               CPU model of the kernels against the reference, GPU tests (gpu_*.cpp)
+#pragma once
+
+#include <vector>
+
+#include "impls/fusions/norm_bwd/kernels.hpp"
+#include "workloads/plan/fusion_spec.hpp"
+
+namespace replay::norm_bwd {
+
+/// A matched region. Value indices, not names. Roundings: DType::kFloat32 means none (the
+/// kernels compute in fp32), bfloat16/float16 a rounding the graph materializes.
+struct Params {
+  bool layernorm = true;  ///< LayerNorm (dx has the mean term), else RMSNorm
+  NormBwdStats stats = NormBwdStats::kSaved;
+  int x = -1;   ///< [.., C] activations as the region reads them (or xhat for kNormalized)
+  int dy = -1;  ///< [.., C] gradient of the norm's output
+  int w = -1;   ///< [C] weight
+  int mean = -1, rstd = -1;            ///< saved [.., 1] statistics (-1 when not read)
+  int eps_value = -1;                  ///< kRecompute: a 0-dim eps tensor, or -1
+  double eps = 0;                      ///< kRecompute: eps as a number (added to eps_value's)
+  double correction = 0;               ///< kRecompute LayerNorm: variance divisor cols - correction
+  double w_offset = 0;                 ///< g = dy * (w + w_offset): 1 for x * (1 + w)
+  DType w_round = DType::kFloat32;     ///< w + w_offset rounded to
+  DType g_round = DType::kFloat32;     ///< dy * w rounded to
+  DType xhat_round = DType::kFloat32;  ///< xhat rounded to, in the dw term only
+  DType dwt_round = DType::kFloat32;   ///< the dw term dy * xhat rounded to
+  int dx = -1, dw = -1, db = -1;       ///< outputs (db -1: no bias)
+  DType dx_round = DType::kFloat32, dw_round = DType::kFloat32, db_round = DType::kFloat32;
+  int64_t rows = 0, cols = 0;
+  /// Rows per block of the optimized kernel; 0: the heuristic (kernels.hpp). The split-size
+  /// sweep (tests/bench/bench_norm_bwd.cpp) sets it.
+  int64_t split_size = 0;
+};
+
+void match(const Graph& g, std::vector<Region>& out);
+Cost cost(const Graph& g, const Region& r);
+nlohmann::json describe(const Graph& g, const Region& r);
+Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
+
+}  // namespace replay::norm_bwd

@@ -1,0 +1,444 @@
+// The norm_bwd matcher: every bundled backward trace (positive, with region nodes, inputs,
+// outputs and params checked), every synthetic form the issue lists (weight before/after the
+// down-cast, x * (1 + w), no bias, RMS without mean, eps as an input, recomputed or saved
+// statistics, saved normalized x, commuted operands, mean vs sum/C, dy summed from two
+// gradients), the negatives (only one of the two reductions, reductions over unrelated inputs,
+// an escaping intermediate, a wrong divisor), and the cost model's bytes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "impls/fusions/norm_bwd/params.hpp"
+#include "impls/fusions/norm_bwd/tests/synthetic.hpp"
+#include "impls/fusions/registry.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/plan/plan.hpp"
+
+using namespace replay;
+using namespace replay::test;
+using nlohmann::json;
+
+namespace replay::fusions {
+extern const FusionSpec norm_bwd;
+}
+
+namespace {
+
+Plan plan_of(const Graph& g) {
+  const FusionSpec* only[] = {&fusions::norm_bwd};
+  return make_plan(g, only);
+}
+
+const norm_bwd::Params& params(const Region& r) {
+  return std::any_cast<const norm_bwd::Params&>(r.params);
+}
+
+std::string name_of(const Graph& g, int v) {
+  return v < 0 ? "" : g.values[v].name;
+}
+
+std::set<std::string> names(const Graph& g, const std::vector<int>& vs) {
+  std::set<std::string> s;
+  for (int v : vs) s.insert(g.values[v].name);
+  return s;
+}
+
+struct BundledCase {
+  std::string trace;
+  bool layernorm;
+  std::set<std::string> inputs;
+  std::string dx, dw, db;  // db "" without bias
+  DType g_round, xhat_round, dwt_round, w_round;
+  double w_offset;
+};
+
+const DType f32 = DType::kFloat32, bf16 = DType::kBFloat16;
+
+void PrintTo(const BundledCase& c, std::ostream* os) {
+  *os << c.trace;
+}
+
+class NormBwdBundled : public ::testing::TestWithParam<BundledCase> {};
+
+}  // namespace
+
+TEST_P(NormBwdBundled, WholeGraphIsOneRegion) {
+  const BundledCase& c = GetParam();
+  for (const char* shape : {"small", "large"}) {
+    std::string trace = c.trace;
+    if (std::string(shape) == "large") {  // the realistic capture of the same module
+      std::string large;
+      for (const auto& e : std::filesystem::directory_iterator(REPLAY_TRACES_DIR)) {
+        const std::string n = e.path().stem().string();
+        if (e.path().extension() == ".json" && n != trace &&
+            n.substr(0, n.rfind('_')) == trace.substr(0, trace.rfind('_')))
+          large = n;
+      }
+      if (large.empty()) continue;
+      trace = large;
+    }
+    SCOPED_TRACE(trace);
+    Graph g = load_trace(trace_path(trace));
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u);
+    const Region& r = p.regions[0];
+    EXPECT_EQ(r.nodes.size(), g.nodes.size());  // the whole backward graph
+    EXPECT_TRUE(p.dropped.empty());
+    const auto& pr = params(r);
+    EXPECT_EQ(pr.layernorm, c.layernorm);
+    EXPECT_EQ(pr.stats, NormBwdStats::kSaved);
+    EXPECT_EQ(names(g, r.inputs), c.inputs);
+    std::set<std::string> outs = {c.dx, c.dw};
+    if (!c.db.empty()) outs.insert(c.db);
+    EXPECT_EQ(names(g, r.outputs), outs);
+    EXPECT_EQ(name_of(g, pr.x), "x");
+    EXPECT_EQ(name_of(g, pr.dy), "tangents_1");
+    EXPECT_EQ(name_of(g, pr.w), "weight");
+    EXPECT_EQ(name_of(g, pr.dx), c.dx);
+    EXPECT_EQ(name_of(g, pr.dw), c.dw);
+    EXPECT_EQ(name_of(g, pr.db), c.db);
+    EXPECT_EQ(pr.cols, g.meta(pr.x).shape.back());
+    EXPECT_EQ(pr.rows * pr.cols, g.meta(pr.x).numel());
+    EXPECT_EQ(pr.g_round, c.g_round);
+    EXPECT_EQ(pr.xhat_round, c.xhat_round);
+    EXPECT_EQ(pr.dwt_round, c.dwt_round);
+    EXPECT_EQ(pr.w_round, c.w_round);
+    EXPECT_EQ(pr.w_offset, c.w_offset);
+    EXPECT_EQ(pr.dx_round, bf16);
+    EXPECT_EQ(pr.dw_round, bf16);
+    if (!c.db.empty()) {
+      EXPECT_EQ(pr.db_round, bf16);
+    }
+    // The cost: x, dy read, dx written, w, the statistics, dw (and db): each once.
+    const double act = static_cast<double>(g.meta(pr.x).nbytes());
+    const double vec = static_cast<double>(g.meta(pr.w).nbytes());
+    const double stats = static_cast<double>(pr.rows) * 4 * (c.layernorm ? 2 : 1);
+    EXPECT_DOUBLE_EQ(r.fusion->cost(g, r).bytes, 3 * act + vec * (c.db.empty() ? 2 : 3) + stats);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Traces, NormBwdBundled,
+    ::testing::Values(BundledCase{"nanogpt_layernorm_train_bwd_2x8x1600",
+                                  true,
+                                  {"x", "weight", "getitem_1", "rsqrt", "tangents_1"},
+                                  "convert_element_type_6",
+                                  "convert_element_type_7",
+                                  "convert_element_type_8",
+                                  f32,
+                                  f32,
+                                  f32,
+                                  f32,
+                                  0},
+                      BundledCase{"nanogpt_layernorm_nobias_train_bwd_2x8x1600",
+                                  true,
+                                  {"x", "weight", "getitem_1", "rsqrt", "tangents_1"},
+                                  "convert_element_type_5",
+                                  "convert_element_type_6",
+                                  "",
+                                  f32,
+                                  f32,
+                                  f32,
+                                  f32,
+                                  0},
+                      // weight applied after the down-cast: g, xhat and the dw term are bf16
+                      BundledCase{"meta_llama_rmsnorm_train_bwd_2x8x4096",
+                                  false,
+                                  {"x", "weight", "rsqrt", "tangents_1"},
+                                  "convert_element_type_3",
+                                  "view",
+                                  "",
+                                  bf16,
+                                  bf16,
+                                  bf16,
+                                  f32,
+                                  0},
+                      // weight applied before the down-cast
+                      BundledCase{"litgpt_rmsnorm_train_bwd_2x8x4096",
+                                  false,
+                                  {"x", "weight", "rsqrt", "tangents_1"},
+                                  "convert_element_type_5",
+                                  "convert_element_type_4",
+                                  "",
+                                  f32,
+                                  f32,
+                                  f32,
+                                  f32,
+                                  0},
+                      // x * (1 + w), 1 + w in bf16
+                      BundledCase{"litgpt_rmsnorm_unit_offset_train_bwd_2x8x4096",
+                                  false,
+                                  {"x", "weight", "rsqrt", "tangents_1"},
+                                  "convert_element_type_5",
+                                  "convert_element_type_4",
+                                  "",
+                                  f32,
+                                  f32,
+                                  f32,
+                                  bf16,
+                                  1}),
+    [](const auto& info) { return test_name(info.param.trace); });
+
+// Every other bundled backward trace of a norm (captures added later: Hugging Face Llama, the
+// PyTorch PR 165370 shapes, eps as a tensor) is claimed whole as well.
+TEST(NormBwdMatch, EveryBundledNormBackwardIsClaimed) {
+  int seen = 0;
+  for (const auto& e : std::filesystem::directory_iterator(REPLAY_TRACES_DIR)) {
+    const std::string n = e.path().stem().string();
+    if (e.path().extension() != ".json" || n.find("_train_bwd_") == std::string::npos) continue;
+    const bool norm = n.find("norm") != std::string::npos;
+    Graph g = load_trace(e.path().string());
+    Plan p = plan_of(g);
+    SCOPED_TRACE(n);
+    if (!norm) {  // MLP, RoPE, linear backward graphs have no norm backward
+      EXPECT_TRUE(p.regions.empty());
+      continue;
+    }
+    ++seen;
+    ASSERT_EQ(p.regions.size(), 1u);
+    EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size());
+  }
+  EXPECT_GE(seen, 10);
+}
+
+namespace {
+
+struct FormCase {
+  std::string name;
+  NormBwdForm form;
+  NormBwdStats stats;
+  int eager_nodes = 0;  // nodes outside the region
+};
+
+NormBwdForm form(std::function<void(NormBwdForm&)> f) {
+  NormBwdForm x;
+  f(x);
+  return x;
+}
+
+void PrintTo(const FormCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class NormBwdForms : public ::testing::TestWithParam<FormCase> {};
+
+}  // namespace
+
+TEST_P(NormBwdForms, Matches) {
+  const FormCase& c = GetParam();
+  Graph g = parse_trace(norm_bwd_trace(c.form), c.name);
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  const Region& r = p.regions[0];
+  EXPECT_EQ(static_cast<int>(g.nodes.size() - r.nodes.size()), c.eager_nodes);
+  const auto& pr = params(r);
+  EXPECT_EQ(pr.layernorm, c.form.layernorm);
+  EXPECT_EQ(pr.stats, c.stats);
+  EXPECT_EQ(pr.cols, c.form.cols);
+  EXPECT_EQ(name_of(g, pr.x), "x");
+  EXPECT_EQ(name_of(g, pr.dy), c.form.dy_is_sum ? "dy_sum" : "tangents_1");
+  EXPECT_EQ(name_of(g, pr.w), "weight");
+  EXPECT_EQ(name_of(g, pr.dx), "dx");
+  EXPECT_EQ(name_of(g, pr.dw), "dw");
+  EXPECT_EQ(name_of(g, pr.db), c.form.layernorm && c.form.bias ? "db" : "");
+  EXPECT_EQ(pr.w_offset, c.form.unit_offset ? 1 : 0);
+  const DType low = c.form.weight_after_downcast ? bf16 : f32;
+  EXPECT_EQ(pr.g_round, low);
+  EXPECT_EQ(pr.xhat_round, low);
+  EXPECT_EQ(pr.dwt_round, low);
+  if (c.stats == NormBwdStats::kRecompute) {
+    EXPECT_DOUBLE_EQ(pr.eps + (pr.eps_value >= 0 ? 1e-5 : 0), 1e-5);
+    EXPECT_EQ(name_of(g, pr.eps_value), c.form.stats == "recompute_eps_tensor" ? "eps" : "");
+    EXPECT_EQ(pr.mean, -1);
+    EXPECT_EQ(pr.rstd, -1);
+    EXPECT_EQ(pr.correction, 0);
+  } else {
+    EXPECT_EQ(name_of(g, pr.rstd), "rstd");
+    EXPECT_EQ(name_of(g, pr.mean),
+              c.stats == NormBwdStats::kSaved && c.form.layernorm ? "mean" : "");
+  }
+  // `replay plan` shows the same.
+  json d = r.fusion->describe(g, r);
+  EXPECT_EQ(d["kind"], c.form.layernorm ? "layernorm" : "rmsnorm");
+  EXPECT_EQ(d["dx"], "dx");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, NormBwdForms,
+    ::testing::Values(
+        FormCase{"ln", NormBwdForm{}, NormBwdStats::kSaved},
+        FormCase{"ln_nobias", form([](auto& f) { f.bias = false; }), NormBwdStats::kSaved},
+        FormCase{"ln_mean_commuted", form([](auto& f) { f.dx_form = "mean"; }),
+                 NormBwdStats::kSaved},
+        FormCase{"ln_unit_offset", form([](auto& f) { f.unit_offset = true; }),
+                 NormBwdStats::kSaved},
+        FormCase{"ln_fp16_3d", form([](auto& f) {
+                   f.dtype = "float16";
+                   f.lead = {2, 3, 5};
+                   f.cols = 1600;
+                 }),
+                 NormBwdStats::kSaved},
+        FormCase{"ln_fp32", form([](auto& f) { f.dtype = "float32"; }), NormBwdStats::kSaved},
+        FormCase{"ln_recompute", form([](auto& f) { f.stats = "recompute"; }),
+                 NormBwdStats::kRecompute},
+        FormCase{"ln_recompute_eps_tensor", form([](auto& f) { f.stats = "recompute_eps_tensor"; }),
+                 NormBwdStats::kRecompute},
+        FormCase{"ln_normalized_x", form([](auto& f) { f.stats = "normalized"; }),
+                 NormBwdStats::kNormalized},
+        FormCase{"ln_dy_summed", form([](auto& f) { f.dy_is_sum = true; }), NormBwdStats::kSaved,
+                 1},
+        FormCase{"rms", form([](auto& f) { f.layernorm = false; }), NormBwdStats::kSaved},
+        FormCase{"rms_mean_commuted", form([](auto& f) {
+                   f.layernorm = false;
+                   f.dx_form = "mean";
+                 }),
+                 NormBwdStats::kSaved},
+        FormCase{"rms_weight_after_downcast", form([](auto& f) {
+                   f.layernorm = false;
+                   f.weight_after_downcast = true;
+                 }),
+                 NormBwdStats::kSaved},
+        FormCase{"rms_unit_offset", form([](auto& f) {
+                   f.layernorm = false;
+                   f.unit_offset = true;
+                 }),
+                 NormBwdStats::kSaved},
+        FormCase{"rms_recompute", form([](auto& f) {
+                   f.layernorm = false;
+                   f.stats = "recompute";
+                 }),
+                 NormBwdStats::kRecompute},
+        FormCase{"rms_recompute_eps_tensor_weight_after", form([](auto& f) {
+                   f.layernorm = false;
+                   f.stats = "recompute_eps_tensor";
+                   f.weight_after_downcast = true;
+                 }),
+                 NormBwdStats::kRecompute},
+        FormCase{"rms_normalized_x", form([](auto& f) {
+                   f.layernorm = false;
+                   f.stats = "normalized";
+                 }),
+                 NormBwdStats::kNormalized}),
+    [](const auto& info) { return info.param.name; });
+
+namespace {
+
+struct Negative {
+  std::string name;
+  NormBwdForm form;
+};
+
+void PrintTo(const Negative& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class NormBwdNegative : public ::testing::TestWithParam<Negative> {};
+
+}  // namespace
+
+TEST_P(NormBwdNegative, NoRegion) {
+  Graph g = parse_trace(norm_bwd_trace(GetParam().form), GetParam().name);
+  Plan p = plan_of(g);
+  EXPECT_TRUE(p.regions.empty());
+  EXPECT_EQ(std::count(p.node_region.begin(), p.node_region.end(), -1),
+            static_cast<long>(g.nodes.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, NormBwdNegative,
+    ::testing::Values(Negative{"only_row_reduction", form([](auto& f) {
+                                 f.drop_dw = true;
+                                 f.bias = false;
+                               })},
+                      Negative{"only_row_reduction_rms", form([](auto& f) {
+                                 f.drop_dw = true;
+                                 f.layernorm = false;
+                               })},
+                      Negative{"only_column_reductions", form([](auto& f) { f.drop_dx = true; })},
+                      Negative{"column_reduction_over_unrelated_input",
+                               form([](auto& f) { f.dw_unrelated = true; })},
+                      Negative{"rms_column_reduction_over_unrelated_input", form([](auto& f) {
+                                 f.dw_unrelated = true;
+                                 f.layernorm = false;
+                               })},
+                      Negative{"xhat_escapes", form([](auto& f) { f.xhat_escapes = true; })},
+                      Negative{"dx_wrong_divisor",
+                               form([](auto& f) { f.dx_wrong_divisor = true; })},
+                      Negative{"rms_dx_wrong_divisor", form([](auto& f) {
+                                 f.layernorm = false;
+                                 f.dx_wrong_divisor = true;
+                               })},
+                      Negative{"ln_dx_mean_form_wrong_divisor", form([](auto& f) {
+                                 f.dx_form = "mean";
+                                 f.dx_wrong_divisor = true;
+                               })}),
+    [](const auto& info) { return info.param.name; });
+
+// db over an unrelated tensor: the norm backward (dx, dw) is still claimed, that sum is not.
+TEST(NormBwdMatch, UnrelatedBiasReductionStaysOutside) {
+  Graph g = parse_trace(norm_bwd_trace(form([](auto& f) { f.db_unrelated = true; })), "<db>");
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(params(p.regions[0]).db, -1);
+  std::set<std::string> eager;
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (p.node_region[n] < 0) eager.insert(g.nodes[n].id);
+  EXPECT_EQ(eager, (std::set<std::string>{"ob32", "db32", "db"}));
+}
+
+// A LayerNorm whose dx lacks the mean term (sum(g)) is not a norm backward: rejected as
+// LayerNorm, and not taken as RMSNorm either (xhat has the mean in it).
+TEST(NormBwdMatch, LayerNormWithoutMeanTermIsRejected) {
+  json t = norm_bwd_trace(NormBwdForm{});
+  for (auto& n : t["nodes"])
+    if (n["id"] == "a") n["args"][1] = 0.0;  // C*g - 0 instead of C*g - sum(g)
+  EXPECT_TRUE(plan_of(parse_trace(t, "<no-s1>")).regions.empty());
+}
+
+// Two norms in one graph (same shape): two regions.
+TEST(NormBwdMatch, TwoNormsTwoRegions) {
+  json a = norm_bwd_trace(NormBwdForm{});
+  json b = norm_bwd_trace(form([](auto& f) { f.layernorm = false; }));
+  auto rename = [](json& j, const std::string& s) {  // suffix every id and ref in b
+    std::function<void(json&)> walk = [&](json& v) {
+      if (v.is_object()) {
+        if (v.contains("ref")) v["ref"] = v["ref"].get<std::string>() + s;
+        for (auto& [k, x] : v.items()) walk(x);
+      } else if (v.is_array()) {
+        for (auto& x : v) walk(x);
+      }
+    };
+    for (auto& i : j["inputs"]) i["id"] = i["id"].get<std::string>() + s;
+    for (auto& n : j["nodes"]) {
+      n["id"] = n["id"].get<std::string>() + s;
+      walk(n["args"]);
+    }
+    for (auto& o : j["outputs"]) o = o.get<std::string>() + s;
+  };
+  rename(b, "_b");
+  for (auto& i : b["inputs"]) a["inputs"].push_back(i);
+  for (auto& n : b["nodes"]) a["nodes"].push_back(n);
+  for (auto& o : b["outputs"]) a["outputs"].push_back(o);
+  Graph g = parse_trace(a, "<two>");
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 2u);
+  EXPECT_TRUE(params(p.regions[0]).layernorm != params(p.regions[1]).layernorm);
+  EXPECT_EQ(p.regions[0].nodes.size() + p.regions[1].nodes.size(), g.nodes.size());
+}
+
+// In the registry, after layernorm_fwd; the plan JSON lists its variants and params.
+TEST(NormBwdMatch, PlanJsonThroughTheRegistry) {
+  Graph g = load_trace(trace_path("nanogpt_layernorm_train_bwd_2x8x1600"));
+  json j = plan_to_json(g, make_plan(g, fusion_registry()));
+  ASSERT_EQ(j["regions"].size(), 1u);
+  EXPECT_EQ(j["regions"][0]["fusion"], "norm_bwd");
+  EXPECT_EQ(j["regions"][0]["variants"],
+            json::array({"reference", "eager", "baseline", "optimized"}));
+  EXPECT_EQ(j["regions"][0]["params"]["kind"], "layernorm");
+  EXPECT_EQ(j["regions"][0]["params"]["mean"], "getitem_1");
+  EXPECT_TRUE(j["eager_nodes"].empty());
+  // x, dy read and dx written (2*8*1600 bf16 each), w read, dw and db written (1600 bf16 each),
+  // mean and rstd read (16 fp32 each).
+  EXPECT_EQ(j["regions"][0]["cost"]["bytes"], 3 * (2 * 8 * 1600 * 2) + 3 * 1600 * 2 + 2 * 16 * 4);
+}

@@ -1,0 +1,250 @@
+// norm_bwd numerics without a GPU: the reference against PyTorch's golden tensors for every
+// bundled backward trace that has them, and the CPU model of the kernels (tests/model.hpp:
+// the matched params, fp32 arithmetic, the roundings and the split/partial summation order)
+// against the float64 reference with the harness's bounds — on the golden inputs, on fresh
+// seeds, for every synthetic form and several split sizes. The mutants (tests/mutants.hpp) make
+// the model FAIL: the check catches a wrong dx, dw or db.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "harness/report/numerics.hpp"
+#include "impls/fusions/norm_bwd/tests/model.hpp"
+#include "impls/fusions/norm_bwd/tests/mutants.hpp"
+#include "impls/fusions/norm_bwd/tests/synthetic.hpp"
+#include "impls/reference/reference.hpp"
+#include "workloads/loader/inputs.hpp"
+#include "workloads/loader/safetensors.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/plan/plan.hpp"
+
+using namespace replay;
+using namespace replay::test;
+
+namespace replay::fusions {
+extern const FusionSpec norm_bwd;
+}
+
+namespace {
+
+struct Matched {
+  Plan plan;
+  const norm_bwd::Params* p = nullptr;
+};
+
+Matched match_one(const Graph& g) {
+  const FusionSpec* only[] = {&fusions::norm_bwd};
+  Matched m;
+  m.plan = make_plan(g, only);
+  if (m.plan.regions.size() == 1)
+    m.p = &std::any_cast<const norm_bwd::Params&>(m.plan.regions[0].params);
+  return m;
+}
+
+int rows_per_iter(const Graph& g, const norm_bwd::Params& p) {
+  NormBwdArgs a;
+  a.cols = p.cols;
+  a.x_dtype = g.meta(p.x).dtype;
+  return norm_bwd_geometry(a).rows_per_iter;
+}
+
+// The model's outputs by value index.
+std::map<int, HostTensor> model_outputs(const Graph& g, const norm_bwd::Params& p,
+                                        const std::map<int, HostTensor>& values, int64_t split,
+                                        int rpi) {
+  NormBwdModelOut o = run_norm_bwd_model(g, p, values, split, rpi);
+  std::map<int, HostTensor> m = {{p.dx, o.dx}, {p.dw, o.dw}};
+  if (p.db >= 0) m[p.db] = o.db;
+  return m;
+}
+
+// Every graph output of the model against `want` (value -> tensor); failures as text.
+std::string check(const Graph& g, const Matched& m, const std::map<int, HostTensor>& got,
+                  const std::map<int, HostTensor>& want) {
+  const auto bounds = default_value_bounds(g);
+  std::string bad;
+  for (int v : g.outputs) {
+    auto r = check_numerics(g.values[v].name, got.at(v), want.at(v),
+                            output_bounds(g, m.plan, bounds, v));
+    if (!r.pass()) bad += g.values[v].name + ": " + r.failure() + "; ";
+  }
+  return bad;
+}
+
+// The splits a kernel may run with: one group row at a time (many partials), an odd split, the
+// whole graph in one block.
+std::vector<int64_t> splits(int64_t rows, int rpi) {
+  return {rpi, 3 * rpi + 1, rows};
+}
+
+std::vector<std::string> bundled_norm_bwd(bool golden_only) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(REPLAY_TRACES_DIR)) {
+    const std::string n = e.path().stem().string();
+    if (e.path().extension() != ".json" || n.find("_train_bwd_") == std::string::npos ||
+        n.find("norm") == std::string::npos)
+      continue;
+    std::filesystem::path st = e.path();
+    st.replace_extension(".safetensors");
+    if (golden_only && !std::filesystem::exists(st)) continue;
+    out.push_back(n);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class NormBwdGolden : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+// The reference and the kernel model against PyTorch's outputs of the captured training step.
+TEST_P(NormBwdGolden, ReferenceAndModelMatchPyTorch) {
+  Graph g = load_trace(trace_path(GetParam()));
+  ASSERT_TRUE(g.golden.has_value());
+  auto golden = read_safetensors(g.golden->path);
+  std::map<int, HostTensor> in, want;
+  for (int v : g.inputs) in[v] = golden.at(g.values[v].name);
+  for (int v : g.outputs) want[v] = golden.at(g.values[v].name);
+  Matched m = match_one(g);
+  ASSERT_NE(m.p, nullptr);
+  auto ref = run_reference(g, in);
+  EXPECT_EQ(check(g, m, ref, want), "") << "reference vs PyTorch";
+  const int rpi = rows_per_iter(g, *m.p);
+  for (int64_t split : splits(m.p->rows, rpi))
+    EXPECT_EQ(check(g, m, model_outputs(g, *m.p, in, split, rpi), want), "")
+        << "model vs PyTorch, split " << split;
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, NormBwdGolden, ::testing::ValuesIn(bundled_norm_bwd(true)),
+                         [](const auto& info) { return test_name(info.param); });
+
+namespace {
+
+struct ModelCase {
+  std::string name;
+  NormBwdForm form;
+};
+
+NormBwdForm shaped(std::function<void(NormBwdForm&)> f) {
+  NormBwdForm x;
+  x.lead = {64, 9};  // 576 rows
+  f(x);
+  return x;
+}
+
+void PrintTo(const ModelCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class NormBwdModel : public ::testing::TestWithParam<ModelCase> {};
+
+}  // namespace
+
+// The model against the float64 reference on fresh seeds: every form, several splits.
+TEST_P(NormBwdModel, PassesOnFreshSeeds) {
+  Graph g = parse_trace(norm_bwd_trace(GetParam().form), GetParam().name);
+  Matched m = match_one(g);
+  ASSERT_NE(m.p, nullptr);
+  const int rpi = rows_per_iter(g, *m.p);
+  for (uint64_t seed : {1u, 2u}) {
+    auto vals = run_reference(g, generate_inputs(g, seed));
+    for (int64_t split : splits(m.p->rows, rpi))
+      EXPECT_EQ(check(g, m, model_outputs(g, *m.p, vals, split, rpi), vals), "")
+          << "seed " << seed << " split " << split;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, NormBwdModel,
+    ::testing::Values(ModelCase{"ln", shaped([](auto&) {})},
+                      ModelCase{"ln_1600", shaped([](auto& f) { f.cols = 1600; })},
+                      ModelCase{"ln_mean_commuted", shaped([](auto& f) { f.dx_form = "mean"; })},
+                      ModelCase{"ln_unit_offset", shaped([](auto& f) { f.unit_offset = true; })},
+                      ModelCase{"ln_fp16", shaped([](auto& f) { f.dtype = "float16"; })},
+                      ModelCase{"ln_fp32", shaped([](auto& f) { f.dtype = "float32"; })},
+                      ModelCase{"ln_recompute", shaped([](auto& f) { f.stats = "recompute"; })},
+                      ModelCase{"ln_recompute_eps_tensor",
+                                shaped([](auto& f) { f.stats = "recompute_eps_tensor"; })},
+                      ModelCase{"ln_normalized_x", shaped([](auto& f) { f.stats = "normalized"; })},
+                      ModelCase{"ln_dy_summed", shaped([](auto& f) { f.dy_is_sum = true; })},
+                      ModelCase{"rms", shaped([](auto& f) { f.layernorm = false; })},
+                      ModelCase{"rms_4096", shaped([](auto& f) {
+                                  f.layernorm = false;
+                                  f.cols = 4096;
+                                  f.lead = {96};
+                                })},
+                      ModelCase{"rms_weight_after_downcast", shaped([](auto& f) {
+                                  f.layernorm = false;
+                                  f.weight_after_downcast = true;
+                                })},
+                      ModelCase{"rms_unit_offset", shaped([](auto& f) {
+                                  f.layernorm = false;
+                                  f.unit_offset = true;
+                                })},
+                      ModelCase{"rms_recompute_eps_tensor", shaped([](auto& f) {
+                                  f.layernorm = false;
+                                  f.stats = "recompute_eps_tensor";
+                                })},
+                      ModelCase{"rms_normalized_x", shaped([](auto& f) {
+                                  f.layernorm = false;
+                                  f.stats = "normalized";
+                                })}),
+    [](const auto& info) { return info.param.name; });
+
+// Many rows into few partials: 16384 rows of 384 at the heuristic's split for 132 SMs x 2 blocks
+// (the accumulation error of long fp32 column sums stays within the bounds).
+TEST(NormBwdModelLong, ManyRowsPerPartial) {
+  for (bool ln : {true, false}) {
+    NormBwdForm f;
+    f.lead = {16384};
+    f.layernorm = ln;
+    Graph g = parse_trace(norm_bwd_trace(f), "<long>");
+    Matched m = match_one(g);
+    ASSERT_NE(m.p, nullptr);
+    const int rpi = rows_per_iter(g, *m.p);
+    auto vals = run_reference(g, generate_inputs(g, 5));
+    const int64_t split = (16384 + 263) / 264 / rpi * rpi + rpi;
+    EXPECT_EQ(check(g, m, model_outputs(g, *m.p, vals, split, rpi), vals), "") << ln;
+  }
+}
+
+namespace {
+
+class NormBwdMutants : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+// Every mutant makes the outputs it names FAIL, on every bundled backward trace it applies to,
+// while the unmutated model PASSES.
+TEST_P(NormBwdMutants, EveryMutantFails) {
+  Graph g = load_trace(trace_path(GetParam()));
+  Matched m = match_one(g);
+  ASSERT_NE(m.p, nullptr);
+  const int rpi = rows_per_iter(g, *m.p);
+  auto vals = run_reference(g, generate_inputs(g, 11));
+  const auto bounds = default_value_bounds(g);
+  ASSERT_EQ(check(g, m, model_outputs(g, *m.p, vals, rpi, rpi), vals), "");
+  for (const auto& mu : norm_bwd_mutants()) {
+    if (!mu.applies(*m.p)) continue;
+    norm_bwd::Params bad = *m.p;
+    mu.mutate(bad);
+    auto got = model_outputs(g, bad, vals, rpi, rpi);
+    auto fails = [&](int v) {
+      return v >= 0 &&
+             !check_numerics("y", got.at(v), vals.at(v), output_bounds(g, m.plan, bounds, v))
+                  .pass();
+    };
+    if (mu.fails_dx) {
+      EXPECT_TRUE(fails(m.p->dx)) << mu.name << ": dx passed";
+    }
+    if (mu.fails_dw) {
+      EXPECT_TRUE(fails(m.p->dw)) << mu.name << ": dw passed";
+    }
+    if (mu.fails_db && m.p->db >= 0) {
+      EXPECT_TRUE(fails(m.p->db)) << mu.name << ": db passed";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, NormBwdMutants, ::testing::ValuesIn(bundled_norm_bwd(true)),
+                         [](const auto& info) { return test_name(info.param); });
