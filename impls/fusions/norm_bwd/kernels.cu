@@ -607,6 +607,7 @@ size_t rows_smem(const NormBwdArgs& a, bool) {
 struct DeviceInfo {
   int sms = 0;
   std::map<std::pair<const void*, size_t>, int> occupancy;  // (kernel, smem) -> blocks per SM
+  std::map<const void*, size_t> smem_limit;                 // opted-in dynamic smem per kernel
 };
 
 std::mutex g_mu;
@@ -623,9 +624,15 @@ int blocks_per_sm(const void* k, int threads, size_t smem, int* sms) {
   auto key = std::make_pair(k, smem);
   auto it = d.occupancy.find(key);
   if (it != d.occupancy.end()) return it->second;
-  if (smem > 48 * 1024)
+  // The opt-in limit only grows: lowering it for a smaller launch would make a later, cached
+  // launch of the same kernel with more shared memory fail (cudaErrorInvalidValue, seen on the
+  // H100 when C = 4096 traces ran after others).
+  size_t& limit = d.smem_limit[k];
+  if (smem > 48 * 1024 && smem > limit) {
     REPLAY_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
+    limit = smem;
+  }
   int n = 0;
   REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, smem));
   return d.occupancy[key] = std::max(n, 1);
@@ -692,6 +699,14 @@ std::string norm_bwd_supports(const NormBwdArgs& a) {
   if (a.stats == NormBwdStats::kSaved && !a.rstd) return "no rstd";
   if (a.stats == NormBwdStats::kNormalized && !a.rstd) return "no rstd";
   if (!a.w || !a.dw) return "no weight or dw";
+  // Measured on an H100 (first GPU run): these launches fail with cudaErrorInvalidValue, cause
+  // not found yet; they run eagerly with this reason until it is fixed and tested.
+  const NormBwdGeometry geo = norm_bwd_geometry(a);
+  if (t != DType::kFloat32 && geo.threads_per_row == 256 && geo.vectors_per_thread == 2)
+    return "16-bit rows of " + std::to_string(a.cols) +
+           " elements (256 threads x 2 vectors): the launch fails on sm_90, not yet fixed";
+  if (a.stats == NormBwdStats::kNormalized)
+    return "saved normalized x: the launch fails on sm_90, not yet fixed";
   return "";
 }
 
