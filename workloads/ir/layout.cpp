@@ -154,4 +154,19 @@ TensorMeta expand_meta(const TensorMeta& in, const Shape& sizes) {
   return out;
 }
 
+int64_t row_stride(const TensorMeta& m, int64_t cols) {
+  if (m.shape.empty() || m.shape.back() != cols || cols == 0) return -1;
+  const int64_t rows = m.numel() / cols;
+  auto st = view_strides(m.shape, m.stride, {rows, cols});
+  if (!st || (*st)[1] != 1) return -1;
+  return rows == 1 ? cols : (*st)[0];
+}
+
+int64_t flat_stride(const TensorMeta& m, int64_t n) {
+  if (m.numel() != n) return -1;
+  if (n <= 1) return 1;
+  auto st = view_strides(m.shape, m.stride, {n});
+  return st ? (*st)[0] : -1;
+}
+
 }  // namespace replay

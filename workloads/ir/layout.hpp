@@ -28,6 +28,12 @@ Shape resolve_view_shape(const Shape& target, int64_t numel);
 std::optional<std::vector<int64_t>> view_strides(const Shape& shape,
                                                  const std::vector<int64_t>& stride,
                                                  const Shape& new_shape);
+/// Row stride (elements) of `m` seen as [numel / cols, cols] with a contiguous last dim, as a
+/// row kernel indexes it; -1 if it cannot be viewed so (or cols is 0).
+int64_t row_stride(const TensorMeta& m, int64_t cols);
+/// Element stride of `m` seen as a flat [n] (a weight [C], per-row statistics [.., 1]); 1 for
+/// n <= 1; -1 if `m` does not hold n elements or cannot be viewed so.
+int64_t flat_stride(const TensorMeta& m, int64_t n);
 /// Shape/stride of expand(x, sizes): new leading dims and size-1 dims broadcast with stride 0.
 TensorMeta expand_meta(const TensorMeta& in, const Shape& sizes);
 

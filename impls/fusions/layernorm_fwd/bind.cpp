@@ -6,26 +6,6 @@
 #include "workloads/ir/layout.hpp"
 
 namespace replay::layernorm_fwd {
-namespace {
-
-// Row stride of `m` seen as [numel / cols, cols] with a contiguous last dim; -1 if it cannot be.
-int64_t row_stride(const TensorMeta& m, int64_t cols) {
-  if (m.shape.empty() || m.shape.back() != cols || cols == 0) return -1;
-  const int64_t rows = m.numel() / cols;
-  auto st = view_strides(m.shape, m.stride, {rows, cols});
-  if (!st || (*st)[1] != 1) return -1;
-  return rows == 1 ? cols : (*st)[0];
-}
-
-// Element stride of `m` ([.., 1]: one value per row) seen as [rows]; -1 if it cannot be.
-int64_t stat_stride(const TensorMeta& m, int64_t rows) {
-  if (m.numel() != rows) return -1;
-  if (rows <= 1) return 1;
-  auto st = view_strides(m.shape, m.stride, {rows});
-  return st ? (*st)[0] : -1;
-}
-
-}  // namespace
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
@@ -73,7 +53,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
                                     std::tuple{p.rstd, &a.rstd_out, &a.rstd_stride}}) {
     if (value < 0) continue;
     BoundTensor t = ctx.tensor(value);
-    *stride = stat_stride(t.layout, a.rows);
+    *stride = flat_stride(t.layout, a.rows);
     if (t.layout.dtype != DType::kFloat32 || *stride < 0) {
       b.unsupported = "saved statistic '" + g.values[value].name + "' is " + t.layout.str() +
                       " (needs float32, one value per row)";

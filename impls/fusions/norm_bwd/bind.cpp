@@ -6,23 +6,6 @@
 namespace replay::norm_bwd {
 namespace {
 
-// Row stride of `m` seen as [numel / cols, cols] with a contiguous last dim; -1 if it cannot be.
-int64_t row_stride(const TensorMeta& m, int64_t cols) {
-  if (m.shape.empty() || m.shape.back() != cols || cols == 0) return -1;
-  const int64_t rows = m.numel() / cols;
-  auto st = view_strides(m.shape, m.stride, {rows, cols});
-  if (!st || (*st)[1] != 1) return -1;
-  return rows == 1 ? cols : (*st)[0];
-}
-
-// Stride of `m` seen as [n]; -1 if it cannot be.
-int64_t vector_stride(const TensorMeta& m, int64_t n) {
-  if (m.numel() != n) return -1;
-  auto st = view_strides(m.shape, m.stride, {n});
-  if (!st) return -1;
-  return n == 1 ? 1 : (*st)[0];
-}
-
 bool narrow(DType t) {
   return t == DType::kBFloat16 || t == DType::kFloat16;
 }
@@ -68,7 +51,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     if (value < 0) return true;
     BoundTensor t = ctx.tensor(value);
     if (t.layout.dtype != DType::kFloat32 || t.layout.numel() < a.rows) return false;
-    *stride = vector_stride(t.layout, t.layout.numel());
+    *stride = flat_stride(t.layout, t.layout.numel());
     *ptr = static_cast<const float*>(t.ptr);
     return *stride >= 0;
   };
@@ -98,7 +81,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     }
   }
   BoundTensor w = ctx.tensor(p.w);
-  if (vector_stride(w.layout, a.cols) != 1) {
+  if (flat_stride(w.layout, a.cols) != 1) {
     b.unsupported = "weight '" + g.values[p.w].name + "' is not a contiguous [C]";
     return b;
   }
@@ -110,7 +93,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.xhat_round = p.xhat_round;
   a.dwt_round = p.dwt_round;
   BoundTensor dw = ctx.tensor(p.dw);
-  if (vector_stride(dw.layout, a.cols) != 1) {
+  if (flat_stride(dw.layout, a.cols) != 1) {
     b.unsupported = "dw is not a contiguous [C]";
     return b;
   }
@@ -119,7 +102,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.dw_round = p.dw_round;
   if (p.db >= 0) {
     BoundTensor db = ctx.tensor(p.db);
-    if (vector_stride(db.layout, a.cols) != 1) {
+    if (flat_stride(db.layout, a.cols) != 1) {
       b.unsupported = "db is not a contiguous [C]";
       return b;
     }
