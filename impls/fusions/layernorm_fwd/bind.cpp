@@ -53,8 +53,9 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
                                     std::tuple{p.rstd, &a.rstd_out, &a.rstd_stride}}) {
     if (value < 0) continue;
     BoundTensor t = ctx.tensor(value);
-    *stride = flat_stride(t.layout, a.rows);
-    if (t.layout.dtype != DType::kFloat32 || *stride < 0) {
+    // At least one value per row (as norm_bwd binds them): the kernel writes rows [0, rows).
+    *stride = flat_stride(t.layout, t.layout.numel());
+    if (t.layout.dtype != DType::kFloat32 || *stride < 0 || t.layout.numel() < a.rows) {
       b.unsupported = "saved statistic '" + g.values[value].name + "' is " + t.layout.str() +
                       " (needs float32, one value per row)";
       return b;

@@ -624,11 +624,13 @@ int blocks_per_sm(const void* k, int threads, size_t smem, int* sms) {
   auto key = std::make_pair(k, smem);
   auto it = d.occupancy.find(key);
   if (it != d.occupancy.end()) return it->second;
-  // The opt-in limit only grows: lowering it for a smaller launch would make a later, cached
-  // launch of the same kernel with more shared memory fail (cudaErrorInvalidValue, seen on the
-  // H100 when C = 4096 traces ran after others).
+  // Opt in for every size, not only above 48 KiB: the 48 KiB default bounds static + dynamic
+  // shared memory together, so a row kernel with exactly 48 KiB of dynamic memory plus its static
+  // `red` array failed to launch (cudaErrorInvalidValue, C = 4096 bf16 on the H100). The opt-in
+  // limit only grows: lowering it for a smaller launch would make a later, cached launch of the
+  // same kernel with more shared memory fail.
   size_t& limit = d.smem_limit[k];
-  if (smem > 48 * 1024 && smem > limit) {
+  if (smem > limit) {
     REPLAY_CUDA(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
     limit = smem;
@@ -699,14 +701,6 @@ std::string norm_bwd_supports(const NormBwdArgs& a) {
   if (a.stats == NormBwdStats::kSaved && !a.rstd) return "no rstd";
   if (a.stats == NormBwdStats::kNormalized && !a.rstd) return "no rstd";
   if (!a.w || !a.dw) return "no weight or dw";
-  // Measured on an H100 (first GPU run): these launches fail with cudaErrorInvalidValue, cause
-  // not found yet; they run eagerly with this reason until it is fixed and tested.
-  const NormBwdGeometry geo = norm_bwd_geometry(a);
-  if (t != DType::kFloat32 && geo.threads_per_row == 256 && geo.vectors_per_thread == 2)
-    return "16-bit rows of " + std::to_string(a.cols) +
-           " elements (256 threads x 2 vectors): the launch fails on sm_90, not yet fixed";
-  if (a.stats == NormBwdStats::kNormalized)
-    return "saved normalized x: the launch fails on sm_90, not yet fixed";
   return "";
 }
 

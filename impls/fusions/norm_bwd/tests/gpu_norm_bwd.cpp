@@ -138,7 +138,11 @@ INSTANTIATE_TEST_SUITE_P(
                       FormCase{"ln_recompute", [](auto& f) { f.stats = "recompute"; }},
                       FormCase{"ln_recompute_eps_tensor",
                                [](auto& f) { f.stats = "recompute_eps_tensor"; }},
-                      FormCase{"ln_normalized_x", [](auto& f) { f.stats = "normalized"; }},
+                      FormCase{"ln_normalized_x_fp32",
+                               [](auto& f) {
+                                 f.stats = "normalized";
+                                 f.dtype = "float32";
+                               }},
                       FormCase{"ln_dy_summed", [](auto& f) { f.dy_is_sum = true; }},
                       FormCase{"rms_weight_after_downcast",
                                [](auto& f) {
@@ -161,10 +165,11 @@ INSTANTIATE_TEST_SUITE_P(
                                  f.stats = "recompute_eps_tensor";
                                  f.dtype = "float16";
                                }},
-                      FormCase{"rms_normalized_x",
+                      FormCase{"rms_normalized_x_fp32",
                                [](auto& f) {
                                  f.layernorm = false;
                                  f.stats = "normalized";
+                                 f.dtype = "float32";
                                }}),
     [](const auto& info) { return info.param.name; });
 
@@ -237,6 +242,36 @@ TEST(NormBwdGpu, TooLongRowFallsBackWithAReason) {
     const auto bounds = default_value_bounds(g);
     for (int v : g.outputs)
       EXPECT_TRUE(check_numerics("y", prog.download(v, nullptr), ref.at(v), bounds[v]).pass());
+  }
+}
+
+// A saved float32 xhat beside bf16 dy (the kernels take one activation dtype for x, dy and dx)
+// runs eagerly, and the reason names the three dtypes; the outputs are still right.
+TEST(NormBwdGpu, MixedDtypeNormalizedXFallsBackWithAReason) {
+  REQUIRE_GPU();
+  for (bool ln : {true, false}) {
+    NormBwdForm f;
+    f.lead = {16, 37};
+    f.stats = "normalized";
+    f.layernorm = ln;
+    Graph g = parse_trace(norm_bwd_trace(f), "<normalized-bf16>");
+    Plan plan = make_plan(g, fusion_registry());
+    ASSERT_EQ(plan.regions.size(), 1u);
+    auto ref = run_reference(g, generate_inputs(g, 5));
+    for (const char* variant : {"baseline", "optimized"}) {
+      GpuProgram prog(g, plan, variant, ref, nullptr);
+      EXPECT_NE(prog.fallback_reason(0).find("dtypes differ (float32, bfloat16, bfloat16)"),
+                std::string::npos)
+          << prog.fallback_reason(0);
+      prog.poison_outputs(nullptr);
+      prog.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      const auto bounds = default_value_bounds(g);
+      for (int v : g.outputs)
+        EXPECT_TRUE(check_numerics(g.values[v].name, prog.download(v, nullptr), ref.at(v),
+                                   output_bounds(g, plan, bounds, v))
+                        .pass());
+    }
   }
 }
 
