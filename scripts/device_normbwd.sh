@@ -37,7 +37,7 @@ case $phase in
     exit $rc ;;
   bench)
     # The heuristic's split, the baseline and split sizes around the heuristic's (~2200 rows).
-    filt='(baseline|optimized|split:(256|512|1024|2048|4096|8192))$'
+    filt='/(baseline|optimized|optimized/split:(256|512|1024|2048|4096|8192))/manual_time$'
     for kind in ln rms; do
       shape=576000x384
       [ $kind = rms ] && shape=576000x384:rms
@@ -54,7 +54,7 @@ case $phase in
       traces/nanogpt_layernorm_train_bwd_16x1024x1600.json
       traces/meta_llama_rmsnorm_train_bwd_2x4096x4096.json
       traces/hf_llama_rmsnorm_train_bwd_2x4096x4096.json)
-    timeout 580 ./"$BUILD"/replay run "${traces[@]}" --max-time 0.5 --reference-budget 0 \
+    timeout 580 "$BUILD"/replay run "${traces[@]}" --max-time 0.5 --reference-budget 0 \
       --out "$OUT/run" > "$OUT/run.log" 2>&1
     rc=$?
     grep -E "^==|FAIL|ERROR|reference:|     (eager|baseline|optimized)|NOT REPL|fallback|eagerly" \
