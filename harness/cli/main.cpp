@@ -339,7 +339,16 @@ int main(int argc, char** argv) {
   run->add_option("--max-time", opt.rule.timeout_s,
                   "timing: seconds per measurement before giving up on the noise target")
       ->capture_default_str();
-  run->add_option("--noise", opt.rule.max_noise, "timing: relative noise target (stdev/mean)")
+  run->add_option("--noise", opt.rule.max_noise,
+                  "timing: relative noise target (half-width of the 95% confidence interval of "
+                  "the median / median)")
+      ->capture_default_str();
+  run->add_option("--min-time", opt.rule.min_time_s,
+                  "timing: seconds of summed GPU time before a measurement may converge")
+      ->capture_default_str();
+  run->add_option("--min-clock-ratio", opt.rule.min_clock_ratio,
+                  "timing: discard samples taken while the SM clock ran below this fraction of "
+                  "its maximum (0: keep all)")
       ->capture_default_str();
   std::vector<std::string> slowdown;
   run->add_option("--test-slowdown", slowdown,

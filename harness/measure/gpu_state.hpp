@@ -8,8 +8,8 @@
 namespace replay {
 
 /// {driver_version, sm_clock_mhz, sm_clock_max_mhz, mem_clock_mhz, mem_clock_max_mhz,
-/// power_draw_w, power_limit_w, temperature_c, clock_event_reasons} of CUDA device `device` (matched to NVML by
-/// PCI bus id); {"error": "..."} when NVML is missing or fails. Never throws.
+/// power_draw_w, power_limit_w, temperature_c, clock_event_reasons} of CUDA device `device`
+/// (matched to NVML by PCI bus id); {"error": "..."} when NVML is missing or fails. Never throws.
 nlohmann::json gpu_state(int device);
 
 }  // namespace replay

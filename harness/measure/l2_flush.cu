@@ -29,7 +29,24 @@ __global__ void replay_spin_kernel(long long ns) {
   }
 }
 
+// SM clock in MHz: clock64 cycles counted over at least `ns` of %globaltimer (cycles per ns x 1e3).
+__global__ void replay_clock_probe_kernel(float* out, long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (static_cast<long long>(t - t0) < ns);
+  const long long c1 = clock64();
+  *out = static_cast<float>(static_cast<double>(c1 - c0) * 1e3 / static_cast<double>(t - t0));
+}
+
 }  // namespace
+
+void enqueue_clock_probe(float* out_mhz, cudaStream_t s, long long ns) {
+  replay_clock_probe_kernel<<<1, 1, 0, s>>>(out_mhz, ns);
+  REPLAY_CUDA_LAUNCH("replay_clock_probe_kernel");
+}
 
 void enqueue_spin(cudaStream_t s, double us) {
   replay_spin_kernel<<<1, 1, 0, s>>>(static_cast<long long>(us * 1e3));

@@ -34,24 +34,55 @@ SampleStats summarize(std::vector<double> s) {
     r.stdev = std::sqrt(ss / static_cast<double>(s.size() - 1));
   }
   r.rel_noise = r.mean > 0 ? r.stdev / r.mean : 0;
+  const size_t n = s.size();
+  if (n < 6) {
+    r.median_ci_lo = r.min;
+    r.median_ci_hi = r.max;
+  } else {
+    // 1-based ranks j < k with P(X_(j) <= median <= X_(k)) ~ 0.95.
+    const double half = 1.959964 * std::sqrt(static_cast<double>(n)) / 2;
+    const auto j = static_cast<size_t>(std::max(1.0, std::floor(n / 2.0 - half)));
+    const auto k =
+        static_cast<size_t>(std::min(static_cast<double>(n), std::ceil(n / 2.0 + half + 1)));
+    r.median_ci_lo = s[j - 1];
+    r.median_ci_hi = s[k - 1];
+  }
+  r.rel_ci = r.median > 0 ? (r.median_ci_hi - r.median_ci_lo) / 2 / r.median : 0;
   return r;
 }
 
-bool should_stop(const std::vector<double>& samples_us, double wall_s, const StopRule& rule) {
-  if (samples_us.size() >= rule.max_samples) return true;
-  if (samples_us.size() < rule.min_samples) return false;
-  double gpu_s = std::accumulate(samples_us.begin(), samples_us.end(), 0.0) * 1e-6;
-  if (wall_s >= rule.timeout_s) return true;
-  if (gpu_s < rule.min_time_s) return false;
-  return summarize(samples_us).rel_noise <= rule.max_noise;
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::kConverged:
+      return "converged";
+    case StopReason::kTimeout:
+      return "timeout";
+    case StopReason::kMaxSamples:
+      return "max_samples";
+    default:
+      return "running";
+  }
+}
+
+StopReason stop_reason(const std::vector<double>& samples_us, double wall_s, const StopRule& rule) {
+  if (samples_us.size() >= rule.max_samples) return StopReason::kMaxSamples;
+  if (wall_s >= rule.timeout_s) return StopReason::kTimeout;
+  if (samples_us.size() < rule.min_samples) return StopReason::kNone;
+  const double gpu_s = std::accumulate(samples_us.begin(), samples_us.end(), 0.0) * 1e-6;
+  if (gpu_s < rule.min_time_s) return StopReason::kNone;
+  return summarize(samples_us).rel_ci <= rule.max_noise ? StopReason::kConverged
+                                                        : StopReason::kNone;
 }
 
 nlohmann::json to_json(const StopRule& r) {
-  return {{"min_samples", r.min_samples},
-          {"max_samples", r.max_samples},
-          {"min_time_s", r.min_time_s},
-          {"max_noise", r.max_noise},
-          {"timeout_s", r.timeout_s}};
+  return {
+      {"min_samples", r.min_samples},
+      {"max_samples", r.max_samples},
+      {"min_time_s", r.min_time_s},
+      {"max_noise", r.max_noise},
+      {"timeout_s", r.timeout_s},
+      {"min_clock_ratio", r.min_clock_ratio},
+      {"noise_measure", "rel_ci: half-width of the 95% order-statistic CI of the median / median"}};
 }
 
 nlohmann::json to_json(const SampleStats& s) {
@@ -64,7 +95,10 @@ nlohmann::json to_json(const SampleStats& s) {
           {"max_us", s.max},
           {"mean_us", s.mean},
           {"stdev_us", s.stdev},
-          {"rel_noise", s.rel_noise}};
+          {"rel_noise", s.rel_noise},
+          {"median_ci_lo_us", s.median_ci_lo},
+          {"median_ci_hi_us", s.median_ci_hi},
+          {"rel_ci", s.rel_ci}};
 }
 
 }  // namespace replay

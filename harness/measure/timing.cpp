@@ -1,6 +1,10 @@
 #include "harness/measure/timing.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
+
+#include "harness/measure/gpu_state.hpp"
 
 namespace replay {
 namespace {
@@ -44,50 +48,83 @@ void L2Flush::flush(cudaStream_t s) {
 }
 
 std::vector<double> cold_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                                 L2Flush& l2, size_t n, std::vector<double>* host_us) {
+                                 L2Flush& l2, size_t n, std::vector<double>* host_us,
+                                 std::vector<double>* sm_mhz) {
   std::vector<EventPair> ev(n);
-  for (auto& e : ev) {
+  std::optional<DeviceBuffer> probes;
+  if (sm_mhz) probes.emplace(n * sizeof(float));
+  for (size_t i = 0; i < n; ++i) {
     l2.flush(s);
-    REPLAY_CUDA(cudaEventRecord(e.start, s));
+    REPLAY_CUDA(cudaEventRecord(ev[i].start, s));
     const auto h0 = std::chrono::steady_clock::now();
     fn(s);
     if (host_us)
       host_us->push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
-    REPLAY_CUDA(cudaEventRecord(e.stop, s));
+    REPLAY_CUDA(cudaEventRecord(ev[i].stop, s));
+    if (probes) enqueue_clock_probe(static_cast<float*>(probes->get()) + i, s);
   }
   REPLAY_CUDA(cudaStreamSynchronize(s));
   std::vector<double> us;
   for (auto& e : ev) us.push_back(e.elapsed_us());
+  if (probes) {
+    std::vector<float> mhz(n);
+    REPLAY_CUDA(cudaMemcpy(mhz.data(), probes->get(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    sm_mhz->insert(sm_mhz->end(), mhz.begin(), mhz.end());
+  }
   return us;
 }
 
-std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                              L2Flush& l2, const StopRule& rule, int warmup,
-                              std::vector<double>* host_us) {
+double max_sm_clock_mhz() {
+  int dev = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  const nlohmann::json st = gpu_state(dev);
+  return st.contains("sm_clock_max_mhz") && st["sm_clock_max_mhz"].is_number()
+             ? st["sm_clock_max_mhz"].get<double>()
+             : 0.0;
+}
+
+ColdTiming time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush& l2,
+                     const StopRule& rule, int warmup) {
   for (int i = 0; i < warmup; ++i) fn(s);
   REPLAY_CUDA(cudaStreamSynchronize(s));
   constexpr size_t kBatch = 10;
-  std::vector<double> samples;
+  ColdTiming t;
+  const bool check = rule.min_clock_ratio > 0;
+  static const double kMaxMhz = max_sm_clock_mhz();
+  double fastest = kMaxMhz;
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
-    for (double us : cold_samples(fn, s, l2, kBatch, host_us)) samples.push_back(us);
-    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (should_stop(samples, wall, rule)) return samples;
+    std::vector<double> host, mhz;
+    const std::vector<double> us = cold_samples(fn, s, l2, kBatch, &host, check ? &mhz : nullptr);
+    for (size_t i = 0; i < us.size(); ++i) {
+      if (check) {
+        fastest = std::max(fastest, mhz[i]);
+        t.clock_floor_mhz = rule.min_clock_ratio * fastest;
+        if (mhz[i] < t.clock_floor_mhz) {
+          ++t.discarded_slow_clock;
+          continue;
+        }
+        t.sm_mhz.push_back(mhz[i]);
+      }
+      t.samples_us.push_back(us[i]);
+      t.host_us.push_back(host[i]);
+    }
+    t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    t.stop = stop_reason(t.samples_us, t.wall_s, rule);
+    if (t.stop != StopReason::kNone) return t;
   }
 }
 
 double measure_copy_bandwidth_gbps(cudaStream_t s, size_t bytes) {
   DeviceBuffer a(bytes), b(bytes);
   REPLAY_CUDA(cudaMemsetAsync(a.get(), 1, bytes, s));
-  StopRule rule;
-  rule.min_samples = 20;
-  rule.max_samples = 20;
+  constexpr int kSamples = 20;
   std::vector<double> us;
   EventPair e;
   for (int i = 0; i < 3; ++i)
     REPLAY_CUDA(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
-  for (size_t i = 0; i < rule.max_samples; ++i) {
+  for (int i = 0; i < kSamples; ++i) {
     REPLAY_CUDA(cudaEventRecord(e.start, s));
     REPLAY_CUDA(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, s));
     REPLAY_CUDA(cudaEventRecord(e.stop, s));

@@ -34,18 +34,38 @@ void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s
 
 /// `n` cold samples of `fn`, enqueued back to back and synchronized once: per sample the L2 is
 /// flushed, then `fn` runs between two events. Returns GPU µs per sample; if `host_us` is given,
-/// it receives the host time of each enqueue of `fn`. No warm-up: the caller warms up. The sample
-/// primitive of time_cold and of the Google Benchmark runner (tests/bench).
+/// it receives the host time of each enqueue of `fn`; if `sm_mhz` is given, a one-thread probe
+/// kernel after each sample's stop event measures the SM clock (clock64 cycles over >= 4 µs of
+/// %globaltimer) and its MHz are appended, one per sample. No warm-up: the caller warms up. The
+/// sample primitive of time_cold and of the Google Benchmark runner (tests/bench).
 std::vector<double> cold_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                                 L2Flush& l2, size_t n, std::vector<double>* host_us = nullptr);
+                                 L2Flush& l2, size_t n, std::vector<double>* host_us = nullptr,
+                                 std::vector<double>* sm_mhz = nullptr);
 
-/// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then samples
-/// of one run each with the L2 flushed before it, until `rule` says stop. Returns GPU µs per
-/// sample (events). If `host_us` is given, it receives the host time of each enqueue (µs spent
-/// in `fn` itself: launch overhead, which a fusion trades against kernel time).
-std::vector<double> time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                              L2Flush& l2, const StopRule& rule, int warmup = 3,
-                              std::vector<double>* host_us = nullptr);
+/// What one cold measurement kept and why it stopped.
+struct ColdTiming {
+  std::vector<double> samples_us;   ///< kept samples, GPU µs (events)
+  std::vector<double> host_us;      ///< host enqueue µs of each kept sample
+  std::vector<double> sm_mhz;       ///< SM clock probed after each kept sample, MHz
+  size_t discarded_slow_clock = 0;  ///< samples dropped: probe below clock_floor_mhz
+  double clock_floor_mhz = 0;       ///< min_clock_ratio x the device's max SM clock (0: no check)
+  StopReason stop = StopReason::kNone;
+  double wall_s = 0;  ///< wall time of the sampling loop
+};
+
+/// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then batches
+/// of 10 cold samples (cold_samples, with the clock probe) until `rule` stops the kept samples.
+/// Samples whose probe reads below rule.min_clock_ratio x the maximum SM clock (NVML's, else the
+/// fastest probe seen) are discarded and counted, not kept.
+ColdTiming time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush& l2,
+                     const StopRule& rule, int warmup = 3);
+
+/// Maximum SM clock of the current device in MHz (NVML), 0 when NVML cannot say.
+double max_sm_clock_mhz();
+
+/// Enqueue the clock probe alone: one thread counts clock64 cycles over >= `ns` of %globaltimer
+/// and writes the SM clock in MHz to `out_mhz` (a device float).
+void enqueue_clock_probe(float* out_mhz, cudaStream_t s, long long ns = 4000);
 
 /// Enqueue a kernel that keeps the GPU busy for about `us` microseconds, so that launches queued
 /// behind it start back to back: the CUPTI timeline then shows device gaps, not host ones.

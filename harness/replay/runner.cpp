@@ -61,7 +61,7 @@ double GpuSession::copy_us(double sol_bytes, const StopRule& rule) {
         REPLAY_CUDA(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
       },
       ctx_.stream, *l2_, rule);
-  return copy_cache_[bytes] = summarize(samples).median;
+  return copy_cache_[bytes] = summarize(samples.samples_us).median;
 }
 
 nlohmann::json GpuSession::environment() const {
@@ -245,10 +245,15 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
             prog.run_region(r, c);
           if (slow_us > 0) enqueue_spin(st, slow_us);
         };
-        std::vector<double> host_us;
-        v.samples_us = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3, &host_us);
+        ColdTiming ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3);
+        v.samples_us = std::move(ct.samples_us);
         v.stats = summarize(v.samples_us);
-        v.host_stats = summarize(host_us);
+        v.host_stats = summarize(ct.host_us);
+        v.stop = ct.stop;
+        v.timing_wall_s = ct.wall_s;
+        v.sm_clock_mhz = summarize(ct.sm_mhz);
+        v.discarded_slow_clock = ct.discarded_slow_clock;
+        v.clock_floor_mhz = ct.clock_floor_mhz;
         t.rows.emplace_back(row, fn);
       }
       rr.variants.push_back(std::move(v));

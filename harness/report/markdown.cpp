@@ -63,6 +63,12 @@ std::vector<Column<VariantRow>> variant_columns() {
       {"IQR µs", true, timed([](const VariantRow& r) { return fmt_num(r.v->stats.iqr, 2); })},
       {"min µs", true, timed([](const VariantRow& r) { return fmt_num(r.v->stats.min, 2); })},
       {"samples", true, timed([](const VariantRow& r) { return std::to_string(r.v->stats.n); })},
+      {"± median (95% CI), stop", false, timed([](const VariantRow& r) {
+         std::string c = fmt_num(100 * r.v->stats.rel_ci, 2) + "%, " + stop_reason_name(r.v->stop);
+         if (r.v->discarded_slow_clock)
+           c += ", " + std::to_string(r.v->discarded_slow_clock) + " slow-clock samples dropped";
+         return c;
+       })},
       {"% SOL", true, timed([](const VariantRow& r) {
          return fmt_num(r.region->sol_pct(r.v->stats.median, *r.ceilings));
        })},

@@ -31,7 +31,14 @@ struct VariantResult {
   std::string skipped;             ///< non-empty: why it did not run (e.g. no CUDA device)
   std::vector<double> samples_us;  ///< GPU time per sample (CUDA events), µs
   SampleStats stats;
-  SampleStats host_stats;                ///< host time to enqueue one replay (launch overhead), µs
+  SampleStats host_stats;  ///< host time to enqueue one replay (launch overhead), µs
+  /// How the timing loop ended (StopRule): why it stopped, its wall time (s), the SM clock probed
+  /// after each kept sample (MHz), and the samples discarded for a clock below the floor.
+  StopReason stop = StopReason::kNone;
+  double timing_wall_s = 0;
+  SampleStats sm_clock_mhz;
+  size_t discarded_slow_clock = 0;
+  double clock_floor_mhz = 0;
   std::vector<NumericsResult> numerics;  ///< one per checked output
   std::optional<CuptiSummary> cupti;
   bool timed() const { return !samples_us.empty(); }

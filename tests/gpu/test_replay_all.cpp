@@ -110,13 +110,13 @@ TEST(GpuReplay, TimingAgreesBeforeAndAfterACuptiPass) {
   };
   StopRule rule;
   rule.min_samples = rule.max_samples = 300;
-  const double before = summarize(time_cold(fn, s, l2, rule)).median;
+  const double before = summarize(time_cold(fn, s, l2, rule).samples_us).median;
   CuptiSummary c = trace_kernels(fn, s);
   EXPECT_EQ(c.error, "");
   EXPECT_FALSE(c.kernels.empty());
-  const double after = summarize(time_cold(fn, s, l2, rule)).median;
+  const double after = summarize(time_cold(fn, s, l2, rule).samples_us).median;
   trace_kernels(fn, s);  // attach and detach a second time
-  const double after2 = summarize(time_cold(fn, s, l2, rule)).median;
+  const double after2 = summarize(time_cold(fn, s, l2, rule).samples_us).median;
   EXPECT_NEAR(after / before, 1.0, 0.03) << before << " us before, " << after << " after";
   EXPECT_NEAR(after2 / before, 1.0, 0.03) << before << " us before, " << after2 << " after";
   cudaStreamDestroy(s);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "harness/measure/stats.hpp"
 #include "harness/report/numerics.hpp"
@@ -253,13 +254,74 @@ TEST(Stats, StoppingRule) {
   r.max_noise = 0.01;
   r.timeout_s = 2;
   std::vector<double> quiet(10, 100.0);  // 10 x 100 µs = 1 ms, zero noise
-  EXPECT_TRUE(should_stop(quiet, 0.1, r));
-  EXPECT_FALSE(should_stop(std::vector<double>(9, 100.0), 0.1, r));  // too few samples
+  EXPECT_EQ(stop_reason(quiet, 0.1, r), StopReason::kConverged);
+  EXPECT_EQ(stop_reason(std::vector<double>(9, 100.0), 0.1, r), StopReason::kNone);  // too few
   std::vector<double> noisy{100, 150, 100, 150, 100, 150, 100, 150, 100, 150};
-  EXPECT_FALSE(should_stop(noisy, 0.1, r));  // noisy: keep going ...
-  EXPECT_TRUE(should_stop(noisy, 2.5, r));   // ... until the timeout
-  std::vector<double> short_time(10, 1.0);   // 10 µs of GPU time < min_time
-  EXPECT_FALSE(should_stop(short_time, 0.1, r));
+  EXPECT_EQ(stop_reason(noisy, 0.1, r), StopReason::kNone);     // noisy: keep going ...
+  EXPECT_EQ(stop_reason(noisy, 2.5, r), StopReason::kTimeout);  // ... until the timeout
+  std::vector<double> short_time(10, 1.0);                      // 10 µs of GPU time < min_time
+  EXPECT_EQ(stop_reason(short_time, 0.1, r), StopReason::kNone);
+  EXPECT_EQ(stop_reason(short_time, 2.5, r), StopReason::kTimeout);  // the timeout wins
   r.max_samples = 10;
+  EXPECT_EQ(stop_reason(short_time, 0.1, r), StopReason::kMaxSamples);
   EXPECT_TRUE(should_stop(short_time, 0.1, r));
+  EXPECT_STREQ(stop_reason_name(StopReason::kConverged), "converged");
+  EXPECT_STREQ(stop_reason_name(StopReason::kTimeout), "timeout");
+  EXPECT_STREQ(stop_reason_name(StopReason::kMaxSamples), "max_samples");
+}
+
+// The order-statistic confidence interval of the median: n = 100 takes ranks 40 and 61 (the
+// textbook pair for 95 %), so on the samples 1..100 the interval is [40, 61].
+TEST(Stats, MedianConfidenceIntervalRanks) {
+  std::vector<double> s;
+  for (int i = 100; i >= 1; --i) s.push_back(i);  // order must not matter
+  SampleStats st = summarize(s);
+  EXPECT_DOUBLE_EQ(st.median, 50.5);
+  EXPECT_DOUBLE_EQ(st.median_ci_lo, 40);
+  EXPECT_DOUBLE_EQ(st.median_ci_hi, 61);
+  EXPECT_NEAR(st.rel_ci, (61.0 - 40.0) / 2 / 50.5, 1e-12);
+  // Under 6 samples the interval is the range.
+  SampleStats few = summarize({3, 1, 2});
+  EXPECT_DOUBLE_EQ(few.median_ci_lo, 1);
+  EXPECT_DOUBLE_EQ(few.median_ci_hi, 3);
+}
+
+// The coverage of the interval is about 95 %: over many draws from a skewed (exponential)
+// distribution with a known median (ln 2), the interval of n = 200 samples holds it 93-97 % of
+// the time (a 2-sided binomial tolerance around 95 % for 2000 trials).
+TEST(Stats, MedianConfidenceIntervalCoverage) {
+  std::mt19937_64 rng(7);
+  std::exponential_distribution<double> e(1.0);
+  const double true_median = std::log(2.0);
+  int hit = 0;
+  constexpr int kTrials = 2000;
+  for (int t = 0; t < kTrials; ++t) {
+    std::vector<double> s(200);
+    for (double& v : s) v = e(rng);
+    const SampleStats st = summarize(s);
+    hit += st.median_ci_lo <= true_median && true_median <= st.median_ci_hi;
+  }
+  EXPECT_GT(hit, kTrials * 0.93);
+  EXPECT_LT(hit, kTrials * 0.975);
+}
+
+// The case: a quiet kernel with a few large outliers (median 9 µs, one sample at 57.7 µs
+// in every 50). stdev/mean stays far above 0.5 % however many samples come, so a mean-based rule
+// runs into the timeout; the median's interval converges and the rule stops.
+TEST(Stats, OutliersDoNotPreventConvergence) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> jitter(9.0, 0.02);
+  StopRule r;  // defaults: 10 samples, 50 ms of GPU time, 0.5 %, 15 s
+  std::vector<double> s;
+  StopReason why = StopReason::kNone;
+  while (why == StopReason::kNone && s.size() < 100000) {
+    s.push_back(s.size() % 50 == 49 ? 57.7 : jitter(rng));
+    why = stop_reason(s, 1.0, r);
+  }
+  EXPECT_EQ(why, StopReason::kConverged);
+  const SampleStats st = summarize(s);
+  EXPECT_GT(st.rel_noise, 0.2);  // the mean-based measure would never get there
+  EXPECT_LE(st.rel_ci, r.max_noise);
+  EXPECT_GE(st.n * 9.0 * 1e-6, r.min_time_s * 0.9);  // ran until the minimum GPU time
+  EXPECT_NEAR(st.median, 9.0, 0.05);
 }
