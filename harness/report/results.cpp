@@ -65,7 +65,11 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
     j["host_enqueue"] = to_json(v.host_stats);
     j["timing"] = {{"stop_reason", stop_reason_name(v.stop)},
                    {"wall_s", v.timing_wall_s},
-                   {"sm_clock_mhz", to_json(v.sm_clock_mhz)},
+                   {"sm_clock_mhz",
+                    {{"n", v.sm_clock_mhz.n},
+                     {"median", v.sm_clock_mhz.median},
+                     {"min", v.sm_clock_mhz.min},
+                     {"max", v.sm_clock_mhz.max}}},
                    {"clock_floor_mhz", v.clock_floor_mhz},
                    {"discarded_slow_clock", v.discarded_slow_clock}};
     j["sol_pct"] = r.sol_pct(v.stats.median, c);
