@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -256,7 +257,17 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
     write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
     write_file(fs::path(out_dir) / "report.md", render_markdown(run));
   };
-  for (const auto& t : files) {
+  const auto started = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& t = files[i];
+    {  // progress line (stderr, so stdout stays the summary): position, elapsed, a naive ETA
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::fprintf(stderr, "[%zu/%zu] %s  (elapsed %.0f s", i + 1, files.size(),
+                   fs::path(t).filename().string().c_str(), el);
+      if (i > 0) std::fprintf(stderr, ", ~%.0f s left", el / i * (files.size() - i));
+      std::fprintf(stderr, ")\n");
+    }
     run.traces.push_back(run_trace(t, opt, gpu.get(), no_gpu_why));
     const TraceResult& tr = run.traces.back();
     print_summary(tr, run.ceilings);
