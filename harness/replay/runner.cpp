@@ -246,6 +246,11 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
           if (slow_us > 0) enqueue_spin(st, slow_us);
         };
         ColdTiming ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3);
+        if (ct.samples_us.empty())  // a timeout with every sample under the clock floor
+          v.skipped = "not timed: all " + std::to_string(ct.discarded_slow_clock) +
+                      " samples ran with the SM clock below " +
+                      std::to_string(static_cast<int>(ct.clock_floor_mhz)) +
+                      " MHz (--min-clock-ratio) until the timeout";
         v.samples_us = std::move(ct.samples_us);
         v.stats = summarize(v.samples_us);
         v.host_stats = summarize(ct.host_us);
