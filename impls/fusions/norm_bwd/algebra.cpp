@@ -434,6 +434,9 @@ std::optional<Poly> Algebra::eval(const Node& n, int k) {
   const TensorMeta& om = g_.meta(out);
   const Cls oc = classify(om.shape);
   if (oc == Cls::kNone) return std::nullopt;
+  // Integer and bool values truncate (x -> int32 -> float32 is not x): never algebra, so a
+  // graph that casts through them is matched on the integer leaf, which the binder declines.
+  if (!is_floating(om.dtype)) return std::nullopt;
   auto in = [&](int i) -> const std::optional<Poly>& { return vals_[n.operands[i].value].p; };
   const bool one_tensor = !n.operands.empty() && n.operands[0].is_tensor();
   if (is_identity(n.op)) {

@@ -47,6 +47,20 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
                     std::string(dtype_name(a.x_dtype));
     return b;
   }
+  // The kernels round to bf16 or fp16 (or not at all, fp32); a graph rounding an intermediate to
+  // float8 on the way (dx32 -> float8 -> bf16) must not be run as if it did not.
+  for (auto [what, t] : {std::pair{"w", p.w_round},
+                         {"g", p.g_round},
+                         {"xhat", p.xhat_round},
+                         {"dw term", p.dwt_round},
+                         {"dx", p.dx_round},
+                         {"dw", p.dw_round},
+                         {"db", p.db_round}})
+    if (t != DType::kFloat32 && t != DType::kFloat64 && !narrow(t)) {
+      b.unsupported = std::string(what) + " rounded to " + std::string(dtype_name(t)) +
+                      " (the kernels round to bfloat16 or float16 only)";
+      return b;
+    }
   auto stat = [&](int value, const float** ptr, int64_t* stride) {
     if (value < 0) return true;
     BoundTensor t = ctx.tensor(value);

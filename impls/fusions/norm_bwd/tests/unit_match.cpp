@@ -442,3 +442,40 @@ TEST(NormBwdMatch, PlanJsonThroughTheRegistry) {
   // mean and rstd read (16 fp32 each).
   EXPECT_EQ(j["regions"][0]["cost"]["bytes"], 3 * (2 * 8 * 1600 * 2) + 3 * 1600 * 2 + 2 * 16 * 4);
 }
+
+// A cast through an integer dtype truncates: x -> int32 -> float32 is not x. Found by review: the
+// algebra passed such casts through as exact, so the kernel would have computed the backward of
+// the un-truncated input. Now the integer value is a leaf: whatever is claimed reads it, never
+// the floating input behind it (and the binder declines an integer x, dy or w).
+TEST(NormBwdMatch, IntegerCastIsALeafNotAnIdentity) {
+  auto convert = [](const std::string& id, const std::string& src, std::vector<int64_t> shape) {
+    return json{{"id", id},
+                {"op", "prims.convert_element_type.default"},
+                {"args", {test::ref(src), {{"dtype", "int32"}}}},
+                {"kwargs", json::object()},
+                {"outputs", json::array({tensor(shape, "int32")})}};
+  };
+  const std::vector<int64_t> full = {4, 8, 384}, col = {384};
+  for (const auto& [src, via, shape] :
+       {std::tuple{std::string("x"), std::string("x32"), full},
+        std::tuple{std::string("tangents_1"), std::string("dy32"), full},
+        std::tuple{std::string("weight"), std::string("w32"), col}}) {
+    NormBwdForm f;
+    f.lead = {4, 8};
+    json t = norm_bwd_trace(f);
+    auto& nodes = t["nodes"];
+    size_t at = 0;
+    while (at < nodes.size() && nodes[at]["id"] != via) ++at;
+    ASSERT_LT(at, nodes.size()) << via;
+    nodes[at]["args"][0] = test::ref(src + "_int");
+    nodes.insert(nodes.begin() + static_cast<long>(at), convert(src + "_int", src, shape));
+    Graph g = parse_trace(t, "<" + src + " through int32>");
+    std::vector<Region> rs;
+    norm_bwd::match(g, rs);
+    for (const Region& r : rs) {
+      const auto& p = std::any_cast<const norm_bwd::Params&>(r.params);
+      for (int v : {p.x, p.dy, p.w})
+        EXPECT_NE(g.values[v].name, src) << src << " is read past its int32 cast";
+    }
+  }
+}
