@@ -19,7 +19,8 @@
 //               x and dy are read once. Deterministic: no float atomics; the same split gives
 //               bit-identical dw/db.
 // Both need x, dy and dx in one dtype (bf16, fp16 or fp32), 16-byte aligned rows, mean/rstd in
-// fp32; rows of at most 2048 16-byte vectors (16384 bf16, 8192 fp32 elements).
+// fp32; rows of at most 512 x 3 16-byte vectors for 16-bit types (12288 elements) and 512 x 4
+// for fp32 (8192 elements); every rounding flag bf16, fp16 or none (fp32).
 // Bytes that must move: rows*cols*(|x| + |dy| + |dx|) + cols*(|w| + |dw| + |db|) + rows*4 per
 // saved statistic.
 #pragma once
