@@ -31,99 +31,17 @@
 #include <type_traits>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/dtype_device.cuh"
+#include "impls/cuda/vec16.cuh"
 
 namespace replay {
 namespace {
-
-// 16-byte vectors of T, widened to / narrowed from fp32 (16-bit types in pairs).
-template <typename T>
-struct Vec;
-template <>
-struct Vec<__nv_bfloat16> {
-  static constexpr int kElems = 8;
-  __device__ static void unpack(const uint4& raw, float* f) {
-    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 t = __bfloat1622float2(p[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  }
-  __device__ static uint4 pack(const float* f) {
-    uint4 raw;
-    __nv_bfloat162* p = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) p[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    return raw;
-  }
-};
-template <>
-struct Vec<__half> {
-  static constexpr int kElems = 8;
-  __device__ static void unpack(const uint4& raw, float* f) {
-    const __half2* p = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      float2 t = __half22float2(p[i]);
-      f[2 * i] = t.x;
-      f[2 * i + 1] = t.y;
-    }
-  }
-  __device__ static uint4 pack(const float* f) {
-    uint4 raw;
-    __half2* p = reinterpret_cast<__half2*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) p[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
-    return raw;
-  }
-};
-template <>
-struct Vec<float> {
-  static constexpr int kElems = 4;
-  __device__ static void unpack(const uint4& raw, float* f) {
-    f[0] = __uint_as_float(raw.x);
-    f[1] = __uint_as_float(raw.y);
-    f[2] = __uint_as_float(raw.z);
-    f[3] = __uint_as_float(raw.w);
-  }
-  __device__ static uint4 pack(const float* f) {
-    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
-                      __float_as_uint(f[3]));
-  }
-};
 
 // Round v to t where the graph materializes a narrow value (t uniform: a kernel argument).
 __device__ __forceinline__ float round_as(float v, DType t) {
   if (t == DType::kBFloat16) return __bfloat162float(__float2bfloat16_rn(v));
   if (t == DType::kFloat16) return __half2float(__float2half_rn(v));
   return v;
-}
-
-__device__ __forceinline__ float load_elem(const void* p, DType t, int64_t i) {
-  switch (t) {
-    case DType::kBFloat16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::kFloat16:
-      return __half2float(static_cast<const __half*>(p)[i]);
-    case DType::kFloat64:
-      return static_cast<float>(static_cast<const double*>(p)[i]);
-    default:
-      return static_cast<const float*>(p)[i];
-  }
-}
-
-__device__ __forceinline__ void store_elem(void* p, DType t, int64_t i, float v) {
-  switch (t) {
-    case DType::kBFloat16:
-      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-      break;
-    case DType::kFloat16:
-      static_cast<__half*>(p)[i] = __float2half_rn(v);
-      break;
-    default:
-      static_cast<float*>(p)[i] = v;
-  }
 }
 
 constexpr int block_of(int g) {
@@ -242,9 +160,10 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
   float nm, ns;
   load_stats(row, nm, ns);
   for (int64_t c = threadIdx.x; c < a.cols; c += kBlock)
-    w_s[c] = round_as(load_elem(a.w, a.w_dtype, c) + a.w_offset, a.w_round);
+    w_s[c] = round_as(load_elem<float>(a.w, c, a.w_dtype) + a.w_offset, a.w_round);
   float eps = a.eps;
-  if (a.stats == NormBwdStats::kRecompute && a.eps_ptr) eps += load_elem(a.eps_ptr, a.eps_dtype, 0);
+  if (a.stats == NormBwdStats::kRecompute && a.eps_ptr)
+    eps += load_elem<float>(a.eps_ptr, 0, a.eps_dtype);
   __syncthreads();
 
   float acc_w[kAcc ? VPT : 1][E], acc_b[kAcc ? VPT : 1][E];
@@ -491,9 +410,9 @@ __global__ void __launch_bounds__(kFinCols* kFinSlices)
 #pragma unroll
       for (int i = 1; i < kFinSlices; ++i) t += buf[i][threadIdx.x];
       if (q == 0)
-        store_elem(dw, dw_dtype, c, round_as(t, dw_round));
+        store_elem<float>(dw, c, dw_dtype, round_as(t, dw_round));
       else
-        store_elem(db, db_dtype, c, round_as(t, db_round));
+        store_elem<float>(db, c, db_dtype, round_as(t, db_round));
     }
     __syncthreads();
   }
