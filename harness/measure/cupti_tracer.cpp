@@ -19,6 +19,9 @@ namespace {
 struct RawKernel {
   std::string name;
   uint64_t start, end;
+  uint32_t stream;
+  int grid[3], block[3];
+  int registers, static_smem, dynamic_smem;
 };
 
 std::mutex g_mu;
@@ -38,7 +41,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
-    g_records.push_back({k->name ? k->name : "?", k->start, k->end});
+    g_records.push_back({k->name ? k->name : "?",
+                         k->start,
+                         k->end,
+                         k->streamId,
+                         {k->gridX, k->gridY, k->gridZ},
+                         {k->blockX, k->blockY, k->blockZ},
+                         k->registersPerThread,
+                         k->staticSharedMemory,
+                         k->dynamicSharedMemory});
   }
   std::free(buffer);
 }
@@ -115,6 +126,22 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
     last = std::max(last, k.end);
   }
   if (last > 0) s.span_us = static_cast<double>(last - first) * 1e-3;
+  for (const auto& k : g_records) {
+    if (k.name.find("replay_spin_kernel") != std::string::npos) continue;
+    KernelEvent e;
+    e.name = demangle(k.name);
+    e.start_us = static_cast<double>(k.start - first) * 1e-3;
+    e.dur_us = static_cast<double>(k.end - k.start) * 1e-3;
+    e.stream = k.stream;
+    std::copy(k.grid, k.grid + 3, e.grid);
+    std::copy(k.block, k.block + 3, e.block);
+    e.registers = k.registers;
+    e.static_smem = k.static_smem;
+    e.dynamic_smem = k.dynamic_smem;
+    s.timeline.push_back(std::move(e));
+  }
+  std::sort(s.timeline.begin(), s.timeline.end(),
+            [](const auto& a, const auto& b) { return a.start_us < b.start_us; });
   for (auto& [_, rec] : by_name) s.kernels.push_back(rec);
   std::sort(s.kernels.begin(), s.kernels.end(),
             [](const auto& a, const auto& b) { return a.total_us > b.total_us; });

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,8 +17,21 @@ struct KernelRecord {
   int count = 0;
   double total_us = 0;
 };
+/// One kernel launch of the traced replay, as CUPTI recorded it (CUpti_ActivityKernel10).
+struct KernelEvent {
+  std::string name;     ///< demangled kernel name
+  double start_us = 0;  ///< start, µs after the first kernel of the replay started
+  double dur_us = 0;    ///< end - start, µs
+  uint32_t stream = 0;  ///< CUPTI stream id (one Perfetto track per stream)
+  int grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  int registers = 0;     ///< registers per thread
+  int static_smem = 0;   ///< static shared memory per block, bytes
+  int dynamic_smem = 0;  ///< dynamic shared memory per block, bytes
+};
 struct CuptiSummary {
   std::vector<KernelRecord> kernels;
+  /// Every kernel of the summarized replay in start order (the spin kernel excluded).
+  std::vector<KernelEvent> timeline;
   double kernel_sum_us = 0;  ///< sum of kernel durations
   double span_us = 0;        ///< first kernel start to last kernel end (launches queued ahead)
   std::string error;         ///< set when CUPTI could not record

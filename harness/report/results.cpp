@@ -74,6 +74,10 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
                    {"discarded_slow_clock", v.discarded_slow_clock}};
     j["sol_pct"] = r.sol_pct(v.stats.median, c);
   }
+  if (!v.hot_samples_us.empty())
+    j["hot"] = {{"samples_us", v.hot_samples_us}, {"stats", to_json(v.hot_stats)}};
+  if (!v.graph_samples_us.empty())
+    j["graph"] = {{"samples_us", v.graph_samples_us}, {"stats", to_json(v.graph_stats)}};
   nlohmann::json nums = nlohmann::json::array();
   for (const auto& n : v.numerics) nums.push_back(to_json(n));
   j["numerics"] = nums;
@@ -82,8 +86,21 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
     nlohmann::json ks = nlohmann::json::array();
     for (const auto& k : v.cupti->kernels)
       ks.push_back({{"name", k.name}, {"count", k.count}, {"total_us", k.total_us}});
-    j["cupti"] = {
-        {"kernels", ks}, {"kernel_sum_us", v.cupti->kernel_sum_us}, {"span_us", v.cupti->span_us}};
+    nlohmann::json tl = nlohmann::json::array();
+    for (const auto& k : v.cupti->timeline)
+      tl.push_back({{"name", k.name},
+                    {"start_us", k.start_us},
+                    {"dur_us", k.dur_us},
+                    {"stream", k.stream},
+                    {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                    {"block", {k.block[0], k.block[1], k.block[2]}},
+                    {"registers", k.registers},
+                    {"static_smem", k.static_smem},
+                    {"dynamic_smem", k.dynamic_smem}});
+    j["cupti"] = {{"kernels", ks},
+                  {"kernel_sum_us", v.cupti->kernel_sum_us},
+                  {"span_us", v.cupti->span_us},
+                  {"timeline", tl}};
     if (!v.cupti->error.empty()) j["cupti"]["error"] = v.cupti->error;
   }
   return j;

@@ -16,7 +16,7 @@
 namespace replay {
 
 /// Schema string of results.json.
-inline constexpr const char* kResultsSchema = "replay-results/1";
+inline constexpr const char* kResultsSchema = "replay-results/2";
 
 /// Hardware ceilings the run measured on its device; 0 where not measured.
 struct Ceilings {
@@ -32,6 +32,14 @@ struct VariantResult {
   std::vector<double> samples_us;  ///< GPU time per sample (CUDA events), µs
   SampleStats stats;
   SampleStats host_stats;  ///< host time to enqueue one replay (launch overhead), µs
+  /// Hot: replays back to back with no L2 flush between them (the data stays in L2 where it
+  /// fits), one event pair per replay, GPU µs; empty when not measured (--modes).
+  std::vector<double> hot_samples_us;
+  SampleStats hot_stats;
+  /// CUDA graph: the replay captured once into a CUDA graph and launched per sample (cold, L2
+  /// flushed), so no host launch gap sits between its kernels; GPU µs; empty when not measured.
+  std::vector<double> graph_samples_us;
+  SampleStats graph_stats;
   /// How the timing loop ended (StopRule): why it stopped, its wall time (s), the SM clock probed
   /// after each kept sample (MHz), and the samples discarded for a clock below the floor.
   StopReason stop = StopReason::kNone;
