@@ -23,6 +23,7 @@
 #include "harness/replay/variants.hpp"
 #include "harness/report/compare.hpp"
 #include "harness/report/markdown.hpp"
+#include "harness/report/perfetto.hpp"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/fusions/registry.hpp"
 #include "impls/reference/saved_inputs.hpp"
@@ -214,7 +215,10 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
                   {"host", host_name()},
                   {"command_line", command_line},
                   {"stop_rule", to_json(opt.rule)},
+                  {"modes", nlohmann::json::array({"cold"})},
                   {"warmup_runs", 3}};
+  if (opt.hot) run.run_info["modes"].push_back("hot");
+  if (opt.graph) run.run_info["modes"].push_back("graph");
   if (!opt.test_slowdown_us.empty()) {
     run.run_info["test_slowdown_us"] = opt.test_slowdown_us;
     run.gpu_note =
@@ -256,6 +260,7 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
   auto write_reports = [&] {  // after every trace: a later failure keeps what was measured
     write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
     write_file(fs::path(out_dir) / "report.md", render_markdown(run));
+    write_file(fs::path(out_dir) / "timeline.perfetto.json", perfetto_trace(run).dump());
   };
   const auto started = std::chrono::steady_clock::now();
   for (size_t i = 0; i < files.size(); ++i) {
@@ -365,6 +370,12 @@ int main(int argc, char** argv) {
   run->add_option("--test-slowdown", slowdown,
                   "test only: VARIANT:US adds a spin of US µs to every timed replay of VARIANT "
                   "(proves that compare catches a slower variant; recorded in results.json)");
+  std::string modes_csv = "cold,hot,graph";
+  run->add_option("--modes", modes_csv,
+                  "timing modes, comma-separated: cold (L2 flushed before each sample; always "
+                  "measured, the one compare judges), hot (back to back, L2 warm), graph (the "
+                  "replay captured into one CUDA graph, cold)")
+      ->capture_default_str();
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
   run->add_option("--reference-budget", opt.reference_budget_s,
@@ -397,6 +408,21 @@ int main(int argc, char** argv) {
         }
       }
       opt.cupti = !no_cupti;
+      opt.hot = opt.graph = false;
+      {
+        std::stringstream ss(modes_csv);
+        for (std::string m; std::getline(ss, m, ',');) {
+          if (m == "hot")
+            opt.hot = true;
+          else if (m == "graph")
+            opt.graph = true;
+          else if (m != "cold") {
+            std::cerr << "error: --modes " << modes_csv << ": unknown mode '" << m
+                      << "' (expected cold, hot or graph)\n";
+            return kExitBadInput;
+          }
+        }
+      }
       for (const auto& s : slowdown) {
         const auto colon = s.rfind(':');
         try {

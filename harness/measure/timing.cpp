@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "harness/measure/gpu_state.hpp"
 
@@ -47,14 +49,14 @@ void L2Flush::flush(cudaStream_t s) {
   l2_flush_read(buf_.get(), buf_.bytes() / 16 * 16, static_cast<unsigned*>(sink_.get()), s);
 }
 
-std::vector<double> cold_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                                 L2Flush& l2, size_t n, std::vector<double>* host_us,
+std::vector<double> sample_batch(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                                 L2Flush* l2, size_t n, std::vector<double>* host_us,
                                  std::vector<double>* sm_mhz) {
   std::vector<EventPair> ev(n);
   std::optional<DeviceBuffer> probes;
   if (sm_mhz) probes.emplace(n * sizeof(float));
   for (size_t i = 0; i < n; ++i) {
-    l2.flush(s);
+    if (l2) l2->flush(s);
     REPLAY_CUDA(cudaEventRecord(ev[i].start, s));
     const auto h0 = std::chrono::steady_clock::now();
     fn(s);
@@ -84,19 +86,19 @@ double max_sm_clock_mhz() {
              : 0.0;
 }
 
-ColdTiming time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush& l2,
-                     const StopRule& rule, int warmup) {
+Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush* l2,
+                    const StopRule& rule, int warmup) {
   for (int i = 0; i < warmup; ++i) fn(s);
   REPLAY_CUDA(cudaStreamSynchronize(s));
   constexpr size_t kBatch = 10;
-  ColdTiming t;
+  Timing t;
   const bool check = rule.min_clock_ratio > 0;
   static const double kMaxMhz = max_sm_clock_mhz();
   double fastest = kMaxMhz;
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     std::vector<double> host, mhz;
-    const std::vector<double> us = cold_samples(fn, s, l2, kBatch, &host, check ? &mhz : nullptr);
+    const std::vector<double> us = sample_batch(fn, s, l2, kBatch, &host, check ? &mhz : nullptr);
     for (size_t i = 0; i < us.size(); ++i) {
       if (check) {
         fastest = std::max(fastest, mhz[i]);
@@ -114,6 +116,48 @@ ColdTiming time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s
     t.stop = stop_reason(t.samples_us, t.wall_s, rule);
     if (t.stop != StopReason::kNone) return t;
   }
+}
+
+CapturedGraph::CapturedGraph(const std::function<void(cudaStream_t)>& fn) {
+  cudaStream_t cap = nullptr;
+  REPLAY_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+  cudaError_t err = cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal);
+  std::string what;
+  if (err == cudaSuccess) {
+    try {
+      fn(cap);
+    } catch (const std::exception& e) {
+      what = e.what();
+    }
+    cudaGraph_t g = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(cap, &g);
+    graph_ = g;
+    if (what.empty() && end != cudaSuccess)
+      what = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+    if (what.empty()) {
+      err = cudaGraphInstantiate(&exec_, graph_, 0);
+      if (err != cudaSuccess)
+        what = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(err);
+    }
+  } else {
+    what = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(err);
+  }
+  cudaGetLastError();  // a failed capture leaves its error behind; it is reported below
+  cudaStreamDestroy(cap);
+  if (!what.empty()) {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    throw std::runtime_error("the replay cannot be captured into a CUDA graph: " + what);
+  }
+}
+
+CapturedGraph::~CapturedGraph() {
+  if (exec_) cudaGraphExecDestroy(exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+}
+
+void CapturedGraph::launch(cudaStream_t s) const {
+  REPLAY_CUDA(cudaGraphLaunch(exec_, s));
 }
 
 double measure_copy_bandwidth_gbps(cudaStream_t s, size_t bytes) {

@@ -32,18 +32,27 @@ class L2Flush {
 /// Enqueue a read of `bytes` at `buf` (a multiple of 16) through the L2; `sink` is a device word.
 void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s);
 
-/// `n` cold samples of `fn`, enqueued back to back and synchronized once: per sample the L2 is
-/// flushed, then `fn` runs between two events. Returns GPU µs per sample; if `host_us` is given,
-/// it receives the host time of each enqueue of `fn`; if `sm_mhz` is given, a one-thread probe
-/// kernel after each sample's stop event measures the SM clock (clock64 cycles over >= 4 µs of
-/// %globaltimer) and its MHz are appended, one per sample. No warm-up: the caller warms up. The
-/// sample primitive of time_cold and of the Google Benchmark runner (tests/bench).
-std::vector<double> cold_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                                 L2Flush& l2, size_t n, std::vector<double>* host_us = nullptr,
+/// `n` samples of `fn`, enqueued back to back and synchronized once: per sample the L2 is flushed
+/// when `l2` is non-null (cold; null: hot, the previous replay's data left in L2), then `fn` runs
+/// between two events. Returns GPU µs per sample; if `host_us` is given, it receives the host time
+/// of each enqueue of `fn`; if `sm_mhz` is given, a one-thread probe kernel after each sample's
+/// stop event measures the SM clock (clock64 cycles over >= 4 µs of %globaltimer) and its MHz are
+/// appended, one per sample. No warm-up: the caller warms up.
+std::vector<double> sample_batch(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                                 L2Flush* l2, size_t n, std::vector<double>* host_us = nullptr,
                                  std::vector<double>* sm_mhz = nullptr);
 
-/// What one cold measurement kept and why it stopped.
-struct ColdTiming {
+/// sample_batch with the L2 flushed before every sample: the sample primitive of time_cold and of
+/// the Google Benchmark runners (tests/bench).
+inline std::vector<double> cold_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                                        L2Flush& l2, size_t n,
+                                        std::vector<double>* host_us = nullptr,
+                                        std::vector<double>* sm_mhz = nullptr) {
+  return sample_batch(fn, s, &l2, n, host_us, sm_mhz);
+}
+
+/// What one measurement kept and why it stopped.
+struct Timing {
   std::vector<double> samples_us;   ///< kept samples, GPU µs (events)
   std::vector<double> host_us;      ///< host enqueue µs of each kept sample
   std::vector<double> sm_mhz;       ///< SM clock probed after each kept sample, MHz
@@ -52,13 +61,46 @@ struct ColdTiming {
   StopReason stop = StopReason::kNone;
   double wall_s = 0;  ///< wall time of the sampling loop
 };
+using ColdTiming = Timing;
 
 /// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then batches
-/// of 10 cold samples (cold_samples, with the clock probe) until `rule` stops the kept samples.
-/// Samples whose probe reads below rule.min_clock_ratio x the maximum SM clock (NVML's, else the
-/// fastest probe seen) are discarded and counted, not kept.
-ColdTiming time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush& l2,
-                     const StopRule& rule, int warmup = 3);
+/// of 10 samples (sample_batch with the clock probe; L2 flushed before each when `l2` is
+/// non-null) until `rule` stops the kept samples. Samples whose probe reads below
+/// rule.min_clock_ratio x the maximum SM clock (NVML's, else the fastest probe seen) are discarded
+/// and counted, not kept.
+Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush* l2,
+                    const StopRule& rule, int warmup = 3);
+
+/// Cold timing (nvbench's cold measurement): time_samples with the L2 flushed before each sample.
+inline Timing time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush& l2,
+                        const StopRule& rule, int warmup = 3) {
+  return time_samples(fn, s, &l2, rule, warmup);
+}
+
+/// Hot timing: time_samples without a flush, replays back to back (what a kernel costs when its
+/// inputs are still in L2 from the previous step, the best case of a training loop).
+inline Timing time_hot(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                       const StopRule& rule, int warmup = 3) {
+  return time_samples(fn, s, nullptr, rule, warmup);
+}
+
+/// A replay captured once into an executable CUDA graph (stream capture, global mode, on a
+/// stream of its own so that no other work of the process is captured); launch() enqueues it on
+/// any stream. Every kernel is then launched by the device back to back, free of the host's
+/// launch gaps. Throws std::runtime_error naming the CUDA error when the replay cannot be captured
+/// (e.g. it synchronizes or allocates while it enqueues).
+class CapturedGraph {
+ public:
+  explicit CapturedGraph(const std::function<void(cudaStream_t)>& fn);
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void launch(cudaStream_t s) const;
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
 
 /// Maximum SM clock of the current device in MHz (NVML), 0 when NVML cannot say.
 double max_sm_clock_mhz();

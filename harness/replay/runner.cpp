@@ -245,7 +245,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
             prog.run_region(r, c);
           if (slow_us > 0) enqueue_spin(st, slow_us);
         };
-        ColdTiming ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3);
+        Timing ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3);
         if (ct.samples_us.empty())  // a timeout with every sample under the clock floor
           v.skipped = "not timed: all " + std::to_string(ct.discarded_slow_clock) +
                       " samples ran with the SM clock below " +
@@ -259,6 +259,23 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         v.sm_clock_mhz = summarize(ct.sm_mhz);
         v.discarded_slow_clock = ct.discarded_slow_clock;
         v.clock_floor_mhz = ct.clock_floor_mhz;
+        if (opt.hot) {
+          v.hot_samples_us = time_hot(fn, ctx.stream, opt.rule, 3).samples_us;
+          v.hot_stats = summarize(v.hot_samples_us);
+        }
+        if (opt.graph) {
+          std::unique_ptr<CapturedGraph> graph;
+          try {
+            graph = std::make_unique<CapturedGraph>(fn);
+          } catch (const std::runtime_error& e) {
+            v.graph_skipped = e.what();
+          }
+          if (graph) {
+            auto launch = [&graph](cudaStream_t st) { graph->launch(st); };
+            v.graph_samples_us = time_cold(launch, ctx.stream, gpu.l2(), opt.rule, 3).samples_us;
+            v.graph_stats = summarize(v.graph_samples_us);
+          }
+        }
         t.rows.emplace_back(row, fn);
       }
       rr.variants.push_back(std::move(v));

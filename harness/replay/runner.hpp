@@ -19,6 +19,10 @@ struct RunOptions {
   uint64_t seed = 0;
   StopRule rule;
   bool cupti = true;
+  /// Besides the cold timing (always): hot timing (back to back, L2 warm) and CUDA-graph timing
+  /// (the replay captured into one graph, launched per cold sample), each with the same rule.
+  bool hot = true;
+  bool graph = true;
   /// Test only: a spin kernel of this many µs added to every timed replay of the named variant,
   /// to prove that `replay compare` catches a slower variant. Recorded in results.json.
   std::map<std::string, double> test_slowdown_us;

@@ -70,10 +70,11 @@ struct Entry {
 using Key = std::tuple<std::string, std::string, std::string>;
 
 std::map<Key, Entry> entries(const nlohmann::json& run, const char* which) {
-  if (!run.is_object() || run.value("schema", "") != kResultsSchema || !run.contains("traces") ||
+  const std::string schema = run.is_object() ? run.value("schema", "") : "";
+  if ((schema != kResultsSchema && schema != "replay-results/1") || !run.contains("traces") ||
       !run["traces"].is_array())
     throw std::invalid_argument(std::string(which) + " is not a results.json of schema " +
-                                kResultsSchema);
+                                kResultsSchema + " (or replay-results/1)");
   std::map<Key, Entry> out;
   for (const auto& t : run["traces"])
     for (const auto& r : t.value("regions", nlohmann::json::array()))

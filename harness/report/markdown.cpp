@@ -77,6 +77,13 @@ std::vector<Column<VariantRow>> variant_columns() {
          return base && base->timed() ? fmt_num(base->stats.median / r.v->stats.median, 2) + "×"
                                       : std::string("–");
        })},
+      {"hot µs", true, timed([](const VariantRow& r) {
+         return r.v->hot_stats.n ? fmt_num(r.v->hot_stats.median, 2) : std::string("–");
+       })},
+      {"CUDA graph µs", true, timed([](const VariantRow& r) {
+         return r.v->graph_stats.n ? fmt_num(r.v->graph_stats.median, 2)
+                                   : (r.v->graph_skipped.empty() ? "–" : "not capturable");
+       })},
       {"host enqueue µs", true, timed([](const VariantRow& r) {
          return r.v->host_stats.n ? fmt_num(r.v->host_stats.median, 2) : std::string("–");
        })},

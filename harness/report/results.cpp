@@ -78,6 +78,8 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
     j["hot"] = {{"samples_us", v.hot_samples_us}, {"stats", to_json(v.hot_stats)}};
   if (!v.graph_samples_us.empty())
     j["graph"] = {{"samples_us", v.graph_samples_us}, {"stats", to_json(v.graph_stats)}};
+  else if (!v.graph_skipped.empty())
+    j["graph"] = {{"skipped", v.graph_skipped}};
   nlohmann::json nums = nlohmann::json::array();
   for (const auto& n : v.numerics) nums.push_back(to_json(n));
   j["numerics"] = nums;

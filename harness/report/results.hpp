@@ -40,6 +40,7 @@ struct VariantResult {
   /// flushed), so no host launch gap sits between its kernels; GPU µs; empty when not measured.
   std::vector<double> graph_samples_us;
   SampleStats graph_stats;
+  std::string graph_skipped;  ///< non-empty: why the CUDA-graph mode did not run (capture failed)
   /// How the timing loop ended (StopRule): why it stopped, its wall time (s), the SM clock probed
   /// after each kept sample (MHz), and the samples discarded for a clock below the floor.
   StopReason stop = StopReason::kNone;

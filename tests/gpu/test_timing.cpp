@@ -1,6 +1,7 @@
 // The timing layer on the GPU: the SM clock probe reads a plausible clock, time_cold keeps or
 // discards every sample it takes and says why it stopped, and a spin of known length is timed as
-// that length.
+// that length; hot timing sees the L2, a captured CUDA graph does the work it captured and a
+// replay that cannot be captured says why.
 #include "gpu_test_util.hpp"
 #include "harness/measure/timing.hpp"
 
@@ -54,4 +55,71 @@ TEST(GpuTiming, ClockCheckOff) {
   EXPECT_EQ(t.discarded_slow_clock, 0u);
   EXPECT_TRUE(t.sm_mhz.empty());
   EXPECT_FALSE(t.samples_us.empty());
+}
+
+// A read of 16 MiB (well inside H100's 50 MiB L2) costs less hot, its data left in L2 by the
+// previous sample, than cold, after the flush: the two modes measure different things.
+TEST(GpuTiming, HotReadsFromL2AndIsFasterThanCold) {
+  REQUIRE_GPU();
+  L2Flush l2;
+  const size_t bytes = size_t(16) << 20;
+  DeviceBuffer buf(bytes), sink(sizeof(unsigned));
+  REPLAY_CUDA(cudaMemset(buf.get(), 0, bytes));
+  auto fn = [&](cudaStream_t s) {
+    l2_flush_read(buf.get(), bytes, static_cast<unsigned*>(sink.get()), s);
+  };
+  StopRule rule;
+  rule.min_time_s = 0.01;
+  const double cold = summarize(time_cold(fn, nullptr, l2, rule).samples_us).median;
+  const double hot = summarize(time_hot(fn, nullptr, rule).samples_us).median;
+  std::printf("16 MiB read: cold %.2f us, hot %.2f us\n", cold, hot);
+  EXPECT_LT(hot, 0.85 * cold);
+}
+
+// The graph runs the captured work (a memset it must do) and is timed as the sum of its
+// kernels: 10 spins of 5 µs.
+TEST(GpuTiming, CapturedGraphDoesTheCapturedWork) {
+  REQUIRE_GPU();
+  DeviceBuffer buf(sizeof(int));
+  REPLAY_CUDA(cudaMemset(buf.get(), 0, sizeof(int)));
+  CapturedGraph g([&](cudaStream_t s) {
+    REPLAY_CUDA(cudaMemsetAsync(buf.get(), 7, sizeof(int), s));
+    for (int i = 0; i < 10; ++i) enqueue_spin(s, 5);
+  });
+  int before = -1;
+  REPLAY_CUDA(cudaMemcpy(&before, buf.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(before, 0);  // capturing does not run the work
+  g.launch(nullptr);
+  REPLAY_CUDA(cudaDeviceSynchronize());
+  int after = 0;
+  REPLAY_CUDA(cudaMemcpy(&after, buf.get(), sizeof(int), cudaMemcpyDeviceToHost));
+  EXPECT_EQ(after, 0x07070707);
+  L2Flush l2;
+  StopRule rule;
+  rule.min_time_s = 0.01;
+  const double us =
+      summarize(time_cold([&](cudaStream_t s) { g.launch(s); }, nullptr, l2, rule).samples_us)
+          .median;
+  std::printf("graph of 10 x 5 us spins: %.2f us\n", us);
+  EXPECT_GT(us, 49.5);
+  EXPECT_LT(us, 65.0);
+}
+
+// A replay that synchronizes while it enqueues cannot be captured: the error says so, and the
+// device stays usable afterwards (the failed capture leaves no error behind).
+TEST(GpuTiming, UncapturableReplayIsReportedAndLeavesNoError) {
+  REQUIRE_GPU();
+  try {
+    CapturedGraph g([](cudaStream_t s) {
+      enqueue_spin(s, 1);
+      REPLAY_CUDA(cudaStreamSynchronize(s));
+    });
+    ADD_FAILURE() << "a synchronizing replay was captured";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be captured into a CUDA graph"), std::string::npos)
+        << e.what();
+  }
+  enqueue_spin(nullptr, 1);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }

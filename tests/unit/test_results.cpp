@@ -101,6 +101,27 @@ TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {
   EXPECT_DOUBLE_EQ(vs[3]["host_enqueue"]["median_us"].get<double>(), 3.5);
 }
 
+// Hot and CUDA-graph samples, and a graph that could not be captured, reach results.json and the
+// Markdown table; a variant measured cold only carries neither key.
+TEST(Results, HotAndGraphModes) {
+  RunResult run = sample_run(true);
+  auto& vs = run.traces[0].regions[0].variants;
+  vs[3].hot_samples_us = {20, 21, 22};
+  vs[3].hot_stats = summarize(vs[3].hot_samples_us);
+  vs[3].graph_samples_us = {24, 24.5, 25};
+  vs[3].graph_stats = summarize(vs[3].graph_samples_us);
+  vs[2].graph_skipped = "the replay cannot be captured into a CUDA graph: x";
+  const auto j = to_json(run)["traces"][0]["regions"][0]["variants"];
+  EXPECT_DOUBLE_EQ(j[3]["hot"]["stats"]["median_us"].get<double>(), 21.0);
+  EXPECT_EQ(j[3]["graph"]["samples_us"], nlohmann::json::array({24.0, 24.5, 25.0}));
+  EXPECT_EQ(j[2]["graph"]["skipped"], vs[2].graph_skipped);
+  EXPECT_FALSE(j[1].contains("hot"));
+  EXPECT_FALSE(j[1].contains("graph"));
+  const std::string md = render_markdown(run);
+  EXPECT_NE(md.find("| 21.00 | 24.50 | 3.50 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| – | not capturable | 3.50 |"), std::string::npos) << md;
+}
+
 TEST(Results, FailingNumericsPropagate) {
   RunResult run = sample_run(false);
   EXPECT_EQ(run.verdict(), Verdict::kFail);
@@ -115,7 +136,8 @@ TEST(Results, MarkdownTable) {
   EXPECT_NE(md.find("## nanogpt_layernorm_fwd_16x1024x1600"), std::string::npos);
   EXPECT_NE(md.find("| variant | median µs |"), std::string::npos);
   EXPECT_NE(md.find("| optimized | 26.00 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("1.92× | 3.50 |"), std::string::npos) << md;  // baseline 50 / optimized 26
+  // baseline 50 / optimized 26; no hot or graph samples: dashes; host enqueue 3.50
+  EXPECT_NE(md.find("1.92× | – | – | 3.50 |"), std::string::npos) << md;
   EXPECT_NE(md.find("SOL time 25.00 µs"), std::string::npos) << md;
   EXPECT_NE(md.find("timed the same way: 27.50 µs"), std::string::npos) << md;
   EXPECT_NE(md.find("skipped: CPU float64 oracle"), std::string::npos);
@@ -261,7 +283,8 @@ TEST(Report, TablesOfARealRunAreWellFormed) {
       if (e.path().extension() == ".json" &&
           e.path().filename() != "huge_consistent_shape.json" &&  // keeps the test quick
           (dir != REPLAY_TRACES_DIR ||
-           std::filesystem::exists(std::filesystem::path(e.path()).replace_extension(".safetensors"))))
+           std::filesystem::exists(
+               std::filesystem::path(e.path()).replace_extension(".safetensors"))))
         run.traces.push_back(run_trace(e.path().string(), opt, nullptr));
   expect_tables_well_formed(render_markdown(run));
 }

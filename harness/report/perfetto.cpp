@@ -1,0 +1,93 @@
+#include "harness/report/perfetto.hpp"
+
+#include <map>
+#include <string>
+#include <utility>
+
+namespace replay {
+namespace {
+
+nlohmann::json meta(const char* what, int pid, int tid, const nlohmann::json& args) {
+  nlohmann::json e = {{"ph", "M"}, {"name", what}, {"pid", pid}, {"args", args}};
+  if (tid >= 0) e["tid"] = tid;
+  return e;
+}
+
+}  // namespace
+
+nlohmann::json perfetto_trace(const RunResult& run) {
+  nlohmann::json events = nlohmann::json::array();
+  for (size_t ti = 0; ti < run.traces.size(); ++ti) {
+    const TraceResult& t = run.traces[ti];
+    const int pid = static_cast<int>(ti) + 1;
+    events.push_back(meta("process_name", pid, -1, {{"name", t.name}}));
+    events.push_back(meta("process_sort_index", pid, -1, {{"sort_index", pid}}));
+    // Tracks: (variant, -1) holds the variant's region slices, (variant, stream) its kernels.
+    std::map<std::pair<std::string, int64_t>, int> tids;
+    auto track = [&](const std::string& variant, int64_t stream) {
+      auto [it, fresh] = tids.try_emplace({variant, stream}, static_cast<int>(tids.size()) + 1);
+      if (fresh) {
+        const std::string name =
+            stream < 0 ? variant : variant + " · stream " + std::to_string(stream);
+        events.push_back(meta("thread_name", pid, it->second, {{"name", name}}));
+        events.push_back(meta("thread_sort_index", pid, it->second, {{"sort_index", it->second}}));
+      }
+      return it->second;
+    };
+    double cursor = 0;
+    for (const RegionResult& row : t.regions)
+      for (const VariantResult& v : row.variants) {
+        if (!v.cupti || v.cupti->timeline.empty()) continue;
+        const CuptiSummary& c = *v.cupti;
+        double end = 0;
+        for (const KernelEvent& k : c.timeline) end = std::max(end, k.start_us + k.dur_us);
+        nlohmann::json args = {{"kernel_sum_us", c.kernel_sum_us},
+                               {"span_us", c.span_us},
+                               {"launches", c.timeline.size()},
+                               {"verdict", verdict_name(v.verdict())}};
+        if (v.timed()) {
+          args["median_us"] = v.stats.median;
+          args["sol_pct"] = row.sol_pct(v.stats.median, run.ceilings);
+        }
+        if (!row.fusion.empty()) args["fusion"] = row.fusion;
+        events.push_back({{"ph", "X"},
+                          {"cat", "region"},
+                          {"name", row.label},
+                          {"pid", pid},
+                          {"tid", track(v.variant.name, -1)},
+                          {"ts", cursor},
+                          {"dur", end},
+                          {"args", args}});
+        for (const KernelEvent& k : c.timeline)
+          events.push_back({{"ph", "X"},
+                            {"cat", "kernel"},
+                            {"name", k.name},
+                            {"pid", pid},
+                            {"tid", track(v.variant.name, k.stream)},
+                            {"ts", cursor + k.start_us},
+                            {"dur", k.dur_us},
+                            {"args",
+                             {{"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                              {"block", {k.block[0], k.block[1], k.block[2]}},
+                              {"registers_per_thread", k.registers},
+                              {"static_smem_bytes", k.static_smem},
+                              {"dynamic_smem_bytes", k.dynamic_smem},
+                              {"region", row.label}}}});
+        cursor += end + kPerfettoReplayGapUs;
+      }
+  }
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ns"},
+          {"otherData",
+           {{"schema", kResultsSchema},
+            {"device", run.environment.is_object() ? run.environment.value("device", "") : ""},
+            {"git_revision",
+             run.environment.is_object() ? run.environment.value("git_revision", "") : ""},
+            {"time_axis",
+             "each region replay (CUPTI, L2 not flushed, queued behind a spin kernel) is laid out "
+             "after the previous one, " +
+                 std::to_string(static_cast<int>(kPerfettoReplayGapUs)) +
+                 " us apart; kernel times within a replay are CUPTI's"}}}};
+}
+
+}  // namespace replay
