@@ -118,9 +118,8 @@ Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
   }
 }
 
-CapturedGraph::CapturedGraph(const std::function<void(cudaStream_t)>& fn) {
-  cudaStream_t cap = nullptr;
-  REPLAY_CUDA(cudaStreamCreateWithFlags(&cap, cudaStreamNonBlocking));
+CapturedGraph::CapturedGraph(const std::function<void(cudaStream_t)>& fn, cudaStream_t capture_on) {
+  cudaStream_t cap = capture_on;
   cudaError_t err = cudaStreamBeginCapture(cap, cudaStreamCaptureModeGlobal);
   std::string what;
   if (err == cudaSuccess) {
@@ -143,7 +142,6 @@ CapturedGraph::CapturedGraph(const std::function<void(cudaStream_t)>& fn) {
     what = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(err);
   }
   cudaGetLastError();  // a failed capture leaves its error behind; it is reported below
-  cudaStreamDestroy(cap);
   if (!what.empty()) {
     if (exec_) cudaGraphExecDestroy(exec_);
     if (graph_) cudaGraphDestroy(graph_);

@@ -84,14 +84,15 @@ inline Timing time_hot(const std::function<void(cudaStream_t)>& fn, cudaStream_t
   return time_samples(fn, s, nullptr, rule, warmup);
 }
 
-/// A replay captured once into an executable CUDA graph (stream capture, global mode, on a
-/// stream of its own so that no other work of the process is captured); launch() enqueues it on
-/// any stream. Every kernel is then launched by the device back to back, free of the host's
-/// launch gaps. Throws std::runtime_error naming the CUDA error when the replay cannot be captured
-/// (e.g. it synchronizes or allocates while it enqueues).
+/// A replay captured once into an executable CUDA graph (stream capture in global mode on
+/// `capture_on`, a stream other than the legacy default stream, on which the replay already ran
+/// once so that its workspaces exist); launch() enqueues it on any stream. Every kernel is then
+/// launched by the device back to back, free of the host's launch gaps. Throws
+/// std::runtime_error naming the CUDA error when the replay cannot be captured (e.g. it
+/// synchronizes or allocates while it enqueues); the stream is usable again afterwards.
 class CapturedGraph {
  public:
-  explicit CapturedGraph(const std::function<void(cudaStream_t)>& fn);
+  CapturedGraph(const std::function<void(cudaStream_t)>& fn, cudaStream_t capture_on);
   ~CapturedGraph();
   CapturedGraph(const CapturedGraph&) = delete;
   CapturedGraph& operator=(const CapturedGraph&) = delete;

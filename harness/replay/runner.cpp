@@ -266,7 +266,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         if (opt.graph) {
           std::unique_ptr<CapturedGraph> graph;
           try {
-            graph = std::make_unique<CapturedGraph>(fn);
+            graph = std::make_unique<CapturedGraph>(fn, ctx.stream);
           } catch (const std::runtime_error& e) {
             v.graph_skipped = e.what();
           }

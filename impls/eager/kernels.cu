@@ -72,8 +72,9 @@
 // back to back on a stream reuse it safely (the stream orders them) and launches on different
 // streams never share one. An event recorded after each use lets the buffer of a stream be freed
 // safely (at most 16 are kept; the least recently used is freed after its last use). Sized
-// partials x outputs: at most ~10 MB. Not for use while a stream is being captured into a CUDA
-// graph the first time its buffer must grow.
+// partials x outputs: at most ~10 MB. While a stream is being captured into a CUDA graph its
+// buffer is found by the stream's handle and must already be large enough (run once before the
+// capture; an error says so otherwise): the graph keeps the pointer it was captured with.
 //
 // Measured on an H100 (copy 3.05 TB/s; tests/gpu/test_eager_kernels.cpp EagerKernelsBench, cold
 // L2; PyTorch 2.11 eager on the same machine in brackets): add bf16 [16384, 1600] 52 us (48);
@@ -1433,12 +1434,30 @@ class StreamWorkspaces {
     try {
       int dev = 0;
       REPLAY_CUDA(cudaGetDevice(&dev));
+      // While `s` is being captured into a CUDA graph its id cannot be read (cudaStreamGetId is
+      // not permitted) and the graph keeps the pointers it was captured with: the lease is the
+      // buffer this stream handle already has, set up by an earlier run outside the capture.
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      REPLAY_CUDA(cudaStreamIsCapturing(s, &capturing));
+      Entry* e = nullptr;
+      if (capturing != cudaStreamCaptureStatusNone) {
+        for (Entry& x : entries_)
+          if (x.device == dev && x.handle == s) e = &x;
+        if (!e || e->bytes < bytes)
+          throw std::runtime_error(
+              "split-reduction workspace: the stream being captured has no buffer of " +
+              std::to_string(bytes) + " bytes yet (run the replay once on it before capturing)");
+        e->last_use = ++clock_;
+        current_ = e;
+        current_stream_ = s;
+        return {reinterpret_cast<unsigned*>(e->ptr), e->ptr + kCounterBytes};
+      }
       unsigned long long id = 0;
       REPLAY_CUDA(cudaStreamGetId(s, &id));
-      Entry* e = nullptr;
       for (Entry& x : entries_)
         if (x.device == dev && x.stream_id == id) e = &x;
       if (!e) e = make_entry(dev, id, s);
+      e->handle = s;
       e->last_use = ++clock_;
       if (e->bytes < bytes) {
         const size_t grown = std::max(bytes, 2 * e->bytes);
@@ -1468,6 +1487,7 @@ class StreamWorkspaces {
   struct Entry {
     int device;
     unsigned long long stream_id;
+    cudaStream_t handle;  ///< the handle last seen with this id (looked up during a capture)
     char* ptr;
     size_t bytes;
     cudaEvent_t done;
@@ -1489,7 +1509,7 @@ class StreamWorkspaces {
       if (lru->device != cur) REPLAY_CUDA(cudaSetDevice(cur));
       entries_.erase(lru);
     }
-    Entry e{dev, id, nullptr, 0, nullptr, 0};
+    Entry e{dev, id, s, nullptr, 0, nullptr, 0};
     REPLAY_CUDA(cudaEventCreateWithFlags(&e.done, cudaEventDisableTiming));
     entries_.push_back(e);
     return &entries_.back();
