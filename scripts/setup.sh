@@ -31,6 +31,7 @@ if command -v cmake >/dev/null 2>&1; then  # CMakeLists.txt needs 3.25 (Debian 1
 fi
 need_tool g++ g++
 need_tool git git
+need_tool python3 python3  # the peers-schema test (traces/capture/peer_results.py)
 need_header eigen3/Eigen/Core libeigen3-dev
 need_header nlohmann/json.hpp nlohmann-json3-dev
 need_header CLI/CLI.hpp libcli11-dev

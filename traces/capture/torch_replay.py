@@ -22,7 +22,11 @@ strides); then
 
 Timing is the method of shared/peers/anchors.py `bench`: before every sample the L2 is flushed by
 READING a buffer twice its size (buf.sum()), CUDA events around the call alone, 25 warm-up calls,
-then --reps samples; the median and every sample are recorded (microseconds).
+then samples in batches of 10 until the harness's own stopping rule stops (>= 10 samples and
+>= 50 ms of GPU time with the 95 % CI of the median within 0.5 % of it, or 15 s; --reps N: exactly
+N samples instead); the median, every sample and why sampling stopped are recorded (microseconds).
+--results RESULTS.json also writes the peers in the harness's results schema (peer_results.py), so
+`replay compare` and `replay merge` put them beside the harness's own variants.
 
 One trace failing does not stop the others; peers.json is rewritten after every trace. Exit
 status 1 if any trace failed (an error, or a failed golden_check of the GraphModule).
@@ -44,6 +48,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tracelib import NAME_TO_DTYPE, FLOAT8_DTYPES, read_safetensors  # noqa: E402
+import peer_results  # noqa: E402
 
 PEERS_SCHEMA = "replay-peers/1"
 
@@ -227,26 +232,37 @@ def load_graph(path, device="cuda", seed=0, case=None):
 _L2_READ = None
 
 
-def bench(fn, rep=200, warmup=25):
+def bench(fn, rep=0, warmup=25):
     """Cold samples in µs (shared/peers/anchors.py bench): the L2 flushed by READING a buffer of
-    twice its size before every sample, CUDA events around `fn` alone. Returns (median, samples)."""
+    twice its size before every sample, CUDA events around `fn` alone, `warmup` calls first.
+    rep > 0: exactly `rep` samples (anchors.py); rep == 0: the harness's stopping rule
+    (peer_results.DEFAULT_RULE: batches of 10 until >= 10 samples and >= 50 ms of GPU time have a
+    95 % CI of the median within 0.5 % of it, or 15 s). Returns {"median_us", "samples_us",
+    "stop_reason", "wall_s"}."""
     global _L2_READ
     if _L2_READ is None:
         l2 = torch.cuda.get_device_properties(0).L2_cache_size
         _L2_READ = torch.ones(2 * l2 // 4, dtype=torch.float32, device="cuda")
     for _ in range(warmup):
         fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(rep)]
-    for i in range(rep):
-        _L2_READ.sum()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-    ts = sorted(samples)
-    return ts[len(ts) // 2], samples
+    samples, t0 = [], time.time()
+    while True:
+        batch = rep if rep > 0 else 10
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+        for i in range(batch):
+            _L2_READ.sum()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        samples += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        wall = time.time() - t0
+        why = "fixed_count" if rep > 0 else peer_results.stop_reason(samples, wall, peer_results.DEFAULT_RULE)
+        if why:
+            break
+    return {"median_us": round(peer_results.summarize(samples)["median_us"], 3),
+            "samples_us": [round(x, 3) for x in samples], "stop_reason": why, "wall_s": round(wall, 3)}
 
 
 def check_golden(outs, trace, golden):
@@ -282,14 +298,14 @@ def replay_one(name, trace, trace_dir, args):
     res["inputs_from"] = "golden" if sources and all(s == "golden" for s in sources) else \
         ("stats" if all(s == "stats" for s in sources) else "golden+stats")
     res["nodes"] = len(trace["nodes"])
+    res["node_ids"] = [n["id"] for n in trace["nodes"]]
     with torch.no_grad():
         outs = _as_list(gm(*inputs))
         torch.cuda.synchronize()
         res["golden_check"] = check_golden(outs, trace, golden)
         del outs
         if not args.no_time:
-            med, samples = bench(lambda: gm(*inputs), rep=args.reps, warmup=args.warmup)
-            res["pytorch_ops"] = {"median_us": round(med, 3), "samples_us": [round(s, 3) for s in samples]}
+            res["pytorch_ops"] = bench(lambda: gm(*inputs), rep=args.reps, warmup=args.warmup)
         if args.compile:
             try:
                 torch._dynamo.reset()
@@ -301,8 +317,7 @@ def replay_one(name, trace, trace_dir, args):
                 res["golden_check_compile"] = check_golden(outs, trace, golden)
                 del outs
                 if not args.no_time:
-                    med, samples = bench(lambda: cgm(*inputs), rep=args.reps, warmup=args.warmup)
-                    res["torch_compile"] = {"median_us": round(med, 3), "samples_us": [round(s, 3) for s in samples]}
+                    res["torch_compile"] = bench(lambda: cgm(*inputs), rep=args.reps, warmup=args.warmup)
             except Exception as e:
                 traceback.print_exc()
                 res["torch_compile"] = {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:500]}"}
@@ -325,7 +340,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("traces", nargs="+", help="trace files or folders (their *.json)")
     ap.add_argument("--out", required=True, help="peers JSON to write")
-    ap.add_argument("--reps", type=int, default=200, help="timed samples per measurement (default 200)")
+    ap.add_argument("--reps", type=int, default=0,
+                    help="timed samples per measurement; 0 (default): the harness's stopping rule")
+    ap.add_argument("--results", help="also write the peers as a replay-results/2 document "
+                    "(peer_results.py), for replay compare / merge and the reports")
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(gm)")
     ap.add_argument("--no-time", action="store_true", help="golden checks only")
@@ -337,14 +355,25 @@ def main():
 
     method = ("pytorch_ops: torch.fx.GraphModule with one call_function per trace node, run eagerly; "
               "torch_compile: torch.compile(gm) in the default mode, timed after a first compiling call. "
-              f"Each: {args.warmup} warm-up calls, then {args.reps} samples, each after flushing the L2 by "
+              f"Each: {args.warmup} warm-up calls, then "
+              f"{args.reps if args.reps > 0 else 'batches of 10 until the harness stopping rule stops'} samples, each after flushing the L2 by "
               "reading a float32 buffer of twice its size (buf.sum()), CUDA events around the call alone; "
               "median of the samples, in µs (shared/peers/anchors.py bench). Inputs: golden tensors where "
               "the trace has them, else normal(mean, std) clamped to [min, max] from the trace's stats "
               f"(seed {args.seed}), laid out with the recorded strides. Under torch.no_grad.")
     doc = {"schema": PEERS_SCHEMA, "torch_version": torch.__version__,
            "device": torch.cuda.get_device_name(0), "method": method,
-           "command": " ".join(["python3", "traces/capture/torch_replay.py"] + sys.argv[1:]), "traces": {}}
+           "command": " ".join(["python3", "traces/capture/torch_replay.py"] + sys.argv[1:]), "seed": args.seed,
+           "stop_rule": peer_results.DEFAULT_RULE if args.reps == 0 else {"fixed_count": args.reps},
+           "traces": {}}
+    files = {}
+
+    def write():
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+        if args.results:
+            with open(args.results, "w") as f:
+                json.dump(peer_results.to_results(doc, files), f, indent=1)
     items = []
     for path in expand_paths(args.traces):
         try:
@@ -358,6 +387,7 @@ def main():
             items += [(c["trace"]["name"], c["trace"], tdir) for c in d.get("cases", [])]
         elif d.get("schema") == "replay-trace/1":
             items.append((d.get("name", os.path.basename(path)), d, tdir))
+            files[items[-1][0]] = path
         else:
             print(f"skipping {path}: schema {d.get('schema')!r}", flush=True)
     failed = [k for k, v in doc["traces"].items() if "error" in v]
@@ -385,11 +415,9 @@ def main():
         if "error" in r:
             line = f"  ERROR {r['error']}"
         print(line[:600], flush=True)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)
+        write()
         torch.cuda.empty_cache()
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1)
+    write()
     print(f"\n{len(items) - len(failed)}/{len(items)} traces ok; wrote {args.out}", flush=True)
     if failed:
         print(f"failed: {failed}", flush=True)
