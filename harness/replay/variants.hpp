@@ -18,7 +18,9 @@ inline constexpr std::string_view kReferenceVariant = "reference";
 inline constexpr std::string_view kEagerVariant = "eager";
 
 struct VariantInfo {
-  enum Kind : uint8_t { kReference, kEager, kFusion } kind = kEager;
+  /// kPeer: an outside implementation timed with our method and read from its results
+  /// (traces/capture/peer_results.py: PyTorch op by op, torch.compile); never run by `replay run`.
+  enum Kind : uint8_t { kReference, kEager, kFusion, kPeer } kind = kEager;
   std::string name;
   Role role = Role::kAlternative;  ///< fusion variants only
   bool is_gpu() const { return kind != kReference; }

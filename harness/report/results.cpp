@@ -58,6 +58,7 @@ namespace {
 nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const Ceilings& c) {
   nlohmann::json j = {{"variant", v.variant.name}};
   if (v.variant.kind == VariantInfo::kFusion) j["role"] = role_name(v.variant.role);
+  if (v.variant.kind == VariantInfo::kPeer) j["kind"] = "peer";
   if (!v.skipped.empty()) j["skipped"] = v.skipped;
   if (v.timed()) {
     j["samples_us"] = v.samples_us;
