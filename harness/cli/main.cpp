@@ -24,6 +24,7 @@
 #include "harness/report/compare.hpp"
 #include "harness/report/markdown.hpp"
 #include "harness/report/perfetto.hpp"
+#include "harness/report/results_io.hpp"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/fusions/registry.hpp"
 #include "impls/reference/saved_inputs.hpp"
@@ -114,7 +115,7 @@ int no_traces(const std::vector<std::string>& args) {
 }
 
 int cmd_validate(const std::vector<std::string>& traces) {
-  const auto files = expand_traces(traces);
+  auto files = expand_traces(traces);
   if (files.empty()) return no_traces(traces);
   int rc = kExitOk;
   for (const auto& t : files) {
@@ -158,6 +159,31 @@ int cmd_compare(const std::string& old_path, const std::string& new_path, double
   std::cout << md;
   if (!out.empty()) write_file(out, md);
   return compare_fails(rows) ? kExitNumerics : kExitOk;
+}
+
+// `replay merge`: the shards' (and peers') results as one results.json, report.md and timeline.
+int cmd_merge(const std::vector<std::string>& inputs, const std::string& out_dir) {
+  std::vector<RunResult> parts;
+  RunResult run;
+  try {
+    for (const auto& p : inputs) parts.push_back(read_results(p));
+    run = merge_runs(parts, inputs);
+  } catch (const ResultsError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitBadInput;
+  }
+  fs::create_directories(out_dir);
+  write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
+  write_file(fs::path(out_dir) / "report.md", render_markdown(run));
+  write_file(fs::path(out_dir) / "timeline.perfetto.json", perfetto_trace(run).dump());
+  std::cout << "merged " << inputs.size() << " results (" << run.traces.size() << " traces) into "
+            << (fs::path(out_dir) / "results.json").string() << "\n";
+  const int rc = exit_code(run, false, false);
+  if (rc == kExitNumerics) std::cerr << "numerics check FAILED (see report.md)\n";
+  return rc;
 }
 
 int cmd_plan(const std::string& trace) {
@@ -206,8 +232,14 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
       std::cerr << "error: unknown variant '" << v << "' (expected one of " << known << ")\n";
       return kExitBadInput;
     }
-  const auto files = expand_traces(traces);
+  auto files = expand_traces(traces);
   if (files.empty()) return no_traces(traces);
+  const size_t traces_total = files.size();
+  if (opt.shard_count > 1) {
+    files = shard_files(files, opt.shard_index, opt.shard_count);
+    std::fprintf(stderr, "shard %zu/%zu: %zu of %zu traces\n", opt.shard_index, opt.shard_count,
+                 files.size(), traces_total);
+  }
   RunResult run;
   run.seed = opt.seed;
   run.environment = {{"git_revision", REPLAY_GIT_REVISION}};
@@ -217,6 +249,10 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
                   {"stop_rule", to_json(opt.rule)},
                   {"modes", nlohmann::json::array({"cold"})},
                   {"warmup_runs", 3}};
+  if (opt.shard_count > 1) {
+    run.run_info["shard"] = std::to_string(opt.shard_index) + "/" + std::to_string(opt.shard_count);
+    run.run_info["traces_total"] = traces_total;
+  }
   if (opt.hot) run.run_info["modes"].push_back("hot");
   if (opt.graph) run.run_info["modes"].push_back("graph");
   if (!opt.test_slowdown_us.empty()) {
@@ -335,6 +371,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
   compare->add_option("--out", cout_path, "also write the Markdown table to this file");
+  auto* merge = app.add_subcommand(
+      "merge", "join results.json files (the shards of a suite, PyTorch peers) into one run");
+  std::vector<std::string> merge_inputs;
+  std::string merge_out = "reports/merged";
+  merge->add_option("results", merge_inputs, "results.json files")->required();
+  merge->add_option("--out", merge_out, "output folder")->capture_default_str();
   auto* run = app.add_subcommand(
       "run", "replay traces through every variant; write results.json and report.md");
   std::vector<std::string> rtraces;
@@ -376,6 +418,10 @@ int main(int argc, char** argv) {
                   "measured, the one compare judges), hot (back to back, L2 warm), graph (the "
                   "replay captured into one CUDA graph, cold)")
       ->capture_default_str();
+  std::string shard_spec;
+  run->add_option("--shard", shard_spec,
+                  "I/N: run share I (0-based) of N of the traces (sorted by path, every N-th), "
+                  "for a CI matrix; `replay merge` joins the shards' results");
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
   run->add_option("--reference-budget", opt.reference_budget_s,
@@ -395,6 +441,7 @@ int main(int argc, char** argv) {
     if (*validate) return cmd_validate(vtraces);
     if (*plan) return cmd_plan(ptrace);
     if (*compare) return cmd_compare(cold, cnew, threshold_pct, cout_path);
+    if (*merge) return cmd_merge(merge_inputs, merge_out);
     if (*run) {
       bool given = !variants_csv.empty();
       if (given) {
@@ -408,6 +455,14 @@ int main(int argc, char** argv) {
         }
       }
       opt.cupti = !no_cupti;
+      if (!shard_spec.empty()) {
+        try {
+          std::tie(opt.shard_index, opt.shard_count) = parse_shard(shard_spec);
+        } catch (const std::invalid_argument& e) {
+          std::cerr << "error: " << e.what() << "\n";
+          return kExitBadInput;
+        }
+      }
       opt.hot = opt.graph = false;
       {
         std::stringstream ss(modes_csv);

@@ -59,6 +59,8 @@ const char* stop_reason_name(StopReason r) {
       return "timeout";
     case StopReason::kMaxSamples:
       return "max_samples";
+    case StopReason::kFixedCount:
+      return "fixed_count";
     default:
       return "running";
   }

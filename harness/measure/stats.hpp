@@ -46,10 +46,11 @@ struct StopRule {
   double min_clock_ratio = 0.75;
 };
 
-/// Why a timing loop stopped: kNone while it must go on.
-enum class StopReason { kNone, kConverged, kTimeout, kMaxSamples };
+/// Why a timing loop stopped: kNone while it must go on. kFixedCount: a fixed number of samples
+/// was asked for (peers timed with torch_replay.py --reps N), no rule applied.
+enum class StopReason { kNone, kConverged, kTimeout, kMaxSamples, kFixedCount };
 
-/// "converged" | "timeout" | "max_samples" | "running".
+/// "converged" | "timeout" | "max_samples" | "fixed_count" | "running".
 const char* stop_reason_name(StopReason r);
 
 /// The rule applied to the kept samples so far after `wall_s` seconds: kConverged once there are

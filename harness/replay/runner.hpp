@@ -23,6 +23,9 @@ struct RunOptions {
   /// (the replay captured into one graph, launched per cold sample), each with the same rule.
   bool hot = true;
   bool graph = true;
+  /// `replay run --shard I/N`: this run takes share I (0-based) of N of the traces
+  /// (shard_files, harness/report/results_io.hpp); 1 shard: all of them.
+  size_t shard_index = 0, shard_count = 1;
   /// Test only: a spin kernel of this many µs added to every timed replay of the named variant,
   /// to prove that `replay compare` catches a slower variant. Recorded in results.json.
   std::map<std::string, double> test_slowdown_us;
