@@ -22,6 +22,7 @@
 #include "harness/replay/runner.hpp"
 #include "harness/replay/variants.hpp"
 #include "harness/report/compare.hpp"
+#include "harness/report/html.hpp"
 #include "harness/report/markdown.hpp"
 #include "harness/report/perfetto.hpp"
 #include "harness/report/results_io.hpp"
@@ -179,6 +180,7 @@ int cmd_merge(const std::vector<std::string>& inputs, const std::string& out_dir
   write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
   write_file(fs::path(out_dir) / "report.md", render_markdown(run));
   write_file(fs::path(out_dir) / "timeline.perfetto.json", perfetto_trace(run).dump());
+  write_file(fs::path(out_dir) / "report.html", render_html(run));
   std::cout << "merged " << inputs.size() << " results (" << run.traces.size() << " traces) into "
             << (fs::path(out_dir) / "results.json").string() << "\n";
   const int rc = exit_code(run, false, false);
@@ -297,6 +299,7 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
     write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
     write_file(fs::path(out_dir) / "report.md", render_markdown(run));
     write_file(fs::path(out_dir) / "timeline.perfetto.json", perfetto_trace(run).dump());
+    write_file(fs::path(out_dir) / "report.html", render_html(run));
   };
   const auto started = std::chrono::steady_clock::now();
   for (size_t i = 0; i < files.size(); ++i) {

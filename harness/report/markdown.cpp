@@ -46,14 +46,7 @@ std::string cupti_cell(const VariantResult& v) {
          fmt_num(v.cupti->span_us, 2);
 }
 
-// One row of a region's table.
-struct VariantRow {
-  const RegionResult* region;
-  const VariantResult* v;
-  const Ceilings* ceilings;
-};
-
-std::vector<Column<VariantRow>> variant_columns() {
+std::vector<Column<VariantRow>> make_variant_columns() {
   auto timed = [](auto f) {
     return [f](const VariantRow& r) { return r.v->timed() ? f(r) : std::string("–"); };
   };
@@ -95,6 +88,11 @@ std::vector<Column<VariantRow>> variant_columns() {
 
 }  // namespace
 
+const std::vector<Column<VariantRow>>& variant_columns() {
+  static const auto columns = make_variant_columns();
+  return columns;
+}
+
 std::string render_markdown(const RunResult& r) {
   std::string md = "# Replay report\n\n";
   const nlohmann::json env = r.environment.is_object() ? r.environment : nlohmann::json::object();
@@ -120,7 +118,7 @@ std::string render_markdown(const RunResult& r) {
         std::string(overall == Verdict::kFail ? "**FAIL**" : verdict_name(overall)) + " (" +
         std::to_string(yes) + " comparisons made, " + std::to_string(no) + " not compared)\n";
 
-  static const auto columns = variant_columns();
+  const auto& columns = variant_columns();
   for (const auto& t : r.traces) {
     const Verdict tv = t.verdict();
     const auto [yes_t, no_t] = t.compared_and_not();
