@@ -19,6 +19,7 @@
 #include "harness/cli/exit_codes.hpp"
 #include "harness/measure/gpu_state.hpp"
 #include "harness/measure/timing.hpp"
+#include "harness/replay/repro.hpp"
 #include "harness/replay/runner.hpp"
 #include "harness/replay/variants.hpp"
 #include "harness/report/compare.hpp"
@@ -374,6 +375,18 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
   compare->add_option("--out", cout_path, "also write the Markdown table to this file");
+  auto* repro = app.add_subcommand(
+      "repro", "write a reproducer bundle of one region of a trace (or of the whole graph)");
+  std::string repro_trace, repro_region, repro_variant, repro_out, repro_seed = "0";
+  repro->add_option("trace", repro_trace, "trace file")->required();
+  repro
+      ->add_option("--region", repro_region,
+                   "region index (`replay plan` lists them), or `trace` for the whole graph")
+      ->required();
+  repro->add_option("--variant", repro_variant, "the variant the bundle is about (recorded)");
+  repro->add_option("--seed", repro_seed, "seed of the original run's generated inputs")
+      ->capture_default_str();
+  repro->add_option("--out", repro_out, "bundle folder (default reports/repro/<trace>-r<region>)");
   auto* merge = app.add_subcommand(
       "merge", "join results.json files (the shards of a suite, PyTorch peers) into one run");
   std::vector<std::string> merge_inputs;
@@ -425,6 +438,9 @@ int main(int argc, char** argv) {
   run->add_option("--shard", shard_spec,
                   "I/N: run share I (0-based) of N of the traces (sorted by path, every N-th), "
                   "for a CI matrix; `replay merge` joins the shards' results");
+  bool no_repro = false;
+  run->add_flag("--no-repro", no_repro,
+                "do not write a reproducer bundle (OUT/repro/) for each numerics failure");
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
   run->add_option("--reference-budget", opt.reference_budget_s,
@@ -445,6 +461,42 @@ int main(int argc, char** argv) {
     if (*plan) return cmd_plan(ptrace);
     if (*compare) return cmd_compare(cold, cnew, threshold_pct, cout_path);
     if (*merge) return cmd_merge(merge_inputs, merge_out);
+    if (*repro) {
+      ReproRequest req;
+      req.trace_path = repro_trace;
+      req.variant = repro_variant;
+      if (repro_region != "trace") {
+        try {
+          size_t used = 0;
+          req.region = std::stoi(repro_region, &used);
+          if (used != repro_region.size() || req.region < 0) throw std::invalid_argument("");
+        } catch (const std::exception&) {
+          std::cerr << "error: --region " << repro_region
+                    << ": expected a region index (0, 1, ...) or `trace`\n";
+          return kExitBadInput;
+        }
+      }
+      char* end = nullptr;
+      errno = 0;
+      req.seed = std::strtoull(repro_seed.c_str(), &end, 10);
+      if (repro_seed.empty() || !std::isdigit(static_cast<unsigned char>(repro_seed[0])) ||
+          *end != '\0' || errno == ERANGE) {
+        std::cerr << "error: --seed " << repro_seed << " is not an integer in [0, 2^64-1]\n";
+        return kExitBadInput;
+      }
+      req.out_dir = !repro_out.empty()
+                        ? repro_out
+                        : "reports/repro/" + fs::path(repro_trace).stem().string() + "-" +
+                              (req.region < 0 ? "trace" : "r" + std::to_string(req.region));
+      try {
+        const std::string bundle = make_repro(req);
+        std::cout << "wrote " << bundle << " (and repro.json, README.md, repro.py beside it)\n";
+        return kExitOk;
+      } catch (const ReproError& e) {
+        std::cerr << "error: " << e.what() << "\n";
+        return kExitBadInput;
+      }
+    }
     if (*run) {
       bool given = !variants_csv.empty();
       if (given) {
@@ -458,6 +510,7 @@ int main(int argc, char** argv) {
         }
       }
       opt.cupti = !no_cupti;
+      if (!no_repro) opt.repro_dir = (fs::path(out_dir) / "repro").string();
       if (!shard_spec.empty()) {
         try {
           std::tie(opt.shard_index, opt.shard_count) = parse_shard(shard_spec);

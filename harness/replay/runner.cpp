@@ -1,5 +1,7 @@
 #include "harness/replay/runner.hpp"
 
+#include "harness/replay/repro.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -203,6 +205,40 @@ std::string gib(double bytes) {
   return buf;
 }
 
+// A reproducer bundle of a failing (row, variant), or why none was written.
+std::string write_failure_repro(const Graph& g, const Plan& plan,
+                                const std::map<int, HostTensor>& ref,
+                                const std::vector<NumericsBounds>& defaults, int region,
+                                const std::string& variant, const RunOptions& opt,
+                                const std::string& file, const VariantResult& v) {
+  ReproRequest req;
+  req.trace_path = file;
+  req.region = region;
+  req.variant = variant;
+  req.seed = opt.seed;
+  req.max_bytes = 64.0 * 1024 * 1024;  // automatic bundles stay small; `replay repro` allows more
+  req.out_dir =
+      (std::filesystem::path(opt.repro_dir) /
+       (g.name + "-" + (region < 0 ? "trace" : "r" + std::to_string(region)) + "-" + variant))
+          .string();
+  for (const auto& n : v.numerics)
+    if (!n.pass()) {
+      req.why = variant + " failed numerics on " + n.value + ": " + n.failure();
+      break;
+    }
+  try {
+    std::ifstream f(file);
+    const nlohmann::json doc = nlohmann::json::parse(f);
+    std::map<int, NumericsBounds> bounds;
+    for (size_t i = 0; i < g.values.size(); ++i)
+      bounds[static_cast<int>(i)] = output_bounds(g, plan, defaults, static_cast<int>(i));
+    write_repro(req, doc, g, plan, ref, bounds);
+    return req.out_dir;
+  } catch (const std::exception& e) {
+    return std::string("not written: ") + e.what();
+  }
+}
+
 // The GPU part of one trace: per variant a poisoned run checked against the reference, then cold
 // timing; CUPTI passes only after every variant is timed, so no timing runs with the profiler
 // attached (trace_kernels detaches it when done).
@@ -233,6 +269,9 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
       for (int out : whole_row ? g.outputs : plan.regions[r].outputs)
         v.numerics.push_back(check_numerics(g.values[out].name, prog.download(out, ctx.stream),
                                             ref.at(out), output_bounds(g, plan, bounds, out)));
+      if (v.verdict() == Verdict::kFail && !opt.repro_dir.empty())
+        v.repro = write_failure_repro(g, plan, ref, bounds, whole_row ? -1 : r, variant.name, opt,
+                                      tr.file, v);
       if (v.skipped.empty()) {
         const auto slow = opt.test_slowdown_us.find(variant.name);
         const double slow_us = slow == opt.test_slowdown_us.end() ? 0 : slow->second;

@@ -26,6 +26,10 @@ struct RunOptions {
   /// `replay run --shard I/N`: this run takes share I (0-based) of N of the traces
   /// (shard_files, harness/report/results_io.hpp); 1 shard: all of them.
   size_t shard_index = 0, shard_count = 1;
+  /// Where a reproducer bundle (harness/replay/repro.hpp) is written for every (row, variant)
+  /// that fails its numerics: <repro_dir>/<trace>-r<region>-<variant>/ (up to 64 MiB of tensors;
+  /// larger ones say why not); empty: none.
+  std::string repro_dir;
   /// Test only: a spin kernel of this many µs added to every timed replay of the named variant,
   /// to prove that `replay compare` catches a slower variant. Recorded in results.json.
   std::map<std::string, double> test_slowdown_us;

@@ -25,7 +25,9 @@ std::string numerics_cell(const VariantResult& v) {
   std::string prefix = v.skipped.empty() ? "" : "skipped: " + v.skipped + "; ";
   if (v.numerics.empty()) return prefix + "not compared";
   for (const auto& n : v.numerics)
-    if (!n.pass()) return prefix + "**FAIL** `" + n.value + "`: " + n.failure();
+    if (!n.pass())
+      return prefix + "**FAIL** `" + n.value + "`: " + n.failure() +
+             (v.repro.empty() ? "" : "; reproducer: " + v.repro);
   double rel = 0, ratio = 0, share = 0, ulps = 0;
   for (const auto& n : v.numerics) {
     rel = std::max(rel, n.rel_l2);

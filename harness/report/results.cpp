@@ -84,6 +84,7 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
   nlohmann::json nums = nlohmann::json::array();
   for (const auto& n : v.numerics) nums.push_back(to_json(n));
   j["numerics"] = nums;
+  if (!v.repro.empty()) j["repro"] = v.repro;
   j["verdict"] = verdict_name(v.verdict());
   if (v.cupti) {
     nlohmann::json ks = nlohmann::json::array();

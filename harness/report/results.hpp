@@ -49,6 +49,9 @@ struct VariantResult {
   size_t discarded_slow_clock = 0;
   double clock_floor_mhz = 0;
   std::vector<NumericsResult> numerics;  ///< one per checked output
+  /// After a numerics failure: the reproducer bundle's folder (replay run --repro-dir), or why
+  /// none was written; empty otherwise.
+  std::string repro;
   std::optional<CuptiSummary> cupti;
   bool timed() const { return !samples_us.empty(); }
   /// Not compared when no output was checked (a skipped variant, the reference itself).

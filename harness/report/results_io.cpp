@@ -220,6 +220,7 @@ VariantResult read_variant(const JNode& v) {
     }
   }
   for (const JNode& n : v.at("numerics").items()) r.numerics.push_back(read_numerics(n));
+  r.repro = v.str_or("repro", "");
   if (v.has("cupti")) r.cupti = read_cupti(v.at("cupti"));
   return r;
 }

@@ -22,7 +22,8 @@ struct ResultsError : std::runtime_error {
 /// one) describes; `file` is only named in errors. Every field to_json writes is read back;
 /// derived ones (verdicts, sol_us, sol_pct, "pass") are recomputed from the rest; a non-finite
 /// number that to_json wrote as null reads as +infinity (the numerics' error measures, the only
-/// fields that can be non-finite, are magnitudes: an infinite error is what null stands for). A variant's kind comes from its name
+/// fields that can be non-finite, are magnitudes: an infinite error is what null stands for). A
+/// variant's kind comes from its name
 /// ("reference", "eager"), its "kind" ("peer") or else it is a fusion variant with its "role".
 /// Throws ResultsError for another schema, a missing field or a field of the wrong type.
 RunResult results_from_json(const nlohmann::json& j, const std::string& file);

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -28,10 +29,9 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
   if (!header.is_object())
     throw TraceError(path, "", "expected the safetensors header to be an object");
   static const std::map<std::string, DType> kDt = {
-      {"F32", DType::kFloat32},   {"F64", DType::kFloat64}, {"F16", DType::kFloat16},
-      {"BF16", DType::kBFloat16}, {"I64", DType::kInt64},   {"I32", DType::kInt32},
-      {"BOOL", DType::kBool},     {"F8_E4M3", DType::kFloat8E4M3},
-      {"F8_E5M2", DType::kFloat8E5M2}};
+      {"F32", DType::kFloat32},   {"F64", DType::kFloat64},        {"F16", DType::kFloat16},
+      {"BF16", DType::kBFloat16}, {"I64", DType::kInt64},          {"I32", DType::kInt32},
+      {"BOOL", DType::kBool},     {"F8_E4M3", DType::kFloat8E4M3}, {"F8_E5M2", DType::kFloat8E5M2}};
   std::map<std::string, HostTensor> out;
   const size_t base = 8 + hlen;
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -67,6 +67,36 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
     out[it.key()] = unpack(bytes, m);
   }
   return out;
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
+  static const std::map<DType, const char*> kName = {
+      {DType::kFloat32, "F32"},   {DType::kFloat64, "F64"},        {DType::kFloat16, "F16"},
+      {DType::kBFloat16, "BF16"}, {DType::kInt64, "I64"},          {DType::kInt32, "I32"},
+      {DType::kBool, "BOOL"},     {DType::kFloat8E4M3, "F8_E4M3"}, {DType::kFloat8E5M2, "F8_E5M2"}};
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<uint8_t> data;
+  for (const auto& [name, t] : tensors) {
+    const auto dt = kName.find(t.meta.dtype);
+    if (dt == kName.end())
+      throw std::runtime_error(path + ": tensor '" + name + "': dtype " +
+                               std::string(dtype_name(t.meta.dtype)) + " has no safetensors name");
+    TensorMeta layout{t.meta.shape, contiguous_strides(t.meta.shape), t.meta.dtype};
+    const std::vector<uint8_t> bytes = pack(t, layout);
+    header[name] = {{"dtype", dt->second},
+                    {"shape", t.meta.shape},
+                    {"data_offsets", {data.size(), data.size() + bytes.size()}}};
+    data.insert(data.end(), bytes.begin(), bytes.end());
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // the format pads the header to a multiple of 8
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": cannot open for writing");
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  if (!f) throw std::runtime_error(path + ": write failed");
 }
 
 }  // namespace replay

@@ -14,4 +14,9 @@ namespace replay {
 /// missing file, a bad header, an unknown dtype or out-of-range offsets.
 std::map<std::string, HostTensor> read_safetensors(const std::string& path);
 
+/// Write `tensors` (name -> values, each stored contiguous in its meta's dtype, which must be one
+/// read_safetensors reads) as a safetensors file at `path`, names in sorted order. Throws
+/// std::runtime_error naming the path when it cannot be written.
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors);
+
 }  // namespace replay
