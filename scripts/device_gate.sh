@@ -47,3 +47,14 @@ timeout 150 python3 traces/capture/torch_replay.py $small --out "$OUT/peers.json
   --results "$OUT/peers_results.json" > "$OUT/peers.log" 2>&1
 echo "peers rc=$? wall $((SECONDS - t0)) s"; tail -2 "$OUT/peers.log"
 cp reports/baselines/h100/results.json "$OUT/baseline_results.json"
+# The peers joined to our rows (replay merge), and the HTML report of that.
+"$BUILD/replay" merge "$OUT/A/results.json" "$OUT/peers_results.json" --out "$OUT/merged" > /dev/null 2>&1
+echo "merge A + peers rc=$?"
+# A reproducer bundle replayed on the GPU and in PyTorch alone.
+"$BUILD/replay" repro traces/nanogpt_layernorm_train_bwd_2x8x1600.json --region 0 --variant optimized \
+  --out "$OUT/bundle" > /dev/null && "$BUILD/replay" run "$OUT"/bundle/*_r0.json --modes cold \
+  --out "$OUT/bundle_run" > "$OUT/bundle_run.log" 2>&1
+echo "bundle replay rc=$?"; grep -E "optimized|golden" "$OUT/bundle_run.log" | head -3
+(cd "$OUT/bundle" && timeout 120 python3 repro.py > ../bundle_repro_py.log 2>&1); echo "repro.py rc=$?"
+tail -4 "$OUT/bundle_repro_py.log"
+du -sh "$OUT"/*/ 2>/dev/null | sort -h | tail -3
