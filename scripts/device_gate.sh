@@ -58,3 +58,7 @@ echo "bundle replay rc=$?"; grep -E "optimized|golden" "$OUT/bundle_run.log" | h
 (cd "$OUT/bundle" && timeout 120 python3 repro.py > ../bundle_repro_py.log 2>&1); echo "repro.py rc=$?"
 tail -4 "$OUT/bundle_repro_py.log"
 du -sh "$OUT"/*/ 2>/dev/null | sort -h | tail -3
+# One archive of everything (the device tool brings back a limited number of files).
+tar czf /tmp/device_gate.tgz -C "$OUT" . && rm -rf "$OUT"/A "$OUT"/B "$OUT"/C "$OUT"/merged "$OUT"/bundle "$OUT"/bundle_run &&
+  mv /tmp/device_gate.tgz "$OUT/all.tgz"
+ls "$OUT"
