@@ -4,8 +4,8 @@
 #   bash scripts/gate.sh [--update] [--out DIR] [--threshold PCT] [TRACE...]
 # Baseline: reports/baselines/<kind>/results.json, <kind> from the GPU's name (h100, h200, ...;
 # GATE_KIND overrides). Traces: the ones given, else the files the baseline measured (so the gate
-# runs what the baseline ran). Runs `replay run --modes cold` (what compare judges) into DIR
-# (default reports/gate), then `replay compare BASELINE DIR/results.json --threshold PCT`
+# runs what the baseline ran). Runs `replay run --modes cold,graph` (compare judges the cold times,
+# and a launch-bound row's CUDA-graph times) into DIR (default reports/gate), then `replay compare BASELINE DIR/results.json --threshold PCT`
 # (default 5) into DIR/compare.md. Exit status: compare's (0 pass; 1 a SLOWER beyond the
 # threshold or a numerics regression), or run's when the run itself failed (2 bad input, 3 no
 # GPU, 4 runtime). --update: after a run that passed its numerics, copy DIR/results.json over the
@@ -41,7 +41,7 @@ if ((${#traces[@]} == 0)); then
   [ -f "$baseline" ] || { echo "error: --update without a baseline needs TRACE arguments" >&2; exit 2; }
   mapfile -t traces < <(python3 -c 'import json,sys; [print(t["file"]) for t in json.load(open(sys.argv[1]))["traces"]]' "$baseline")
 fi
-"$BUILD/replay" run "${traces[@]}" --modes cold --out "$out"
+"$BUILD/replay" run "${traces[@]}" --modes cold,graph --out "$out"
 rc=$?
 if ((rc != 0)); then
   echo "gate: replay run exited $rc (see $out/report.md)" >&2

@@ -139,7 +139,7 @@ int cmd_validate(const std::vector<std::string>& traces) {
 // `replay compare OLD NEW`: exit 1 on any SLOWER beyond the threshold or any numerics
 // regression, 2 when a file is missing or not a results.json.
 int cmd_compare(const std::string& old_path, const std::string& new_path, double threshold_pct,
-                const std::string& out) {
+                double min_change_us, const std::string& out) {
   auto read = [](const std::string& p) {
     std::ifstream f(p);
     if (!f) throw TraceError(p, "", "cannot open the results file");
@@ -151,6 +151,7 @@ int cmd_compare(const std::string& old_path, const std::string& new_path, double
   };
   CompareOptions opt;
   opt.threshold = threshold_pct / 100;
+  opt.min_change_us = min_change_us;
   std::vector<CompareRow> rows;
   try {
     rows = compare_runs(read(old_path), read(new_path), opt);
@@ -375,6 +376,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1000.0));
   compare->add_option("--out", cout_path, "also write the Markdown table to this file");
+  double min_change_us = CompareOptions{}.min_change_us;
+  compare
+      ->add_option("--min-change-us", min_change_us,
+                   "a median that moved by at most this many µs is SAME (timing resolution "
+                   "between processes)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   auto* repro = app.add_subcommand(
       "repro", "write a reproducer bundle of one region of a trace (or of the whole graph)");
   std::string repro_trace, repro_region, repro_variant, repro_out, repro_seed = "0";
@@ -459,7 +467,7 @@ int main(int argc, char** argv) {
     if (*list) return cmd_list(traces_dir);
     if (*validate) return cmd_validate(vtraces);
     if (*plan) return cmd_plan(ptrace);
-    if (*compare) return cmd_compare(cold, cnew, threshold_pct, cout_path);
+    if (*compare) return cmd_compare(cold, cnew, threshold_pct, min_change_us, cout_path);
     if (*merge) return cmd_merge(merge_inputs, merge_out);
     if (*repro) {
       ReproRequest req;

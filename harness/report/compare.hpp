@@ -25,6 +25,10 @@ struct CompareOptions {
   /// between processes (H200: the same binary's eager 2x8x1600 replay measured 28.5 and 30.8 µs
   /// in two back-to-back runs). Such a row needs 3x the threshold to be SLOWER or FASTER.
   double launch_bound_share = 0.8;
+  /// A change of the median by at most this many µs is SAME whatever its share: between two
+  /// processes on one H100, kernels of 10-16 µs moved by up to 1.0 µs (8.9 %) with nothing
+  /// changed (reports/baselines/h100/README.md), beyond what the samples of one run can show.
+  double min_change_us = 1.5;
 };
 
 /// One (trace, row, variant) in either run.
@@ -37,10 +41,15 @@ struct CompareRow {
   std::string old_numerics, new_numerics;  ///< "PASS", "FAIL", "not compared", or ""
   bool numerics_regressed = false;         ///< FAIL now, where it was not FAIL before
   bool launch_bound = false;               ///< see CompareOptions::launch_bound_share
+  /// A launch-bound row judged on its CUDA-graph samples (both runs have them): change, p and
+  /// verdict are the graph's; the medians shown stay the cold ones.
+  bool judged_on_graph = false;
 };
 
-/// Rows of both runs. A row without samples in either run is "not timed". Verdict per timed row:
-/// SAME when |change| <= threshold (3x the threshold for a launch-bound row); otherwise SLOWER or
+/// Rows of both runs. A row without samples in either run is "not timed". A launch-bound row
+/// with CUDA-graph samples in both runs is judged on those. Verdict per timed row: SAME when
+/// |change| <= threshold (3x the threshold for a launch-bound row judged on its cold samples) or
+/// the medians differ by at most min_change_us; otherwise SLOWER or
 /// FASTER when the rank test rejects equal distributions at `alpha`, else UNSURE (a change that
 /// the noise does not support). Throws std::invalid_argument for a document that is not a
 /// results.json of this schema.

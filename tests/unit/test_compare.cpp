@@ -140,3 +140,40 @@ TEST(Compare, BackToBackH200RunsPassAndASlowedVariantFails) {
   }
   EXPECT_EQ(slower, 4);
 }
+
+// A move of at most min_change_us (1.5 µs) is SAME whatever its share: the H100 gate runs moved
+// 10-16 µs kernels by up to 1.0 µs between two processes with nothing changed.
+TEST(Compare, SmallAbsoluteChangesAreSame) {
+  EXPECT_EQ(verdict_of(samples(11.17, 0.002), samples(12.16, 0.002)), Change::kSame);    // +8.9 %
+  EXPECT_EQ(verdict_of(samples(11.17, 0.002), samples(16.17, 0.002)), Change::kSlower);  // +5 µs
+  CompareOptions strict;
+  strict.min_change_us = 0;
+  auto rows =
+      compare_runs(run_with(samples(11.17, 0.002)), run_with(samples(12.16, 0.002)), strict);
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);
+}
+
+// A launch-bound row (host enqueue >= 80 % of its GPU time) is judged on its CUDA-graph samples
+// where both runs have them: the cold time tracks the host's launch rate, the graph's does not.
+TEST(Compare, LaunchBoundRowsAreJudgedOnTheirGraphTimes) {
+  auto with_graph = [](double cold, double host, double graph) {
+    json r = run_with(samples(cold, 0.005), "PASS", host);
+    r["traces"][0]["regions"][0]["variants"][0]["graph"] = {{"samples_us", samples(graph, 0.005)}};
+    return r;
+  };
+  // Cold +34 % with the host 27 % slower (H100, SwiGLU MLP bwd eager), graph unchanged: SAME.
+  auto rows = compare_runs(with_graph(74.4, 105, 60), with_graph(99.8, 134, 60.2), {});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].launch_bound);
+  EXPECT_TRUE(rows[0].judged_on_graph);
+  EXPECT_EQ(rows[0].verdict, Change::kSame);
+  EXPECT_DOUBLE_EQ(rows[0].old_median_us, summarize(samples(74.4, 0.005)).median);  // shown: cold
+  // The graph itself 20 % slower: SLOWER, said to be judged on the graph.
+  rows = compare_runs(with_graph(74.4, 105, 60), with_graph(75, 105, 72), {});
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);
+  EXPECT_NE(render_compare(rows, {}).find("(launch-bound: CUDA graph)"), std::string::npos);
+  // Without graph samples in one run: the cold samples with 3x the threshold, as before.
+  rows = compare_runs(run_with(samples(74.4, 0.005), "PASS", 105), with_graph(99.8, 134, 60), {});
+  EXPECT_FALSE(rows[0].judged_on_graph);
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);  // +34 % > 15 %
+}
