@@ -5,8 +5,8 @@
 # Baseline: reports/baselines/<kind>/results.json, <kind> from the GPU's name (h100, h200, ...;
 # GATE_KIND overrides). Traces: the ones given, else the files the baseline measured (so the gate
 # runs what the baseline ran). Runs `replay run --modes cold,graph` (compare judges the cold times,
-# and a launch-bound row's CUDA-graph times) into DIR (default reports/gate), then `replay compare BASELINE DIR/results.json --threshold PCT`
-# (default 5) into DIR/compare.md. Exit status: compare's (0 pass; 1 a SLOWER beyond the
+# and a launch-bound row's CUDA-graph times) into DIR (default reports/gate), then
+# `replay compare BASELINE DIR/results.json --threshold PCT` (default 5) into DIR/compare.md. Exit status: compare's (0 pass; 1 a SLOWER beyond the
 # threshold or a numerics regression), or run's when the run itself failed (2 bad input, 3 no
 # GPU, 4 runtime). --update: after a run that passed its numerics, copy DIR/results.json over the
 # baseline (commit it with a note of why).
