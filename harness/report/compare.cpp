@@ -145,6 +145,20 @@ std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohma
         r.verdict = r.change > 0 ? Change::kSlower : Change::kFaster;
       else
         r.verdict = Change::kUnsure;
+      // A cold change the CUDA graph of the same replay does not show is the launch path's (the
+      // gaps between launches differ between processes), not the kernels': UNSURE.
+      if (!by_graph && (r.verdict == Change::kSlower || r.verdict == Change::kFaster) &&
+          !e.graph_samples.empty() && !n.graph_samples.empty()) {
+        const double ga = summarize(e.graph_samples).median, gb = summarize(n.graph_samples).median;
+        const bool graph_moved = std::fabs(gb - ga) > opt.min_change_us &&
+                                 std::fabs(gb - ga) > opt.threshold * ga &&
+                                 (gb > ga) == (r.change > 0) &&
+                                 mann_whitney_p(e.graph_samples, n.graph_samples) < opt.alpha;
+        if (!graph_moved) {
+          r.verdict = Change::kUnsure;
+          r.graph_disagrees = true;
+        }
+      }
     } else {
       r.verdict = Change::kNotTimed;
     }
@@ -207,9 +221,9 @@ std::string render_compare(const std::vector<CompareRow>& rows, const CompareOpt
        [](const CompareRow& r) {
          std::string v(change_name(r.verdict));
          if (r.verdict == Change::kSlower) v = "**" + v + "**";
-         return r.judged_on_graph ? v + " (launch-bound: CUDA graph)"
-                : r.launch_bound  ? v + " (launch-bound)"
-                                  : v;
+         if (r.judged_on_graph) return v + " (launch-bound: CUDA graph)";
+         if (r.graph_disagrees) return v + " (cold only: the CUDA graph did not move)";
+         return r.launch_bound ? v + " (launch-bound)" : v;
        }},
       {"numerics old → new", false, [](const CompareRow& r) {
          std::string s = (r.old_numerics.empty() ? "–" : r.old_numerics) + " → " +

@@ -44,10 +44,16 @@ struct CompareRow {
   /// A launch-bound row judged on its CUDA-graph samples (both runs have them): change, p and
   /// verdict are the graph's; the medians shown stay the cold ones.
   bool judged_on_graph = false;
+  /// The cold samples moved beyond the threshold but the CUDA-graph samples of the same replay
+  /// (both runs have them) did not move with them: UNSURE, a change of the launch path between
+  /// processes, not of the kernels.
+  bool graph_disagrees = false;
 };
 
 /// Rows of both runs. A row without samples in either run is "not timed". A launch-bound row
-/// with CUDA-graph samples in both runs is judged on those. Verdict per timed row: SAME when
+/// with CUDA-graph samples in both runs is judged on those; any other row with them is SLOWER or
+/// FASTER only if its graph samples moved the same way (else UNSURE). Verdict per timed row: SAME
+/// when
 /// |change| <= threshold (3x the threshold for a launch-bound row judged on its cold samples) or
 /// the medians differ by at most min_change_us; otherwise SLOWER or
 /// FASTER when the rank test rejects equal distributions at `alpha`, else UNSURE (a change that

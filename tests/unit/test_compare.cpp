@@ -177,3 +177,22 @@ TEST(Compare, LaunchBoundRowsAreJudgedOnTheirGraphTimes) {
   EXPECT_FALSE(rows[0].judged_on_graph);
   EXPECT_EQ(rows[0].verdict, Change::kSlower);  // +34 % > 15 %
 }
+
+// A cold change that the CUDA graph of the same replay does not show is UNSURE (launch path
+// between processes); one the graph shows too stays SLOWER.
+TEST(Compare, ColdChangeWithoutAGraphChangeIsUnsure) {
+  auto run = [](double cold, double graph) {
+    json r = run_with(samples(cold, 0.003), "PASS", 7);
+    r["traces"][0]["regions"][0]["variants"][0]["graph"] = {{"samples_us", samples(graph, 0.003)}};
+    return r;
+  };
+  // H100 back to back: norm_bwd optimized 10.82 -> 12.32 µs cold, graph 9.9 -> 9.95 µs.
+  auto rows = compare_runs(run(10.82, 9.9), run(12.32, 9.95), {});
+  EXPECT_EQ(rows[0].verdict, Change::kUnsure);
+  EXPECT_TRUE(rows[0].graph_disagrees);
+  EXPECT_FALSE(compare_fails(rows));
+  // A 5 µs slower kernel moves both.
+  rows = compare_runs(run(10.82, 9.9), run(15.82, 14.9), {});
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);
+  EXPECT_TRUE(compare_fails(rows));
+}
