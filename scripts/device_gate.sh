@@ -13,6 +13,7 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export BUILD=${BUILD:-build}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+# results.json names the revision built (the device's copy has no .git): REPLAY_GIT_REVISION.
 if [ ! -x "$BUILD/replay" ]; then
   t0=$SECONDS
   bash scripts/setup.sh > "$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 4; }
@@ -36,7 +37,7 @@ GATE_KIND=h100 bash scripts/gate.sh --out "$OUT/B" > "$OUT/B.log" 2>&1
 echo "B (gated against A) rc=$? wall $((SECONDS - t0)) s (want 0)"
 grep -E "^Threshold|^Gate" "$OUT/B/compare.md"
 t0=$SECONDS
-"$BUILD/replay" run $small --modes cold --test-slowdown optimized:5 --out "$OUT/C" > "$OUT/C.log" 2>&1
+"$BUILD/replay" run $small --modes cold,graph --test-slowdown optimized:5 --out "$OUT/C" > "$OUT/C.log" 2>&1
 echo "C (slowed) rc=$? wall $((SECONDS - t0)) s"
 "$BUILD/replay" compare "$OUT/A/results.json" "$OUT/C/results.json" --out "$OUT/compare_AC.md" > /dev/null 2>&1
 echo "compare A -> C rc=$? (want 1)"; grep -E "^Threshold|^Gate" "$OUT/compare_AC.md"
@@ -46,7 +47,7 @@ t0=$SECONDS
 timeout 150 python3 traces/capture/torch_replay.py $realistic --out "$OUT/peers.json" \
   --results "$OUT/peers_results.json" > "$OUT/peers.log" 2>&1
 echo "peers rc=$? wall $((SECONDS - t0)) s"; tail -2 "$OUT/peers.log"
-cp reports/baselines/h100/results.json "$OUT/baseline_results.json"
+cp reports/baselines/h100/results.json.gz "$OUT/baseline_results.json.gz"
 # The peers joined to our rows (replay merge), and the HTML report of that.
 "$BUILD/replay" merge "$OUT/A/results.json" "$OUT/peers_results.json" --out "$OUT/merged" > /dev/null 2>&1
 echo "merge A + peers rc=$?"

@@ -2,7 +2,7 @@
 # The CI performance gate on a GPU host: run the gate's traces and compare with the committed
 # baseline of this GPU kind.
 #   bash scripts/gate.sh [--update] [--out DIR] [--threshold PCT] [TRACE...]
-# Baseline: reports/baselines/<kind>/results.json, <kind> from the GPU's name (h100, h200, ...;
+# Baseline: reports/baselines/<kind>/results.json.gz (gzip: the raw samples), <kind> from the GPU's name (h100, h200, ...;
 # GATE_KIND overrides). Traces: the ones given, else the files the baseline measured (so the gate
 # runs what the baseline ran). Runs `replay run --modes cold,graph` (compare judges the cold times,
 # and a launch-bound row's CUDA-graph times) into DIR (default reports/gate), then
@@ -32,14 +32,14 @@ if [ -z "${GATE_KIND:-}" ]; then
   [ -n "$name" ] || { echo "error: no GPU (nvidia-smi found none); the gate needs one" >&2; exit 3; }
   GATE_KIND=$(echo "$name" | grep -oiE '[A-Z][0-9]{2,4}' | head -1 | tr 'A-Z' 'a-z')
 fi
-baseline=reports/baselines/$GATE_KIND/results.json
+baseline=reports/baselines/$GATE_KIND/results.json.gz
 if [ ! -f "$baseline" ] && [ "$update" = 0 ]; then
   echo "error: no baseline for GPU kind '$GATE_KIND' ($baseline); create one with --update" >&2
   exit 2
 fi
 if ((${#traces[@]} == 0)); then
   [ -f "$baseline" ] || { echo "error: --update without a baseline needs TRACE arguments" >&2; exit 2; }
-  mapfile -t traces < <(python3 -c 'import json,sys; [print(t["file"]) for t in json.load(open(sys.argv[1]))["traces"]]' "$baseline")
+  mapfile -t traces < <(gzip -dc "$baseline" | python3 -c 'import json,sys; [print(t["file"]) for t in json.load(sys.stdin)["traces"]]')
 fi
 "$BUILD/replay" run "${traces[@]}" --modes cold,graph --out "$out"
 rc=$?
@@ -49,11 +49,12 @@ if ((rc != 0)); then
 fi
 if [ "$update" = 1 ]; then
   mkdir -p "$(dirname "$baseline")"
-  cp "$out/results.json" "$baseline"
+  gzip -9c "$out/results.json" > "$baseline"
   echo "gate: baseline $baseline updated"
   exit 0
 fi
-"$BUILD/replay" compare "$baseline" "$out/results.json" --threshold "$threshold" --out "$out/compare.md"
+gzip -dc "$baseline" > "$out/baseline.json"
+"$BUILD/replay" compare "$out/baseline.json" "$out/results.json" --threshold "$threshold" --out "$out/compare.md"
 rc=$?
 echo "gate: compare against $baseline exited $rc (table in $out/compare.md)"
 exit $rc
