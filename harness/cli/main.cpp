@@ -190,6 +190,21 @@ int cmd_merge(const std::vector<std::string>& inputs, const std::string& out_dir
   return rc;
 }
 
+// A 64-bit seed, exactly: no sign, no overflow, no trailing text (CLI11 would saturate). False,
+// with the error printed, otherwise.
+bool parse_seed(const std::string& s, uint64_t& seed) {
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) || *end != '\0' ||
+      errno == ERANGE) {
+    std::cerr << "error: --seed " << s << " is not an integer in [0, 2^64-1]\n";
+    return false;
+  }
+  seed = v;
+  return true;
+}
+
 int cmd_plan(const std::string& trace) {
   Graph g = load_trace(trace);
   std::cout << plan_to_json(g, make_plan(g, fusion_registry())).dump(2) << "\n";
@@ -484,14 +499,7 @@ int main(int argc, char** argv) {
           return kExitBadInput;
         }
       }
-      char* end = nullptr;
-      errno = 0;
-      req.seed = std::strtoull(repro_seed.c_str(), &end, 10);
-      if (repro_seed.empty() || !std::isdigit(static_cast<unsigned char>(repro_seed[0])) ||
-          *end != '\0' || errno == ERANGE) {
-        std::cerr << "error: --seed " << repro_seed << " is not an integer in [0, 2^64-1]\n";
-        return kExitBadInput;
-      }
+      if (!parse_seed(repro_seed, req.seed)) return kExitBadInput;
       req.out_dir = !repro_out.empty()
                         ? repro_out
                         : "reports/repro/" + fs::path(repro_trace).stem().string() + "-" +
@@ -552,16 +560,7 @@ int main(int argc, char** argv) {
           return kExitBadInput;
         }
       }
-      // A 64-bit seed, exactly: no sign, no overflow, no trailing text (CLI11 would saturate).
-      errno = 0;
-      char* end = nullptr;
-      const unsigned long long seed = std::strtoull(seed_str.c_str(), &end, 10);
-      if (seed_str.empty() || !std::isdigit(static_cast<unsigned char>(seed_str[0])) ||
-          *end != '\0' || errno == ERANGE) {
-        std::cerr << "error: --seed " << seed_str << " is not an integer in [0, 2^64-1]\n";
-        return kExitBadInput;
-      }
-      opt.seed = seed;
+      if (!parse_seed(seed_str, opt.seed)) return kExitBadInput;
       std::string cmd;
       for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
       return cmd_run(rtraces, opt, given, out_dir, cmd);
