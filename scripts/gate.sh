@@ -2,13 +2,14 @@
 # The CI performance gate on a GPU host: run the gate's traces and compare with the committed
 # baseline of this GPU kind.
 #   bash scripts/gate.sh [--update] [--out DIR] [--threshold PCT] [TRACE...]
-# Baseline: reports/baselines/<kind>/results.json.gz (gzip: the raw samples), <kind> from the GPU's name (h100, h200, ...;
-# GATE_KIND overrides). Traces: the ones given, else the files the baseline measured (so the gate
+# Baseline: reports/baselines/<kind>/results.json.gz (gzip: the raw samples), <kind> from the
+# GPU's name (h100, h100-pcie, h200, gh200, ...; GATE_KIND overrides). Traces: the ones given, else the files the baseline measured (so the gate
 # runs what the baseline ran). Runs `replay run --modes cold,graph` (compare judges the cold times,
 # and a launch-bound row's CUDA-graph times) into DIR (default reports/gate), then
-# `replay compare BASELINE DIR/results.json --threshold PCT` (default 5) into DIR/compare.md. Exit status: compare's (0 pass; 1 a SLOWER beyond the
-# threshold or a numerics regression), or run's when the run itself failed (2 bad input, 3 no
-# GPU, 4 runtime). --update: after a run that passed its numerics, copy DIR/results.json over the
+# `replay compare BASELINE DIR/results.json --threshold PCT` (default 5) into DIR/compare.md.
+# Exit status: compare's (0 pass; 1 a SLOWER beyond the threshold, a numerics regression, or a
+# baseline row missing or untimed in the run; 2 a baseline of another GPU model), or run's when
+# the run itself failed (2 bad input, 3 no GPU, 4 runtime). --update: after a run that passed its numerics, copy DIR/results.json over the
 # baseline (commit it with a note of why).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,16 @@ done
 if [ -z "${GATE_KIND:-}" ]; then
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   [ -n "$name" ] || { echo "error: no GPU (nvidia-smi found none); the gate needs one" >&2; exit 3; }
-  GATE_KIND=$(echo "$name" | grep -oiE '[A-Z][0-9]{2,4}' | head -1 | tr 'A-Z' 'a-z')
+  # "NVIDIA H100 80GB HBM3" -> h100, "NVIDIA H100 PCIe" -> h100-pcie, "NVIDIA H100 NVL" ->
+  # h100-nvl, "NVIDIA GH200 480GB" -> gh200, "NVIDIA H200" -> h200. compare also refuses a
+  # baseline whose recorded device name differs from this GPU's.
+  lower=$(echo "$name" | tr 'A-Z' 'a-z')
+  GATE_KIND=$(echo "$lower" | grep -oE '\b(gh|gb|[a-z])[0-9]{2,4}\b' | head -1)
+  [ -n "$GATE_KIND" ] || { echo "error: cannot tell the GPU kind of '$name'; set GATE_KIND" >&2; exit 2; }
+  case $lower in
+    *pcie*) GATE_KIND=$GATE_KIND-pcie ;;
+    *nvl*) GATE_KIND=$GATE_KIND-nvl ;;
+  esac
 fi
 baseline=reports/baselines/$GATE_KIND/results.json.gz
 if [ ! -f "$baseline" ] && [ "$update" = 0 ]; then

@@ -138,8 +138,8 @@ int cmd_validate(const std::vector<std::string>& traces) {
 
 // `replay compare OLD NEW`: exit 1 on any SLOWER beyond the threshold or any numerics
 // regression, 2 when a file is missing or not a results.json.
-int cmd_compare(const std::string& old_path, const std::string& new_path, double threshold_pct,
-                double min_change_us, const std::string& out) {
+int cmd_compare(const std::string& old_path, const std::string& new_path, CompareOptions opt,
+                const std::string& out) {
   auto read = [](const std::string& p) {
     std::ifstream f(p);
     if (!f) throw TraceError(p, "", "cannot open the results file");
@@ -149,9 +149,6 @@ int cmd_compare(const std::string& old_path, const std::string& new_path, double
       throw TraceError(p, "", std::string("malformed JSON: ") + e.what());
     }
   };
-  CompareOptions opt;
-  opt.threshold = threshold_pct / 100;
-  opt.min_change_us = min_change_us;
   std::vector<CompareRow> rows;
   try {
     rows = compare_runs(read(old_path), read(new_path), opt);
@@ -161,7 +158,7 @@ int cmd_compare(const std::string& old_path, const std::string& new_path, double
   const std::string md = render_compare(rows, opt);
   std::cout << md;
   if (!out.empty()) write_file(out, md);
-  return compare_fails(rows) ? kExitNumerics : kExitOk;
+  return compare_fails(rows, opt) ? kExitNumerics : kExitOk;
 }
 
 // `replay merge`: the shards' (and peers') results as one results.json, report.md and timeline.
@@ -398,6 +395,11 @@ int main(int argc, char** argv) {
                    "between processes)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  bool allow_missing = false, any_device = false;
+  compare->add_flag("--allow-missing", allow_missing,
+                    "rows of the old run missing or untimed in the new one do not fail the gate");
+  compare->add_flag("--any-device", any_device,
+                    "compare runs measured on different GPUs (an error otherwise)");
   auto* repro = app.add_subcommand(
       "repro", "write a reproducer bundle of one region of a trace (or of the whole graph)");
   std::string repro_trace, repro_region, repro_variant, repro_out, repro_seed = "0";
@@ -482,7 +484,14 @@ int main(int argc, char** argv) {
     if (*list) return cmd_list(traces_dir);
     if (*validate) return cmd_validate(vtraces);
     if (*plan) return cmd_plan(ptrace);
-    if (*compare) return cmd_compare(cold, cnew, threshold_pct, min_change_us, cout_path);
+    if (*compare) {
+      CompareOptions opt;
+      opt.threshold = threshold_pct / 100;
+      opt.min_change_us = min_change_us;
+      opt.allow_missing = allow_missing;
+      opt.allow_device_mismatch = any_device;
+      return cmd_compare(cold, cnew, opt, cout_path);
+    }
     if (*merge) return cmd_merge(merge_inputs, merge_out);
     if (*repro) {
       ReproRequest req;

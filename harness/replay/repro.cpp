@@ -145,6 +145,9 @@ nlohmann::json cut_trace(const nlohmann::json& doc, const Graph& g, const Cut& c
   out["source"] = source;
   nlohmann::json inputs = nlohmann::json::array();
   for (int v : cut.inputs) {
+    // A random node's hidden draw "<id>#uniform": the loader adds it again when it loads the cut
+    // (and draws it from the run's seed, as the original run did), so it is not listed.
+    if (g.values[v].uniform) continue;
     const TensorMeta& m = g.meta(v);
     nlohmann::json in = {{"id", g.values[v].name},
                          {"shape", m.shape},
@@ -204,11 +207,15 @@ std::string write_repro(const ReproRequest& req, const nlohmann::json& doc, cons
 
   // The inputs, rounded to their dtype as a device holds them; a value that is both an input
   // and an output of the cut (passed through) is stored once.
-  std::map<std::string, HostTensor> tensors;
+  std::map<std::string, HostTensor> tensors, draws;  // draws: random nodes' hidden inputs
   std::vector<std::string> in_names;
   for (int v : cut.inputs) {
     HostTensor t = ref.at(v);
     t.meta = {g.meta(v).shape, contiguous_strides(g.meta(v).shape), g.meta(v).dtype};
+    if (g.values[v].uniform) {  // drawn again from the seed when the bundle runs: not stored
+      draws[g.values[v].name] = std::move(t);
+      continue;
+    }
     tensors[g.values[v].name] = std::move(t);
     in_names.push_back(g.values[v].name);
   }
@@ -220,7 +227,9 @@ std::string write_repro(const ReproRequest& req, const nlohmann::json& doc, cons
   const Graph sub = load_trace((dir / trace_file).string());
   std::map<int, HostTensor> sub_in;
   const auto stored = read_safetensors((dir / golden_file).string());
-  for (int v : sub.inputs) sub_in[v] = stored.at(sub.values[v].name);
+  for (int v : sub.inputs)
+    sub_in[v] =
+        sub.values[v].uniform ? draws.at(sub.values[v].name) : stored.at(sub.values[v].name);
   const std::map<int, HostTensor> sub_ref = run_reference(sub, sub_in);
   // Pass 2: with the expected outputs.
   std::vector<std::string> all = in_names;
@@ -241,7 +250,10 @@ std::string write_repro(const ReproRequest& req, const nlohmann::json& doc, cons
   for (int v : cut.outputs)
     if (auto it = bounds.find(v); it != bounds.end()) b[g.values[v].name] = bounds_json(it->second);
   const std::string variant = req.variant.empty() ? "" : " --variants " + sh(req.variant);
-  const std::string rerun = "replay run " + sh((dir / trace_file).string()) + variant + " --out " +
+  // The seed matters to a bundle with random ops (their draws come from it) and costs nothing
+  // otherwise (the inputs are read from the bundle).
+  const std::string rerun = "replay run " + sh((dir / trace_file).string()) + " --seed " +
+                            std::to_string(req.seed) + variant + " --out " +
                             sh((dir / "out").string());
   const std::string original =
       "replay run " + sh(req.trace_path) + " --seed " + std::to_string(req.seed) + variant;
@@ -275,9 +287,17 @@ std::string write_repro(const ReproRequest& req, const nlohmann::json& doc, cons
             "them).\n"
             "- `repro.json`: seed, commands, the numerics bounds of each output.\n"
             "- `repro.py`: the region in PyTorch alone (`python3 repro.py`; needs torch only, "
-            "with `torch_replay.py`, `tracelib.py`, `peer_results.py` beside it).\n\n"
-            "Replay the bundle with the harness:\n\n    " +
-            rerun + "\n\nThe original run:\n\n    " + original + "\n";
+            "with `torch_replay.py`, `tracelib.py`, `peer_results.py` beside it).\n" +
+            (draws.empty()
+                 ? std::string()
+                 : "- Random ops: the region draws " + std::to_string(draws.size()) +
+                       " random tensor(s) from the seed as the original run did (run the bundle "
+                       "with `--seed " +
+                       std::to_string(req.seed) +
+                       "`); `repro.py` draws PyTorch's own, so outputs that depend on them "
+                       "differ there.\n") +
+            "\nReplay the bundle with the harness:\n\n    " + rerun +
+            "\n\nThe original run:\n\n    " + original + "\n";
   write_text(dir / "README.md", readme);
   write_text(dir / "repro.py", kReproPy);
   for (const auto& [file, text] : kReproPython) write_text(dir / file, text);

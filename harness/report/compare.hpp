@@ -20,15 +20,28 @@ std::string_view change_name(Change c);  ///< "SAME", "FASTER", "SLOWER", "UNSUR
 struct CompareOptions {
   double threshold = 0.05;  ///< relative change of the median below which a row is SAME
   double alpha = 0.01;      ///< significance level of the rank test
-  /// A row whose host enqueue time is at least this share of its GPU median (in either run) is
+  /// A row whose host enqueue time is at least this share of its GPU median in both runs is
   /// launch-bound: the GPU interval then also times the host's launch rate, which differs
   /// between processes (H200: the same binary's eager 2x8x1600 replay measured 28.5 and 30.8 µs
-  /// in two back-to-back runs). Such a row needs 3x the threshold to be SLOWER or FASTER.
+  /// in two back-to-back runs). Such a row is judged on its CUDA-graph samples where both runs
+  /// have them, else it needs 3x the threshold to be SLOWER or FASTER.
   double launch_bound_share = 0.8;
-  /// A change of the median by at most this many µs is SAME whatever its share: between two
-  /// processes on one H100, kernels of 10-16 µs moved by up to 1.0 µs (8.9 %) with nothing
-  /// changed (reports/baselines/h100/README.md), beyond what the samples of one run can show.
+  /// A launch-bound row whose host enqueue median grew by more than this share (and by more than
+  /// min_change_us) is not judged on its CUDA graph: the launch path itself got slower, which the
+  /// graph hides. Between two unchanged H100 processes host enqueue moved by up to 27 %.
+  double host_change_limit = 0.5;
+  /// A change of the median by at most this many µs is SAME when it is also at most
+  /// min_change_max_share of the old median: between two processes on one H100, kernels of
+  /// 10-16 µs moved by up to 1.0 µs (8.9 %) with nothing changed
+  /// (reports/baselines/h100/README.md), beyond what the samples of one run can show. The share
+  /// cap keeps a 3 µs row going to 4.5 µs (+50 %) from hiding under the floor.
   double min_change_us = 1.5;
+  double min_change_max_share = 0.25;
+  /// Rows of the old run missing from the new one, or timed before and untimed now, fail the
+  /// gate unless this is set (a gate must not pass because a trace stopped running).
+  bool allow_missing = false;
+  /// Runs measured on different GPUs (environment.device) are an error unless this is set.
+  bool allow_device_mismatch = false;
 };
 
 /// One (trace, row, variant) in either run.
@@ -41,31 +54,38 @@ struct CompareRow {
   std::string old_numerics, new_numerics;  ///< "PASS", "FAIL", "not compared", or ""
   bool numerics_regressed = false;         ///< FAIL now, where it was not FAIL before
   bool launch_bound = false;               ///< see CompareOptions::launch_bound_share
-  /// A launch-bound row judged on its CUDA-graph samples (both runs have them): change, p and
-  /// verdict are the graph's; the medians shown stay the cold ones.
+  /// A launch-bound row judged on its CUDA-graph samples (both runs have them): medians, change,
+  /// p and verdict are the graph's.
   bool judged_on_graph = false;
+  /// Host enqueue median grew beyond CompareOptions::host_change_limit: judged on cold samples.
+  bool host_regressed = false;
+  double old_host_us = 0, new_host_us = 0;  ///< host enqueue medians, µs (0: not measured)
+  /// Timed in the old run, not timed in the new one (verdict kNotTimed).
+  bool timing_lost = false;
   /// The cold samples moved beyond the threshold but the CUDA-graph samples of the same replay
   /// (both runs have them) did not move with them: UNSURE, a change of the launch path between
   /// processes, not of the kernels.
   bool graph_disagrees = false;
 };
 
-/// Rows of both runs. A row without samples in either run is "not timed". A launch-bound row
-/// with CUDA-graph samples in both runs is judged on those; any other row with them is SLOWER or
-/// FASTER only if its graph samples moved the same way (else UNSURE). Verdict per timed row: SAME
-/// when
+/// Rows of both runs, keyed by (trace name, row label, variant). A row without samples in either
+/// run is "not timed". A launch-bound row (both runs) with CUDA-graph samples in both runs is
+/// judged on those unless its host enqueue regressed; any other row with them is SLOWER or FASTER
+/// only if its graph samples moved the same way (else UNSURE). Verdict per timed row: SAME when
 /// |change| <= threshold (3x the threshold for a launch-bound row judged on its cold samples) or
-/// the medians differ by at most min_change_us; otherwise SLOWER or
+/// the medians differ by at most min_change_us and min_change_max_share; otherwise SLOWER or
 /// FASTER when the rank test rejects equal distributions at `alpha`, else UNSURE (a change that
 /// the noise does not support). Throws std::invalid_argument for a document that is not a
-/// results.json of this schema.
+/// results.json of this schema, a run that names one trace twice (different files of one name),
+/// or runs of different GPUs (unless allow_device_mismatch).
 std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohmann::json& new_run,
                                      const CompareOptions& opt);
 
 /// Markdown: a summary line and one table row per (trace, row, variant).
 std::string render_compare(const std::vector<CompareRow>& rows, const CompareOptions& opt);
 
-/// The gate: any SLOWER or any numerics regression.
-bool compare_fails(const std::vector<CompareRow>& rows);
+/// The gate: any SLOWER, any numerics regression, and (unless opt.allow_missing) any row of the
+/// old run missing from the new one or no longer timed.
+bool compare_fails(const std::vector<CompareRow>& rows, const CompareOptions& opt = {});
 
 }  // namespace replay

@@ -273,6 +273,12 @@ RunResult results_from_json(const nlohmann::json& j, const std::string& file) {
   if (s != kResultsSchema && s != "replay-results/1")
     schema.fail("expected \"" + std::string(kResultsSchema) + "\" or \"replay-results/1\", got \"" +
                 s + "\"");
+  // The first drafts of schema 1 (reports/h200-2026-11-22/) predate run info, ceilings and the
+  // numerics verdicts; their numerics used another bound model, so they cannot be read back.
+  if (s == "replay-results/1" && j.is_object() && !j.contains("run") && j.contains("numerics_pass"))
+    root.fail(
+        "an early draft of replay-results/1 (no run info, ceilings or numerics verdicts): it "
+        "cannot be read back into a run; `replay compare` still reads its timing samples");
   RunResult r;
   r.environment = root.at("environment").j;
   if (!r.environment.is_object()) root.at("environment").fail("expected an object");
@@ -331,21 +337,27 @@ RunResult merge_runs(const std::vector<RunResult>& parts, const std::vector<std:
   auto device = [](const RunResult& r) {
     return r.environment.is_object() ? r.environment.value("device", std::string()) : "";
   };
-  size_t lead = 0;  // the first part that ran our harness on a device, else the first
-  for (size_t i = 0; i < parts.size(); ++i)
-    if (!is_peers(parts[i]) && !device(parts[i]).empty()) {
-      lead = i;
-      break;
-    }
+  auto name_of = [&](size_t i) {
+    return i < names.size() ? names[i] : "part " + std::to_string(i);
+  };
+  // The lead (environment, run info, seed, ceilings): the first of our runs that ran on a device,
+  // else the first of our runs, else (peers only) the first part.
+  size_t lead = parts.size();
+  for (size_t i = 0; i < parts.size() && lead == parts.size(); ++i)
+    if (!is_peers(parts[i]) && !device(parts[i]).empty()) lead = i;
+  for (size_t i = 0; i < parts.size() && lead == parts.size(); ++i)
+    if (!is_peers(parts[i])) lead = i;
+  if (lead == parts.size()) lead = 0;
   RunResult out;
   out.environment = parts[lead].environment;
   out.run_info = parts[lead].run_info;
+  if (out.run_info.is_object()) out.run_info.erase("peers");  // the merged run is ours
   out.seed = parts[lead].seed;
   out.ceilings = parts[lead].ceilings;
   nlohmann::json from = nlohmann::json::array();
   std::set<std::string> devices;
-  std::map<std::pair<std::string, std::string>, size_t> seen;  // (name, file) -> part
-  std::map<std::string, size_t> by_name;                       // name -> index in out.traces
+  std::map<std::string, std::pair<std::string, size_t>> by_name;  // name -> (file, out index)
+  std::map<std::string, size_t> part_of;                          // name -> part
   std::vector<size_t> order;  // our runs first, then the peers that join their rows
   for (size_t i = 0; i < parts.size(); ++i)
     if (!is_peers(parts[i])) order.push_back(i);
@@ -353,37 +365,52 @@ RunResult merge_runs(const std::vector<RunResult>& parts, const std::vector<std:
     if (is_peers(parts[i])) order.push_back(i);
   for (size_t i : order) {
     const RunResult& p = parts[i];
-    const std::string name = i < names.size() ? names[i] : "part " + std::to_string(i);
+    const std::string name = name_of(i);
     from.push_back({{"file", name}, {"device", device(p)}, {"peers", is_peers(p)}});
     if (!device(p).empty()) devices.insert(device(p));
     if (!is_peers(p) && !is_peers(parts[lead]) && p.seed != out.seed)
       throw std::invalid_argument("merge: " + name + " ran with seed " + std::to_string(p.seed) +
-                                  ", " + (lead < names.size() ? names[lead] : "the first") +
-                                  " with " + std::to_string(out.seed));
+                                  ", " + name_of(lead) + " with " + std::to_string(out.seed));
     if (!p.gpu_note.empty() && out.gpu_note.find(p.gpu_note) == std::string::npos)
       out.gpu_note += (out.gpu_note.empty() ? "" : " ") + p.gpu_note;
     for (const TraceResult& t : p.traces) {
-      if (is_peers(p)) {  // join the peers' whole-graph variants to our row of the same trace
-        auto it = by_name.find(t.name);
-        if (it != by_name.end() && !t.regions.empty() && !out.traces[it->second].regions.empty()) {
-          auto& row = out.traces[it->second].regions[0].variants;
-          for (const VariantResult& v : t.regions[0].variants) {
-            for (const VariantResult& have : row)
-              if (have.variant.name == v.variant.name)
-                throw std::invalid_argument("merge: variant " + v.variant.name + " of trace " +
-                                            t.name + " appears twice (" + name + ")");
-            row.push_back(v);
-          }
-          continue;
+      auto it = by_name.find(t.name);
+      if (is_peers(p) && it != by_name.end()) {
+        // Join the peers' whole-graph variants to our row of the same trace; a peer that failed
+        // on the whole trace becomes a skipped peer variant there.
+        TraceResult& ours = out.traces[it->second.second];
+        std::vector<VariantResult> add;
+        if (!t.regions.empty()) {
+          add = t.regions[0].variants;
+        } else {
+          VariantResult failed;
+          failed.variant.kind = VariantInfo::kPeer;
+          failed.variant.name = "pytorch_ops";
+          failed.skipped = "peer failed: " + (t.error.empty() ? "no timing" : t.error);
+          add.push_back(failed);
         }
+        if (ours.regions.empty()) continue;  // our replay failed: no row to join, its error stays
+        auto& row = ours.regions[0].variants;
+        for (const VariantResult& v : add) {
+          for (const VariantResult& have : row)
+            if (have.variant.name == v.variant.name)
+              throw std::invalid_argument("merge: variant " + v.variant.name + " of trace " +
+                                          t.name + " appears twice (" + name + ")");
+          row.push_back(v);
+        }
+        continue;
       }
-      const auto key = std::make_pair(t.name, t.file);
-      if (auto s = seen.find(key); s != seen.end())
-        throw std::invalid_argument("merge: trace " + t.name + " (" + t.file + ") is in both " +
-                                    (s->second < names.size() ? names[s->second] : "a part") +
-                                    " and " + name);
-      seen[key] = i;
-      by_name.emplace(t.name, out.traces.size());
+      if (it != by_name.end()) {
+        const std::string where = name_of(part_of[t.name]);
+        if (it->second.first == t.file)
+          throw std::invalid_argument("merge: trace " + t.name + " (" + t.file + ") is in both " +
+                                      where + " and " + name);
+        throw std::invalid_argument("merge: two traces are named " + t.name + " (" +
+                                    it->second.first + " in " + where + ", " + t.file + " in " +
+                                    name + "): rows are keyed on trace names; rename one");
+      }
+      by_name.emplace(t.name, std::make_pair(t.file, out.traces.size()));
+      part_of[t.name] = i;
       out.traces.push_back(t);
     }
   }

@@ -40,13 +40,15 @@ std::pair<size_t, size_t> parse_shard(const std::string& spec);
 std::vector<std::string> shard_files(std::vector<std::string> files, size_t index, size_t count);
 
 /// The runs `parts` (shards of one suite, and peers' results) as one run, ours in the order given
-/// and then the peers:
-/// environment, run info and ceilings of the first part that has a device (else the first), with
-/// "merged_from" listing `names` and every part's device; seeds must agree (a part of peers,
-/// whose run info says "peers", is exempt); a trace (name and file) present in two parts is an
-/// error, except that a peers part's whole-graph variants join the row "trace" of the same trace
-/// name in the other parts. A gpu_note of any part is kept. Throws std::invalid_argument naming
-/// the parts that clash.
+/// and then the peers. Environment, run info (without "peers") and ceilings come from the first
+/// of our parts that ran on a device (else the first of ours, else the first part), with
+/// "merged_from" listing `names` and every part's device; the seeds of our parts must agree
+/// (parts of peers, whose run info says "peers", are exempt). A trace name present in two of our
+/// parts is an error (rows are keyed on trace names, so two files of one name clash too). A
+/// peers part's whole-graph variants join the row "trace" of the same trace name in our parts; a
+/// peer trace that failed as a whole joins it as a skipped "pytorch_ops" variant; peers of a trace
+/// whose own replay failed (no row) are dropped. A gpu_note of any part is kept. Throws
+/// std::invalid_argument naming the parts that clash.
 RunResult merge_runs(const std::vector<RunResult>& parts, const std::vector<std::string>& names);
 
 }  // namespace replay

@@ -1448,8 +1448,10 @@ class StreamWorkspaces {
               "split-reduction workspace: the stream being captured has no buffer of " +
               std::to_string(bytes) + " bytes yet (run the replay once on it before capturing)");
         e->last_use = ++clock_;
+        e->pinned = true;  // a graph now holds this pointer: never freed (see Entry::pinned)
         current_ = e;
         current_stream_ = s;
+        current_captured_ = true;
         return {reinterpret_cast<unsigned*>(e->ptr), e->ptr + kCounterBytes};
       }
       unsigned long long id = 0;
@@ -1464,21 +1466,28 @@ class StreamWorkspaces {
         void* p = nullptr;
         REPLAY_CUDA(cudaMallocAsync(&p, kCounterBytes + grown, s));
         REPLAY_CUDA(cudaMemsetAsync(p, 0, kCounterBytes, s));
-        if (e->ptr) REPLAY_CUDA(cudaFreeAsync(e->ptr, s));  // after this stream's earlier uses
+        if (e->ptr && e->pinned)
+          kept_for_graphs_.push_back(e->ptr);  // a captured graph still reads it
+        else if (e->ptr)
+          REPLAY_CUDA(cudaFreeAsync(e->ptr, s));  // after this stream's earlier uses
         e->ptr = static_cast<char*>(p);
         e->bytes = grown;
+        e->pinned = false;
       }
       current_ = e;
       current_stream_ = s;
+      current_captured_ = false;
       return {reinterpret_cast<unsigned*>(e->ptr), e->ptr + kCounterBytes};
     } catch (...) {
       mu_.unlock();
       throw;
     }
   }
-  // After the launches that use the lease: marks the buffer's last use, unlocks.
+  // After the launches that use the lease: marks the buffer's last use (not inside a capture: an
+  // event recorded there belongs to the graph and cannot be waited on later), unlocks.
   void release() {
-    const cudaError_t err = cudaEventRecord(current_->done, current_stream_);
+    const cudaError_t err =
+        current_captured_ ? cudaSuccess : cudaEventRecord(current_->done, current_stream_);
     mu_.unlock();
     if (err != cudaSuccess) throw_cuda(err, "cudaEventRecord", __FILE__, __LINE__);
   }
@@ -1492,6 +1501,9 @@ class StreamWorkspaces {
     size_t bytes;
     cudaEvent_t done;
     uint64_t last_use;
+    /// Used by a stream capture: a CUDA graph holds `ptr`, and nothing tells us when the graph
+    /// is destroyed, so the buffer is never freed (kept_for_graphs_ when replaced or evicted).
+    bool pinned;
   };
   static constexpr size_t kMaxEntries = 16;
 
@@ -1503,13 +1515,17 @@ class StreamWorkspaces {
       int cur = dev;
       if (lru->device != dev) REPLAY_CUDA(cudaSetDevice(lru->device));
       cudaStream_t fs = lru->device == dev ? s : nullptr;
-      REPLAY_CUDA(cudaStreamWaitEvent(fs, lru->done, 0));
-      if (lru->ptr) REPLAY_CUDA(cudaFreeAsync(lru->ptr, fs));
+      if (lru->pinned) {
+        kept_for_graphs_.push_back(lru->ptr);
+      } else {
+        REPLAY_CUDA(cudaStreamWaitEvent(fs, lru->done, 0));
+        if (lru->ptr) REPLAY_CUDA(cudaFreeAsync(lru->ptr, fs));
+      }
       REPLAY_CUDA(cudaEventDestroy(lru->done));
       if (lru->device != cur) REPLAY_CUDA(cudaSetDevice(cur));
       entries_.erase(lru);
     }
-    Entry e{dev, id, s, nullptr, 0, nullptr, 0};
+    Entry e{dev, id, s, nullptr, 0, nullptr, 0, false};
     REPLAY_CUDA(cudaEventCreateWithFlags(&e.done, cudaEventDisableTiming));
     entries_.push_back(e);
     return &entries_.back();
@@ -1520,6 +1536,8 @@ class StreamWorkspaces {
   uint64_t clock_ = 0;
   Entry* current_ = nullptr;
   cudaStream_t current_stream_ = nullptr;
+  bool current_captured_ = false;
+  std::vector<char*> kept_for_graphs_;  ///< buffers captured graphs may still read: never freed
 };
 
 StreamWorkspaces& workspaces() {

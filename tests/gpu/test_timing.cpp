@@ -16,7 +16,9 @@ TEST(GpuTiming, ClockProbeReadsAPlausibleSmClock) {
   const double max_mhz = max_sm_clock_mhz();
   std::printf("probe %.0f MHz, NVML max %.0f MHz\n", mhz, max_mhz);
   EXPECT_GT(mhz, 100.f);
-  if (max_mhz > 0) EXPECT_LT(mhz, 1.05 * max_mhz);
+  if (max_mhz > 0) {
+    EXPECT_LT(mhz, 1.05 * max_mhz);
+  }
 }
 
 TEST(GpuTiming, TimeColdKeepsOrDiscardsEverySampleAndSaysWhy) {

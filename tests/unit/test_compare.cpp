@@ -83,7 +83,55 @@ TEST(Compare, RowsInOnlyOneRunAreListed) {
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].verdict, Change::kOnlyOld);
   EXPECT_EQ(rows[1].verdict, Change::kOnlyNew);
+  // A row that disappeared fails the gate (a trace that stopped running must not pass it) ...
+  EXPECT_TRUE(compare_fails(rows));
+  EXPECT_NE(render_compare(rows, {}).find("**Gate: FAIL** (rows of the old run missing"),
+            std::string::npos);
+  // ... unless asked not to; the row only in the new run does not fail it.
+  CompareOptions lenient;
+  lenient.allow_missing = true;
+  EXPECT_FALSE(compare_fails(rows, lenient));
+}
+
+TEST(Compare, ARowThatIsNoLongerTimedFailsTheGate) {
+  json b = run_with(samples(30, 0.01));
+  b["traces"][0]["regions"][0]["variants"][0].erase("samples_us");
+  auto rows = compare_runs(run_with(samples(30, 0.01)), b, {});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].verdict, Change::kNotTimed);
+  EXPECT_TRUE(rows[0].timing_lost);
+  EXPECT_TRUE(compare_fails(rows));
+  EXPECT_NE(render_compare(rows, {}).find("not timed (was timed)"), std::string::npos);
+  // Untimed in both runs (a reference row): nothing lost.
+  rows = compare_runs(b, b, {});
+  EXPECT_FALSE(rows[0].timing_lost);
   EXPECT_FALSE(compare_fails(rows));
+}
+
+TEST(Compare, RunsOfDifferentGpusOrTwoTracesOfOneNameAreAnError) {
+  json a = run_with(samples(30, 0.01)), b = a;
+  a["environment"]["device"] = "NVIDIA H100 80GB HBM3";
+  b["environment"]["device"] = "NVIDIA H100 PCIe";
+  try {
+    compare_runs(a, b, {});
+    ADD_FAILURE() << "no error for runs of two GPUs";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("NVIDIA H100 PCIe"), std::string::npos) << e.what();
+  }
+  CompareOptions any;
+  any.allow_device_mismatch = true;
+  EXPECT_EQ(compare_runs(a, b, any).size(), 1u);
+  // One name, two files: rows of the two would be confused.
+  json dup = run_with(samples(30, 0.01));
+  dup["traces"][0]["file"] = "traces/a/t.json";
+  dup["traces"].push_back(dup["traces"][0]);
+  dup["traces"][1]["file"] = "traces/b/t.json";
+  try {
+    compare_runs(dup, run_with(samples(30, 0.01)), {});
+    ADD_FAILURE() << "no error for two traces of one name";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("traces/b/t.json"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Compare, RejectsWhatIsNotAResultsFile) {
@@ -141,11 +189,14 @@ TEST(Compare, BackToBackH200RunsPassAndASlowedVariantFails) {
   EXPECT_EQ(slower, 4);
 }
 
-// A move of at most min_change_us (1.5 µs) is SAME whatever its share: the H100 gate runs moved
-// 10-16 µs kernels by up to 1.0 µs between two processes with nothing changed.
+// A move of at most min_change_us (1.5 µs) and 25 % is SAME: the H100 gate runs moved 10-16 µs
+// kernels by up to 1.0 µs between two processes with nothing changed.
 TEST(Compare, SmallAbsoluteChangesAreSame) {
   EXPECT_EQ(verdict_of(samples(11.17, 0.002), samples(12.16, 0.002)), Change::kSame);    // +8.9 %
   EXPECT_EQ(verdict_of(samples(11.17, 0.002), samples(16.17, 0.002)), Change::kSlower);  // +5 µs
+  // 1.5 µs on a 3 µs row is +50 %: beyond the floor's share cap, SLOWER.
+  EXPECT_EQ(verdict_of(samples(3, 0.002), samples(4.5, 0.002)), Change::kSlower);
+  EXPECT_EQ(verdict_of(samples(6, 0.002), samples(7.4, 0.002)), Change::kSame);  // +23 %
   CompareOptions strict;
   strict.min_change_us = 0;
   auto rows =
@@ -167,11 +218,23 @@ TEST(Compare, LaunchBoundRowsAreJudgedOnTheirGraphTimes) {
   EXPECT_TRUE(rows[0].launch_bound);
   EXPECT_TRUE(rows[0].judged_on_graph);
   EXPECT_EQ(rows[0].verdict, Change::kSame);
-  EXPECT_DOUBLE_EQ(rows[0].old_median_us, summarize(samples(74.4, 0.005)).median);  // shown: cold
+  EXPECT_DOUBLE_EQ(rows[0].old_median_us, summarize(samples(60, 0.005)).median);  // shown: graph
   // The graph itself 20 % slower: SLOWER, said to be judged on the graph.
   rows = compare_runs(with_graph(74.4, 105, 60), with_graph(75, 105, 72), {});
   EXPECT_EQ(rows[0].verdict, Change::kSlower);
-  EXPECT_NE(render_compare(rows, {}).find("(launch-bound: CUDA graph)"), std::string::npos);
+  EXPECT_NE(render_compare(rows, {}).find("(launch-bound: CUDA graph µs)"), std::string::npos);
+  // The launch path itself 2x slower (host enqueue 105 -> 210 µs), kernels unchanged: the graph
+  // would hide it, so the cold samples judge (3x the threshold): SLOWER.
+  rows = compare_runs(with_graph(74.4, 105, 60), with_graph(140, 210, 60), {});
+  EXPECT_TRUE(rows[0].host_regressed);
+  EXPECT_FALSE(rows[0].judged_on_graph);
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);
+  EXPECT_NE(render_compare(rows, {}).find("host enqueue 105.0 → 210.0 µs"), std::string::npos);
+  // Launch-bound only in the new run (its host enqueue grew past the GPU time): not judged on the
+  // graph, and the cold +34 % is SLOWER at 1x the threshold.
+  rows = compare_runs(with_graph(74.4, 20, 60), with_graph(99.8, 95, 60), {});
+  EXPECT_FALSE(rows[0].launch_bound);
+  EXPECT_EQ(rows[0].verdict, Change::kSlower);
   // Without graph samples in one run: the cold samples with 3x the threshold, as before.
   rows = compare_runs(run_with(samples(74.4, 0.005), "PASS", 105), with_graph(99.8, 134, 60), {});
   EXPECT_FALSE(rows[0].judged_on_graph);

@@ -76,9 +76,8 @@ void expect_round_trip(const std::string& path, int region, uint64_t seed, bool 
   const Graph b = load_trace(bundle);  // validates
   ASSERT_TRUE(b.golden);
   const auto golden = read_safetensors(b.golden->path);
-  std::map<int, HostTensor> in;
-  for (int v : b.inputs) in[v] = golden.at(b.values[v].name);
-  const auto sub = run_reference(b, in);
+  // The bundled inputs, and any random node's draw from the seed (not stored in the bundle).
+  const auto sub = run_reference(b, make_inputs(b, seed).values);
   const auto defaults = default_value_bounds(g);
   ASSERT_EQ(b.outputs.size(), cut.outputs.size());
   for (size_t i = 0; i < cut.outputs.size(); ++i) {
@@ -137,6 +136,20 @@ TEST(Repro, NormBackwardRegionRoundTrip) {  // saved inputs from the forward tra
 TEST(Repro, WholeGraphBundleIsExact) {
   expect_round_trip(trace_path("litgpt_rope_train_fwd_1x8x4x2x16"), -1, 5, /*exact=*/true);
   expect_round_trip(layernorm_in_the_middle(), -1, 11, /*exact=*/true);
+}
+
+// A graph with a random op (native_dropout): the hidden "<id>#uniform" input is drawn again
+// from the seed when the bundle loads, not listed twice (which the loader would reject).
+TEST(Repro, BundleOfAGraphWithRandomOps) {
+  const std::string path = trace_path("nanogpt_mlp_dropout_train_fwd_2x8x64");
+  expect_round_trip(path, -1, 9, /*exact=*/true);
+  const Graph g = load_trace(path);
+  for (size_t r = 0; r < make_plan(g, fusion_registry()).regions.size(); ++r)
+    expect_round_trip(path, static_cast<int>(r), 9, /*exact=*/false);
+  std::ifstream f(fs::temp_directory_path() / "replay_repro_tests" /
+                  "nanogpt_mlp_dropout_train_fwd_2x8x64_-1" / "README.md");
+  const std::string readme((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(readme.find("Random ops"), std::string::npos) << readme;
 }
 
 TEST(Repro, BadRequestsSayWhy) {

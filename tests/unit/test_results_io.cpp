@@ -191,6 +191,19 @@ TEST(ResultsIo, ErrorsNameTheFileThePathAndWhatWasExpected) {
   EXPECT_THROW(read_results("/nonexistent/results.json"), ResultsError);
 }
 
+// The first committed H200 run is an early draft of schema 1: refused with a message that says
+// so (compare still reads its samples).
+TEST(ResultsIo, EarlyDraftOfSchemaOneIsRefusedClearly) {
+  const std::string f = std::string(REPLAY_TRACES_DIR) + "/../reports/h200-2026-11-22/results.json";
+  try {
+    read_results(f);
+    ADD_FAILURE() << "read an early draft";
+  } catch (const ResultsError& e) {
+    EXPECT_NE(std::string(e.what()).find("early draft of replay-results/1"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ResultsIo, ShardSpecs) {
   EXPECT_EQ(parse_shard("0/1"), std::make_pair(size_t(0), size_t(1)));
   EXPECT_EQ(parse_shard("2/3"), std::make_pair(size_t(2), size_t(3)));
@@ -268,4 +281,48 @@ TEST(ResultsIo, MergeRefusesClashes) {
   const RunResult m = merge_runs({a, b}, {"a.json", "b.json"});
   EXPECT_NE(m.gpu_note.find("MERGED FROM DIFFERENT DEVICES"), std::string::npos);
   EXPECT_THROW(merge_runs({}, {}), std::invalid_argument);
+  // Two files of one trace name: rows are keyed on names, so this is a clash too.
+  RunResult c = rich_run();
+  c.traces.resize(1);
+  c.traces[0].file = "other/dir/" + c.traces[0].file;
+  RunResult d = rich_run();
+  d.traces.resize(1);
+  try {
+    merge_runs({d, c}, {"d.json", "c.json"});
+    ADD_FAILURE() << "two traces of one name were merged";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("two traces are named"), std::string::npos) << e.what();
+  }
+}
+
+// Peers listed first, on a machine without a GPU run of ours: the lead is still our run (its
+// seed is checked, its run info has no "peers"); a peer trace that failed as a whole joins our
+// row as a skipped peer variant instead of clashing with our trace.
+TEST(ResultsIo, MergeLeadIsOursAndFailedPeersJoinAsSkipped) {
+  RunResult a = rich_run(), b = rich_run();
+  a.traces.resize(1);
+  b.traces.erase(b.traces.begin());
+  a.environment.erase("device");
+  b.environment.erase("device");
+  b.seed = a.seed + 1;
+  auto& ours = a.traces[0].regions[0].variants;  // rich_run's row has peers already: drop them
+  std::erase_if(ours, [](const VariantResult& v) { return v.variant.kind == VariantInfo::kPeer; });
+  RunResult peers;
+  peers.run_info = {{"peers", true}};
+  peers.environment = {{"device", "NVIDIA H100 80GB HBM3"}};
+  peers.seed = 99;
+  TraceResult failed;
+  failed.name = a.traces[0].name;
+  failed.file = a.traces[0].file;
+  failed.error = "peer: CUDA out of memory";
+  peers.traces = {failed};
+  EXPECT_THROW(merge_runs({peers, a, b}, {"p.json", "a.json", "b.json"}), std::invalid_argument);
+  b.seed = a.seed;
+  const RunResult m = merge_runs({peers, a, b}, {"p.json", "a.json", "b.json"});
+  EXPECT_EQ(m.seed, a.seed);
+  EXPECT_FALSE(m.run_info.contains("peers"));
+  ASSERT_EQ(m.traces.size(), 3u);
+  const VariantResult& joined = m.traces[0].regions[0].variants.back();
+  EXPECT_EQ(joined.variant.kind, VariantInfo::kPeer);
+  EXPECT_EQ(joined.skipped, "peer failed: peer: CUDA out of memory");
 }
