@@ -120,6 +120,9 @@ NumericsResult read_numerics(const JNode& n) {
   r.bounds.max_bias = b.at("max_bias").num();
   r.bounds.max_row_rel_l2 = b.at("max_row_rel_l2").num();
   r.bounds.elem_floor = b.at("elem_floor").num();
+  // Added later (results before them: 2 ulps, no share allowed beyond).
+  if (b.has("elem_ulps")) r.bounds.elem_ulps = b.at("elem_ulps").num();
+  if (b.has("max_elem_excess")) r.bounds.max_elem_excess = b.at("max_elem_excess").num();
   r.bounds.why = b.at("why").str();
   if (n.has("first_bad")) {
     const JNode f = n.at("first_bad");

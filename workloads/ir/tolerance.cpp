@@ -6,6 +6,14 @@
 
 namespace replay {
 
+namespace {
+std::string fmt_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2g", v);
+  return buf;
+}
+}  // namespace
+
 double unit_roundoff(DType t) {
   return is_floating(t) ? std::ldexp(1.0, -(mantissa_bits(t) + 1)) : 0;
 }
@@ -18,7 +26,8 @@ double ulp_of(DType t, double v) {
   return std::ldexp(1.0, e - mantissa_bits(t));
 }
 
-NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc, int64_t tc_k) {
+NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc, int64_t tc_k,
+                              double inherited, bool summed) {
   NumericsBounds b;
   char buf[256];
   if (!is_floating(t)) {
@@ -48,9 +57,24 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc, in
   }
   b.max_row_rel_l2 = std::max(3 * u, 4 * delta);
   b.elem_floor = 4 * u + 8 * delta;
+  const double s = inherited;
+  if (s > 0) {  // one-ulp flips of a rounded intermediate upstream (see the header)
+    b.elem_ulps = 4;
+    if (summed) {
+      b.max_rel_l2 += s;
+      b.elem_floor += 6 * s;
+      if (u > delta) b.max_beyond_1ulp = std::min(1.0, b.max_beyond_1ulp + 2 / M_PI * s / u);
+      b.max_row_rel_l2 = std::max(b.max_row_rel_l2, 4 * s);
+      b.max_elem_excess = 1e-6;
+    }
+  }
   std::snprintf(buf, sizeof buf,
-                "default for %s after %d op(s), longest reduction %lld terms: delta = %.2g",
-                std::string(dtype_name(t)).c_str(), ops, static_cast<long long>(k), delta);
+                "default for %s after %d op(s), longest reduction %lld terms: delta = %.2g%s",
+                std::string(dtype_name(t)).c_str(), ops, static_cast<long long>(k), delta,
+                s > 0 ? (", flips of rounded intermediates upstream: " + fmt_g(s) +
+                         (summed ? " (summed since)" : ""))
+                            .c_str()
+                      : "");
   b.why = buf;
   return b;
 }
