@@ -42,6 +42,7 @@ nlohmann::json bounds_json(const NumericsBounds& b) {
           {"elem_floor", b.elem_floor},
           {"elem_ulps", b.elem_ulps},
           {"max_elem_excess", b.max_elem_excess},
+          {"share_floor", b.share_floor},
           {"why", b.why}};
 }
 

@@ -30,8 +30,10 @@ struct NumericsResult {
   DType dtype = DType::kFloat32;
   int64_t numel = 0;
   int64_t nonfinite_mismatch =
-      0;                    ///< NaN/Inf where the target is finite, or target NaN/Inf unmatched
-  int64_t beyond_1ulp = 0;  ///< finite elements more than one ulp (of the target) off
+      0;  ///< NaN/Inf where the target is finite, or target NaN/Inf unmatched
+  /// finite elements more than one ulp (of the target) off; with bounds.share_floor > 0, more
+  /// than one ulp plus that floor (criterion 5)
+  int64_t beyond_1ulp = 0;
   double beyond_1ulp_share = 0;  ///< beyond_1ulp / numel
   double max_ulp_err = 0;        ///< max |got - target| / ulp(target) over finite elements
   double max_abs_err = 0;

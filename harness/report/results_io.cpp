@@ -123,6 +123,7 @@ NumericsResult read_numerics(const JNode& n) {
   // Added later (results before them: 2 ulps, no share allowed beyond).
   if (b.has("elem_ulps")) r.bounds.elem_ulps = b.at("elem_ulps").num();
   if (b.has("max_elem_excess")) r.bounds.max_elem_excess = b.at("max_elem_excess").num();
+  if (b.has("share_floor")) r.bounds.share_floor = b.at("share_floor").num();
   r.bounds.why = b.at("why").str();
   if (n.has("first_bad")) {
     const JNode f = n.at("first_bad");

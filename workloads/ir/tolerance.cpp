@@ -63,7 +63,7 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc, in
     if (summed) {
       b.max_rel_l2 += s;
       b.elem_floor += 6 * s;
-      if (u > delta) b.max_beyond_1ulp = std::min(1.0, b.max_beyond_1ulp + 2 / M_PI * s / u);
+      b.share_floor = 2 * s;
       b.max_row_rel_l2 = std::max(b.max_row_rel_l2, 4 * s);
       b.max_elem_excess = 1e-6;
     }
