@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The realistic MLP traces (every variant, cold timing only) and the GPU tests, on a GPU host:
 #   bash scripts/device_numerics.sh OUT
+# GTEST_FILTER narrows the GPU tests (GPU_TESTS_S: their time limit, default 300 s).
 # BUILD (default build) holds replay and tests/replay_gpu_tests, built here by scripts/setup.sh
 # when missing. A test binary built on another machine reads the traces from the source tree it
 # was built in (REPLAY_TRACES_DIR): SRC_LINK=/that/path links it to this tree first.
@@ -22,7 +23,8 @@ t0=$SECONDS
 echo "mlp traces rc=$? wall $((SECONDS - t0)) s"
 grep -E "^## .*(PASS|FAIL)|^Overall" "$OUT/mlp/report.md" | head -12
 t0=$SECONDS
-timeout "${GPU_TESTS_S:-300}" "$BUILD/tests/replay_gpu_tests" > "$OUT/gpu_tests.log" 2>&1
+timeout "${GPU_TESTS_S:-300}" "$BUILD/tests/replay_gpu_tests" ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} \
+  > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$? $((SECONDS - t0)) s"
 grep -E "^\[  (PASSED|FAILED) |FAILED  \]|tests ran" "$OUT/gpu_tests.log" | head -20
 gzip -9 "$OUT/mlp/results.json"
