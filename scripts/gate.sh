@@ -35,7 +35,7 @@ if [ -z "${GATE_KIND:-}" ]; then
   # h100-nvl, "NVIDIA GH200 480GB" -> gh200, "NVIDIA H200" -> h200. compare also refuses a
   # baseline whose recorded device name differs from this GPU's.
   lower=$(echo "$name" | tr 'A-Z' 'a-z')
-  GATE_KIND=$(echo "$lower" | grep -oE '\b(gh|gb|[a-z])[0-9]{2,4}\b' | head -1)
+  GATE_KIND=$(echo "$lower" | grep -oE '\b(gh|gb|[a-z])[0-9]{2,4}' | head -1)
   [ -n "$GATE_KIND" ] || { echo "error: cannot tell the GPU kind of '$name'; set GATE_KIND" >&2; exit 2; }
   case $lower in
     *pcie*) GATE_KIND=$GATE_KIND-pcie ;;

@@ -159,9 +159,12 @@ std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohma
       continue;
     }
     const bool both_graphs = !e.graph_samples.empty() && !n.graph_samples.empty();
-    r.launch_bound = e.host_median >= opt.launch_bound_share * e.median &&
+    // Host enqueue 0: not measured (older results), not a measured zero.
+    const bool both_hosts = e.host_median > 0 && n.host_median > 0;
+    r.launch_bound = both_hosts && e.host_median >= opt.launch_bound_share * e.median &&
                      n.host_median >= opt.launch_bound_share * n.median;
-    r.host_regressed = n.host_median - e.host_median > opt.host_change_limit * e.host_median &&
+    r.host_regressed = both_hosts &&
+                       n.host_median - e.host_median > opt.host_change_limit * e.host_median &&
                        n.host_median - e.host_median > opt.min_change_us;
     // A launch-bound row's cold interval times the host's launch rate; where both runs timed the
     // CUDA graph of the replay (no launch gaps), the verdict is the graph's, unless the launch

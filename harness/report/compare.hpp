@@ -28,8 +28,11 @@ struct CompareOptions {
   double launch_bound_share = 0.8;
   /// A launch-bound row whose host enqueue median grew by more than this share (and by more than
   /// min_change_us) is not judged on its CUDA graph: the launch path itself got slower, which the
-  /// graph hides. Between two unchanged H100 processes host enqueue moved by up to 27 %.
-  double host_change_limit = 0.5;
+  /// graph hides. Between unchanged H100 processes host enqueue moved by up to 60 %
+  /// (reports/h100-2026-11-22-suite/compare_vs_baseline.md), so only a doubling counts; a host
+  /// regression below that on a launch-bound row passes. Rows without a host time in either run
+  /// (0: not measured) are neither launch-bound nor host-regressed.
+  double host_change_limit = 1.0;
   /// A change of the median by at most this many µs is SAME when it is also at most
   /// min_change_max_share of the old median: between two processes on one H100, kernels of
   /// 10-16 µs moved by up to 1.0 µs (8.9 %) with nothing changed

@@ -122,7 +122,6 @@ NumericsResult read_numerics(const JNode& n) {
   r.bounds.elem_floor = b.at("elem_floor").num();
   // Added later (results before them: 2 ulps, no share allowed beyond).
   if (b.has("elem_ulps")) r.bounds.elem_ulps = b.at("elem_ulps").num();
-  if (b.has("max_elem_excess")) r.bounds.max_elem_excess = b.at("max_elem_excess").num();
   if (b.has("share_floor")) r.bounds.share_floor = b.at("share_floor").num();
   r.bounds.why = b.at("why").str();
   if (n.has("first_bad")) {
@@ -355,7 +354,8 @@ RunResult merge_runs(const std::vector<RunResult>& parts, const std::vector<std:
   RunResult out;
   out.environment = parts[lead].environment;
   out.run_info = parts[lead].run_info;
-  if (out.run_info.is_object()) out.run_info.erase("peers");  // the merged run is ours
+  // The merged run is ours when a part of ours leads; a merge of peers alone stays peers.
+  if (out.run_info.is_object() && !is_peers(parts[lead])) out.run_info.erase("peers");
   out.seed = parts[lead].seed;
   out.ceilings = parts[lead].ceilings;
   nlohmann::json from = nlohmann::json::array();

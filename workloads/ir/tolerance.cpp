@@ -65,7 +65,6 @@ NumericsBounds default_bounds(DType t, int ops, int64_t k, double coarse_acc, in
       b.elem_floor += 6 * s;
       b.share_floor = 2 * s;
       b.max_row_rel_l2 = std::max(b.max_row_rel_l2, 4 * s);
-      b.max_elem_excess = 1e-6;
     }
   }
   std::snprintf(buf, sizeof buf,
