@@ -209,7 +209,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
         p.summed = p.summed || in.summed;
         // A computed operand rounded to a narrow dtype flips by one ulp where its exact value is
         // near a rounding boundary (default_bounds, `inherited`); a view passes its flips on.
-        // Not behind a coarse accumulator (float8 GEMMs: modeled by u_acc).
+        // Float8 values are no source: their rounding is the float8 model's (u_acc).
         const DType dt = g.values[o.value].meta.dtype;
         if (!is_view && in.computed && (dt == DType::kBFloat16 || dt == DType::kFloat16)) {
           const NumericsBounds& ob = bounds_of(o.value);
