@@ -1,26 +1,31 @@
 // Eager kernels (kernels.hpp): one launch per op, like PyTorch eager. Memory-bound by design, so
 // every path below is judged by bytes moved per second.
 //
-// POINTWISE (launch_pointwise, launch_copy). The host coalesces the output's dims with every
-// tensor operand's (broadcast dims have stride 0; adjacent dims d, d+1 merge when every tensor has
-// stride[d] == shape[d+1] * stride[d+1], as TensorIterator's coalesce_dimensions does), then picks:
-//  - vec path (pw_vec_kernel): <= 2 coalesced dims [R, C]; the output's inner stride is 1 and
-//    every tensor operand's is 1 (a vector) or 0 (one element broadcast along the row: the
-//    [R, C] op [R, 1] case; [R, C] op [C] has row stride 0); pointers and row strides aligned;
-//    C % 8 == 0 for 2 dims. Each thread takes 8 consecutive elements: every operand's vector is
+// POINTWISE (launch_pointwise, launch_copy). The host orders the dims as the output lays them out
+// in memory (outermost first; an operand decides where the output does not: TensorIterator's
+// reorder_dimensions), then coalesces the output's dims with every tensor operand's (broadcast
+// dims have stride 0; adjacent dims d, d+1 merge when every tensor has stride[d] == shape[d+1] *
+// stride[d+1], as TensorIterator's coalesce_dimensions does), then picks:
+//  - vec path (pw_vec_kernel): coalesced dims [..., R, C] whose inner dim has the output's stride
+//    1 and every tensor operand's 1 (a vector) or 0 (one element broadcast along the row: the
+//    [R, C] op [R, 1] case; [R, C] op [C] has row stride 0); pointers and outer strides aligned;
+//    C % 8 == 0 unless 1-D. Each thread takes 8 consecutive elements: every operand's vector is
 //    loaded first (16-byte accesses, 8 bytes for 1-byte dtypes), then widened, computed, rounded
-//    and stored as one vector. Two dims cost one 32-bit multiply-high division (FastDiv) per 8
-//    elements. 128 threads per block, one vector per thread, as PyTorch's
-//    vectorized_elementwise_kernel (ATen/native/cuda/CUDALoops.cuh). Dtypes are template
+//    and stored as one vector. Each outer dim costs one 32-bit multiply-high division (FastDiv)
+//    per 8 elements. So a permuted dense tensor (the [B, H, T, D] view of a [B, T, H, D] buffer
+//    in rotary embeddings) becomes one dim, and a slice of its head dim [B, H, T, D/2] stays on
+//    this path with rows of D/2. 128 threads per block, one vector per thread, as PyTorch's
+//    vectorized_elementwise_kernel (ATen/native/cuda/CUDALoops.cuh), which vectorizes only the
+//    contiguous case. Dtypes are template
 //    arguments for the common cases (all operands and the output float32, or bfloat16; kCopy
 //    casts bfloat16/float16 <-> float32, float32/bfloat16 -> float8_e4m3fn) and run-time
 //    otherwise (a switch per operand and vector, never per element; raw loads of every operand
 //    are issued before any conversion, so they are in flight together).
-//  - nd path (pw_nd_kernel): anything else (transposes, middle-dim broadcasts, misaligned
-//    pointers, C % 8 != 0, 64-bit operands under float math, float8 outputs of mixed dtypes): 4
-//    elements per thread in a blocked layout (element u*128 + t of the block's 512: coalesced),
-//    per-dim offsets with FastDiv when every offset fits 32 bits (PyTorch's OffsetCalculator /
-//    IntDivider), 64-bit division otherwise.
+//  - nd path (pw_nd_kernel): anything else (an operand transposed against the output, a
+//    strided output, misaligned pointers, C % 8 != 0, 64-bit operands under float math, float8
+//    outputs of mixed dtypes): 4 elements per thread in a blocked layout (element u*128 + t of the
+//    block's 512: coalesced), per-dim offsets with FastDiv when every offset fits 32 bits
+//    (PyTorch's OffsetCalculator / IntDivider), 64-bit division otherwise.
 //  The function is a run-time value: kernels are instantiated per function group (cheap
 //  arithmetic / transcendental, so the cheap kernels keep few registers) and switch on it once
 //  per thread. One kernel per function and dtype combination took ~10 CPU minutes to compile.
@@ -179,6 +184,41 @@ bool fits_32bit(const DeviceTensor& t) {
     numel *= t.shape[i];
   }
   return span < kMax32 && numel < kMax32;
+}
+
+// Order the dims of `n` (<= 4) strided views of one shape as memory lays them out, outermost
+// first (TensorIterator's reorder_dimensions): size-1 dims are dropped, then dim a goes inside dim
+// b when the first view (the output first) in which both have different non-zero strides has
+// stride[a] < stride[b]; ties keep their order (insertion sort, stable). A permuted dense output
+// becomes row-major, so coalesce() merges it to one dim and the kernels walk it in memory order.
+// The linear index of an element changes: callers whose function reads it (iota) skip this.
+// Returns the new rank (0 when every dim has size 1).
+int reorder_dims(int ndim, int64_t* shape, int64_t (*stride)[kMaxDims], int n) {
+  int64_t s[kMaxDims], st[4][kMaxDims];
+  int m = 0;
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] == 1) continue;
+    s[m] = shape[d];
+    for (int t = 0; t < n; ++t) st[t][m] = stride[t][d];
+    ++m;
+  }
+  auto inner_than = [&](int a, int b) {  // dim a belongs inside dim b
+    for (int t = 0; t < n; ++t) {
+      const int64_t sa = st[t][a], sb = st[t][b];
+      if (sa == 0 || sb == 0 || sa == sb) continue;
+      return sa < sb;
+    }
+    return false;
+  };
+  int perm[kMaxDims];
+  for (int d = 0; d < m; ++d) perm[d] = d;
+  for (int i = 1; i < m; ++i)
+    for (int j = i; j > 0 && inner_than(perm[j - 1], perm[j]); --j) std::swap(perm[j - 1], perm[j]);
+  for (int d = 0; d < m; ++d) {
+    shape[d] = s[perm[d]];
+    for (int t = 0; t < n; ++t) stride[t][d] = st[t][perm[d]];
+  }
+  return m;
 }
 
 // Merge adjacent dims of `n` strided views of one shape: drops size-1 dims, then merges d into
@@ -441,7 +481,7 @@ __device__ __forceinline__ void pw_tail(const PwArgs& p, int64_t i0) {
   }
 }
 
-// Vec path: <= 2 coalesced dims, 8 consecutive elements per thread (see the top of the file).
+// Vec path: contiguous inner dim, 8 consecutive elements per thread (see the top of the file).
 // kIn: the dtype of every tensor operand, kOut: the output's; kDyn: read from p at run time.
 template <typename acc_t, DType kIn, DType kOut, bool kMath, int kOnly>
 __global__ void __launch_bounds__(kPwThreads) pw_vec_kernel(PwArgs p) {
@@ -452,11 +492,26 @@ __global__ void __launch_bounds__(kPwThreads) pw_vec_kernel(PwArgs p) {
     pw_tail<acc_t, kMath, kOnly>(p, i0);
     return;
   }
-  const int last = p.ndim - 1;  // 0 or 1
-  int64_t row = 0, col = i0;
+  const int last = p.ndim - 1;
+  // Offsets of the row's first element (out: base[0], operand k: base[1 + k]): the row index split
+  // over the outer dims, one multiply-high division per dim.
+  int64_t col = i0, base[kMaxPwOperands + 1] = {};
   if (last) {
-    row = p.div[1].div(static_cast<uint32_t>(i0));
-    col = i0 - row * p.shape[1];
+    uint32_t row = p.div[last].div(static_cast<uint32_t>(i0));
+    col = i0 - int64_t(row) * p.shape[last];
+#pragma unroll
+    for (int d = kMaxDims - 2; d >= 0; --d) {
+      if (d >= last) continue;
+      uint32_t c = row;
+      if (d > 0) {
+        const uint32_t q = p.div[d].div(row);
+        c = row - q * static_cast<uint32_t>(p.shape[d]);
+        row = q;
+      }
+      base[0] += int64_t(c) * p.out_stride[d];
+#pragma unroll
+      for (int k = 0; k < kMaxPwOperands; ++k) base[k + 1] += int64_t(c) * p.in_stride[k][d];
+    }
   }
   // Every operand's load is issued before any conversion waits on one.
   Raw8 raw[kMaxPwOperands];
@@ -465,7 +520,7 @@ __global__ void __launch_bounds__(kPwThreads) pw_vec_kernel(PwArgs p) {
     if (k < p.nin && p.is_tensor[k]) {
       const DType dt = kIn == kDyn ? p.in_dtype[k] : kIn;
       const int64_t inner = p.in_stride[k][last];
-      const int64_t off = col * inner + (last ? row * p.in_stride[k][0] : 0);
+      const int64_t off = col * inner + base[k + 1];
       eager::load_vec<kIn, kMaxSize>(raw[k], static_cast<const char*>(p.in[k]) + off * dsize(dt),
                                      dt, inner == 0);
     }
@@ -497,7 +552,7 @@ __global__ void __launch_bounds__(kPwThreads) pw_vec_kernel(PwArgs p) {
   }
   apply_fn<acc_t, kMath, kOnly, kVec>(p.fn, x, static_cast<acc_t>(p.alpha), i0, 1, r);
   const DType odt = kOut == kDyn ? p.out_dtype : kOut;
-  const int64_t oo = col + (last ? row * p.out_stride[0] : 0);
+  const int64_t oo = col + base[0];
   eager::pack_store<acc_t, kOut, kVecOut<acc_t>>(static_cast<char*>(p.out) + oo * dsize(odt), odt,
                                                  r);
 }
@@ -647,19 +702,25 @@ PwKernel pick_nd_kernel(PointwiseFn fn, bool small) {
 // Where the vec path applies to p (coalesced), dtypes aside: see the top of the file.
 bool vec_layout(const PwArgs& p) {
   const int last = p.ndim - 1;
-  if (p.ndim > 2 || p.out_stride[last] != 1) return false;
-  if (p.ndim == 2 && (p.shape[1] % kVec != 0 || p.numel >= kMax32)) return false;
-  const int osz = dsize(p.out_dtype), oal = eager::vec_align(osz);
-  if (!aligned(p.out, oal) || (p.ndim == 2 && (p.out_stride[0] * osz) % oal != 0)) return false;
+  if (p.out_stride[last] != 1) return false;
+  if (last > 0 && (p.shape[last] % kVec != 0 || p.numel >= kMax32)) return false;
+  // Every row starts on a vector boundary: the base pointer and every outer stride aligned.
+  auto rows_aligned = [&](const void* ptr, const int64_t* stride, int al, int sz) {
+    if (!aligned(ptr, al)) return false;
+    for (int d = 0; d < last; ++d)
+      if ((stride[d] * sz) % al != 0) return false;
+    return true;
+  };
+  const int osz = dsize(p.out_dtype);
+  if (!rows_aligned(p.out, p.out_stride, eager::vec_align(osz), osz)) return false;
   for (int k = 0; k < p.nin; ++k) {
     if (!p.is_tensor[k]) continue;
     const int sz = dsize(p.in_dtype[k]);
     if (!aligned(p.in[k], sz)) return false;
     const int64_t inner = p.in_stride[k][last];
     if (inner == 0) continue;  // one element per vector: element alignment is enough
-    if (inner != 1) return false;
-    const int al = eager::vec_align(sz);
-    if (!aligned(p.in[k], al) || (p.ndim == 2 && (p.in_stride[k][0] * sz) % al != 0)) return false;
+    if (inner != 1 || !rows_aligned(p.in[k], p.in_stride[k], eager::vec_align(sz), sz))
+      return false;
   }
   return true;
 }
@@ -712,7 +773,10 @@ void pointwise(PointwiseFn fn, const DeviceTensor& out, const PwOperand* in, siz
     common = in_mask == 0 || common == t.dtype ? t.dtype : kDyn;
     in_mask |= eager::dmask(t.dtype);
   }
-  p.ndim = coalesce(out.ndim, p.shape, stride, 1 + static_cast<int>(nin));
+  int ndim = out.ndim;
+  if (fn != PointwiseFn::kIota)
+    ndim = reorder_dims(ndim, p.shape, stride, 1 + static_cast<int>(nin));
+  p.ndim = coalesce(ndim, p.shape, stride, 1 + static_cast<int>(nin));
   for (int d = 0; d < p.ndim; ++d) {
     p.out_stride[d] = stride[0][d];
     for (size_t k = 0; k < nin; ++k) p.in_stride[k][d] = stride[1 + k][d];
