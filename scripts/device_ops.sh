@@ -44,8 +44,10 @@ case $phase in
     echo "gpu tests rc=$rc"
     exit $rc ;;
   run)
+    # RUN_ARGS: more `replay run` options (e.g. --modes cold for the eager-vs-PyTorch table).
+    # shellcheck disable=SC2086
     timeout 580 ./"$BUILD"/replay run "${traces[@]}" --max-time 0.5 --reference-budget 0 \
-      --out "$OUT/run" > "$OUT/run.log" 2>&1
+      ${RUN_ARGS:-} --out "$OUT/run" > "$OUT/run.log" 2>&1
     rc=$?
     grep -E "^==|FAIL|ERROR|reference:|     eager|optimized|NOT REPL" "$OUT/run.log" | head -150
     echo "replay run rc=$rc"

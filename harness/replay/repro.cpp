@@ -34,13 +34,6 @@ nlohmann::json read_json_file(const std::string& path) {
   }
 }
 
-nlohmann::json bounds_json(const NumericsBounds& b) {
-  return {{"max_rel_l2", b.max_rel_l2},   {"max_beyond_1ulp", b.max_beyond_1ulp},
-          {"max_bias", b.max_bias},       {"max_row_rel_l2", b.max_row_rel_l2},
-          {"elem_floor", b.elem_floor},   {"elem_ulps", b.elem_ulps},
-          {"share_floor", b.share_floor}, {"why", b.why}};
-}
-
 // Shell-quote one word for the commands in README.md / repro.json.
 std::string sh(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -249,7 +242,7 @@ std::string write_repro(const ReproRequest& req, const nlohmann::json& doc, cons
 
   nlohmann::json b = nlohmann::json::object();
   for (int v : cut.outputs)
-    if (auto it = bounds.find(v); it != bounds.end()) b[g.values[v].name] = bounds_json(it->second);
+    if (auto it = bounds.find(v); it != bounds.end()) b[g.values[v].name] = to_json(it->second);
   const std::string variant = req.variant.empty() ? "" : " --variants " + sh(req.variant);
   // The seed matters to a bundle with random ops (their draws come from it) and costs nothing
   // otherwise (the inputs are read from the bundle).

@@ -267,8 +267,8 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
       const std::string why = r >= 0 ? prog.fallback_reason(r) : "";
       if (!why.empty()) v.skipped = "unsupported by this variant (" + why + "); ran eagerly";
       for (int out : whole_row ? g.outputs : plan.regions[r].outputs)
-        v.numerics.push_back(check_numerics(g.values[out].name, prog.download(out, ctx.stream),
-                                            ref.at(out), output_bounds(g, plan, bounds, out)));
+        v.numerics.push_back(check_value(g, out, prog.download(out, ctx.stream), ref.at(out), ref,
+                                         output_bounds(g, plan, bounds, out)));
       if (v.verdict() == Verdict::kFail && !opt.repro_dir.empty())
         v.repro = write_failure_repro(g, plan, ref, bounds, whole_row ? -1 : r, variant.name, opt,
                                       tr.file, v);
@@ -436,8 +436,8 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
                          "golden output " + it->second.meta.str() + " differs from the trace's " +
                              g.meta(v).str());
       if (it != inputs.golden.end())
-        tr.golden_check.push_back(check_numerics(g.values[v].name, ref.at(v), it->second,
-                                                 output_bounds(g, plan, bounds, v)));
+        tr.golden_check.push_back(
+            check_value(g, v, ref.at(v), it->second, ref, output_bounds(g, plan, bounds, v)));
     }
   } catch (const TraceError& e) {
     return fail(TraceResult::Error::kBadInput, e.what());

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 
+#include "impls/reference/reference.hpp"
 #include "workloads/ops/op.hpp"
 
 namespace replay {
@@ -63,10 +65,15 @@ std::string NumericsResult::failure() const {
 }
 
 NumericsResult check_numerics(const std::string& value, const HostTensor& got,
-                              const HostTensor& reference, const NumericsBounds& bounds) {
+                              const HostTensor& reference, const NumericsBounds& bounds,
+                              const HostTensor* magnitude) {
   if (got.meta.shape != reference.meta.shape)
     throw std::invalid_argument("check " + value + ": shape " + got.meta.str() + " vs " +
                                 reference.meta.str());
+  if (!bounds.addend_ulps) magnitude = nullptr;
+  if (magnitude && magnitude->data.size() != got.data.size())
+    throw std::invalid_argument("check " + value + ": addend magnitudes " + magnitude->meta.str() +
+                                " for " + got.meta.str());
   NumericsResult r;
   r.value = value;
   r.dtype = got.meta.dtype;
@@ -80,6 +87,10 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
     if (std::isfinite(target[i])) scale = std::max(scale, std::fabs(target[i]));
   }
   if (scale == 0) scale = 1;
+  // One ulp at element i: of its target, or of the larger addend (NumericsBounds::addend_ulps).
+  auto ulp_at = [&](int64_t i, double t) {
+    return ulp_of(r.dtype, magnitude ? std::max(std::fabs(t), magnitude->data[i]) : t);
+  };
   auto mark = [&](int64_t i, bool replace) {
     if (!r.first_bad.empty() && !replace) return;
     r.first_got = got.data[i];
@@ -104,7 +115,7 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
     }
     ++finite;
     const double diff = std::fabs(g - t);
-    const double ulps = diff / ulp_of(r.dtype, t);
+    const double ulps = diff / ulp_at(i, t);
     if (exact ? diff != 0 : ulps > 1) {
       ++r.beyond_1ulp;
       mark(i, false);
@@ -139,11 +150,10 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
       const double g = got.data[i], t = target[i];
       if (!std::isfinite(g) || !std::isfinite(t)) continue;
       const double diff = std::fabs(g - t);
-      if (bounds.share_floor > 0 && !exact &&
-          diff > ulp_of(r.dtype, t) + bounds.share_floor * rms * scale)
+      const double ulp = exact ? 0 : ulp_at(i, t);
+      if (bounds.share_floor > 0 && !exact && diff > ulp + bounds.share_floor * rms * scale)
         ++r.beyond_1ulp;
-      if (!exact &&
-          diff > bounds.elem_ulps * ulp_of(r.dtype, t) + bounds.elem_floor * rms * scale) {
+      if (!exact && diff > bounds.elem_ulps * ulp + bounds.elem_floor * rms * scale) {
         ++r.elem_excess;
         mark(i, first_excess && r.nonfinite_mismatch == 0);
         first_excess = false;
@@ -165,6 +175,13 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   return r;
 }
 
+NumericsResult check_value(const Graph& g, int v, const HostTensor& got, const HostTensor& target,
+                           const std::map<int, HostTensor>& ref, const NumericsBounds& bounds) {
+  std::optional<HostTensor> m;
+  if (bounds.addend_ulps) m = addend_magnitude(g, ref, v);
+  return check_numerics(g.values[v].name, got, target, bounds, m ? &*m : nullptr);
+}
+
 std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
   struct Path {
     int ops = 0;
@@ -174,6 +191,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     bool computed = false;  // not a graph input or a view of one
     double inherited = 0;   // flips of rounded intermediates upstream (default_bounds)
     bool summed = false;    // ... and a sum (reduction, GEMM, add, sub) took them in since
+    bool addend = false;    // an add / sub of such values made it (views and copies since)
   };
   std::vector<Path> path(g.values.size());
   std::vector<NumericsBounds> out(g.values.size());
@@ -183,6 +201,10 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       const Path& p = path[v];
       out[v] = default_bounds(g.values[v].meta.dtype, p.ops, p.k, p.u_acc, p.tc_k, p.inherited,
                               p.summed);
+      if (p.addend && is_floating(g.values[v].meta.dtype)) {
+        out[v].addend_ulps = true;
+        out[v].why += "; ulps of the larger addend of the add that made it";
+      }
       done[v] = true;
     }
     return out[v];
@@ -238,7 +260,10 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       const DType at = g.meta(n.operands.at(with_bias ? 1 : 0).value).dtype;
       if (at == DType::kBFloat16 || at == DType::kFloat16) p.tc_k = std::max(p.tc_k, K);
     }
-    if (p.u_acc > 0) p.inherited = 0, p.summed = false;  // the float8 model covers it
+    // Addend flips: one ulp of the addend, however much the sum cancels (default_bounds).
+    const int carried = carried_value(n);
+    p.addend = is_addition(n.op) ? p.inherited > 0 : carried >= 0 && path[carried].addend;
+    if (p.u_acc > 0) p.inherited = 0, p.summed = false, p.addend = false;  // the float8 model
     for (int v : n.outputs) path[v] = p;
   }
   for (size_t v = 0; v < g.values.size(); ++v) bounds_of(v);
@@ -255,6 +280,18 @@ NumericsBounds output_bounds(const Graph& g, const Plan& plan,
       if (auto b = reg.fusion->tolerance(g, reg, v)) return *b;
   }
   return defaults[v];
+}
+
+nlohmann::json to_json(const NumericsBounds& b) {
+  return {{"max_rel_l2", b.max_rel_l2},
+          {"max_beyond_1ulp", b.max_beyond_1ulp},
+          {"max_bias", b.max_bias},
+          {"max_row_rel_l2", b.max_row_rel_l2},
+          {"elem_floor", b.elem_floor},
+          {"elem_ulps", b.elem_ulps},
+          {"share_floor", b.share_floor},
+          {"addend_ulps", b.addend_ulps},
+          {"why", b.why}};
 }
 
 nlohmann::json to_json(const NumericsResult& r) {
@@ -276,15 +313,7 @@ nlohmann::json to_json(const NumericsResult& r) {
                       {"max_row_rel_l2", num(r.max_row_rel_l2)},
                       {"worst_row", r.worst_row},
                       {"elem_excess", r.elem_excess},
-                      {"bounds",
-                       {{"max_rel_l2", r.bounds.max_rel_l2},
-                        {"max_beyond_1ulp", r.bounds.max_beyond_1ulp},
-                        {"max_bias", r.bounds.max_bias},
-                        {"max_row_rel_l2", r.bounds.max_row_rel_l2},
-                        {"elem_floor", r.bounds.elem_floor},
-                        {"elem_ulps", r.bounds.elem_ulps},
-                        {"share_floor", r.bounds.share_floor},
-                        {"why", r.bounds.why}}},
+                      {"bounds", to_json(r.bounds)},
                       {"pass", r.pass()}};
   if (!r.pass()) j["failure"] = r.failure();
   if (!r.first_bad.empty())

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,8 +32,9 @@ struct NumericsResult {
   int64_t numel = 0;
   int64_t nonfinite_mismatch =
       0;  ///< NaN/Inf where the target is finite, or target NaN/Inf unmatched
-  /// finite elements more than one ulp (of the target) off; with bounds.share_floor > 0, more
-  /// than one ulp plus that floor (criterion 5)
+  /// finite elements more than one ulp (of the target, or of the larger addend with
+  /// bounds.addend_ulps) off; with bounds.share_floor > 0, more than one ulp plus that floor
+  /// (criterion 5)
   int64_t beyond_1ulp = 0;
   double beyond_1ulp_share = 0;  ///< beyond_1ulp / numel
   double max_ulp_err = 0;        ///< max |got - target| / ulp(target) over finite elements
@@ -57,9 +59,17 @@ struct NumericsResult {
 
 /// Check `got` against `reference` rounded to got's dtype, with `bounds` (criteria in
 /// NumericsBounds). Sums are taken on values scaled by the largest |target|, so float64 results
-/// cannot underflow them. Throws std::invalid_argument on a shape mismatch.
+/// cannot underflow them. `magnitude` (same shape, or null): the per-element addend magnitudes
+/// that bounds.addend_ulps asks for (addend_magnitude); ulps are then those of max(|t|, m), in
+/// the criteria and in max_ulp_err. Throws std::invalid_argument on a shape mismatch.
 NumericsResult check_numerics(const std::string& value, const HostTensor& got,
-                              const HostTensor& reference, const NumericsBounds& bounds);
+                              const HostTensor& reference, const NumericsBounds& bounds,
+                              const HostTensor* magnitude = nullptr);
+
+/// check_numerics of value `v` of `g`: `got` against `target`, with the addend magnitudes from
+/// the reference values `ref` (addend_magnitude) where bounds.addend_ulps asks for them.
+NumericsResult check_value(const Graph& g, int v, const HostTensor& got, const HostTensor& target,
+                           const std::map<int, HostTensor>& ref, const NumericsBounds& bounds);
 
 /// Default bounds of every value of `g` (indexed by value), from its dtype and the chain of ops
 /// that produces it from the graph inputs: the number of ops on the longest chain and the longest
@@ -71,6 +81,8 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g);
 NumericsBounds output_bounds(const Graph& g, const Plan& plan,
                              const std::vector<NumericsBounds>& defaults, int v);
 
+/// The bounds as results.json and repro.json write them (every field of NumericsBounds).
+nlohmann::json to_json(const NumericsBounds& b);
 nlohmann::json to_json(const NumericsResult& r);
 
 }  // namespace replay

@@ -45,6 +45,10 @@ struct JNode {
     if (!j.is_number_integer()) fail("expected an integer");
     return j.get<int64_t>();
   }
+  bool boolean() const {
+    if (!j.is_boolean()) fail("expected true or false");
+    return j.get<bool>();
+  }
   uint64_t uinteger() const {
     if (!j.is_number_unsigned()) fail("expected a non-negative integer");
     return j.get<uint64_t>();
@@ -123,6 +127,7 @@ NumericsResult read_numerics(const JNode& n) {
   // Added later (results before them: 2 ulps, no share allowed beyond).
   if (b.has("elem_ulps")) r.bounds.elem_ulps = b.at("elem_ulps").num();
   if (b.has("share_floor")) r.bounds.share_floor = b.at("share_floor").num();
+  if (b.has("addend_ulps")) r.bounds.addend_ulps = b.at("addend_ulps").boolean();
   r.bounds.why = b.at("why").str();
   if (n.has("first_bad")) {
     const JNode f = n.at("first_bad");

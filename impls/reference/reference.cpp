@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
+#include "workloads/ops/eigen_ref.hpp"
 #include "workloads/ops/op.hpp"
 
 namespace replay {
@@ -24,18 +26,28 @@ void round_inplace(HostTensor& t) {
   for (int64_t i = 0; i < n; ++i) d[i] = round_to(dt, d[i]);
 }
 
-}  // namespace
-
-std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
-                                       const std::map<int, HostTensor>& vals) {
+// The row's reference of `n` on `vals`, not rounded; outputs of dtype `as` when given.
+std::vector<HostTensor> evaluate(const Graph& g, const Node& n,
+                                 const std::map<int, HostTensor>& vals,
+                                 std::optional<DType> as = std::nullopt) {
   std::vector<TensorMeta> out_meta;
-  for (int v : n.outputs) out_meta.push_back(g.meta(v));
+  for (int v : n.outputs) {
+    out_meta.push_back(g.meta(v));
+    if (as) out_meta.back().dtype = *as;
+  }
   RefArgs args{n, {}, out_meta};
   for (const auto& o : n.operands) {
     args.in.push_back(o.is_tensor() ? &vals.at(o.value) : nullptr);
     args.in_meta.push_back(o.is_tensor() ? &g.meta(o.value) : nullptr);
   }
-  std::vector<HostTensor> out = op_def(n.op).reference(args);
+  return op_def(n.op).reference(args);
+}
+
+}  // namespace
+
+std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
+                                       const std::map<int, HostTensor>& vals) {
+  std::vector<HostTensor> out = evaluate(g, n, vals);
   for (auto& t : out) round_inplace(t);
   return out;
 }
@@ -49,6 +61,44 @@ std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, Host
     for (size_t k = 0; k < outs.size(); ++k) vals[n.outputs[k]] = std::move(outs[k]);
   }
   return vals;
+}
+
+std::optional<HostTensor> addend_magnitude(const Graph& g, const std::map<int, HostTensor>& ref,
+                                           int v) {
+  std::vector<const Node*> chain;  // from the addition's consumer to v's producer
+  int w = v;
+  for (;;) {
+    const int p = g.values[w].producer;
+    if (p < 0) return std::nullopt;
+    const Node& n = g.nodes[p];
+    if (is_addition(n.op)) break;
+    w = carried_value(n);
+    if (w < 0) return std::nullopt;
+    chain.push_back(&n);
+  }
+  const Node& add = g.nodes[g.values[w].producer];
+  const TensorMeta& meta = g.meta(w);
+  // rsub: b - alpha a; add / sub: a +- alpha b.
+  const size_t scaled = add.op == Op::kRsubScalar ? 0 : 1;
+  Eigen::ArrayXd m;
+  for (size_t i = 0; i < 2 && i < add.operands.size(); ++i) {
+    const auto& o = add.operands[i];
+    const double k = i == scaled ? std::fabs(add.alpha) : 1.0;
+    Eigen::ArrayXd a =
+        o.is_tensor() ? Eigen::ArrayXd(k * ref::broadcast_to(ref.at(o.value), meta.shape).abs())
+                      : Eigen::ArrayXd::Constant(static_cast<Eigen::Index>(meta.numel()),
+                                                 k * std::fabs(o.scalar));
+    m = i == 0 ? std::move(a) : Eigen::ArrayXd(m.max(a));
+  }
+  HostTensor t =
+      ref::from_array(m, TensorMeta{meta.shape, contiguous_strides(meta.shape), DType::kFloat64});
+  // The views and copies after the addition, applied to the magnitudes (float64: no rounding).
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    std::map<int, HostTensor> one;
+    one.emplace(carried_value(**it), std::move(t));
+    t = std::move(evaluate(g, **it, one, DType::kFloat64).at(0));
+  }
+  return t;
 }
 
 }  // namespace replay

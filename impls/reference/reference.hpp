@@ -12,6 +12,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "workloads/ir/graph.hpp"
@@ -29,5 +30,13 @@ std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
 /// every value of the graph (inputs included), keyed by value index. Throws
 /// std::invalid_argument when an input is missing.
 std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, HostTensor>& inputs);
+
+/// The magnitudes of the addends behind value `v`, per element: max(|a|, |alpha b|) of the add /
+/// sub that produced v (a Python number addend counts as a constant), carried through the views
+/// and one-operand copies between that node and v (carried_value). `ref`: run_reference's values
+/// (the addends must be there). std::nullopt when v does not come from an addition that way.
+/// Shape of v, contiguous, float64. What NumericsBounds::addend_ulps measures ulps against.
+std::optional<HostTensor> addend_magnitude(const Graph& g, const std::map<int, HostTensor>& ref,
+                                           int v);
 
 }  // namespace replay

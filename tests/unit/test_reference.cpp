@@ -202,3 +202,39 @@ TEST(HostTensor, PackUnpackStrided) {
   EXPECT_EQ(bytes.size(), 12u);
   EXPECT_EQ(unpack(bytes, transposed).data, t.data);
 }
+
+// The magnitudes NumericsBounds::addend_ulps measures against: max(|a|, |alpha b|) of the sub,
+// broadcast, then carried through the transpose and the clone after it.
+TEST(AddendMagnitude, FollowsTheAdditionThroughViewsAndCopies) {
+  const Graph g = parse_trace_text(R"({
+    "schema": "replay-trace/1", "name": "sub_t", "source": {"model": "test", "phase": "fwd"},
+    "world_size": 1,
+    "inputs": [{"id": "a", "shape": [2, 3], "dtype": "bfloat16"},
+               {"id": "b", "shape": [3], "dtype": "bfloat16"}],
+    "nodes": [
+      {"id": "d", "op": "aten.sub.Tensor", "args": [{"ref": "a"}, {"ref": "b"}],
+       "kwargs": {"alpha": -2}, "outputs": [{"shape": [2, 3], "dtype": "bfloat16"}]},
+      {"id": "p", "op": "aten.permute.default", "args": [{"ref": "d"}, [1, 0]],
+       "outputs": [{"shape": [3, 2], "stride": [1, 3], "dtype": "bfloat16"}]},
+      {"id": "c", "op": "aten.clone.default", "args": [{"ref": "p"}],
+       "outputs": [{"shape": [3, 2], "stride": [1, 3], "dtype": "bfloat16"}]},
+      {"id": "e", "op": "aten.exp.default", "args": [{"ref": "c"}],
+       "outputs": [{"shape": [3, 2], "stride": [1, 3], "dtype": "bfloat16"}]}],
+    "outputs": ["c", "e"]})",
+                                   "<sub_t>");
+  auto in = generate_inputs(g, 5);
+  const auto vals = run_reference(g, in);
+  const HostTensor& a = vals.at(g.inputs[0]);
+  const HostTensor& b = vals.at(g.inputs[1]);
+  auto m = addend_magnitude(g, vals, g.outputs[0]);
+  ASSERT_TRUE(m.has_value());
+  ASSERT_EQ(m->meta.shape, (std::vector<int64_t>{3, 2}));
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      EXPECT_EQ(m->data[j * 2 + i],
+                std::max(std::fabs(a.data[i * 3 + j]), 2 * std::fabs(b.data[j])))
+          << i << "," << j;
+  // exp computes: its values do not come from an addition.
+  EXPECT_FALSE(addend_magnitude(g, vals, g.outputs[1]).has_value());
+  EXPECT_FALSE(addend_magnitude(g, vals, g.inputs[0]).has_value());
+}

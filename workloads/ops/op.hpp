@@ -114,6 +114,13 @@ const OpDef& op_def(Op op);
 /// Every row, in enum order.
 std::span<const OpDef* const> all_ops();
 
+/// aten.add / aten.sub (Tensor and Scalar overloads) and aten.rsub.Scalar: a sum of two addends,
+/// whose magnitudes the numerics check may need (NumericsBounds::addend_ulps).
+bool is_addition(Op op);
+/// The value `n` passes on with its magnitudes unchanged: the one tensor operand of a view or of
+/// a copy (clone, _to_copy, convert_element_type); -1 for any other node.
+int carried_value(const Node& n);
+
 // Family tables (one per family file), each covering its OpRange in order.
 std::span<const OpDef> pointwise_op_rows();
 std::span<const OpDef> compare_op_rows();

@@ -28,6 +28,23 @@ std::span<const OpDef* const> all_ops() {
   return table();
 }
 
+bool is_addition(Op op) {
+  return op == Op::kAdd || op == Op::kSub || op == Op::kAddScalar || op == Op::kSubScalar ||
+         op == Op::kRsubScalar;
+}
+
+int carried_value(const Node& n) {
+  const bool copies = n.op == Op::kClone || n.op == Op::kConvertElementType || n.op == Op::kToCopy;
+  if (!copies && op_def(n.op).kind != OpKind::kView) return -1;
+  int v = -1;
+  for (const auto& o : n.operands)
+    if (o.is_tensor()) {
+      if (v >= 0) return -1;
+      v = o.value;
+    }
+  return v;
+}
+
 std::string_view op_name(Op op) {
   return op_def(op).name;
 }
