@@ -106,7 +106,9 @@ TEST_P(BundledTrace, CapturedCudaGraphWritesWhatTheProgramWrites) {
   REPLAY_CUDA(cudaStreamDestroy(cs));
 }
 
-INSTANTIATE_TEST_SUITE_P(Traces, BundledTrace, ::testing::ValuesIn(bundled_traces()));
+// Named by trace, so --gtest_filter can pick shapes (e.g. -*2x4096x*).
+INSTANTIATE_TEST_SUITE_P(Traces, BundledTrace, ::testing::ValuesIn(bundled_traces()),
+                         [](const auto& info) { return info.param; });
 
 TEST(GpuReplay, PoisonCatchesUnwrittenOutputs) {
   REQUIRE_GPU();
