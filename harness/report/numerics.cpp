@@ -23,6 +23,11 @@ std::string_view verdict_name(Verdict v) {
   return "not compared";
 }
 
+double allowed_beyond_1ulp(int64_t numel, double max_share) {
+  const double expected = max_share * static_cast<double>(std::max<int64_t>(numel, 0));
+  return expected + 3 * std::sqrt(expected);
+}
+
 Verdict combine(Verdict a, Verdict b) {
   if (a == Verdict::kFail || b == Verdict::kFail) return Verdict::kFail;
   if (a == Verdict::kPass || b == Verdict::kPass) return Verdict::kPass;
@@ -56,9 +61,12 @@ std::string NumericsResult::failure() const {
                   bounds.max_bias, bias_se);
     return buf;
   }
-  if (!(beyond_1ulp_share <= bounds.max_beyond_1ulp)) {
-    std::snprintf(buf, sizeof buf, "%.3g%% of elements beyond 1 ulp > %.3g%%",
-                  100 * beyond_1ulp_share, 100 * bounds.max_beyond_1ulp);
+  if (!(static_cast<double>(beyond_1ulp) <= allowed_beyond_1ulp(numel, bounds.max_beyond_1ulp))) {
+    std::snprintf(buf, sizeof buf,
+                  "%lld elements (%.3g%%) beyond 1 ulp > %.3g%% of %lld + 3 sigma = %.1f",
+                  static_cast<long long>(beyond_1ulp), 100 * beyond_1ulp_share,
+                  100 * bounds.max_beyond_1ulp, static_cast<long long>(numel),
+                  allowed_beyond_1ulp(numel, bounds.max_beyond_1ulp));
     return buf;
   }
   return "";

@@ -26,6 +26,12 @@ std::string_view verdict_name(Verdict v);  ///< "not compared", "PASS", "FAIL"
 /// Two verdicts together: any FAIL fails; else any PASS passes; else not compared.
 Verdict combine(Verdict a, Verdict b);
 
+/// Criterion 5's allowance: how many of `numel` elements may be more than one ulp off at a share
+/// bound `max_share`: p N + 3 sqrt(p N). Flips are rare independent events, so their count is
+/// Poisson: at p N = 0.5 (a [16, 176] output, p = 1.7e-4) one flip is no evidence of a wrong
+/// kernel, while on millions of elements the slack is a few percent of p N. 0 when p = 0.
+double allowed_beyond_1ulp(int64_t numel, double max_share);
+
 struct NumericsResult {
   std::string value;  ///< value (tensor) name checked
   DType dtype = DType::kFloat32;

@@ -19,8 +19,9 @@ namespace replay {
 ///  3. every row's rel_l2 = ||e_row|| / max(||t_row||, sqrt(cols) * rms(target)) is at most
 ///     `max_row_rel_l2` (an error confined to a row or two cannot hide in a large tensor);
 ///  4. the whole tensor's rel_l2 = ||e|| / ||t|| is at most `max_rel_l2`;
-///  5. the share of elements more than one ulp (plus `share_floor` * rms(target)) off is at most
-///     `max_beyond_1ulp`;
+///  5. the count of elements more than one ulp (plus `share_floor` * rms(target)) off is at most
+///     p N + 3 sqrt(p N), p = `max_beyond_1ulp`, N elements (a Poisson count's 3-sigma slack:
+///     one flip in a [16, 176] output is no evidence; allowed_beyond_1ulp, numerics.hpp);
 ///  6. its systematic relative error is at most `max_bias` beyond noise: the least-squares scale
 ///     bias = sum(e t) / sum(t^2) must satisfy |bias| <= max_bias + 6 * its standard error
 ///     (sqrt(sum(e^2 t^2)) / sum(t^2)). A correct kernel's one-ulp differences have random sign
