@@ -11,9 +11,12 @@
 #   bash scripts/device_ops.sh peers OUT [TRACE] PyTorch on the same traces, op by op and
 #                                               torch.compile, same timing method
 #                                               (traces/capture/torch_replay.py) -> OUT/peers.json
+#   bash scripts/device_ops.sh pair OUT I/N     share I of N of the realistic traces (`replay run
+#                                               --shard` order): `run` with cold timing only, then
+#                                               `peers` on the same traces, in one job on one GPU
 # then: python3 scripts/eager_vs_pytorch.py OUT*/run/results.json --peers OUT/peers.json
 set -uo pipefail
-phase=${1:?phase: tests | run | peers}
+phase=${1:?phase: tests | run | peers | pair}
 OUT=${2:?out dir}
 shift 2
 mkdir -p "$OUT"
@@ -24,6 +27,12 @@ realistic() {  # bundled traces without golden tensors
   for f in traces/*.json; do [ -e "${f%.json}.safetensors" ] || echo "$f"; done
 }
 traces=("$@")
+if [ "$phase" = pair ]; then  # every N-th of the sorted realistic traces from the I-th, as --shard
+  IFS=/ read -r shard_i shard_n <<< "${1:?pair needs I/N}"
+  mapfile -t all < <(realistic | sort)
+  traces=()
+  for ((k = shard_i; k < ${#all[@]}; k += shard_n)); do traces+=("${all[k]}"); done
+fi
 ((${#traces[@]})) || mapfile -t traces < <(realistic)
 case $phase in
   tests)
@@ -46,17 +55,24 @@ case $phase in
   run)
     # RUN_ARGS: more `replay run` options (e.g. --modes cold for the eager-vs-PyTorch table).
     # shellcheck disable=SC2086
-    timeout 580 ./"$BUILD"/replay run "${traces[@]}" --max-time 0.5 --reference-budget 0 \
+    timeout "${RUN_TIMEOUT:-580}" ./"$BUILD"/replay run "${traces[@]}" --max-time 0.5 --reference-budget 0 \
       ${RUN_ARGS:-} --out "$OUT/run" > "$OUT/run.log" 2>&1
     rc=$?
     grep -E "^==|FAIL|ERROR|reference:|     eager|optimized|NOT REPL" "$OUT/run.log" | head -150
     echo "replay run rc=$rc"
     exit $rc ;;
   peers)
-    timeout 560 python3 traces/capture/torch_replay.py "${traces[@]}" --compile --reps 100 \
+    timeout "${PEERS_TIMEOUT:-560}" python3 traces/capture/torch_replay.py "${traces[@]}" --compile --reps 100 \
       --out "$OUT/peers.json" > "$OUT/peers.log" 2>&1
     rc=$?
     tail -15 "$OUT/peers.log"
     echo "peers rc=$rc"
     exit $rc ;;
+  pair)
+    RUN_TIMEOUT=${RUN_TIMEOUT:-450} RUN_ARGS="--modes cold ${RUN_ARGS:-}" bash "$0" run "$OUT" "${traces[@]}"
+    rc_run=$?
+    PEERS_TIMEOUT=${PEERS_TIMEOUT:-120} bash "$0" peers "$OUT" "${traces[@]}"
+    rc_peers=$?
+    echo "pair: run rc=$rc_run, peers rc=$rc_peers"
+    exit $((rc_run ? rc_run : rc_peers)) ;;
 esac
