@@ -89,7 +89,10 @@
 // [16, 1024, 1600] 51 us (62), over dim 1 39 us (41); amax of bf16 [16384, 8192] 98 us (105);
 // copy f32 70 us (cudaMemcpyAsync 69). Host enqueue ~5 us per launch. Replayed graphs (replay
 // run, eager): nanoGPT LayerNorm forward [16, 1024, 1600] 464 us (was 1244; PyTorch 488),
-// LayerNorm backward 1342 us (was 3317; PyTorch 1240).
+// LayerNorm backward 1342 us (was 3317; PyTorch 1240); litgpt RoPE forward [2, 4096, 40, 128]
+// 1254 us (was 3947 before dims were ordered as the output lays them out, which keeps a permuted
+// head-dim slice on the 16-byte vector path; PyTorch 2018), backward 2537 us (was 3275; PyTorch
+// 2917); Meta Llama RoPE forward (2x4096 tokens, 32 q / 8 kv heads of 128) 1417 us (PyTorch 1346).
 // Expected on an H200 (copy ~4.2 TB/s): the pointwise ops at copy speed (add bf16 ~38 us, the
 // f32 broadcasts ~51 us), sum over dim 1 ~29 us, columns ~37 us, amax ~72 us; var_mean of bf16
 // rows is latency-bound (~28-30 us), not bandwidth-bound.
