@@ -2,6 +2,8 @@
 // discards every sample it takes and says why it stopped, and a spin of known length is timed as
 // that length; hot timing sees the L2, a captured CUDA graph does the work it captured and a
 // replay that cannot be captured says why.
+#include <numeric>
+
 #include "gpu_test_util.hpp"
 #include "harness/measure/timing.hpp"
 
@@ -42,7 +44,10 @@ TEST(GpuTiming, TimeColdKeepsOrDiscardsEverySampleAndSaysWhy) {
   EXPECT_LT(st.median, 30.0);
   if (t.stop == StopReason::kConverged) {
     EXPECT_LE(st.rel_ci, rule.max_noise);
-    EXPECT_GE(st.n * st.median * 1e-6, rule.min_time_s * 0.99);
+    // The rule sums the kept samples (not n x median: a few slow samples skew the mean up; on
+    // the H100, 380 samples of median 23.7 us met the rule's 10 ms where n x median was 9.0 ms).
+    const double gpu_s = std::accumulate(t.samples_us.begin(), t.samples_us.end(), 0.0) * 1e-6;
+    EXPECT_GE(gpu_s, rule.min_time_s);
   }
 }
 
