@@ -93,6 +93,10 @@ write("bad", "getitem_of_getitem", trace("getitem_of_getitem", x,
 write("bad", "getitem_wrong_outputs", trace("getitem_wrong_outputs", x,
       [vm, {"id": "var", "op": "getitem", "args": [ref("vm"), 0], "outputs": [t([4, 1])]}],
       ["var"]))
+write("bad", "getitem_wrong_strides", trace("getitem_wrong_strides", x,
+      [node("sp", "aten.split.Tensor", [ref("x"), 4, 1], [t([4, 4], stride=[8, 1])] * 2),
+       {"id": "right", "op": "getitem", "args": [ref("sp"), 1], "outputs": [t([4, 4], stride=[4, 1])]}],
+      ["right"]))
 write("bad", "getitem_unknown_keyword", trace("getitem_unknown_keyword", x,
       [vm, {"id": "var", "op": "getitem", "args": [ref("vm"), 0], "kwargs": {"bogus": 1}}],
       ["var"]))

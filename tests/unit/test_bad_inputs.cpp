@@ -73,6 +73,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"tuple_used_as_tensor", "y", "select one with getitem"},
         BadCase{"getitem_of_getitem", "again", "not a multi-output node"},
         BadCase{"getitem_wrong_outputs", "var", "differs from output 0 of 'vm'"},
+        BadCase{"getitem_wrong_strides", "right",
+                "strides [4, 1] differ from those of output 1 of 'sp', [8, 1]"},
         BadCase{"getitem_unknown_keyword", "var", "unexpected keyword argument 'bogus'"},
         BadCase{"view_of_non_viewable", "y", "view of a non-viewable layout"},
         BadCase{"argument_given_twice", "y", "given both by position and by keyword"}),
@@ -82,7 +84,7 @@ TEST(BadTrace, EveryFileInTheFolderIsCovered) {
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(data("bad")))
     files += e.path().extension() == ".json";
-  EXPECT_EQ(files, 21u) << "a new file in tests/data/bad needs its row in BadTrace's table";
+  EXPECT_EQ(files, 22u) << "a new file in tests/data/bad needs its row in BadTrace's table";
 }
 
 TEST(BadTrace, HundredThousandDeepNestingDoesNotOverflowTheStack) {

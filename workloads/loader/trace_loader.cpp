@@ -218,14 +218,23 @@ class Parser {
     r.finish();
     if (names_.count(id) || tuples_.count(id)) fail(id, "duplicate id '" + id + "'");
     const int v = g_.nodes[node].outputs[static_cast<size_t>(k)];
-    if (j.contains("outputs")) {  // optional; when given it must describe the selected output
+    // `outputs` is optional on a getitem (the selected output's metadata is the tuple node's);
+    // when given it must describe the selected output: shape, dtype and, where recorded, the
+    // strides of every dim longer than 1 (a size-1 dim's stride is arbitrary in PyTorch).
+    if (j.contains("outputs")) {
       const json& outs = j["outputs"];
       if (!outs.is_array() || outs.size() != 1)
         fail(id, "expected \"outputs\" of a getitem to hold one tensor");
       const TensorMeta m = meta_of(outs[0], id);
-      if (m.shape != g_.meta(v).shape || m.dtype != g_.meta(v).dtype)
-        fail(id, "recorded output " + m.str() + " differs from output " + std::to_string(k) +
-                     " of '" + g_.nodes[node].id + "', " + g_.meta(v).str());
+      const TensorMeta& sel = g_.meta(v);
+      const std::string which = "output " + std::to_string(k) + " of '" + g_.nodes[node].id + "'";
+      if (m.shape != sel.shape || m.dtype != sel.dtype)
+        fail(id, "recorded output " + m.str() + " differs from " + which + ", " + sel.str());
+      if (outs[0].contains("stride"))
+        for (size_t d = 0; d < m.shape.size(); ++d)
+          if (m.shape[d] != 1 && m.stride[d] != sel.stride[d])
+            fail(id, "recorded output strides " + shape_str(m.stride) + " differ from those of " +
+                         which + ", " + shape_str(sel.stride));
     }
     names_[id] = v;
     // The selected output takes the getitem's id as its name (FX's name for it, the one golden
