@@ -62,11 +62,10 @@ std::string NumericsResult::failure() const {
     return buf;
   }
   if (!(static_cast<double>(beyond_1ulp) <= allowed_beyond_1ulp(numel, bounds.max_beyond_1ulp))) {
-    std::snprintf(buf, sizeof buf,
-                  "%lld elements (%.3g%%) beyond 1 ulp > %.3g%% of %lld + 3 sigma = %.1f",
-                  static_cast<long long>(beyond_1ulp), 100 * beyond_1ulp_share,
-                  100 * bounds.max_beyond_1ulp, static_cast<long long>(numel),
-                  allowed_beyond_1ulp(numel, bounds.max_beyond_1ulp));
+    std::snprintf(
+        buf, sizeof buf, "%lld elements (%.3g%%) beyond 1 ulp > %.3g%% of %lld + 3 sigma = %.1f",
+        static_cast<long long>(beyond_1ulp), 100 * beyond_1ulp_share, 100 * bounds.max_beyond_1ulp,
+        static_cast<long long>(numel), allowed_beyond_1ulp(numel, bounds.max_beyond_1ulp));
     return buf;
   }
   return "";
