@@ -67,7 +67,8 @@ TEST(Numerics, ShareBeyondOneUlpIsACountWithPoissonSlack) {
   const int64_t n = 16 * 176;
   HostTensor ref = make_host_tensor({16, 176}, DType::kBFloat16);
   for (int64_t i = 0; i < n; ++i) ref.data[i] = 1.0 + (i % 64) / 64.0;  // ulp 2^-7 on [1, 2)
-  auto flipped = [&](int k) {                                           // k elements two ulps off
+  // k elements two ulps off
+  auto flipped = [&](int k) {
     HostTensor g = ref;
     for (int i = 0; i < k; ++i) g.data[i * 97] += 2 * std::ldexp(1.0, -7);
     return check_numerics("y", g, ref, loose(1, 1.67e-4));
