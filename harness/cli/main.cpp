@@ -219,7 +219,10 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
                 t.not_replayed.substr(t.not_replayed.find(':') + 2).c_str());
     return;
   }
-  if (t.reference_s > 0)
+  if (t.reference_s > 0 && t.reference_estimate_s > 0)
+    std::printf("   reference: %.1f s (inputs + float64 reference; estimated %.1f s)\n",
+                t.reference_s, t.reference_estimate_s);
+  else if (t.reference_s > 0)
     std::printf("   reference: %.1f s (inputs + float64 reference)\n", t.reference_s);
   for (const auto& n : t.golden_check)
     std::printf("   reference vs PyTorch golden %-24s %s (rel_l2 %.2e, max %.0f ulp)\n",

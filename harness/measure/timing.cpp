@@ -77,6 +77,21 @@ std::vector<double> sample_batch(const std::function<void(cudaStream_t)>& fn, cu
   return us;
 }
 
+std::vector<double> time_host_enqueue(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                                      size_t n) {
+  std::vector<double> us;
+  us.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    REPLAY_CUDA(cudaStreamSynchronize(s));
+    const auto h0 = std::chrono::steady_clock::now();
+    fn(s);
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+  }
+  REPLAY_CUDA(cudaStreamSynchronize(s));
+  return us;
+}
+
 double max_sm_clock_mhz() {
   int dev = 0;
   REPLAY_CUDA(cudaGetDevice(&dev));

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "harness/measure/cupti_tracer.hpp"
 #include "harness/measure/timing.hpp"
@@ -142,14 +143,24 @@ ReferenceFootprint reference_footprint(const Graph& g) {
       f.gemm_flops += fl;
       continue;
     }
-    if (op_def(n.op).kind == OpKind::kView) continue;
     for (int out : n.outputs) f.elements += static_cast<double>(g.meta(out).numel());
   }
+  for (int v : g.inputs)  // generated: one draw per storage element, then the logical copy
+    f.elements += static_cast<double>(g.meta(v).storage_elems() + g.meta(v).numel());
   return f;
 }
 
+int reference_threads() {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+double reference_elements_per_second() {
+  return kReferenceElementsPerSecondPerThread * reference_threads();
+}
+
 double ReferenceFootprint::seconds(double gemm_gflops) const {
-  return gemm_flops / (std::max(gemm_gflops, 1e-3) * 1e9) + elements / kReferenceElementsPerSecond;
+  return gemm_flops / (std::max(gemm_gflops, 1e-3) * 1e9) +
+         elements / reference_elements_per_second();
 }
 
 double available_host_bytes() {
@@ -186,6 +197,9 @@ double available_host_bytes() {
 }
 
 namespace {
+
+// Enqueues of one replay timed for its host enqueue (each into an idle stream).
+constexpr size_t kHostEnqueueSamples = 30;
 
 // Variants to run on this trace, in display order.
 std::vector<VariantInfo> variants_for(const Plan& plan, const RunOptions& opt) {
@@ -292,7 +306,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
                       " MHz (--min-clock-ratio) until the timeout";
         v.samples_us = std::move(ct.samples_us);
         v.stats = summarize(v.samples_us);
-        v.host_stats = summarize(ct.host_us);
+        v.host_stats = summarize(time_host_enqueue(fn, ctx.stream, kHostEnqueueSamples));
         v.stop = ct.stop;
         v.timing_wall_s = ct.wall_s;
         v.sm_clock_mhz = summarize(ct.sm_mhz);
@@ -378,18 +392,20 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
         big_graph = &*f.graph;
       }
     }
-    if (opt.reference_budget_s > 0) {
+    {
       const double gflops = need.gemm_flops > 0 ? reference_gemm_gflops() : 0;
       const double est = need.seconds(gflops);
-      if (est > opt.reference_budget_s) {
+      tr.reference_estimate_s = est;
+      if (opt.reference_budget_s > 0 && est > opt.reference_budget_s) {
         char why[320];
         std::snprintf(why, sizeof why,
                       "not replayed: its float64 reference would take ~%.0f s on this machine "
                       "(%.0f GFLOP of matmuls at the measured %.0f GFLOP/s, %.2g elements of "
-                      "other ops at ~%.0f M/s), over the --reference-budget of %.0f s "
-                      "(--reference-budget 0 lifts it)",
+                      "other ops and inputs at ~%.0f M/s on %d threads), over the "
+                      "--reference-budget of %.0f s (--reference-budget 0 lifts it)",
                       est, need.gemm_flops / 1e9, gflops, need.elements,
-                      kReferenceElementsPerSecond / 1e6, opt.reference_budget_s);
+                      reference_elements_per_second() / 1e6, reference_threads(),
+                      opt.reference_budget_s);
         tr.not_replayed = why;
         tr.regions = result_rows(g, plan);
         for (auto& row : tr.regions)

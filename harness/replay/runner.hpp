@@ -89,16 +89,25 @@ struct ReferenceFootprint {
   double bytes = 0;
   int largest_value = -1;
   double gemm_flops = 0;  ///< FLOP
-  double elements = 0;    ///< outputs of the non-matmul, non-view ops, elements
+  /// Elements written by every other op (views too: the reference materializes them) and by the
+  /// input generator (a draw per storage element and the logical copy).
+  double elements = 0;
   /// Estimated seconds on this machine at `gemm_gflops` (reference_gemm_gflops()) and
-  /// kReferenceElementsPerSecond for the rest.
+  /// reference_elements_per_second() for the rest.
   double seconds(double gemm_gflops) const;
 };
-/// The reference's rate on its non-GEMM ops, elements written per second: measured 14-56 M/s on
-/// two AMD EPYC cores (x86-64-v3 build) over realistic traces (litgpt RoPE forward
-/// [2, 4096, 40·128] the slowest: cat and strided views; nanoGPT LayerNorm backward
-/// [16, 1024, 1600] the fastest). Most of these ops run on one thread, so more cores help little.
-inline constexpr double kReferenceElementsPerSecond = 20e6;
+/// The reference's rate on everything but its GEMMs, per hardware thread, elements written per
+/// second (ReferenceFootprint::elements): its elementwise loops, reductions and views are split
+/// over threads (workloads/ir/strided_loop.hpp), and page faults of fresh buffers and memory
+/// bandwidth bound them. Measured 41-100 M/s per thread on two AMD EPYC cores (x86-64-v3 build)
+/// over realistic traces: litgpt RoPE forward [2, 4096, 40·128] the slowest (cat and slices with
+/// a short inner dim), Meta RoPE backward and nanoGPT LayerNorm backward the fastest; the slowest
+/// is taken, so the estimate errs high.
+inline constexpr double kReferenceElementsPerSecondPerThread = 40e6;
+/// Threads the reference runs on: the hardware threads (OpenMP's and Eigen's default).
+int reference_threads();
+/// kReferenceElementsPerSecondPerThread x reference_threads().
+double reference_elements_per_second();
 ReferenceFootprint reference_footprint(const Graph& g);
 
 /// Host memory available to this process in bytes: Linux MemAvailable, or less when a cgroup

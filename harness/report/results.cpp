@@ -143,6 +143,7 @@ nlohmann::json to_json(const RunResult& r) {
                          {"dropped_matches", t.dropped_matches}};
     if (!t.not_replayed.empty()) tj["not_replayed"] = t.not_replayed;
     if (t.reference_s > 0) tj["reference_s"] = t.reference_s;
+    if (t.reference_estimate_s > 0) tj["reference_estimate_s"] = t.reference_estimate_s;
     if (!t.error.empty()) {
       tj["error"] = t.error;
       tj["error_kind"] = t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime";

@@ -90,6 +90,9 @@ struct TraceResult {
   /// reference is over the time budget), and why. Not an error: every row says the same.
   std::string not_replayed;
   double reference_s = 0;  ///< wall time of input generation + the float64 reference, seconds
+  /// What --reference-budget judged: the reference's estimated seconds on this machine (0: not
+  /// estimated), from ReferenceFootprint (harness/replay/runner.hpp).
+  double reference_estimate_s = 0;
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
   /// Matches the plan did not take: "<fusion> on [node ids]: <reason>".
   std::vector<std::string> dropped_matches;

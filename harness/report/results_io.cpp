@@ -258,6 +258,7 @@ TraceResult read_trace(const JNode& n) {
   t.dropped_matches = n.at("dropped_matches").strs();
   t.not_replayed = n.str_or("not_replayed", "");
   t.reference_s = n.num_or("reference_s", 0);
+  t.reference_estimate_s = n.num_or("reference_estimate_s", 0);
   if (n.has("error")) {
     t.error = n.at("error").str();
     const JNode k = n.at("error_kind");

@@ -109,6 +109,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -728,14 +729,30 @@ bool vec_layout(const PwArgs& p) {
   return true;
 }
 
-void pointwise(PointwiseFn fn, const DeviceTensor& out, const PwOperand* in, size_t nin,
-               double alpha, DType compute, cudaStream_t stream) {
+// One pointwise launch, prepared: kernel, grid and arguments. `kernel` is null when there is
+// nothing to do (an empty output).
+struct PwPlan {
+  PwKernel kernel = nullptr;
+  unsigned blocks = 0;
+  bool vec = false;
+  PwArgs p{};
+
+  void launch(cudaStream_t stream) const {
+    if (!kernel) return;
+    kernel<<<blocks, kPwThreads, 0, stream>>>(p);
+    REPLAY_CUDA_LAUNCH(vec ? "pw_vec_kernel" : "pw_nd_kernel");
+  }
+};
+
+PwPlan plan_pointwise(PointwiseFn fn, const DeviceTensor& out, const PwOperand* in, size_t nin,
+                      double alpha, DType compute) {
+  PwPlan plan;
   if (nin > kMaxPwOperands)
     throw std::invalid_argument("pointwise kernel: " + std::to_string(nin) +
                                 " operands (at most 3)");
   int64_t numel = 1;
   for (int i = 0; i < out.ndim; ++i) numel *= out.shape[i];
-  if (numel == 0) return;
+  if (numel == 0) return plan;
   const bool f64 = compute == DType::kFloat64;
   const bool integral =
       compute == DType::kInt64 || compute == DType::kInt32 || compute == DType::kBool;
@@ -745,7 +762,7 @@ void pointwise(PointwiseFn fn, const DeviceTensor& out, const PwOperand* in, siz
                                 " has no form for compute dtype " +
                                 std::string(dtype_name(compute)));
 
-  PwArgs p{};
+  PwArgs& p = plan.p;
   p.nin = static_cast<int>(nin);
   p.fn = fn;
   p.alpha = alpha;
@@ -799,8 +816,15 @@ void pointwise(PointwiseFn fn, const DeviceTensor& out, const PwOperand* in, siz
   const int64_t blocks =
       vec ? ceil_div(numel, int64_t(kVec) * kPwThreads)
           : std::min<int64_t>(ceil_div(numel, int64_t(kPwThreads) * kPwUnroll), int64_t(1) << 30);
-  kernel<<<static_cast<unsigned>(blocks), kPwThreads, 0, stream>>>(p);
-  REPLAY_CUDA_LAUNCH(vec ? "pw_vec_kernel" : "pw_nd_kernel");
+  plan.kernel = kernel;
+  plan.blocks = static_cast<unsigned>(blocks);
+  plan.vec = vec;
+  return plan;
+}
+
+void pointwise(PointwiseFn fn, const DeviceTensor& out, const PwOperand* in, size_t nin,
+               double alpha, DType compute, cudaStream_t stream) {
+  plan_pointwise(fn, out, in, nin, alpha, compute).launch(stream);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -1828,18 +1852,17 @@ int blocks_per_sm(const void* kernel, int threads) {
 }
 
 template <typename acc_t>
-bool fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
-                    const DeviceTensor& out0, const DeviceTensor* out1, double correction,
-                    cudaStream_t stream) {
+EagerLaunch fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
+                           const DeviceTensor& out0, const DeviceTensor* out1, double correction) {
   const RedGeom g = reduction_geometry(in, dims, out0, out1);
-  if (g.red_numel < 2 || g.nr == 0 || g.out_numel < 1) return false;
+  if (g.red_numel < 2 || g.nr == 0 || g.out_numel < 1) return {};
   const int S = dsize(in.dtype);
-  if (!aligned(in.ptr, S)) return false;
-  if ((eager::dmask(in.dtype) & kRedIn<acc_t>) == 0) return false;
+  if (!aligned(in.ptr, S)) return {};
+  if ((eager::dmask(in.dtype) & kRedIn<acc_t>) == 0) return {};
   const bool inner = g.nr == 1 && g.rin[0] == 1;
   const bool outer = !inner && g.nk >= 1 && g.kin[g.nk - 1] == 1 &&
                      (g.nr == 1 || (g.nr == 2 && g.red_numel < kMax32));
-  if (!inner && !outer) return false;
+  if (!inner && !outer) return {};
 
   FastRedArgs a{};
   a.in = in.ptr;
@@ -1873,7 +1896,7 @@ bool fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64
     const int bx = static_cast<int>(std::clamp<int64_t>(pow2_ceil(ceil_div(L, 64)), 4, 256));
     const int by = 256 / bx;
     const int64_t blocks = ceil_div(a.rows, by);
-    if (blocks >= kMax32) return false;
+    if (blocks >= kMax32) return {};
     const int64_t nvec = ceil_div(L, kVec);
     // Split rows when the rows fill less than half of one wave and each thread still gets >= 8
     // vectors per split.
@@ -1924,7 +1947,7 @@ bool fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64
     if (bx * by < 256) bx = static_cast<int>(std::min<int64_t>(pow2_ceil(nvc), 256 / by));
     a.strips = ceil_div(nvc, bx);
     const int64_t blocks = a.strips * a.rows;
-    if (blocks >= kMax32) return false;
+    if (blocks >= kMax32) return {};
     // Split the rows when the column blocks fill less than one wave, >= 8 rows per thread.
     const int64_t wave =
         int64_t(sm_count()) *
@@ -1938,8 +1961,9 @@ bool fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64
     grid = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.splits));
     block = dim3(bx, by);
   }
-  launch_fast<acc_t>(inner, kind, a, grid, block, stream);
-  return true;
+  return [inner, kind, a, grid, block](cudaStream_t s) {
+    launch_fast<acc_t>(inner, kind, a, grid, block, s);
+  };
 }
 
 }  // namespace
@@ -1949,22 +1973,46 @@ void launch_pointwise(PointwiseFn fn, const DeviceTensor& out, const std::vector
   pointwise(fn, out, in.data(), in.size(), alpha, compute, stream);
 }
 
-void launch_copy(const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream) {
-  // Exact for every pair of dtypes: int64 through int64, float64 or int through double.
+EagerLaunch prepare_pointwise(PointwiseFn fn, const DeviceTensor& out,
+                              const std::vector<PwOperand>& in, double alpha, DType compute) {
+  const auto plan =
+      std::make_shared<const PwPlan>(plan_pointwise(fn, out, in.data(), in.size(), alpha, compute));
+  return [plan](cudaStream_t s) { plan->launch(s); };
+}
+
+namespace {
+// The compute dtype of a copy: exact for every pair of dtypes (int64 through int64, float64 or
+// int through double).
+DType copy_compute(const DeviceTensor& dst, const DeviceTensor& src) {
   auto wide = [](DType t) {
     return t == DType::kFloat64 || t == DType::kInt64 || t == DType::kInt32;
   };
   const bool ints = !is_floating(dst.dtype) && !is_floating(src.dtype);
-  const DType compute = ints                                 ? DType::kInt64
-                        : wide(dst.dtype) || wide(src.dtype) ? DType::kFloat64
-                                                             : DType::kFloat32;
+  return ints                                 ? DType::kInt64
+         : wide(dst.dtype) || wide(src.dtype) ? DType::kFloat64
+                                              : DType::kFloat32;
+}
+}  // namespace
+
+EagerLaunch prepare_copy(const DeviceTensor& dst, const DeviceTensor& src) {
+  return prepare_pointwise(PointwiseFn::kCopy, dst, {PwOperand{src, true, 0}}, 1,
+                           copy_compute(dst, src));
+}
+
+void launch_copy(const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream) {
   const PwOperand op{src, true, 0};
-  pointwise(PointwiseFn::kCopy, dst, &op, 1, 1, compute, stream);
+  pointwise(PointwiseFn::kCopy, dst, &op, 1, 1, copy_compute(dst, src), stream);
 }
 
 void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
                       const DeviceTensor& out0, const DeviceTensor* out1, double correction,
                       cudaStream_t stream) {
+  prepare_reduction(op, in, dims, out0, out1, correction)(stream);
+}
+
+EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
+                              const DeviceTensor& out0, const DeviceTensor* out1,
+                              double correction) {
   ReduceArgs p{};
   p.in = in.ptr;
   p.in_dtype = in.dtype;
@@ -1995,22 +2043,21 @@ void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int
       p.out_numel *= in.shape[d];
     }
   }
-  if (p.out_numel == 0) return;
+  if (p.out_numel == 0) return [](cudaStream_t) {};
   auto wide = [](DType t) { return t == DType::kFloat64 || !is_floating(t); };
   const bool f64 = wide(in.dtype) || wide(out0.dtype);
-  if (f64 ? fast_reduction<double>(op, in, dims, out0, out1, correction, stream)
-          : fast_reduction<float>(op, in, dims, out0, out1, correction, stream))
-    return;
-  int grid = static_cast<int>(std::min<int64_t>(p.out_numel, 65535 * 8));
-  if (f64 && fits_32bit(in))
-    reduction_kernel<double, uint32_t><<<grid, kReduceThreads, 0, stream>>>(p);
-  else if (f64)
-    reduction_kernel<double, int64_t><<<grid, kReduceThreads, 0, stream>>>(p);
-  else if (fits_32bit(in))
-    reduction_kernel<float, uint32_t><<<grid, kReduceThreads, 0, stream>>>(p);
-  else
-    reduction_kernel<float, int64_t><<<grid, kReduceThreads, 0, stream>>>(p);
-  REPLAY_CUDA_LAUNCH("reduction_kernel");
+  EagerLaunch fast = f64 ? fast_reduction<double>(op, in, dims, out0, out1, correction)
+                         : fast_reduction<float>(op, in, dims, out0, out1, correction);
+  if (fast) return fast;
+  const int grid = static_cast<int>(std::min<int64_t>(p.out_numel, 65535 * 8));
+  void (*kernel)(ReduceArgs) = f64 && fits_32bit(in) ? reduction_kernel<double, uint32_t>
+                               : f64                 ? reduction_kernel<double, int64_t>
+                               : fits_32bit(in)      ? reduction_kernel<float, uint32_t>
+                                                     : reduction_kernel<float, int64_t>;
+  return [kernel, grid, p](cudaStream_t s) {
+    kernel<<<grid, kReduceThreads, 0, s>>>(p);
+    REPLAY_CUDA_LAUNCH("reduction_kernel");
+  };
 }
 
 void poison(void* ptr, size_t bytes, cudaStream_t stream) {

@@ -45,6 +45,12 @@ struct PwOperand {
 void launch_pointwise(PointwiseFn fn, const DeviceTensor& out, const std::vector<PwOperand>& in,
                       double alpha, DType compute, cudaStream_t stream);
 
+/// launch_pointwise prepared once for tensors that stay where they are: the dims ordered and
+/// coalesced, the kernel and grid chosen, now; the returned step only enqueues the kernel (the
+/// eager executor's host enqueue per op). Throws as launch_pointwise, at preparation.
+EagerLaunch prepare_pointwise(PointwiseFn fn, const DeviceTensor& out,
+                              const std::vector<PwOperand>& in, double alpha, DType compute);
+
 /// Reduce `in` over `dims` (normalized, sorted) into `out0` (and `out1`: the mean for kVarMean,
 /// the int64 index for kMaxDim). kVar/kVarMean divide by N - correction. One block per output
 /// element; float accumulation (double when `in` or `out0` is float64 or an integer: exact sums).
@@ -53,8 +59,16 @@ void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int
                       const DeviceTensor& out0, const DeviceTensor* out1, double correction,
                       cudaStream_t stream);
 
+/// launch_reduction prepared once (geometry, path, grid and occupancy-based split chosen now); a
+/// split reduction still takes its stream's workspace at each launch. Throws CudaError.
+EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
+                              const DeviceTensor& out0, const DeviceTensor* out1,
+                              double correction);
+
 /// A strided copy (with cast) of `src` into `dst`; `src` broadcasts to dst's shape.
 void launch_copy(const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream);
+/// launch_copy prepared once (see prepare_pointwise).
+EagerLaunch prepare_copy(const DeviceTensor& dst, const DeviceTensor& src);
 
 /// Fill `bytes` at `ptr` with 0xFF (NaN for every float dtype): the poison written into outputs
 /// before a numerics run, so unwritten elements are caught.

@@ -51,15 +51,13 @@ EagerLaunch lower_pointwise(const Graph& g, const Node& n, PointwiseFn fn,
   } else {
     ops = pointwise_operands(n, in, !is_floating(compute));
   }
-  if (fn == PointwiseFn::kCopy) {  // casts: exact for every dtype pair
-    return [o = out, src = ops.at(0).t](cudaStream_t s) { launch_copy(o, src, s); };
-  }
+  if (fn == PointwiseFn::kCopy) return prepare_copy(out, ops.at(0).t);  // exact casts
   // PyTorch casts every operand to the op's common dtype before computing in its opmath type.
   // A 0-dim tensor does not take part in promotion within its category, so a float32 0-dim
   // operand of a bfloat16 op is rounded to bfloat16 first (TensorIterator's fetch-and-cast): here
   // a cast into a one-element temporary before the op. Other operands are never wider than the
   // common dtype (their promotion made it).
-  std::vector<std::pair<DeviceTensor, DeviceTensor>> casts;  // (temporary, operand)
+  std::vector<EagerLaunch> casts;  // into the temporaries
   std::vector<std::shared_ptr<DeviceBuffer>> temps;
   for (size_t i = 0; i < n.operands.size() && i < ops.size(); ++i) {
     const Operand& o = n.operands[i];
@@ -75,16 +73,14 @@ EagerLaunch lower_pointwise(const Graph& g, const Node& n, PointwiseFn fn,
     rounded.dtype = compute;
     DeviceTensor src = ops[i].t, dst = rounded;
     src.ndim = dst.ndim = 0;
-    casts.push_back({dst, src});
+    casts.push_back(prepare_copy(dst, src));
     ops[i].t = rounded;
   }
-  if (!casts.empty())
-    return [fn, o = out, ops, alpha = n.alpha, compute, casts, temps](cudaStream_t s) {
-      for (const auto& [dst, src] : casts) launch_copy(dst, src, s);
-      launch_pointwise(fn, o, ops, alpha, compute, s);
-    };
-  return [fn, o = out, ops, alpha = n.alpha, compute](cudaStream_t s) {
-    launch_pointwise(fn, o, ops, alpha, compute, s);
+  EagerLaunch op = prepare_pointwise(fn, out, ops, n.alpha, compute);
+  if (casts.empty()) return op;
+  return [casts, op, temps](cudaStream_t s) {
+    for (const auto& cast : casts) cast(s);
+    op(s);
   };
 }
 
@@ -134,8 +130,11 @@ EagerLaunch lower_composite(const Node& n, CompositeFn fn, const std::vector<Dev
     case CompositeFn::kCount:
       throw std::invalid_argument("node " + n.id + ": bad composite lowering");
   }
-  return [copies](cudaStream_t s) {
-    for (const auto& [dst, src] : copies) launch_copy(dst, src, s);
+  std::vector<EagerLaunch> steps;
+  for (const auto& [dst, src] : copies) steps.push_back(prepare_copy(dst, src));
+  if (steps.size() == 1) return steps[0];
+  return [steps](cudaStream_t s) {
+    for (const auto& step : steps) step(s);
   };
 }
 
@@ -146,20 +145,21 @@ EagerLaunch lower_random(const Node& n, const std::vector<DeviceTensor>& in,
   switch (n.op) {
     case Op::kRand:
     case Op::kRandLike:
-      return [o = out[0], u](cudaStream_t s) { launch_copy(o, u, s); };
+      return prepare_copy(out[0], u);
     case Op::kBernoulliP: {
       std::vector<PwOperand> ops = {{u, true, 0}, {{}, false, n.operands[1].scalar}};
-      return [o = out[0], ops](cudaStream_t s) {
-        launch_pointwise(PointwiseFn::kLt, o, ops, 1, DType::kFloat32, s);
-      };
+      return prepare_pointwise(PointwiseFn::kLt, out[0], ops, 1, DType::kFloat32);
     }
     case Op::kNativeDropout: {
       const double keep = 1 - n.operands[1].scalar, scale = keep > 0 ? 1 / keep : 0;
       std::vector<PwOperand> mask_ops = {{u, true, 0}, {{}, false, keep}};
       std::vector<PwOperand> out_ops = {{in[0], true, 0}, {u, true, 0}, {{}, false, keep}};
-      return [o = out[0], m = out[1], mask_ops, out_ops, scale](cudaStream_t s) {
-        launch_pointwise(PointwiseFn::kDropout, o, out_ops, scale, o.dtype, s);
-        launch_pointwise(PointwiseFn::kLt, m, mask_ops, 1, DType::kFloat32, s);
+      EagerLaunch x =
+          prepare_pointwise(PointwiseFn::kDropout, out[0], out_ops, scale, out[0].dtype);
+      EagerLaunch m = prepare_pointwise(PointwiseFn::kLt, out[1], mask_ops, 1, DType::kFloat32);
+      return [x, m](cudaStream_t s) {
+        x(s);
+        m(s);
       };
     }
     default:
@@ -178,10 +178,8 @@ EagerLaunch lower_node(const Graph& g, const Node& n, const std::vector<DeviceTe
     case EagerLowering::kPointwise:
       return lower_pointwise(g, n, static_cast<PointwiseFn>(low.fn), in, out.at(0));
     case EagerLowering::kReduction: {
-      const auto fn = static_cast<ReduceFn>(low.fn);
-      return [fn, x = in.at(0), dims = n.dims, out, corr = n.correction](cudaStream_t s) {
-        launch_reduction(fn, x, dims, out[0], out.size() > 1 ? &out[1] : nullptr, corr, s);
-      };
+      return prepare_reduction(static_cast<ReduceFn>(low.fn), in.at(0), n.dims, out.at(0),
+                               out.size() > 1 ? &out[1] : nullptr, n.correction);
     }
     case EagerLowering::kGemm:
       return lower_gemm(n, in, out);
@@ -197,7 +195,7 @@ EagerLaunch lower_node(const Graph& g, const Node& n, const std::vector<DeviceTe
 }
 
 EagerLaunch lower_copy(const DeviceTensor& dst, const DeviceTensor& src) {
-  return [dst, src](cudaStream_t s) { launch_copy(dst, src, s); };
+  return prepare_copy(dst, src);
 }
 
 }  // namespace replay

@@ -52,8 +52,8 @@ std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
   return out;
 }
 
-std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, HostTensor>& inputs) {
-  std::map<int, HostTensor> vals = inputs;
+std::map<int, HostTensor> run_reference(const Graph& g, std::map<int, HostTensor>&& inputs) {
+  std::map<int, HostTensor> vals = std::move(inputs);
   for (int v : g.inputs)
     if (!vals.count(v)) throw std::invalid_argument("reference: missing input " + g.values[v].name);
   for (const Node& n : g.nodes) {
@@ -61,6 +61,17 @@ std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, Host
     for (size_t k = 0; k < outs.size(); ++k) vals[n.outputs[k]] = std::move(outs[k]);
   }
   return vals;
+}
+
+std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, HostTensor>& inputs) {
+  std::map<int, HostTensor> copy;
+  for (const auto& [v, t] : inputs) {  // copied by all threads (first touch of the pages)
+    HostTensor c = make_host_tensor_for_overwrite(t.meta.shape, t.meta.dtype);
+    c.meta = t.meta;
+    parallel_for(static_cast<int64_t>(t.data.size()), [&](int64_t i) { c.data[i] = t.data[i]; });
+    copy.emplace(v, std::move(c));
+  }
+  return run_reference(g, std::move(copy));
 }
 
 std::optional<HostTensor> addend_magnitude(const Graph& g, const std::map<int, HostTensor>& ref,

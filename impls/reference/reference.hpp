@@ -30,6 +30,8 @@ std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
 /// every value of the graph (inputs included), keyed by value index. Throws
 /// std::invalid_argument when an input is missing.
 std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, HostTensor>& inputs);
+/// As above, taking the inputs over (no copy of them).
+std::map<int, HostTensor> run_reference(const Graph& g, std::map<int, HostTensor>&& inputs);
 
 /// The magnitudes of the addends behind value `v`, per element: max(|a|, |alpha b|) of the add /
 /// sub that produced v (a Python number addend counts as a constant), carried through the views

@@ -1,5 +1,7 @@
 #include "impls/reference/saved_inputs.hpp"
 
+#include "workloads/ir/strided_loop.hpp"
+
 #include <algorithm>
 #include <filesystem>
 
@@ -84,7 +86,8 @@ std::string derive_saved_inputs(const Graph& g, uint64_t seed,
     for (int v : f.saved) {
       const TensorMeta& m = g.meta(v);
       HostTensor t = std::move(values.at(f.graph->find_value(g.values[v].from->output)));
-      for (double& e : t.data) e = round_to(m.dtype, e);
+      parallel_for(static_cast<int64_t>(t.data.size()),
+                   [&](int64_t i) { t.data[i] = round_to(m.dtype, t.data[i]); });
       t.meta = TensorMeta{m.shape, contiguous_strides(m.shape), m.dtype};
       inputs[v] = std::move(t);
     }
@@ -104,7 +107,10 @@ std::string derive_saved_inputs(const Graph& g, uint64_t seed,
 
 ReplayInputs make_replay_inputs(const Graph& g, uint64_t seed,
                                 const std::vector<ForwardOfSaved>& forwards) {
-  ReplayInputs in = make_inputs(g, seed);
+  std::vector<int> from_forward;  // saved inputs the forwards' references will give
+  for (const ForwardOfSaved& f : forwards)
+    if (f.graph) from_forward.insert(from_forward.end(), f.saved.begin(), f.saved.end());
+  ReplayInputs in = make_inputs(g, seed, g.golden ? std::vector<int>{} : from_forward);
   if (g.golden) return in;
   const std::string note = derive_saved_inputs(g, seed, forwards, in.values);
   if (!note.empty()) in.source += "; " + note;

@@ -223,7 +223,7 @@ TEST(MatmulReference, AddmmBetaZeroIgnoresSelfNaN) {
   std::vector<TensorMeta> out = {{{2, 2}, {2, 1}, DType::kFloat32}};
   auto r = d.reference(RefArgs{n, {&self, &a, &b}, out});
   ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].data, (std::vector<double>{8, 10, 20, 22}));
+  EXPECT_EQ(r[0].data, (HostData{8, 10, 20, 22}));
   n.beta = 1;  // with beta != 0 the NaN/Inf of self propagate
   r = d.reference(RefArgs{n, {&self, &a, &b}, out});
   EXPECT_TRUE(std::isnan(r[0].data[0]));

@@ -15,7 +15,7 @@ using namespace replay::test;
 namespace {
 HostTensor t(std::vector<int64_t> shape, std::vector<double> v, DType d = DType::kBFloat16) {
   HostTensor h = make_host_tensor(shape, d);
-  h.data = std::move(v);
+  h.data.assign(v.begin(), v.end());
   return h;
 }
 }  // namespace

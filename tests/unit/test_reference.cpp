@@ -34,10 +34,10 @@ std::vector<HostTensor> eval_one(const std::vector<int64_t>& shape, const std::v
   Graph g = parse_trace(t, "<test>");
   std::map<int, HostTensor> in;
   in[0] = make_host_tensor(shape, DType::kFloat32);
-  in[0].data = x;
+  in[0].data.assign(x.begin(), x.end());
   if (!extra_input.empty()) {
     in[1] = make_host_tensor(extra_shape, DType::kFloat32);
-    in[1].data = extra;
+    in[1].data.assign(extra.begin(), extra.end());
   }
   return reference_node(g, g.nodes[0], in);
 }
@@ -77,14 +77,14 @@ TEST(Reference, BroadcastBinaryAndScalar) {
                        {"args", {ref("x"), ref("w")}},
                        {"outputs", {tensor({2, 3}, "float32")}}},
                       "w", {3}, {10, 100, 1000});
-  EXPECT_EQ(out[0].data, (std::vector<double>{10, 200, 3000, 40, 500, 6000}));
+  EXPECT_EQ(out[0].data, (HostData{10, 200, 3000, 40, 500, 6000}));
   auto sub = eval_one({3}, {1, 2, 3},
                       {{"id", "s"},
                        {"op", "aten.sub.Tensor"},
                        {"args", {ref("x"), 0.5}},
                        {"kwargs", {{"alpha", 2}}},
                        {"outputs", {tensor({3}, "float32")}}});
-  EXPECT_EQ(sub[0].data, (std::vector<double>{0, 1, 2}));
+  EXPECT_EQ(sub[0].data, (HostData{0, 1, 2}));
 }
 
 TEST(Reference, UnaryAndConvertRounding) {
@@ -107,7 +107,7 @@ TEST(Reference, UnaryAndConvertRounding) {
                      {"op", "aten.pow.Tensor_Scalar"},
                      {"args", {ref("x"), 2}},
                      {"outputs", {tensor({2}, "float32")}}});
-  EXPECT_EQ(p[0].data, (std::vector<double>{9, 4}));
+  EXPECT_EQ(p[0].data, (HostData{9, 4}));
 }
 
 TEST(Reference, ReductionsAndViews) {
@@ -117,33 +117,33 @@ TEST(Reference, ReductionsAndViews) {
                         {"op", "aten.amax.default"},
                         {"args", {ref("x"), {1}}},
                         {"outputs", {tensor({2}, "float32")}}});
-  EXPECT_EQ(amax[0].data, (std::vector<double>{3, 6}));
+  EXPECT_EQ(amax[0].data, (HostData{3, 6}));
   auto sum = eval_one({2, 3}, x,
                       {{"id", "s"},
                        {"op", "aten.sum.dim_IntList"},
                        {"args", {ref("x"), {0}, true}},
                        {"outputs", {tensor({1, 3}, "float32")}}});
-  EXPECT_EQ(sum[0].data, (std::vector<double>{5, -2, 9}));
+  EXPECT_EQ(sum[0].data, (HostData{5, -2, 9}));
   auto perm =
       eval_one({2, 3}, x,
                {{"id", "p"},
                 {"op", "aten.permute.default"},
                 {"args", {ref("x"), {1, 0}}},
                 {"outputs", {{{"shape", {3, 2}}, {"stride", {1, 3}}, {"dtype", "float32"}}}}});
-  EXPECT_EQ(perm[0].data, (std::vector<double>{1, 4, -7, 5, 3, 6}));
+  EXPECT_EQ(perm[0].data, (HostData{1, 4, -7, 5, 3, 6}));
   auto ex =
       eval_one({1, 3}, {1, 2, 3},
                {{"id", "e"},
                 {"op", "aten.expand.default"},
                 {"args", {ref("x"), {2, 3}}},
                 {"outputs", {{{"shape", {2, 3}}, {"stride", {0, 1}}, {"dtype", "float32"}}}}});
-  EXPECT_EQ(ex[0].data, (std::vector<double>{1, 2, 3, 1, 2, 3}));
+  EXPECT_EQ(ex[0].data, (HostData{1, 2, 3, 1, 2, 3}));
   auto v = eval_one({2, 3}, x,
                     {{"id", "v"},
                      {"op", "aten.view.default"},
                      {"args", {ref("x"), {3, -1}}},
                      {"outputs", {tensor({3, 2}, "float32")}}});
-  EXPECT_EQ(v[0].data, x);
+  EXPECT_EQ(v[0].data, HostData(x.begin(), x.end()));
 }
 
 // The reference executor against PyTorch's own outputs (golden safetensors from the capture).

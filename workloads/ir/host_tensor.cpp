@@ -1,5 +1,7 @@
 #include "workloads/ir/host_tensor.hpp"
 
+#include "workloads/ir/strided_loop.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
@@ -73,13 +75,21 @@ HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype) {
   return t;
 }
 
+HostTensor make_host_tensor_for_overwrite(const std::vector<int64_t>& shape, DType dtype) {
+  HostTensor t;
+  t.meta = TensorMeta{shape, contiguous_strides(shape), dtype};
+  t.data.resize(static_cast<size_t>(t.meta.numel()));
+  return t;
+}
+
 std::vector<uint8_t> pack(const HostTensor& t, const TensorMeta& layout) {
   if (t.meta.shape != layout.shape) throw std::invalid_argument("pack: shape mismatch");
   const size_t es = dtype_size(layout.dtype);
   std::vector<uint8_t> out(static_cast<size_t>(layout.storage_elems()) * es, 0);
-  if (layout.numel() == 0 || has_distinct_offsets(layout)) {
-    for_each_offset(layout, [&](int64_t i, int64_t off) {
-      store_as(layout.dtype, t.data[i], out.data() + off * es);
+  if (layout.numel() == 0 || has_distinct_offsets(layout)) {  // no two threads share an offset
+    uint8_t* dst = out.data();
+    parallel_strided_loop(layout.shape, {&layout.stride}, [&](int64_t i, const auto& off) {
+      store_as(layout.dtype, t.data[i], dst + off[0] * es);
     });
     return out;
   }
@@ -105,21 +115,24 @@ std::vector<uint8_t> pack(const HostTensor& t, const TensorMeta& layout) {
 }
 
 HostTensor strided_view(const HostTensor& storage, const TensorMeta& layout, int64_t offset) {
-  HostTensor t = make_host_tensor(layout.shape, layout.dtype);
+  HostTensor t = make_host_tensor_for_overwrite(layout.shape, layout.dtype);
   if (layout.numel() > 0 &&
       (offset < 0 || offset + layout.storage_elems() > static_cast<int64_t>(storage.data.size())))
     throw std::invalid_argument("strided_view: layout exceeds the storage");
-  for_each_offset(layout, [&](int64_t i, int64_t off) { t.data[i] = storage.data[offset + off]; });
+  const double* src = storage.data.data() + offset;
+  parallel_strided_loop(layout.shape, {&layout.stride},
+                        [&](int64_t i, const auto& off) { t.data[i] = src[off[0]]; });
   return t;
 }
 
 HostTensor unpack(const std::vector<uint8_t>& bytes, const TensorMeta& layout) {
-  HostTensor t = make_host_tensor(layout.shape, layout.dtype);
+  HostTensor t = make_host_tensor_for_overwrite(layout.shape, layout.dtype);
   const size_t es = dtype_size(layout.dtype);
   if (bytes.size() < static_cast<size_t>(layout.storage_elems()) * es)
     throw std::invalid_argument("unpack: buffer smaller than the layout");
-  for_each_offset(layout, [&](int64_t i, int64_t off) {
-    t.data[i] = load_as(layout.dtype, bytes.data() + off * es);
+  const uint8_t* src = bytes.data();
+  parallel_strided_loop(layout.shape, {&layout.stride}, [&](int64_t i, const auto& off) {
+    t.data[i] = load_as(layout.dtype, src + off[0] * es);
   });
   return t;
 }

@@ -4,22 +4,53 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "workloads/ir/graph.hpp"
 
 namespace replay {
 
+/// std::allocator, except that a value-initialized element (`resize(n)`, `HostData(n)`) is left
+/// uninitialized: the harness fills its buffers in parallel loops, and a serial zero-fill first
+/// would touch every page of a gigabyte-sized tensor from one thread (the page faults then
+/// dominated the float64 reference at the realistic shapes). Explicit values still initialize.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+/// A tensor's float64 values (std::vector<double> whose resize leaves elements uninitialized).
+using HostData = std::vector<double, DefaultInitAllocator<double>>;
+
 /// Values of one tensor in row-major logical order, widened to double; `meta` has contiguous
 /// strides and the tensor's dtype (values are already rounded to it).
 struct HostTensor {
   TensorMeta meta;
-  std::vector<double> data;
+  HostData data;
 };
 
 /// A contiguous HostTensor of `shape` and `dtype`, zero-filled.
 HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype);
+/// A contiguous HostTensor of `shape` and `dtype` whose values are left uninitialized, for a
+/// caller that writes every element (in parallel: the pages are first touched by the writers).
+HostTensor make_host_tensor_for_overwrite(const std::vector<int64_t>& shape, DType dtype);
 
 /// Bytes of `t` in `layout` (layout.dtype, layout.stride; storage_elems() elements, a storage
 /// element no logical element maps to stays 0). Strides must be >= 0. Where the layout maps

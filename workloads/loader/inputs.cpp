@@ -10,11 +10,13 @@
 
 namespace replay {
 
-std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed) {
+std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
+                                          const std::vector<int>& skip) {
   const std::array<uint32_t, 2> key = {static_cast<uint32_t>(seed),
                                        static_cast<uint32_t>(seed >> 32)};
   std::map<int, HostTensor> out;
   for (int v : g.inputs) {
+    if (std::find(skip.begin(), skip.end(), v) != skip.end()) continue;
     const Value& val = g.values[v];
     const TensorMeta& layout = val.meta;
     const ValueStats st = val.stats.value_or(ValueStats{});
@@ -25,7 +27,7 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed) {
     const uint32_t stream = fnv1a_32(val.name);
     // One value per storage element of the recorded layout, so logical elements that alias one
     // storage element (stride 0, overlapping strides) get the same value, as on the GPU.
-    HostTensor storage = make_host_tensor({layout.storage_elems()}, layout.dtype);
+    HostTensor storage = make_host_tensor_for_overwrite({layout.storage_elems()}, layout.dtype);
     // Counter-based: element i depends only on (key, i, stream), so the loops split over threads
     // (OpenMP when the build has it) give the same bits as one thread.
     if (val.uniform) {  // U[0, 1): the top 24 bits of Philox's first word of counter (i, stream)
@@ -55,11 +57,11 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed) {
   return out;
 }
 
-ReplayInputs make_inputs(const Graph& g, uint64_t seed) {
+ReplayInputs make_inputs(const Graph& g, uint64_t seed, const std::vector<int>& skip) {
   ReplayInputs in;
   if (!g.golden) {
     in.source = "generated (seed " + std::to_string(seed) + ", captured value statistics)";
-    in.values = generate_inputs(g, seed);
+    in.values = generate_inputs(g, seed, skip);
     return in;
   }
   for (auto& [name, t] : read_safetensors(g.golden->path))  // this graph's tensors, unprefixed

@@ -20,8 +20,11 @@ namespace replay {
 /// logical elements sharing a storage element (stride 0) hold the same value and pack() accepts
 /// them. Each input's stream depends only on (seed, input name), not on the input's position.
 /// Throws std::invalid_argument naming the input when a recorded stride is negative (its storage
-/// elements would not be numbered from 0).
-std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed);
+/// elements would not be numbered from 0). Inputs listed in `skip` (value indices) are left out:
+/// a backward's saved inputs that come from its forward's reference instead; each other input's
+/// values do not depend on what is skipped.
+std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
+                                          const std::vector<int>& skip = {});
 
 /// Inputs of one replay, keyed by graph-input value index, and where they came from.
 struct ReplayInputs {
@@ -32,6 +35,7 @@ struct ReplayInputs {
 
 /// Golden inputs when `g` has a sidecar, else generate_inputs(g, seed). Throws TraceError naming
 /// the sidecar and the input when the sidecar lacks a graph input or disagrees on its shape.
-ReplayInputs make_inputs(const Graph& g, uint64_t seed);
+/// `skip`: as generate_inputs (not used with golden inputs).
+ReplayInputs make_inputs(const Graph& g, uint64_t seed, const std::vector<int>& skip = {});
 
 }  // namespace replay

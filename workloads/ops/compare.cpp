@@ -73,35 +73,18 @@ std::vector<OutSpec> infer_promote(const Graph& g, const Node& n) {
 // --- references --------------------------------------------------------------------------------
 
 // An elementwise function of the operands broadcast to the output (None operands are NaN, which
-// the functions below treat as "no bound").
+// the functions below treat as "no bound"). Tensor operands are cast to the common dtype first,
+// as TensorIterator does: the output's, or for bool results (comparisons) the promoted operands'.
 template <typename F>
 std::vector<HostTensor> nary(const RefArgs& a, F f) {
-  const Shape& s = a.out[0].shape;
-  // The common dtype: the output's, or for bool results (comparisons) the promoted operands'.
   std::vector<PromoteOperand> po;
   for (size_t i = 0; i < a.in.size(); ++i)
     if (a.in[i]) po.push_back({a.in[i]->meta.dtype, a.in[i]->meta.shape.empty(), false});
   const DType common =
       a.out[0].dtype != DType::kBool || po.empty() ? a.out[0].dtype : result_type(po);
-  std::vector<ArrayXd> ops;
-  for (size_t i = 0; i < a.in.size(); ++i) {
-    if (a.node.operands[i].none) {
-      ops.push_back(ArrayXd());
-      continue;
-    }
-    ops.push_back(ref::operand(a, i, s));
-    // Tensor operands are cast to the common dtype first, as TensorIterator does.
-    if (a.in[i] && is_floating(common) && a.in[i]->meta.dtype != common)
-      ops.back() = ops.back().unaryExpr([common](double v) { return round_to(common, v); });
-  }
-  int64_t numel = 1;
-  for (int64_t d : s) numel *= d;
-  ArrayXd r(numel);
-  for (Eigen::Index i = 0; i < r.size(); ++i) {
-    auto at = [&](size_t k) { return ops[k].size() ? ops[k][i] : NAN; };
-    r[i] = f(at);
-  }
-  return {ref::from_array(r, a.out[0])};
+  return ref_outputs(ref::elementwise(a, a.out[0], common, [&f](const ref::ElementValues& v) {
+    return f([&v](size_t k) { return v[k]; });
+  }));
 }
 
 #define REF(name, expr)                                                      \

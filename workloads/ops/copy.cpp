@@ -100,54 +100,50 @@ std::vector<OutSpec> infer_copy(const Graph& g, const Node& n) {
   return {{x.shape, x.dtype}};
 }
 
-// Logical index -> coordinates in `shape` (row-major), and back.
-std::vector<int64_t> coords(int64_t i, const Shape& shape) {
-  std::vector<int64_t> c(shape.size());
-  for (size_t d = shape.size(); d-- > 0;) {
-    c[d] = shape[d] ? i % shape[d] : 0;
-    i = shape[d] ? i / shape[d] : 0;
-  }
-  return c;
-}
-int64_t linear(const std::vector<int64_t>& c, const Shape& shape) {
-  int64_t i = 0;
-  for (size_t d = 0; d < shape.size(); ++d) i = i * shape[d] + c[d];
-  return i;
+// Writes src's values into the view of `out` at element `base` with strides `stride` (src's
+// shape), split over threads: the view's elements are distinct, so no two threads share one.
+void write_view(const HostTensor& src, HostTensor& out, int64_t base,
+                const std::vector<int64_t>& stride) {
+  double* dst = out.data.data() + base;
+  const double* from = src.data.data();
+  parallel_strided_loop(src.meta.shape, {&stride},
+                        [&](int64_t i, const auto& off) { dst[off[0]] = from[i]; });
 }
 
 std::vector<HostTensor> ref_cat(const RefArgs& a) {
-  HostTensor out = make_host_tensor(a.out[0].shape, a.out[0].dtype);
+  HostTensor out = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
+  const std::vector<int64_t>& st = out.meta.stride;
   int64_t at = 0;
   for (const HostTensor* t : a.in) {
     const Shape& s = t->meta.shape;
-    if (s.size() == 1 && s[0] == 0) continue;
-    for (int64_t i = 0; i < static_cast<int64_t>(t->data.size()); ++i) {
-      auto c = coords(i, s);
-      c[a.node.dim] += at;
-      out.data[linear(c, out.meta.shape)] = t->data[i];
-    }
+    if (s.size() == 1 && s[0] == 0) continue;  // the legacy empty operand of cat
+    write_view(*t, out, at * st[a.node.dim], st);
     at += s[a.node.dim];
   }
-  return {out};
+  return ref_outputs(std::move(out));
 }
 
 std::vector<HostTensor> ref_scatter(const RefArgs& a) {
-  HostTensor out = *a.in[0];
-  out.meta = TensorMeta{a.out[0].shape, contiguous_strides(a.out[0].shape), a.out[0].dtype};
-  const HostTensor& src = *a.in[1];
-  for (int64_t i = 0; i < static_cast<int64_t>(src.data.size()); ++i) {
-    auto c = coords(i, src.meta.shape);
-    if (a.node.op == Op::kSelectScatter)
-      c.insert(c.begin() + a.node.dim, a.node.offset);
-    else
-      c[a.node.dim] = a.node.start + c[a.node.dim] * a.node.step;
-    out.data[linear(c, out.meta.shape)] = src.data[i];
+  HostTensor out = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
+  const HostTensor& self = *a.in[0];
+  parallel_for(static_cast<int64_t>(out.data.size()),
+               [&](int64_t i) { out.data[i] = self.data[i]; });
+  std::vector<int64_t> st = out.meta.stride;
+  const auto dim = static_cast<size_t>(a.node.dim);
+  int64_t base = 0;
+  if (a.node.op == Op::kSelectScatter) {
+    base = a.node.offset * st[dim];
+    st.erase(st.begin() + static_cast<std::ptrdiff_t>(dim));
+  } else {
+    base = a.node.start * st[dim];
+    st[dim] *= a.node.step;
   }
-  return {out};
+  write_view(*a.in[1], out, base, st);
+  return ref_outputs(std::move(out));
 }
 
 std::vector<HostTensor> ref_copy(const RefArgs& a) {
-  return {ref::from_array(ref::broadcast_to(*a.in[1], a.out[0].shape), a.out[0])};
+  return ref_outputs(ref::from_array(ref::broadcast_to(*a.in[1], a.out[0].shape), a.out[0]));
 }
 
 #define ROW(op, name, parse, infer, ref, fn, example)                                         \

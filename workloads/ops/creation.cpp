@@ -129,16 +129,19 @@ std::vector<double> numbers(const RefArgs& a) {
 }
 
 std::vector<HostTensor> ref_fill(const RefArgs& a) {
-  HostTensor t = make_host_tensor(a.out[0].shape, a.out[0].dtype);
-  std::fill(t.data.begin(), t.data.end(), numbers(a).at(0));
-  return {t};
+  HostTensor t = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
+  const double v = numbers(a).at(0);
+  parallel_for(static_cast<int64_t>(t.data.size()), [&](int64_t i) { t.data[i] = v; });
+  return ref_outputs(std::move(t));
 }
 
 std::vector<HostTensor> ref_iota(const RefArgs& a) {
-  HostTensor t = make_host_tensor(a.out[0].shape, a.out[0].dtype);
+  HostTensor t = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
   const auto v = numbers(a);
-  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = v.at(0) + v.at(1) * static_cast<double>(i);
-  return {t};
+  const double start = v.at(0), step = v.at(1);
+  parallel_for(static_cast<int64_t>(t.data.size()),
+               [&](int64_t i) { t.data[i] = start + step * static_cast<double>(i); });
+  return ref_outputs(std::move(t));
 }
 
 #define ROW(op, name, parse, ref, fn, example)                                                   \

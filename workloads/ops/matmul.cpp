@@ -205,15 +205,18 @@ std::vector<OutSpec> infer_scaled_mm(const Graph& g, const Node& n) {
 
 // --- references --------------------------------------------------------------------------------
 
-// out[b] = A[b] @ B[b] for `batch` row-major matrices in contiguous storage.
+// out[b] = A[b] @ B[b] for `batch` row-major matrices in contiguous storage. `out` need not be
+// initialized: it is zeroed here by all threads (first touch of its pages spread over them), then
+// accumulated into, which is what Eigen's `C = A * B` does after a one-thread setZero.
 void batched_product(const double* a, const double* b, double* out, int64_t batch, int64_t M,
                      int64_t K, int64_t N) {
   use_all_threads();
+  parallel_for(batch * M * N, [out](int64_t i) { out[i] = 0; });
   for (int64_t i = 0; i < batch; ++i) {
     Eigen::Map<const MatRM> A(a + i * M * K, M, K);
     Eigen::Map<const MatRM> B(b + i * K * N, K, N);
     Eigen::Map<MatRM> C(out + i * M * N, M, N);
-    C.noalias() = A * B;
+    C.noalias() += A * B;
   }
 }
 
@@ -226,17 +229,20 @@ std::vector<HostTensor> ref_matmul(const RefArgs& r) {
   const size_t rank = a.meta.shape.size();
   const int64_t batch = rank == 3 ? a.meta.shape[0] : 1;
   const int64_t M = a.meta.shape[rank - 2], K = a.meta.shape[rank - 1], N = b.meta.shape[rank - 1];
-  HostTensor out = make_host_tensor(r.out[0].shape, r.out[0].dtype);
+  HostTensor out = make_host_tensor_for_overwrite(r.out[0].shape, r.out[0].dtype);
   batched_product(a.data.data(), b.data.data(), out.data.data(), batch, M, K, N);
   if (has_self) {
-    Eigen::Map<ref::ArrayXd> o(out.data.data(), static_cast<Eigen::Index>(out.data.size()));
-    if (r.node.beta == 0) {
-      o *= r.node.alpha;
+    double* o = out.data.data();
+    const double alpha = r.node.alpha, beta = r.node.beta;
+    const auto n = static_cast<int64_t>(out.data.size());
+    if (beta == 0) {
+      parallel_for(n, [=](int64_t i) { o[i] *= alpha; });
     } else {
-      o = r.node.beta * ref::broadcast_to(*r.in[0], out.meta.shape) + r.node.alpha * o;
+      const ref::ArrayXd self = ref::broadcast_to(*r.in[0], out.meta.shape);
+      parallel_for(n, [&](int64_t i) { o[i] = beta * self[i] + alpha * o[i]; });
     }
   }
-  return {std::move(out)};
+  return ref_outputs(std::move(out));
 }
 
 // _scaled_mm: (self * scale_a) @ (mat2 * scale_b) + bias = (self @ mat2)[m, n] * sa[m] * sb[n]
@@ -245,16 +251,17 @@ std::vector<HostTensor> ref_scaled_mm(const RefArgs& r) {
   const HostTensor &a = *r.in.at(0), &b = *r.in.at(1), &sa = *r.in.at(2), &sb = *r.in.at(3);
   const HostTensor* bias = r.in.size() > 4 ? r.in[4] : nullptr;
   const int64_t M = a.meta.shape[0], K = a.meta.shape[1], N = b.meta.shape[1];
-  HostTensor out = make_host_tensor(r.out[0].shape, r.out[0].dtype);
+  HostTensor out = make_host_tensor_for_overwrite(r.out[0].shape, r.out[0].dtype);
   batched_product(a.data.data(), b.data.data(), out.data.data(), 1, M, K, N);
   const bool row_a = sa.data.size() > 1, row_b = sb.data.size() > 1;
-  for (int64_t m = 0; m < M; ++m)
+  parallel_for(M, [&](int64_t m) {
     for (int64_t j = 0; j < N; ++j) {
       double& v = out.data[m * N + j];
       v *= sa.data[row_a ? m : 0] * sb.data[row_b ? j : 0];
       if (bias) v += bias->data[j];
     }
-  return {std::move(out)};
+  });
+  return ref_outputs(std::move(out));
 }
 
 // --- the rows ----------------------------------------------------------------------------------

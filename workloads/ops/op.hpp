@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "workloads/ir/graph.hpp"
@@ -64,6 +65,16 @@ struct ViewLayout {
   int64_t offset = 0;
   bool absolute = false;
 };
+
+/// A reference function's result from its output tensors, moved in: a braced list
+/// (`return {t};`) would copy every tensor, gigabytes at the realistic shapes.
+template <typename... T>
+std::vector<HostTensor> ref_outputs(T&&... t) {
+  std::vector<HostTensor> v;
+  v.reserve(sizeof...(T));
+  (v.push_back(std::forward<T>(t)), ...);
+  return v;
+}
 
 /// What a reference function gets: the node, one tensor per operand (nullptr for a Python
 /// scalar, whose value is in node.operands[i].scalar), and the recorded output metadata.

@@ -11,7 +11,6 @@
 namespace replay {
 namespace {
 
-using ref::ArrayXd;
 using rows::broadcast_operands;
 
 // --- parsers -----------------------------------------------------------------------------------
@@ -107,19 +106,21 @@ std::vector<OutSpec> infer_true_div(const Graph& g, const Node& n) {
 
 // --- references --------------------------------------------------------------------------------
 
+// One operand, no cast first (a conversion reads the input's values; the executor rounds the
+// result to the output dtype).
 template <typename F>
 std::vector<HostTensor> unary(const RefArgs& a, F f) {
-  return {ref::from_array(f(ref::as_array(*a.in[0])), a.out[0])};
+  return ref_outputs(ref::elementwise(a, a.out[0], std::nullopt, [f](const ref::ElementValues& v) {
+    return static_cast<double>(f(v[0]));
+  }));
 }
 
 std::vector<HostTensor> ref_copy(const RefArgs& a) {
-  return unary(a, [](const auto& x) { return ArrayXd(x); });
+  return unary(a, [](double v) { return v; });
 }
-#define REF_UNARY(name, expr)                                                          \
-  std::vector<HostTensor> name(const RefArgs& a) {                                     \
-    return unary(a, [](const auto& x) {                                                \
-      return ArrayXd(x.unaryExpr([](double v) { return static_cast<double>(expr); })); \
-    });                                                                                \
+#define REF_UNARY(name, expr)                       \
+  std::vector<HostTensor> name(const RefArgs& a) {  \
+    return unary(a, [](double v) { return expr; }); \
   }
 REF_UNARY(ref_rsqrt, 1 / std::sqrt(v))
 REF_UNARY(ref_sqrt, std::sqrt(v))
@@ -139,21 +140,13 @@ REF_UNARY(ref_sign, (v > 0) - (v < 0))  // NaN gives 0, as torch.sign does
 REF_UNARY(ref_relu, std::isnan(v) ? v : (v > 0 ? v : 0.0))
 #undef REF_UNARY
 
-// An elementwise function of all operands (broadcast to the output), plus the node.
+// An elementwise function of all operands broadcast to the output, plus the node. Tensor operands
+// are cast to the result dtype first (ref::elementwise).
 template <typename F>
 std::vector<HostTensor> nary(const RefArgs& a, F f) {
-  const Shape& s = a.out[0].shape;
-  // Tensor operands are cast to the result dtype first, as TensorIterator does (a 0-dim float32
-  // operand of a bfloat16 op is rounded to bfloat16); Python numbers are not.
-  std::vector<ArrayXd> ops;
-  for (size_t i = 0; i < a.in.size(); ++i) {
-    ops.push_back(ref::operand(a, i, s));
-    if (a.in[i] && is_floating(a.out[0].dtype) && a.in[i]->meta.dtype != a.out[0].dtype)
-      ops.back() = ops.back().unaryExpr([t = a.out[0].dtype](double v) { return round_to(t, v); });
-  }
-  ArrayXd r(ops.empty() ? 0 : ops[0].size());
-  for (Eigen::Index i = 0; i < r.size(); ++i) r[i] = f(ops, i, a.node);
-  return {ref::from_array(r, a.out[0])};
+  return ref_outputs(
+      ref::elementwise(a, a.out[0], a.out[0].dtype,
+                       [&f, &n = a.node](const ref::ElementValues& o) { return f(o, n); }));
 }
 
 // PyTorch computes these exponents with the matching function (ATen's pow kernels), which
@@ -168,22 +161,22 @@ double pow_ref(double x, double y) {
   return std::pow(x, y);
 }
 
-using Ops = std::vector<ArrayXd>;
-#define REF_NARY(name, expr)                                                                  \
-  std::vector<HostTensor> name(const RefArgs& a) {                                            \
-    return nary(a, []([[maybe_unused]] const Ops& o, Eigen::Index i,                          \
-                      [[maybe_unused]] const Node& n) { return static_cast<double>(expr); }); \
+#define REF_NARY(name, expr)                                                         \
+  std::vector<HostTensor> name(const RefArgs& a) {                                   \
+    return nary(a, [](const ref::ElementValues& o, [[maybe_unused]] const Node& n) { \
+      return static_cast<double>(expr);                                              \
+    });                                                                              \
   }
-REF_NARY(ref_pow, pow_ref(o[0][i], o[1][i]))
-REF_NARY(ref_add, o[0][i] + n.alpha * o[1][i])
-REF_NARY(ref_sub, o[0][i] - n.alpha * o[1][i])
-REF_NARY(ref_rsub, o[1][i] - n.alpha * o[0][i])
-REF_NARY(ref_mul, o[0][i] * o[1][i])
-REF_NARY(ref_div, n.mode == "trunc"   ? std::trunc(o[0][i] / o[1][i])
-                  : n.mode == "floor" ? std::floor(o[0][i] / o[1][i])
-                                      : o[0][i] / o[1][i])
-REF_NARY(ref_maximum, std::isnan(o[0][i]) || std::isnan(o[1][i]) ? NAN : std::max(o[0][i], o[1][i]))
-REF_NARY(ref_minimum, std::isnan(o[0][i]) || std::isnan(o[1][i]) ? NAN : std::min(o[0][i], o[1][i]))
+REF_NARY(ref_pow, pow_ref(o[0], o[1]))
+REF_NARY(ref_add, o[0] + n.alpha * o[1])
+REF_NARY(ref_sub, o[0] - n.alpha * o[1])
+REF_NARY(ref_rsub, o[1] - n.alpha * o[0])
+REF_NARY(ref_mul, o[0] * o[1])
+REF_NARY(ref_div, n.mode == "trunc"   ? std::trunc(o[0] / o[1])
+                  : n.mode == "floor" ? std::floor(o[0] / o[1])
+                                      : o[0] / o[1])
+REF_NARY(ref_maximum, std::isnan(o[0]) || std::isnan(o[1]) ? NAN : std::max(o[0], o[1]))
+REF_NARY(ref_minimum, std::isnan(o[0]) || std::isnan(o[1]) ? NAN : std::min(o[0], o[1]))
 #undef REF_NARY
 
 // --- the rows ----------------------------------------------------------------------------------

@@ -84,12 +84,12 @@ const HostTensor& uniform(const RefArgs& a) {
 }
 
 std::vector<HostTensor> ref_rand(const RefArgs& a) {
-  return {ref::from_array(ref::as_array(uniform(a)), a.out[0])};
+  return ref_outputs(ref::from_array(ref::as_array(uniform(a)), a.out[0]));
 }
 
 std::vector<HostTensor> ref_bernoulli(const RefArgs& a) {
   const double p = a.node.operands[1].scalar;
-  return {ref::from_array((ref::as_array(uniform(a)) < p).cast<double>(), a.out[0])};
+  return ref_outputs(ref::from_array((ref::as_array(uniform(a)) < p).cast<double>(), a.out[0]));
 }
 
 std::vector<HostTensor> ref_dropout(const RefArgs& a) {
@@ -97,7 +97,7 @@ std::vector<HostTensor> ref_dropout(const RefArgs& a) {
   const double scale = keep > 0 ? 1 / keep : 0;
   const ArrayXd mask = (ref::as_array(uniform(a)) < keep).cast<double>();
   const ArrayXd x = ref::as_array(*a.in[0]);
-  return {ref::from_array(x * mask * scale, a.out[0]), ref::from_array(mask, a.out[1])};
+  return ref_outputs(ref::from_array(x * mask * scale, a.out[0]), ref::from_array(mask, a.out[1]));
 }
 
 #define ROW(op, name, nout, parse, infer, ref, example) \

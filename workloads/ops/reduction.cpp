@@ -114,58 +114,76 @@ std::vector<OutSpec> infer_max_dim(const Graph& g, const Node& n) {
   return {s[0], {s[0].shape, DType::kInt64}};
 }
 
+// Each kept element's reduction is one Eigen redux over its row, rows split over threads: the
+// summation order of a row does not depend on the thread count.
 std::vector<HostTensor> ref_sum(const RefArgs& a) {
-  return {ref::from_array(ref::reduction_matrix(*a.in[0], a.node.dims).rowwise().sum(), a.out[0])};
+  const ref::ReductionMatrix m(*a.in[0], a.node.dims);
+  return ref_outputs(ref::reduce_rows(m, a.out[0], [](const auto& row) { return row.sum(); }));
 }
 std::vector<HostTensor> ref_prod(const RefArgs& a) {
-  return {ref::from_array(ref::reduction_matrix(*a.in[0], a.node.dims).rowwise().prod(), a.out[0])};
+  const ref::ReductionMatrix m(*a.in[0], a.node.dims);
+  return ref_outputs(ref::reduce_rows(m, a.out[0], [](const auto& row) { return row.prod(); }));
 }
 std::vector<HostTensor> ref_mean(const RefArgs& a) {
-  ref::RowMajorXXd m = ref::reduction_matrix(*a.in[0], a.node.dims);
-  return {ref::from_array(m.rowwise().sum() / static_cast<double>(m.cols()), a.out[0])};
+  const ref::ReductionMatrix m(*a.in[0], a.node.dims);
+  const auto cols = static_cast<double>(m.cols());
+  return ref_outputs(
+      ref::reduce_rows(m, a.out[0], [cols](const auto& row) { return row.sum() / cols; }));
 }
 
 // max/min with NaN propagation (Eigen's maxCoeff does not propagate NaN); for max.dim also the
 // index of the first maximum (or first NaN).
 template <bool kMax>
-std::pair<ArrayXd, ArrayXd> extreme(const HostTensor& x, const std::vector<int64_t>& dims) {
-  ref::RowMajorXXd m = ref::reduction_matrix(x, dims);
-  ArrayXd v(m.rows()), idx(m.rows());
-  for (Eigen::Index r = 0; r < m.rows(); ++r) {
-    double best = m(r, 0);
-    Eigen::Index at = 0;
-    for (Eigen::Index c = 1; c < m.cols() && !std::isnan(best); ++c) {
-      const double e = m(r, c);
-      if (std::isnan(e) || (kMax ? e > best : e < best)) {
-        best = e;
-        at = c;
-      }
+std::pair<double, int64_t> extreme(
+    const Eigen::Map<const Eigen::Array<double, 1, Eigen::Dynamic>>& row) {
+  double best = row[0];
+  int64_t at = 0;
+  for (Eigen::Index c = 1; c < row.size() && !std::isnan(best); ++c) {
+    const double e = row[c];
+    if (std::isnan(e) || (kMax ? e > best : e < best)) {
+      best = e;
+      at = c;
     }
-    v[r] = best;
-    idx[r] = static_cast<double>(at);
   }
-  return {v, idx};
+  return {best, at};
 }
 
 std::vector<HostTensor> ref_amax(const RefArgs& a) {
-  return {ref::from_array(extreme<true>(*a.in[0], a.node.dims).first, a.out[0])};
+  const ref::ReductionMatrix m(*a.in[0], a.node.dims);
+  return ref_outputs(
+      ref::reduce_rows(m, a.out[0], [](const auto& row) { return extreme<true>(row).first; }));
 }
 std::vector<HostTensor> ref_amin(const RefArgs& a) {
-  return {ref::from_array(extreme<false>(*a.in[0], a.node.dims).first, a.out[0])};
+  const ref::ReductionMatrix m(*a.in[0], a.node.dims);
+  return ref_outputs(
+      ref::reduce_rows(m, a.out[0], [](const auto& row) { return extreme<false>(row).first; }));
 }
 std::vector<HostTensor> ref_max_dim(const RefArgs& a) {
-  auto [v, idx] = extreme<true>(*a.in[0], a.node.dims);
-  return {ref::from_array(v, a.out[0]), ref::from_array(idx, a.out[1])};
+  const ref::ReductionMatrix m(*a.in[0], a.node.dims);
+  HostTensor v = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
+  HostTensor idx = make_host_tensor_for_overwrite(a.out[1].shape, a.out[1].dtype);
+  parallel_for(m.rows(), [&](int64_t r) {
+    const auto [best, at] = extreme<true>(m.row(r));
+    v.data[r] = best;
+    idx.data[r] = static_cast<double>(at);
+  });
+  return ref_outputs(std::move(v), std::move(idx));
 }
 
 std::vector<HostTensor> ref_var_mean(const RefArgs& a) {  // two-pass variance in float64
-  ref::RowMajorXXd m = ref::reduction_matrix(*a.in[0], a.node.dims);
+  const ref::ReductionMatrix m(*a.in[0], a.node.dims);
   const auto cols = static_cast<double>(m.cols());
-  ArrayXd mean = m.rowwise().sum() / cols;
-  ArrayXd var =
-      (m.colwise() - mean).square().rowwise().sum() / std::max(cols - a.node.correction, 0.0);
-  if (a.out.size() == 1) return {ref::from_array(var, a.out[0])};
-  return {ref::from_array(var, a.out[0]), ref::from_array(mean, a.out[1])};
+  const double divisor = std::max(cols - a.node.correction, 0.0);
+  HostTensor var = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
+  HostTensor mean = make_host_tensor_for_overwrite(a.out.back().shape, a.out.back().dtype);
+  parallel_for(m.rows(), [&](int64_t r) {
+    const auto row = m.row(r);
+    const double mu = row.sum() / cols;
+    mean.data[r] = mu;
+    var.data[r] = (row - mu).square().sum() / divisor;
+  });
+  if (a.out.size() == 1) return ref_outputs(std::move(var));
+  return ref_outputs(std::move(var), std::move(mean));
 }
 
 #define RED(op, name, nout, parse, infer, ref, fn, example)                                        \

@@ -31,7 +31,7 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
                                           const std::map<int, HostTensor>& values, int64_t split,
                                           int rows_per_iter) {
   const int64_t R = p.rows, C = p.cols;
-  auto at = [&](int v) -> const std::vector<double>& { return values.at(v).data; };
+  auto at = [&](int v) -> const HostData& { return values.at(v).data; };
   const auto &x = at(p.x), &dy = at(p.dy), &w = at(p.w);
   std::vector<float> weff(C);
   for (int64_t c = 0; c < C; ++c)
