@@ -11,12 +11,17 @@
 #   bash scripts/device_ops.sh peers OUT [TRACE] PyTorch on the same traces, op by op and
 #                                               torch.compile, same timing method
 #                                               (traces/capture/torch_replay.py) -> OUT/peers.json
+#   bash scripts/device_ops.sh suite OUT        the whole GPU suite but the realistic-shape instances
+#                                               of the per-trace tests (BundledTrace: 20 seeds each;
+#                                               MutatedGpuOutput: ~1 min each), which `run` and
+#                                               `mutations` cover -> OUT/gpu_suite.log
+#   bash scripts/device_ops.sh mutations OUT [TRACE] MutatedGpuOutput on the given (realistic) traces
 #   bash scripts/device_ops.sh pair OUT I/N     share I of N of the realistic traces (`replay run
 #                                               --shard` order): `run` with cold timing only, then
 #                                               `peers` on the same traces, in one job on one GPU
 # then: python3 scripts/eager_vs_pytorch.py OUT*/run/results.json --peers OUT/peers.json
 set -uo pipefail
-phase=${1:?phase: tests | run | peers | pair}
+phase=${1:?phase: tests | suite | mutations | run | peers | pair}
 OUT=${2:?out dir}
 shift 2
 mkdir -p "$OUT"
@@ -51,6 +56,29 @@ case $phase in
     grep -E "^\[  (PASSED|FAILED) |tests? ran|^\[  FAILED" "$OUT/gpu_tests.log" | sort | uniq -c | sort -rn | head -60
     grep -E "Failure|rel_l2|mismatch" "$OUT/gpu_tests.log" | head -40
     echo "gpu tests rc=$rc"
+    exit $rc ;;
+  suite)
+    lscpu | grep -E "Model name|^CPU\(s\)|Flags" | cut -c1-200 | tee "$OUT/cpu.txt"
+    skip=""
+    for f in $(realistic); do
+      n=$(basename "$f" .json)
+      skip+=":*BundledTrace.*/${n}*:*MutatedGpuOutput.*/${n}_*"
+    done
+    timeout "${SUITE_TIMEOUT:-570}" "$BUILD/tests/replay_gpu_tests" --gtest_filter="${GTEST_FILTER:-*}-${skip#:}" \
+      > "$OUT/gpu_suite.log" 2>&1
+    rc=$?
+    grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|^\[  SKIPPED|YOU HAVE" "$OUT/gpu_suite.log" | sort | uniq -c | sort -rn | head -40
+    grep -E "Failure" -A6 "$OUT/gpu_suite.log" | head -60
+    echo "gpu suite rc=$rc"
+    exit $rc ;;
+  mutations)
+    filter=""
+    for f in "${traces[@]}"; do filter+=":*MutatedGpuOutput.*/$(basename "$f" .json)_*"; done
+    timeout "${SUITE_TIMEOUT:-570}" "$BUILD/tests/replay_gpu_tests" --gtest_filter="${filter#:}" \
+      > "$OUT/gpu_mutations.log" 2>&1
+    rc=$?
+    grep -E "^\[       OK|^\[  FAILED|^\[==========\]|^\[  PASSED" "$OUT/gpu_mutations.log" | head -60
+    echo "mutations rc=$rc"
     exit $rc ;;
   run)
     # RUN_ARGS: more `replay run` options (e.g. --modes cold for the eager-vs-PyTorch table).

@@ -209,13 +209,17 @@ TEST(ReferenceBudget, OverBudgetTraceIsNotReplayedAndSaysWhy) {
   EXPECT_FALSE(tr.golden_check.empty());
 }
 
-// The estimate counts the matmuls' FLOPs (2·M·N·K each) and the elements the other ops write;
-// views write nothing.
+// The estimate counts the matmuls' FLOPs (2·M·N·K each), the elements the other ops write (views
+// too: the reference materializes them) and the generated inputs (a draw per storage element and
+// the logical copy).
 TEST(ReferenceBudget, FootprintCountsMatmulFlopsAndElements) {
   const Graph g =
       load_trace(std::string(REPLAY_TRACES_DIR) + "/linear_fp32_train_fwd_2x8x64x32.json");
   const ReferenceFootprint f = reference_footprint(g);
   EXPECT_DOUBLE_EQ(f.gemm_flops, 2.0 * 16 * 32 * 64);               // x [16, 64] @ w.t() [64, 32]
-  EXPECT_DOUBLE_EQ(f.elements, 2 * 8 * 64 + 32 * 64 + 2 * 8 * 32);  // the three converts
+  const double converts = 2 * 8 * 64 + 32 * 64 + 2 * 8 * 32;
+  const double views = 64 * 32 + 16 * 64 + 2 * 8 * 32 + 32 * 64;  // permute, view, view_1, permute_3
+  const double inputs = 2 * (2 * 8 * 64 + 32 * 64);
+  EXPECT_DOUBLE_EQ(f.elements, converts + views + inputs);
   EXPECT_GT(f.seconds(1.0), f.seconds(1000.0));
 }
