@@ -79,14 +79,19 @@ std::vector<double> sample_batch(const std::function<void(cudaStream_t)>& fn, cu
 
 std::vector<double> time_host_enqueue(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
                                       size_t n) {
+  auto enqueue_us = [&] {
+    const auto h0 = std::chrono::steady_clock::now();
+    fn(s);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
+  };
+  REPLAY_CUDA(cudaStreamSynchronize(s));
+  const double spin_us = std::clamp(2 * enqueue_us() + 50, 100.0, 100000.0);
   std::vector<double> us;
   us.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     REPLAY_CUDA(cudaStreamSynchronize(s));
-    const auto h0 = std::chrono::steady_clock::now();
-    fn(s);
-    us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+    enqueue_spin(s, spin_us);
+    us.push_back(enqueue_us());
   }
   REPLAY_CUDA(cudaStreamSynchronize(s));
   return us;
