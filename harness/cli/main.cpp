@@ -233,9 +233,12 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
     for (const auto& v : r.variants) {
       std::printf("     %-10s ", v.variant.name.c_str());
       if (v.timed())
-        std::printf("%10.2f us  %5.1f%% SOL  ", v.stats.median, r.sol_pct(v.stats.median, c));
+        std::printf("%10.2f us  %5.1f%% SOL  host %.1f us  ", v.stats.median,
+                    r.sol_pct(v.stats.median, c), v.host_stats.median);
       std::printf("numerics %s  ", std::string(verdict_name(v.verdict())).c_str());
       if (!v.skipped.empty()) std::printf("skipped: %s", v.skipped.c_str());
+      if (v.host_enqueue_waited > 0)
+        std::printf("(%zu of the host enqueues waited for the GPU)", v.host_enqueue_waited);
       std::printf("\n");
     }
   }

@@ -29,6 +29,21 @@ __global__ void replay_spin_kernel(long long ns) {
   }
 }
 
+// Holds its stream until the host writes a nonzero `release` (pinned, mapped host memory) or
+// `timeout_ns` of %globaltimer pass; then sets *timed_out. nvbench's blocking kernel.
+__global__ void replay_block_kernel(const volatile int* release, volatile int* timed_out,
+                                    long long timeout_ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (*release == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (static_cast<long long>(t - t0) >= timeout_ns) {
+      *timed_out = 1;
+      return;
+    }
+  }
+}
+
 // SM clock in MHz: clock64 cycles counted over at least `ns` of %globaltimer (cycles per ns x 1e3).
 __global__ void replay_clock_probe_kernel(float* out, long long ns) {
   unsigned long long t0, t;
@@ -51,6 +66,36 @@ void enqueue_clock_probe(float* out_mhz, cudaStream_t s, long long ns) {
 void enqueue_spin(cudaStream_t s, double us) {
   replay_spin_kernel<<<1, 1, 0, s>>>(static_cast<long long>(us * 1e3));
   REPLAY_CUDA_LAUNCH("replay_spin_kernel");
+}
+
+StreamBlocker::StreamBlocker() {
+  REPLAY_CUDA(cudaHostAlloc(&flags_, 2 * sizeof(int), cudaHostAllocMapped));
+  flags_[0] = flags_[1] = 0;
+  REPLAY_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags_), flags_, 0));
+}
+
+StreamBlocker::~StreamBlocker() {
+  if (flags_) {
+    release();
+    (void)cudaFreeHost(flags_);
+  }
+}
+
+void StreamBlocker::block(cudaStream_t s, double timeout_us) {
+  volatile int* f = flags_;
+  f[0] = 0;
+  f[1] = 0;
+  replay_block_kernel<<<1, 1, 0, s>>>(device_flags_, device_flags_ + 1,
+                                      static_cast<long long>(timeout_us * 1e3));
+  REPLAY_CUDA_LAUNCH("replay_block_kernel");
+}
+
+void StreamBlocker::release() {
+  static_cast<volatile int*>(flags_)[0] = 1;
+}
+
+bool StreamBlocker::timed_out() const {
+  return static_cast<volatile int*>(flags_)[1] != 0;
 }
 
 void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s) {

@@ -77,24 +77,24 @@ std::vector<double> sample_batch(const std::function<void(cudaStream_t)>& fn, cu
   return us;
 }
 
-std::vector<double> time_host_enqueue(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                                      size_t n) {
-  auto enqueue_us = [&] {
-    const auto h0 = std::chrono::steady_clock::now();
-    fn(s);
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count();
-  };
-  REPLAY_CUDA(cudaStreamSynchronize(s));
-  const double spin_us = std::clamp(2 * enqueue_us() + 50, 100.0, 100000.0);
-  std::vector<double> us;
-  us.reserve(n);
+HostEnqueue time_host_enqueue(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                              size_t n) {
+  constexpr double kTimeoutUs = 100000;
+  StreamBlocker blocker;
+  HostEnqueue out;
+  out.us.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     REPLAY_CUDA(cudaStreamSynchronize(s));
-    enqueue_spin(s, spin_us);
-    us.push_back(enqueue_us());
+    blocker.block(s, kTimeoutUs);
+    const auto h0 = std::chrono::steady_clock::now();
+    fn(s);
+    out.us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count());
+    blocker.release();
+    REPLAY_CUDA(cudaStreamSynchronize(s));
+    if (blocker.timed_out()) ++out.waited;
   }
-  REPLAY_CUDA(cudaStreamSynchronize(s));
-  return us;
+  return out;
 }
 
 double max_sm_clock_mhz() {

@@ -51,16 +51,23 @@ inline std::vector<double> cold_samples(const std::function<void(cudaStream_t)>&
   return sample_batch(fn, s, &l2, n, host_us, sm_mhz);
 }
 
-/// Host µs of `n` enqueues of `fn`, each queued behind a spin kernel on an otherwise empty stream
-/// (`s` synchronized first; the spin lasts twice an unmeasured first enqueue, 100 µs to 100 ms):
-/// the GPU is busy, as in a running program, and the launch queue holds nothing else. What one
-/// replay costs the CPU. Timed back to back instead, a replay of long kernels fills the device's
-/// launch queue and later enqueues wait for the GPU, which is not launch overhead (float8
-/// rowwise forward on an H100: 501 µs back to back for 63 nodes); timed into an idle GPU, each
-/// launch pays the submission to a device with nothing running (nanoGPT LayerNorm backward
-/// [576000, 384]: 8.9 µs per launch against 3.8 back to back). Throws CudaError.
-std::vector<double> time_host_enqueue(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                                      size_t n);
+/// Host µs of enqueues of one replay, and how many of them waited for the GPU.
+struct HostEnqueue {
+  std::vector<double> us;
+  size_t waited = 0;  ///< enqueues during which the blocking kernel timed out (see below)
+};
+
+/// Host µs of `n` enqueues of `fn`, each behind a StreamBlocker on an otherwise empty stream (`s`
+/// synchronized first; released after the clock stops): nothing runs or drains meanwhile, as
+/// nvbench measures CPU time. What one replay costs the CPU. Timed back to back instead, a
+/// replay of long kernels fills the device's launch queue and later enqueues wait for the GPU,
+/// which is not launch overhead (float8 rowwise forward on an H100: 501 µs back to back for 63
+/// nodes); timed into an idle GPU, each launch also pays the submission to a device with nothing
+/// running (nanoGPT LayerNorm backward [576000, 384]: 8.9 µs per launch against 3.8 back to back).
+/// An enqueue that cannot finish until the GPU progresses (a synchronizing call inside `fn`)
+/// waits for the blocker's 100 ms timeout and is counted in `waited`. Throws CudaError.
+HostEnqueue time_host_enqueue(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                              size_t n);
 
 /// What one measurement kept and why it stopped.
 struct Timing {
@@ -122,6 +129,26 @@ double max_sm_clock_mhz();
 /// Enqueue the clock probe alone: one thread counts clock64 cycles over >= `ns` of %globaltimer
 /// and writes the SM clock in MHz to `out_mhz` (a device float).
 void enqueue_clock_probe(float* out_mhz, cudaStream_t s, long long ns = 4000);
+
+/// nvbench's blocking kernel: block() enqueues a one-thread kernel that holds the stream until
+/// release() (a flag in pinned host memory the kernel polls) or until `timeout_us` pass, so that
+/// what the host enqueues meanwhile neither starts nor waits. timed_out(), after the stream is
+/// synchronized: the kernel gave up before release(), i.e. some enqueue waited for the GPU (it
+/// would otherwise have deadlocked). Throws CudaError.
+class StreamBlocker {
+ public:
+  StreamBlocker();
+  ~StreamBlocker();
+  StreamBlocker(const StreamBlocker&) = delete;
+  StreamBlocker& operator=(const StreamBlocker&) = delete;
+  void block(cudaStream_t s, double timeout_us);
+  void release();
+  bool timed_out() const;
+
+ private:
+  int* flags_ = nullptr;         // [0] release, [1] timed out (host view)
+  int* device_flags_ = nullptr;  // the same words, device view
+};
 
 /// Enqueue a kernel that keeps the GPU busy for about `us` microseconds, so that launches queued
 /// behind it start back to back: the CUPTI timeline then shows device gaps, not host ones.

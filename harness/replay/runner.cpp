@@ -306,7 +306,9 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
                       " MHz (--min-clock-ratio) until the timeout";
         v.samples_us = std::move(ct.samples_us);
         v.stats = summarize(v.samples_us);
-        v.host_stats = summarize(time_host_enqueue(fn, ctx.stream, kHostEnqueueSamples));
+        const HostEnqueue he = time_host_enqueue(fn, ctx.stream, kHostEnqueueSamples);
+        v.host_stats = summarize(he.us);
+        v.host_enqueue_waited = he.waited;
         v.stop = ct.stop;
         v.timing_wall_s = ct.wall_s;
         v.sm_clock_mhz = summarize(ct.sm_mhz);

@@ -64,6 +64,7 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
     j["samples_us"] = v.samples_us;
     j["stats"] = to_json(v.stats);
     j["host_enqueue"] = to_json(v.host_stats);
+    if (v.host_enqueue_waited > 0) j["host_enqueue_waited"] = v.host_enqueue_waited;
     j["timing"] = {{"stop_reason", stop_reason_name(v.stop)},
                    {"wall_s", v.timing_wall_s},
                    {"sm_clock_mhz",

@@ -32,6 +32,8 @@ struct VariantResult {
   std::vector<double> samples_us;  ///< GPU time per sample (CUDA events), µs
   SampleStats stats;
   SampleStats host_stats;  ///< host time to enqueue one replay (launch overhead), µs
+  /// Of those enqueues, how many waited for the GPU (time_host_enqueue, harness/measure/timing.hpp)
+  size_t host_enqueue_waited = 0;
   /// Hot: replays back to back with no L2 flush between them (the data stays in L2 where it
   /// fits), one event pair per replay, GPU µs; empty when not measured (--modes).
   std::vector<double> hot_samples_us;

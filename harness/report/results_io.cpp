@@ -201,6 +201,8 @@ VariantResult read_variant(const JNode& v) {
     r.samples_us = v.at("samples_us").nums();
     r.stats = read_stats(v.at("stats"));
     r.host_stats = read_stats(v.at("host_enqueue"));
+    if (v.has("host_enqueue_waited"))
+      r.host_enqueue_waited = static_cast<size_t>(v.at("host_enqueue_waited").uinteger());
     if (v.has("timing")) {  // version 2 (and version 1 after the stopping-rule change)
       const JNode t = v.at("timing");
       r.stop = read_stop(t.at("stop_reason"));

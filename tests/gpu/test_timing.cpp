@@ -141,3 +141,28 @@ TEST(GpuTiming, UncapturableReplayIsReportedAndLeavesNoError) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   REPLAY_CUDA(cudaStreamDestroy(cs));
 }
+
+// Host enqueue behind the blocking kernel: launches only are counted as they are, none waits for
+// the GPU, and nothing queued runs before the release (the spins finish after it); an enqueue
+// that synchronizes the stream is counted as having waited, instead of deadlocking.
+TEST(GpuTiming, HostEnqueueIsTimedBehindABlockedStreamAndCountsWaits) {
+  REQUIRE_GPU();
+  cudaStream_t cs = nullptr;
+  REPLAY_CUDA(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  auto launches = [](cudaStream_t s) {
+    for (int i = 0; i < 20; ++i) enqueue_spin(s, 1);
+  };
+  HostEnqueue h = time_host_enqueue(launches, cs, 10);
+  ASSERT_EQ(h.us.size(), 10u);
+  EXPECT_EQ(h.waited, 0u);
+  const SampleStats st = summarize(h.us);
+  std::printf("20 launches: median %.1f us host\n", st.median);
+  EXPECT_GT(st.median, 0.0);
+  EXPECT_LT(st.median, 2000.0);  // 20 launches; a wait for the blocker would take 100 ms
+  h = time_host_enqueue([](cudaStream_t s) { REPLAY_CUDA(cudaStreamSynchronize(s)); }, cs, 2);
+  EXPECT_EQ(h.waited, 2u);
+  for (double us : h.us) EXPECT_GT(us, 90000.0);  // it waited out the 100 ms timeout
+  EXPECT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  REPLAY_CUDA(cudaStreamDestroy(cs));
+}
