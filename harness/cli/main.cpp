@@ -270,7 +270,8 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
                   {"command_line", command_line},
                   {"stop_rule", to_json(opt.rule)},
                   {"modes", nlohmann::json::array({"cold"})},
-                  {"warmup_runs", 3}};
+                  {"warmup_runs", 3},
+                  {"host_enqueue_method", kHostEnqueueMethod}};
   if (opt.shard_count > 1) {
     run.run_info["shard"] = std::to_string(opt.shard_index) + "/" + std::to_string(opt.shard_count);
     run.run_info["traces_total"] = traces_total;

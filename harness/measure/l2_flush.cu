@@ -71,14 +71,20 @@ void enqueue_spin(cudaStream_t s, double us) {
 StreamBlocker::StreamBlocker() {
   REPLAY_CUDA(cudaHostAlloc(&flags_, 2 * sizeof(int), cudaHostAllocMapped));
   flags_[0] = flags_[1] = 0;
-  REPLAY_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags_), flags_, 0));
+  const cudaError_t e =
+      cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags_), flags_, 0);
+  if (e != cudaSuccess) {
+    (void)cudaFreeHost(flags_);
+    flags_ = nullptr;
+    REPLAY_CUDA(e);
+  }
 }
 
 StreamBlocker::~StreamBlocker() {
-  if (flags_) {
-    release();
-    (void)cudaFreeHost(flags_);
-  }
+  if (!flags_) return;
+  release();
+  if (blocked_) (void)cudaStreamSynchronize(stream_);  // the kernel may still read the flags
+  (void)cudaFreeHost(flags_);
 }
 
 void StreamBlocker::block(cudaStream_t s, double timeout_us) {
@@ -88,6 +94,8 @@ void StreamBlocker::block(cudaStream_t s, double timeout_us) {
   replay_block_kernel<<<1, 1, 0, s>>>(device_flags_, device_flags_ + 1,
                                       static_cast<long long>(timeout_us * 1e3));
   REPLAY_CUDA_LAUNCH("replay_block_kernel");
+  stream_ = s;
+  blocked_ = true;
 }
 
 void StreamBlocker::release() {

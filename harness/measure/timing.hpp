@@ -51,10 +51,15 @@ inline std::vector<double> cold_samples(const std::function<void(cudaStream_t)>&
   return sample_batch(fn, s, &l2, n, host_us, sm_mhz);
 }
 
-/// Host µs of enqueues of one replay, and how many of them waited for the GPU.
+/// How time_host_enqueue measures, as results.json's run.host_enqueue_method says. A run without
+/// the field timed host enqueue back to back inside the cold loop (before 2026-11-25); compare
+/// does not set host times of the two methods against each other.
+inline constexpr const char* kHostEnqueueMethod = "blocking_kernel";
+
+/// Host µs of enqueues of one replay, and how many more waited for the GPU.
 struct HostEnqueue {
-  std::vector<double> us;
-  size_t waited = 0;  ///< enqueues during which the blocking kernel timed out (see below)
+  std::vector<double> us;  ///< the enqueues that did not wait
+  size_t waited = 0;       ///< enqueues during which the blocking kernel timed out (left out)
 };
 
 /// Host µs of `n` enqueues of `fn`, each behind a StreamBlocker on an otherwise empty stream (`s`
@@ -64,8 +69,10 @@ struct HostEnqueue {
 /// which is not launch overhead (float8 rowwise forward on an H100: 501 µs back to back for 63
 /// nodes); timed into an idle GPU, each launch also pays the submission to a device with nothing
 /// running (nanoGPT LayerNorm backward [576000, 384]: 8.9 µs per launch against 3.8 back to back).
-/// An enqueue that cannot finish until the GPU progresses (a synchronizing call inside `fn`)
-/// waits for the blocker's 100 ms timeout and is counted in `waited`. Throws CudaError.
+/// An enqueue that cannot finish until the GPU progresses waits for the blocker's 100 ms timeout;
+/// it is counted in `waited` and left out of `us`: a synchronizing call inside `fn`, a replay of
+/// more launches than the driver's launch queue holds (about a thousand: the host then waits for
+/// queue space), or an enqueue slower than 100 ms. Throws CudaError.
 HostEnqueue time_host_enqueue(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
                               size_t n);
 
@@ -148,6 +155,8 @@ class StreamBlocker {
  private:
   int* flags_ = nullptr;         // [0] release, [1] timed out (host view)
   int* device_flags_ = nullptr;  // the same words, device view
+  cudaStream_t stream_ = nullptr;
+  bool blocked_ = false;  // a blocking kernel was enqueued on stream_ (the destructor waits for it)
 };
 
 /// Enqueue a kernel that keeps the GPU busy for about `us` microseconds, so that launches queued

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <thread>
 
 #include "harness/measure/cupti_tracer.hpp"
 #include "harness/measure/timing.hpp"
@@ -16,6 +15,7 @@
 #include "impls/reference/reference.hpp"
 #include "impls/reference/saved_inputs.hpp"
 #include "workloads/ir/error.hpp"
+#include "workloads/ir/strided_loop.hpp"
 #include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/ops/matmul.hpp"
@@ -151,7 +151,7 @@ ReferenceFootprint reference_footprint(const Graph& g) {
 }
 
 int reference_threads() {
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return host_threads();
 }
 
 double reference_elements_per_second() {

@@ -104,7 +104,8 @@ struct ReferenceFootprint {
 /// a short inner dim), Meta RoPE backward and nanoGPT LayerNorm backward the fastest; the slowest
 /// is taken, so the estimate errs high.
 inline constexpr double kReferenceElementsPerSecondPerThread = 40e6;
-/// Threads the reference runs on: the hardware threads (OpenMP's and Eigen's default).
+/// Threads the reference runs on: host_threads() (workloads/ir/strided_loop.hpp), which Eigen's
+/// GEMM also uses (1 without OpenMP).
 int reference_threads();
 /// kReferenceElementsPerSecondPerThread x reference_threads().
 double reference_elements_per_second();

@@ -134,6 +134,14 @@ std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohma
     return std::fabs(to - from) <= opt.min_change_us &&
            std::fabs(to - from) <= opt.min_change_max_share * from;
   };
+  auto host_method = [](const nlohmann::json& run) {
+    const auto& info = run.contains("run") ? run["run"] : nlohmann::json();
+    return info.is_object() && info.contains("host_enqueue_method") &&
+                   info["host_enqueue_method"].is_string()
+               ? info["host_enqueue_method"].get<std::string>()
+               : std::string("back_to_back");
+  };
+  const bool same_host_method = host_method(old_run) == host_method(new_run);
   std::vector<CompareRow> rows;
   for (const auto& [key, e] : a) {
     CompareRow r;
@@ -159,8 +167,9 @@ std::vector<CompareRow> compare_runs(const nlohmann::json& old_run, const nlohma
       continue;
     }
     const bool both_graphs = !e.graph_samples.empty() && !n.graph_samples.empty();
-    // Host enqueue 0: not measured (older results), not a measured zero.
-    const bool both_hosts = e.host_median > 0 && n.host_median > 0;
+    // Host enqueue 0: not measured (older results), not a measured zero. Host times measured two
+    // different ways (run.host_enqueue_method) are not set against each other.
+    const bool both_hosts = e.host_median > 0 && n.host_median > 0 && same_host_method;
     r.launch_bound = both_hosts && e.host_median >= opt.launch_bound_share * e.median &&
                      n.host_median >= opt.launch_bound_share * n.median;
     r.host_regressed = both_hosts &&

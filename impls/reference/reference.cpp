@@ -65,11 +65,13 @@ std::map<int, HostTensor> run_reference(const Graph& g, std::map<int, HostTensor
 
 std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, HostTensor>& inputs) {
   std::map<int, HostTensor> copy;
-  for (const auto& [v, t] : inputs) {  // copied by all threads (first touch of the pages)
-    HostTensor c = make_host_tensor_for_overwrite(t.meta.shape, t.meta.dtype);
+  for (const auto& kv : inputs) {  // copied by all threads (first touch of the pages)
+    const HostTensor& t = kv.second;
+    HostTensor c;
     c.meta = t.meta;
+    c.data.resize(t.data.size());  // uninitialized (HostData): written below
     parallel_for(static_cast<int64_t>(t.data.size()), [&](int64_t i) { c.data[i] = t.data[i]; });
-    copy.emplace(v, std::move(c));
+    copy.emplace(kv.first, std::move(c));
   }
   return run_reference(g, std::move(copy));
 }

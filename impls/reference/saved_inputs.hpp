@@ -41,18 +41,20 @@ struct ForwardOfSaved {
 /// forward file holds a trace of another name; naming the forward's file when it is malformed.
 std::vector<ForwardOfSaved> forwards_of_saved_inputs(const Graph& g);
 
-/// Replaces, in `inputs` (g's inputs generated from `seed`), every saved input linked to a found
-/// forward with that forward's output: the forward's inputs generated from `seed`
-/// (generate_inputs, random ops' draws included), run_reference, the output rounded to the
-/// input's dtype (float32 too: the reference keeps float32 values in float64). Returns what it did
-/// for the report's input source ("" when `forwards` is empty): which inputs came from which
-/// forward, and which saved inputs stayed independent draws and why (forward not found, no link).
+/// Sets, in `inputs` (g's inputs generated from `seed`; make_replay_inputs leaves out the ones a
+/// forward will give), every saved input linked to a found forward to that forward's output: the
+/// forward's inputs generated from `seed` (generate_inputs, random ops' draws included),
+/// run_reference, the output rounded to the input's dtype (float32 too: the reference keeps float32
+/// values in float64). Returns what it did for the report's input source ("" when `forwards` is
+/// empty): which inputs came from which forward, and which saved inputs stayed independent draws
+/// and why (forward not found, no link).
 std::string derive_saved_inputs(const Graph& g, uint64_t seed,
                                 const std::vector<ForwardOfSaved>& forwards,
                                 std::map<int, HostTensor>& inputs);
 
-/// The inputs of one replay of `g`: make_inputs (golden, else generated from `seed`), then, for a
-/// backward trace without golden tensors, its saved inputs from its forward (derive_saved_inputs;
+/// The inputs of one replay of `g`: make_inputs (golden, else generated from `seed` but for the
+/// saved inputs a found forward gives), then, for a backward trace without golden tensors, its
+/// saved inputs from its forward (derive_saved_inputs;
 /// `forwards` from forwards_of_saved_inputs(g), not used when `g` has golden tensors). The source
 /// string says which.
 ReplayInputs make_replay_inputs(const Graph& g, uint64_t seed,

@@ -142,9 +142,9 @@ TEST(GpuTiming, UncapturableReplayIsReportedAndLeavesNoError) {
   REPLAY_CUDA(cudaStreamDestroy(cs));
 }
 
-// Host enqueue behind the blocking kernel: launches only are counted as they are, none waits for
-// the GPU, and nothing queued runs before the release (the spins finish after it); an enqueue
-// that synchronizes the stream is counted as having waited, instead of deadlocking.
+// Host enqueue behind the blocking kernel: an enqueue of launches only is timed and never waits
+// for the GPU; one that synchronizes the stream is counted as having waited (after the blocker's
+// timeout, instead of deadlocking) and left out of the samples.
 TEST(GpuTiming, HostEnqueueIsTimedBehindABlockedStreamAndCountsWaits) {
   REQUIRE_GPU();
   cudaStream_t cs = nullptr;
@@ -161,7 +161,7 @@ TEST(GpuTiming, HostEnqueueIsTimedBehindABlockedStreamAndCountsWaits) {
   EXPECT_LT(st.median, 2000.0);  // 20 launches; a wait for the blocker would take 100 ms
   h = time_host_enqueue([](cudaStream_t s) { REPLAY_CUDA(cudaStreamSynchronize(s)); }, cs, 2);
   EXPECT_EQ(h.waited, 2u);
-  for (double us : h.us) EXPECT_GT(us, 90000.0);  // it waited out the 100 ms timeout
+  EXPECT_TRUE(h.us.empty());
   EXPECT_EQ(cudaStreamSynchronize(cs), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   REPLAY_CUDA(cudaStreamDestroy(cs));

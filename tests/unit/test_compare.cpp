@@ -235,6 +235,17 @@ TEST(Compare, LaunchBoundRowsAreJudgedOnTheirGraphTimes) {
   rows = compare_runs(with_graph(74.4, 105, 60), with_graph(99.8, 168, 60.1), {});
   EXPECT_FALSE(rows[0].host_regressed);
   EXPECT_EQ(rows[0].verdict, Change::kSame);
+  // Host times measured two ways (run.host_enqueue_method: back to back before, the blocking
+  // kernel now) are not set against each other: neither launch-bound nor host-regressed.
+  json blocked = with_graph(160, 240, 60);
+  blocked["run"] = {{"host_enqueue_method", "blocking_kernel"}};
+  rows = compare_runs(with_graph(74.4, 105, 60), blocked, {});
+  EXPECT_FALSE(rows[0].launch_bound);
+  EXPECT_FALSE(rows[0].host_regressed);
+  json blocked_old = with_graph(74.4, 105, 60);
+  blocked_old["run"] = blocked["run"];
+  rows = compare_runs(blocked_old, blocked, {});  // the same method again: compared
+  EXPECT_TRUE(rows[0].host_regressed);
   // A run without host times (0: not measured) is neither launch-bound nor host-regressed.
   rows = compare_runs(with_graph(74.4, 0, 60), with_graph(74.6, 105, 60), {});
   EXPECT_FALSE(rows[0].launch_bound);

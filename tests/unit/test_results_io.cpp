@@ -65,6 +65,7 @@ RunResult rich_run() {
   t.file = "traces/nanogpt_layernorm_fwd_16x1024x1600.json";
   t.input_source = "generated (seed 5)";
   t.reference_s = 1.7;
+  t.reference_estimate_s = 1.5;
   t.golden_check = {numerics("y", true)};
   t.dropped_matches = {"norm_bwd on [a, b]: not convex"};
   RegionResult whole;
@@ -82,6 +83,7 @@ RunResult rich_run() {
   eager.graph_samples_us = {450, 451};
   eager.graph_stats = summarize(eager.graph_samples_us);
   eager.numerics = {numerics("y", true)};
+  eager.host_enqueue_waited = 3;
   CuptiSummary c;
   c.kernels = {{"void k<float>(int)", 2, 30.5}};
   c.kernel_sum_us = 30.5;
@@ -148,6 +150,8 @@ TEST(ResultsIo, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_EQ(vs[5].stop, StopReason::kFixedCount);
   EXPECT_TRUE(std::isinf(vs[2].numerics[0].max_ulp_err));  // infinity was written as null
   EXPECT_EQ(vs[1].cupti->timeline[1].stream, 13u);
+  EXPECT_EQ(vs[1].host_enqueue_waited, 3u);
+  EXPECT_EQ(back.traces[0].reference_estimate_s, 1.5);
   EXPECT_EQ(back.traces[1].error_kind, TraceResult::Error::kBadInput);
   EXPECT_EQ(back.verdict(), Verdict::kFail);  // recomputed from the numerics read back
 }

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include <Eigen/Core>
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -101,8 +103,23 @@ TEST(StridedLoop, StridedViewAndUnpackAgreeWithTheNaiveGather) {
   EXPECT_EQ(unpack(bytes, layout).data, v.data);
 }
 
-// The float64 reference gives the same bits on one thread as on four, through pointwise ops with
-// broadcasting and casts, reductions over leading and trailing dims, views and a matmul.
+// Host buffers are aligned to kHostDataAlignment bytes however they are made: Eigen's vectorized
+// sum peels to the first aligned element, so a reduction's last bits would otherwise depend on
+// where malloc put the row.
+TEST(StridedLoop, HostBuffersAreAligned) {
+  for (int64_t n : {1, 3, 1001, 100003}) {
+    const HostTensor z = make_host_tensor({n}, DType::kFloat32);
+    const HostTensor u = make_host_tensor_for_overwrite({n}, DType::kFloat32);
+    const HostTensor c = z;
+    const HostData d(static_cast<size_t>(n), 1.0);
+    for (const double* p : {z.data.data(), u.data.data(), c.data.data(), d.data()})
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % kHostDataAlignment, 0u) << n;
+  }
+}
+
+// The float64 reference gives the same bits on one thread as on four (OpenMP loops and Eigen's
+// GEMM), through pointwise ops with broadcasting and casts, reductions over leading and trailing
+// dims (enough work per row to split them), views and a matmul.
 TEST(StridedLoop, ReferenceIsBitIdenticalOnAnyThreadCount) {
 #ifndef _OPENMP
   GTEST_SKIP() << "skipped: built without OpenMP (one thread only)";
@@ -133,11 +150,16 @@ TEST(StridedLoop, ReferenceIsBitIdenticalOnAnyThreadCount) {
   const Graph g = parse_trace(nlohmann::json::parse(text), "<threads>");
   const auto inputs = generate_inputs(g, 7);
   const int threads = omp_get_max_threads();
+  run_reference(g, inputs);  // the GEMM sets Eigen's thread count once; set it after that
+  const int eigen_threads = Eigen::nbThreads();
   omp_set_num_threads(1);
+  Eigen::setNbThreads(1);
   const auto one = run_reference(g, inputs);
   omp_set_num_threads(4);
+  Eigen::setNbThreads(4);
   const auto four = run_reference(g, inputs);
   omp_set_num_threads(threads);
+  Eigen::setNbThreads(eigen_threads);
   for (const auto& [v, t] : one) {
     const HostTensor& u = four.at(v);
     ASSERT_EQ(t.data.size(), u.data.size()) << g.values[v].name;

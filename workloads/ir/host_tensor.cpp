@@ -9,6 +9,10 @@
 #include <stdexcept>
 #include <utility>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace replay {
 namespace {
 
@@ -67,6 +71,14 @@ bool has_distinct_offsets(const TensorMeta& layout) {
 }
 
 }  // namespace
+
+int host_threads() {
+#ifdef _OPENMP
+  return std::max(1, omp_get_max_threads());
+#else
+  return 1;
+#endif
+}
 
 HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype) {
   HostTensor t;

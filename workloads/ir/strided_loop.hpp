@@ -15,6 +15,11 @@
 
 namespace replay {
 
+/// Threads the parallel loops of this header run on in the workloads and impls libraries (built
+/// with OpenMP when the build found it): omp_get_max_threads() there (OMP_NUM_THREADS, the CPU
+/// affinity mask), 1 in a build without OpenMP. Defined in workloads/ir/host_tensor.cpp.
+int host_threads();
+
 /// Largest number of strided operands one loop walks.
 inline constexpr size_t kMaxLoopOperands = 4;
 
@@ -100,11 +105,12 @@ void parallel_strided_loop(const std::vector<int64_t>& shape,
   }
 }
 
-/// Calls f(i) for i in [0, n), contiguous chunks on different threads.
+/// Calls f(i) for i in [0, n), contiguous chunks on different threads; `work` is the elements
+/// one call touches (a reduction row's length), so that few long rows still split.
 template <typename F>
-void parallel_for(int64_t n, F&& f) {
+void parallel_for(int64_t n, F&& f, int64_t work = 1) {
   constexpr int64_t kChunk = int64_t{1} << 15;
-#pragma omp parallel for schedule(static) if (n > kChunk)
+#pragma omp parallel for schedule(static) if (n > 1 && n * std::max <int64_t>(work, 1) > kChunk)
   for (int64_t i = 0; i < n; ++i) f(i);
 }
 

@@ -48,16 +48,6 @@ inline ArrayXd broadcast_to(const HostTensor& t, const Shape& shape) {
   return out;
 }
 
-/// Operand i broadcast to `shape`; a Python scalar becomes a constant array.
-inline ArrayXd operand(const RefArgs& a, size_t i, const Shape& shape) {
-  if (!a.in.at(i)) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return ArrayXd::Constant(static_cast<Eigen::Index>(n), a.node.operands[i].scalar);
-  }
-  return broadcast_to(*a.in[i], shape);
-}
-
 /// The op's values at one output element: v[k] is operand k broadcast to the output (a tensor's
 /// element, a Python number, or NaN for an absent optional operand).
 using ElementValues = std::array<double, kMaxLoopOperands>;
@@ -157,7 +147,8 @@ class ReductionMatrix {
 template <typename F>
 HostTensor reduce_rows(const ReductionMatrix& m, const TensorMeta& out, F f) {
   HostTensor t = make_host_tensor_for_overwrite(out.shape, out.dtype);
-  parallel_for(m.rows(), [&](int64_t r) { t.data[r] = f(m.row(r)); });
+  parallel_for(
+      m.rows(), [&](int64_t r) { t.data[r] = f(m.row(r)); }, m.cols());
   return t;
 }
 

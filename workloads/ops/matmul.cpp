@@ -16,7 +16,6 @@
 #include <chrono>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "workloads/ops/eigen_ref.hpp"
 
@@ -25,13 +24,11 @@ namespace {
 
 using MatRM = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// Eigen's GEMM uses every hardware thread (a no-op without OpenMP); set once per process.
+// Eigen's GEMM uses the threads the other reference loops use (host_threads(); a no-op without
+// OpenMP); set once per process.
 void use_all_threads() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    const unsigned n = std::thread::hardware_concurrency();
-    Eigen::setNbThreads(n > 0 ? static_cast<int>(n) : 1);
-  });
+  std::call_once(once, [] { Eigen::setNbThreads(host_threads()); });
 }
 
 // --- parsers -----------------------------------------------------------------------------------

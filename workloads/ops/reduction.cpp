@@ -162,11 +162,14 @@ std::vector<HostTensor> ref_max_dim(const RefArgs& a) {
   const ref::ReductionMatrix m(*a.in[0], a.node.dims);
   HostTensor v = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
   HostTensor idx = make_host_tensor_for_overwrite(a.out[1].shape, a.out[1].dtype);
-  parallel_for(m.rows(), [&](int64_t r) {
-    const auto [best, at] = extreme<true>(m.row(r));
-    v.data[r] = best;
-    idx.data[r] = static_cast<double>(at);
-  });
+  parallel_for(
+      m.rows(),
+      [&](int64_t r) {
+        const auto [best, at] = extreme<true>(m.row(r));
+        v.data[r] = best;
+        idx.data[r] = static_cast<double>(at);
+      },
+      m.cols());
   return ref_outputs(std::move(v), std::move(idx));
 }
 
@@ -174,15 +177,20 @@ std::vector<HostTensor> ref_var_mean(const RefArgs& a) {  // two-pass variance i
   const ref::ReductionMatrix m(*a.in[0], a.node.dims);
   const auto cols = static_cast<double>(m.cols());
   const double divisor = std::max(cols - a.node.correction, 0.0);
+  const bool with_mean = a.out.size() > 1;
   HostTensor var = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
-  HostTensor mean = make_host_tensor_for_overwrite(a.out.back().shape, a.out.back().dtype);
-  parallel_for(m.rows(), [&](int64_t r) {
-    const auto row = m.row(r);
-    const double mu = row.sum() / cols;
-    mean.data[r] = mu;
-    var.data[r] = (row - mu).square().sum() / divisor;
-  });
-  if (a.out.size() == 1) return ref_outputs(std::move(var));
+  HostTensor mean =
+      with_mean ? make_host_tensor_for_overwrite(a.out[1].shape, a.out[1].dtype) : HostTensor{};
+  parallel_for(
+      m.rows(),
+      [&](int64_t r) {
+        const auto row = m.row(r);
+        const double mu = row.sum() / cols;
+        if (with_mean) mean.data[r] = mu;
+        var.data[r] = (row - mu).square().sum() / divisor;
+      },
+      m.cols());
+  if (!with_mean) return ref_outputs(std::move(var));
   return ref_outputs(std::move(var), std::move(mean));
 }
 
