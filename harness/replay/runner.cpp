@@ -198,7 +198,7 @@ double available_host_bytes() {
 
 namespace {
 
-// Enqueues of one replay timed for its host enqueue (each into an idle stream).
+// Enqueues of one replay timed for its host enqueue (each behind a blocking kernel).
 constexpr size_t kHostEnqueueSamples = 30;
 
 // Variants to run on this trace, in display order.

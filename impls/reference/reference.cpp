@@ -70,7 +70,7 @@ std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, Host
     HostTensor c;
     c.meta = t.meta;
     c.data.resize(t.data.size());  // uninitialized (HostData): written below
-    parallel_for(static_cast<int64_t>(t.data.size()), [&](int64_t i) { c.data[i] = t.data[i]; });
+    parallel_copy(c.data.data(), t.data.data(), static_cast<int64_t>(t.data.size()));
     copy.emplace(kv.first, std::move(c));
   }
   return run_reference(g, std::move(copy));

@@ -81,9 +81,8 @@ int host_threads() {
 }
 
 HostTensor make_host_tensor(const std::vector<int64_t>& shape, DType dtype) {
-  HostTensor t;
-  t.meta = TensorMeta{shape, contiguous_strides(shape), dtype};
-  t.data.assign(static_cast<size_t>(t.meta.numel()), 0.0);
+  HostTensor t = make_host_tensor_for_overwrite(shape, dtype);
+  std::fill(t.data.begin(), t.data.end(), 0.0);
   return t;
 }
 

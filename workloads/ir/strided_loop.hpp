@@ -114,4 +114,9 @@ void parallel_for(int64_t n, F&& f, int64_t work = 1) {
   for (int64_t i = 0; i < n; ++i) f(i);
 }
 
+/// dst[i] = src[i] for i in [0, n), split over threads (first touch of dst's pages by them).
+inline void parallel_copy(double* dst, const double* src, int64_t n) {
+  parallel_for(n, [=](int64_t i) { dst[i] = src[i]; });
+}
+
 }  // namespace replay

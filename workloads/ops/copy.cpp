@@ -126,8 +126,7 @@ std::vector<HostTensor> ref_cat(const RefArgs& a) {
 std::vector<HostTensor> ref_scatter(const RefArgs& a) {
   HostTensor out = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
   const HostTensor& self = *a.in[0];
-  parallel_for(static_cast<int64_t>(out.data.size()),
-               [&](int64_t i) { out.data[i] = self.data[i]; });
+  parallel_copy(out.data.data(), self.data.data(), static_cast<int64_t>(out.data.size()));
   std::vector<int64_t> st = out.meta.stride;
   const auto dim = static_cast<size_t>(a.node.dim);
   int64_t base = 0;
@@ -143,7 +142,9 @@ std::vector<HostTensor> ref_scatter(const RefArgs& a) {
 }
 
 std::vector<HostTensor> ref_copy(const RefArgs& a) {
-  return ref_outputs(ref::from_array(ref::broadcast_to(*a.in[1], a.out[0].shape), a.out[0]));
+  HostTensor out = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
+  ref::broadcast_into(*a.in[1], out.meta.shape, out.data.data());
+  return ref_outputs(std::move(out));
 }
 
 #define ROW(op, name, parse, infer, ref, fn, example)                                         \

@@ -23,7 +23,7 @@ inline Eigen::Map<const ArrayXd> as_array(const HostTensor& t) {
 /// A contiguous HostTensor of `out`'s shape and dtype holding `a` (not rounded).
 inline HostTensor from_array(const ArrayXd& a, const TensorMeta& out) {
   HostTensor t = make_host_tensor_for_overwrite(out.shape, out.dtype);
-  parallel_for(a.size(), [&](int64_t i) { t.data[i] = a[i]; });
+  parallel_copy(t.data.data(), a.data(), a.size());
   return t;
 }
 
@@ -37,14 +37,19 @@ inline std::vector<int64_t> broadcast_strides(const HostTensor& t, const Shape& 
   return out;
 }
 
+/// Writes `t` broadcast to `shape` into `dst` (row-major, numel(shape) elements).
+inline void broadcast_into(const HostTensor& t, const Shape& shape, double* dst) {
+  const std::vector<int64_t> st = broadcast_strides(t, shape);
+  const double* src = t.data.data();
+  parallel_strided_loop(shape, {&st}, [&](int64_t i, const auto& off) { dst[i] = src[off[0]]; });
+}
+
 /// `t` broadcast to `shape` (materialized, row-major).
 inline ArrayXd broadcast_to(const HostTensor& t, const Shape& shape) {
-  const std::vector<int64_t> st = broadcast_strides(t, shape);
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   ArrayXd out(static_cast<Eigen::Index>(n));
-  const double* src = t.data.data();
-  parallel_strided_loop(shape, {&st}, [&](int64_t i, const auto& off) { out[i] = src[off[0]]; });
+  broadcast_into(t, shape, out.data());
   return out;
 }
 
