@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -235,6 +236,12 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
       if (v.timed())
         std::printf("%10.2f us  %5.1f%% SOL  host %.1f us  ", v.stats.median,
                     r.sol_pct(v.stats.median, c), v.host_stats.median);
+      if (v.host_steps.size() > 1) {  // the step that costs the host most
+        const auto& s = *std::max_element(
+            v.host_steps.begin(), v.host_steps.end(),
+            [](const auto& a, const auto& b) { return a.median_us < b.median_us; });
+        std::printf("(slowest: %s %.1f us)  ", s.step.c_str(), s.median_us);
+      }
       std::printf("numerics %s  ", std::string(verdict_name(v.verdict())).c_str());
       if (!v.skipped.empty()) std::printf("skipped: %s", v.skipped.c_str());
       if (v.host_enqueue_waited > 0)

@@ -111,9 +111,9 @@ inline Timing time_hot(const std::function<void(cudaStream_t)>& fn, cudaStream_t
 
 /// A replay captured once into an executable CUDA graph (stream capture in global mode on
 /// `capture_on`, a stream other than the legacy default stream, on which the replay already ran
-/// once so that its workspaces exist); launch() enqueues it. Launch it on `capture_on` (or a stream
-/// ordered with it): the graph uses the scratch buffers of the capture stream (the eager split
-/// reductions' workspace), which a concurrent replay on that stream would share. Every kernel is
+/// once, so that one-time setup such as cuBLASLt's algorithm choice is done); launch() enqueues
+/// it. The graph writes the replay's own buffers (outputs, the split reductions' workspaces), so
+/// it must not run concurrently with another launch of the same replay. Every kernel is
 /// then launched by the device back to back, free of the host's launch gaps. Throws
 /// std::runtime_error naming the CUDA error when the replay cannot be captured (e.g. it
 /// synchronizes or allocates while it enqueues); the stream is usable again afterwards.

@@ -116,7 +116,8 @@ void GpuProgram::add_view(int ni) {
         lower_copy(device_tensor(out.ptr(), as_in), device_tensor(x.ptr(), x.layout));
     steps_.push_back({plan_.node_region[ni],
                       [copy](const LaunchContext& c) { copy(c.stream); },
-                      {n.outputs[k]}});
+                      {n.outputs[k]},
+                      n.id + " (copy)"});
   }
 }
 
@@ -137,8 +138,8 @@ void GpuProgram::add_eager_step(int ni) {
     outs.push_back(device_tensor(s.ptr(), s.layout));
   }
   EagerLaunch launch = lower_node(g_, n, in, outs);
-  steps_.push_back(
-      {plan_.node_region[ni], [launch](const LaunchContext& c) { launch(c.stream); }, n.outputs});
+  steps_.push_back({plan_.node_region[ni], [launch](const LaunchContext& c) { launch(c.stream); },
+                    n.outputs, n.id});
 }
 
 bool GpuProgram::add_fused_step(int r) {
@@ -156,7 +157,8 @@ bool GpuProgram::add_fused_step(int r) {
     for (int out : reg.outputs) slots_.erase(out);
     return false;
   }
-  steps_.push_back({r, b.launch, reg.outputs});
+  steps_.push_back({r, b.launch, reg.outputs,
+                    "region " + std::to_string(r) + ": " + std::string(reg.fusion->name)});
   return true;
 }
 

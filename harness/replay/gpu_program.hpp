@@ -19,11 +19,11 @@ namespace replay {
 class GpuProgram {
  public:
   /// Allocates buffers, uploads `inputs` (graph-input value index -> data) in their recorded
-  /// layouts on `stream` and waits for the uploads, and builds the steps for `variant`: "eager" runs every op as its own launch; a
-  /// fusion variant name runs each region through its fusion's variant of that name, or eagerly
-  /// when the fusion lacks it or the variant cannot run the region (fallback_reason says why).
-  /// Throws RuntimeFailure on CUDA errors, std::invalid_argument for a graph the GPU executors
-  /// cannot run.
+  /// layouts on `stream` and waits for the uploads, and builds the steps for `variant`: "eager"
+  /// runs every op as its own launch; a fusion variant name runs each region through its fusion's
+  /// variant of that name, or eagerly when the fusion lacks it or the variant cannot run the region
+  /// (fallback_reason says why). Throws RuntimeFailure on CUDA errors, std::invalid_argument for a
+  /// graph the GPU executors cannot run.
   GpuProgram(const Graph& g, const Plan& plan, std::string variant,
              const std::map<int, HostTensor>& inputs, cudaStream_t stream);
   ~GpuProgram();
@@ -44,6 +44,14 @@ class GpuProgram {
   std::string fallback_reason(int r) const;
   /// Number of steps (launch sites) of the whole program.
   size_t num_steps() const { return steps_.size(); }
+  /// Enqueue step `i` alone (for timing one step's host enqueue; its inputs are whatever the
+  /// buffers hold).
+  void run_step(size_t i, const LaunchContext& ctx) const { steps_.at(i).launch(ctx); }
+  /// Step `i`'s label: the node id of an eager step ("<id> (copy)" for a view that had to copy),
+  /// "region <r>: <fusion>" for a fused one.
+  const std::string& step_label(size_t i) const { return steps_.at(i).label; }
+  /// The region step `i` belongs to (-1: none).
+  int step_region(size_t i) const { return steps_.at(i).region; }
 
  private:
   struct Slot {  // where a value lives
@@ -56,6 +64,7 @@ class GpuProgram {
     int region = -1;  // region index for fused steps, else the node's region (or -1)
     std::function<void(const LaunchContext&)> launch;
     std::vector<int> writes;  // value indices written
+    std::string label;        // step_label
   };
   class Binder;
 

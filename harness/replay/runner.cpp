@@ -200,6 +200,8 @@ namespace {
 
 // Enqueues of one replay timed for its host enqueue (each behind a blocking kernel).
 constexpr size_t kHostEnqueueSamples = 30;
+// Host enqueues of each launch step alone (VariantResult::host_steps).
+constexpr size_t kHostStepSamples = 10;
 
 // Variants to run on this trace, in display order.
 std::vector<VariantInfo> variants_for(const Plan& plan, const RunOptions& opt) {
@@ -309,6 +311,19 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         const HostEnqueue he = time_host_enqueue(fn, ctx.stream, kHostEnqueueSamples);
         v.host_stats = summarize(he.us);
         v.host_enqueue_waited = he.waited;
+        // Each launch step alone, behind the same blocking kernel: which op costs the host.
+        for (size_t i = 0; i < prog.num_steps(); ++i) {
+          if (!whole_row && prog.step_region(i) != r) continue;
+          const HostEnqueue hs = time_host_enqueue(
+              [&prog, &ctx, i](cudaStream_t st) {
+                LaunchContext c = ctx;
+                c.stream = st;
+                prog.run_step(i, c);
+              },
+              ctx.stream, kHostStepSamples);
+          v.host_steps.push_back(
+              {prog.step_label(i), hs.us.empty() ? 0.0 : summarize(hs.us).median, hs.waited});
+        }
         v.stop = ct.stop;
         v.timing_wall_s = ct.wall_s;
         v.sm_clock_mhz = summarize(ct.sm_mhz);

@@ -7,9 +7,15 @@
 #include <stdexcept>
 
 #include "impls/reference/reference.hpp"
+#include "workloads/ir/strided_loop.hpp"
 #include "workloads/ops/op.hpp"
 
 namespace replay {
+
+namespace {
+// Elements per chunk of check_numerics' passes (rows of a second-pass chunk hold about as many).
+constexpr int64_t kCheckChunk = int64_t{1} << 16;
+}  // namespace
 
 std::string_view verdict_name(Verdict v) {
   switch (v) {
@@ -87,54 +93,85 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   r.bounds = bounds;
   r.numel = static_cast<int64_t>(got.data.size());
   const bool exact = !is_floating(r.dtype);
+  const int64_t N = r.numel;
+  // Every pass runs over fixed chunks of elements (rows in the second pass) on the host's
+  // threads; each chunk keeps its own partial sums, counts and first index, combined afterwards
+  // in chunk order, so the result does not depend on the thread count.
+  const int64_t chunks = (N + kCheckChunk - 1) / kCheckChunk;
   std::vector<double> target(got.data.size());
-  double scale = 0;  // largest finite |target|: sums are taken on values divided by it
-  for (int64_t i = 0; i < r.numel; ++i) {
-    target[i] = round_to(r.dtype, reference.data[i]);
-    if (std::isfinite(target[i])) scale = std::max(scale, std::fabs(target[i]));
-  }
+  std::vector<double> chunk_scale(chunks, 0.0);
+  parallel_for(
+      chunks,
+      [&](int64_t c) {
+        double m = 0;
+        for (int64_t i = c * kCheckChunk; i < std::min(N, (c + 1) * kCheckChunk); ++i) {
+          target[i] = round_to(r.dtype, reference.data[i]);
+          if (std::isfinite(target[i])) m = std::max(m, std::fabs(target[i]));
+        }
+        chunk_scale[c] = m;
+      },
+      kCheckChunk);
+  // Largest finite |target|: sums are taken on values divided by it.
+  double scale = 0;
+  for (double m : chunk_scale) scale = std::max(scale, m);
   if (scale == 0) scale = 1;
   // One ulp at element i: of its target, or of the larger addend (NumericsBounds::addend_ulps).
   auto ulp_at = [&](int64_t i, double t) {
     return ulp_of(r.dtype, magnitude ? std::max(std::fabs(t), magnitude->data[i]) : t);
   };
-  auto mark = [&](int64_t i, bool replace) {
-    if (!r.first_bad.empty() && !replace) return;
-    r.first_got = got.data[i];
-    r.first_target = target[i];
-    int64_t rem = i;
-    r.first_bad.assign(got.meta.shape.size(), 0);
-    for (size_t d = got.meta.shape.size(); d-- > 0;) {
-      r.first_bad[d] = rem % got.meta.shape[d];
-      rem /= got.meta.shape[d];
-    }
+  constexpr int64_t kNone = -1;
+  struct Pass1 {
+    int64_t nonfinite = 0, beyond = 0, finite = 0;
+    int64_t first_nonfinite = kNone, first_beyond = kNone;
+    double max_ulp = 0, max_abs = 0, max_rel = 0;
+    double err2 = 0, tgt2 = 0, et = 0, e2t2 = 0;  // of scaled values
   };
-  double err2 = 0, tgt2 = 0, et = 0, e2t2 = 0;  // of scaled values
-  int64_t finite = 0;
-  for (int64_t i = 0; i < r.numel; ++i) {
-    const double g = got.data[i], t = target[i];
-    if (!std::isfinite(g) || !std::isfinite(t)) {
-      if (!(g == t || (std::isnan(g) && std::isnan(t)))) {  // NaN/Inf must match the target's
-        ++r.nonfinite_mismatch;
-        mark(i, r.nonfinite_mismatch == 1);
-      }
-      continue;
-    }
-    ++finite;
-    const double diff = std::fabs(g - t);
-    const double ulps = diff / ulp_at(i, t);
-    if (exact ? diff != 0 : ulps > 1) {
-      ++r.beyond_1ulp;
-      mark(i, false);
-    }
-    r.max_ulp_err = std::max(r.max_ulp_err, ulps);
-    r.max_abs_err = std::max(r.max_abs_err, diff);
-    if (t != 0) r.max_rel_err = std::max(r.max_rel_err, diff / std::fabs(t));
-    const double es = (g - t) / scale, ts = t / scale;
-    err2 += es * es;
-    tgt2 += ts * ts;
-    et += es * ts;
-    e2t2 += es * es * ts * ts;
+  std::vector<Pass1> p1(chunks);
+  parallel_for(
+      chunks,
+      [&](int64_t c) {
+        Pass1 q;
+        for (int64_t i = c * kCheckChunk; i < std::min(N, (c + 1) * kCheckChunk); ++i) {
+          const double g = got.data[i], t = target[i];
+          if (!std::isfinite(g) || !std::isfinite(t)) {
+            if (!(g == t || (std::isnan(g) && std::isnan(t)))) {  // NaN/Inf must match
+              if (q.nonfinite++ == 0) q.first_nonfinite = i;
+            }
+            continue;
+          }
+          ++q.finite;
+          const double diff = std::fabs(g - t);
+          const double ulps = diff / ulp_at(i, t);
+          if (exact ? diff != 0 : ulps > 1) {
+            if (q.beyond++ == 0) q.first_beyond = i;
+          }
+          q.max_ulp = std::max(q.max_ulp, ulps);
+          q.max_abs = std::max(q.max_abs, diff);
+          if (t != 0) q.max_rel = std::max(q.max_rel, diff / std::fabs(t));
+          const double es = (g - t) / scale, ts = t / scale;
+          q.err2 += es * es;
+          q.tgt2 += ts * ts;
+          q.et += es * ts;
+          q.e2t2 += es * es * ts * ts;
+        }
+        p1[c] = q;
+      },
+      kCheckChunk);
+  double err2 = 0, tgt2 = 0, et = 0, e2t2 = 0;
+  int64_t finite = 0, first_nonfinite = kNone, first_beyond = kNone;
+  for (const Pass1& q : p1) {
+    if (first_nonfinite == kNone) first_nonfinite = q.first_nonfinite;
+    if (first_beyond == kNone) first_beyond = q.first_beyond;
+    r.nonfinite_mismatch += q.nonfinite;
+    r.beyond_1ulp += q.beyond;
+    finite += q.finite;
+    r.max_ulp_err = std::max(r.max_ulp_err, q.max_ulp);
+    r.max_abs_err = std::max(r.max_abs_err, q.max_abs);
+    r.max_rel_err = std::max(r.max_rel_err, q.max_rel);
+    err2 += q.err2;
+    tgt2 += q.tgt2;
+    et += q.et;
+    e2t2 += q.e2t2;
   }
   r.beyond_1ulp_share =
       r.numel ? static_cast<double>(r.beyond_1ulp) / static_cast<double>(r.numel) : 0;
@@ -147,38 +184,76 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   const double rms = finite ? std::sqrt(tgt2 / static_cast<double>(finite)) : 0;  // scaled
   const int64_t cols = got.meta.shape.empty() ? 1 : std::max<int64_t>(got.meta.shape.back(), 1);
   const double row_floor2 = static_cast<double>(cols) * rms * rms;
-  bool first_excess = true;
   // Criterion 5 past the inherited noise level (NumericsBounds::share_floor): recounted here,
   // where rms(target) is known.
-  if (bounds.share_floor > 0 && !exact) r.beyond_1ulp = 0;
-  for (int64_t row = 0; row * cols < r.numel; ++row) {
-    double e2 = 0, t2 = 0;
-    for (int64_t i = row * cols; i < std::min(r.numel, (row + 1) * cols); ++i) {
-      const double g = got.data[i], t = target[i];
-      if (!std::isfinite(g) || !std::isfinite(t)) continue;
-      const double diff = std::fabs(g - t);
-      const double ulp = exact ? 0 : ulp_at(i, t);
-      if (bounds.share_floor > 0 && !exact && diff > ulp + bounds.share_floor * rms * scale)
-        ++r.beyond_1ulp;
-      if (!exact && diff > bounds.elem_ulps * ulp + bounds.elem_floor * rms * scale) {
-        ++r.elem_excess;
-        mark(i, first_excess && r.nonfinite_mismatch == 0);
-        first_excess = false;
-      }
-      const double es = (g - t) / scale, ts = t / scale;
-      e2 += es * es;
-      t2 += ts * ts;
-    }
-    const double denom2 = std::max(t2, row_floor2);
-    const double rel = denom2 > 0 ? std::sqrt(e2 / denom2) : (e2 > 0 ? INFINITY : 0.0);
-    if (rel > r.max_row_rel_l2 || r.worst_row < 0) {
-      r.max_row_rel_l2 = rel;
-      r.worst_row = row;
+  const bool recount = bounds.share_floor > 0 && !exact;
+  const int64_t nrows = (N + cols - 1) / cols;
+  const int64_t rows_per_chunk = std::max<int64_t>(1, kCheckChunk / cols);
+  const int64_t row_chunks = (nrows + rows_per_chunk - 1) / rows_per_chunk;
+  struct Pass2 {
+    int64_t beyond = 0, excess = 0, first_excess = kNone, worst_row = kNone;
+    double max_row_rel = 0;
+  };
+  std::vector<Pass2> p2(row_chunks);
+  parallel_for(
+      row_chunks,
+      [&](int64_t c) {
+        Pass2 q;
+        for (int64_t row = c * rows_per_chunk; row < std::min(nrows, (c + 1) * rows_per_chunk);
+             ++row) {
+          double e2 = 0, t2 = 0;
+          for (int64_t i = row * cols; i < std::min(N, (row + 1) * cols); ++i) {
+            const double g = got.data[i], t = target[i];
+            if (!std::isfinite(g) || !std::isfinite(t)) continue;
+            const double diff = std::fabs(g - t);
+            const double ulp = exact ? 0 : ulp_at(i, t);
+            if (recount && diff > ulp + bounds.share_floor * rms * scale) ++q.beyond;
+            if (!exact && diff > bounds.elem_ulps * ulp + bounds.elem_floor * rms * scale) {
+              if (q.excess++ == 0) q.first_excess = i;
+            }
+            const double es = (g - t) / scale, ts = t / scale;
+            e2 += es * es;
+            t2 += ts * ts;
+          }
+          const double denom2 = std::max(t2, row_floor2);
+          const double rel = denom2 > 0 ? std::sqrt(e2 / denom2) : (e2 > 0 ? INFINITY : 0.0);
+          if (rel > q.max_row_rel || q.worst_row == kNone) {
+            q.max_row_rel = rel;
+            q.worst_row = row;
+          }
+        }
+        p2[c] = q;
+      },
+      kCheckChunk);
+  int64_t first_excess = kNone;
+  if (recount) r.beyond_1ulp = 0;
+  for (const Pass2& q : p2) {
+    if (first_excess == kNone) first_excess = q.first_excess;
+    r.beyond_1ulp += q.beyond;
+    r.elem_excess += q.excess;
+    if (q.worst_row != kNone && (q.max_row_rel > r.max_row_rel_l2 || r.worst_row < 0)) {
+      r.max_row_rel_l2 = q.max_row_rel;
+      r.worst_row = q.worst_row;
     }
   }
-  if (bounds.share_floor > 0 && !exact)
+  if (recount)
     r.beyond_1ulp_share =
         r.numel ? static_cast<double>(r.beyond_1ulp) / static_cast<double>(r.numel) : 0;
+  // The first element that breaks a bound: a NaN/Inf mismatch, else an elementwise excess, else
+  // the first element more than one ulp off.
+  const int64_t first = first_nonfinite != kNone ? first_nonfinite
+                        : first_excess != kNone  ? first_excess
+                                                 : first_beyond;
+  if (first != kNone) {
+    r.first_got = got.data[first];
+    r.first_target = target[first];
+    int64_t rem = first;
+    r.first_bad.assign(got.meta.shape.size(), 0);
+    for (size_t d = got.meta.shape.size(); d-- > 0;) {
+      r.first_bad[d] = rem % got.meta.shape[d];
+      rem /= got.meta.shape[d];
+    }
+  }
   return r;
 }
 

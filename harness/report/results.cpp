@@ -65,6 +65,15 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
     j["stats"] = to_json(v.stats);
     j["host_enqueue"] = to_json(v.host_stats);
     if (v.host_enqueue_waited > 0) j["host_enqueue_waited"] = v.host_enqueue_waited;
+    if (!v.host_steps.empty()) {
+      nlohmann::json steps = nlohmann::json::array();
+      for (const auto& h : v.host_steps) {
+        nlohmann::json s = {{"step", h.step}, {"median_us", h.median_us}};
+        if (h.waited > 0) s["waited"] = h.waited;
+        steps.push_back(std::move(s));
+      }
+      j["host_enqueue_steps"] = std::move(steps);
+    }
     j["timing"] = {{"stop_reason", stop_reason_name(v.stop)},
                    {"wall_s", v.timing_wall_s},
                    {"sm_clock_mhz",

@@ -34,6 +34,14 @@ struct VariantResult {
   SampleStats host_stats;  ///< host time to enqueue one replay (launch overhead), µs
   /// Of those enqueues, how many waited for the GPU (time_host_enqueue, harness/measure/timing.hpp)
   size_t host_enqueue_waited = 0;
+  /// Host enqueue of each launch step of the replay alone, in program order: what each op (or
+  /// fused region) costs the CPU, to find the expensive one. Empty when not measured.
+  struct HostStep {
+    std::string step;      ///< GpuProgram::step_label: node id, or "region <r>: <fusion>"
+    double median_us = 0;  ///< median of the enqueues that did not wait, µs (0 if all waited)
+    size_t waited = 0;     ///< enqueues that waited for the GPU (left out)
+  };
+  std::vector<HostStep> host_steps;
   /// Hot: replays back to back with no L2 flush between them (the data stays in L2 where it
   /// fits), one event pair per replay, GPU µs; empty when not measured (--modes).
   std::vector<double> hot_samples_us;

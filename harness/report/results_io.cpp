@@ -203,6 +203,14 @@ VariantResult read_variant(const JNode& v) {
     r.host_stats = read_stats(v.at("host_enqueue"));
     if (v.has("host_enqueue_waited"))
       r.host_enqueue_waited = static_cast<size_t>(v.at("host_enqueue_waited").uinteger());
+    if (v.has("host_enqueue_steps"))
+      for (const JNode& s : v.at("host_enqueue_steps").items()) {
+        VariantResult::HostStep h;
+        h.step = s.at("step").str();
+        h.median_us = s.at("median_us").num();
+        if (s.has("waited")) h.waited = static_cast<size_t>(s.at("waited").uinteger());
+        r.host_steps.push_back(std::move(h));
+      }
     if (v.has("timing")) {  // version 2 (and version 1 after the stopping-rule change)
       const JNode t = v.at("timing");
       r.stop = read_stop(t.at("stop_reason"));

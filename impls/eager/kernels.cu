@@ -71,15 +71,14 @@
 //  amax of bfloat16 ALU-bound); max.dim keeps the first index among equal maxima and the first
 //  NaN. No result depends on the order in which blocks arrive.
 //
-// WORKSPACE (split reductions): one device buffer per (device, stream) (cudaStreamGetId), grown
-// stream-ordered (cudaMallocAsync / cudaFreeAsync on that stream) and never shrunk; its first
-// 64 KiB are the counters, zeroed when allocated and reset to 0 by each last block, so launches
-// back to back on a stream reuse it safely (the stream orders them) and launches on different
-// streams never share one. An event recorded after each use lets the buffer of a stream be freed
-// safely (at most 16 are kept; the least recently used is freed after its last use). Sized
-// partials x outputs: at most ~10 MB. While a stream is being captured into a CUDA graph its
-// buffer is found by the stream's handle and must already be large enough (run once before the
-// capture; an error says so otherwise): the graph keeps the pointer it was captured with.
+// WORKSPACE (split reductions): each prepared launch owns its device buffer, allocated and
+// zeroed when it is prepared (prepare_reduction, i.e. at the eager executor's lowering): the
+// counters (one per column/row group), then the partials (and the sums of a two-pass variance).
+// Each last block resets its counter to 0, so launches back to back reuse the buffer; enqueueing
+// then takes no lock and makes no CUDA call but the kernel launches, and a CUDA graph captures
+// the buffer's fixed address. Like the launch's outputs, the buffer belongs to one launch site:
+// the same prepared launch must not run concurrently on two streams. The one-shot
+// launch_reduction allocates its buffer stream-ordered (cudaMallocAsync, cudaFreeAsync).
 //
 // Measured on an H100 (copy 3.05 TB/s; tests/gpu/test_eager_kernels.cpp EagerKernelsBench, cold
 // L2; PyTorch 2.11 eager on the same machine in brackets): add bf16 [16384, 1600] 52 us (48);
@@ -1508,133 +1507,9 @@ __global__ void __launch_bounds__(256) outer_kernel(FastRedArgs p) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Workspace of the split reductions: one buffer per (device, stream); see the top of the file.
+// Workspace of the split reductions (see the top of the file).
 
-constexpr size_t kCounterBytes = 64 << 10;
-constexpr int64_t kMaxCounters = kCounterBytes / sizeof(unsigned);
-
-class StreamWorkspaces {
- public:
-  struct Lease {
-    unsigned* counters;
-    char* data;
-  };
-  // Under the lock until release(): the buffer of `s`, with at least `bytes` after the counters.
-  Lease acquire(cudaStream_t s, size_t bytes) {
-    mu_.lock();
-    try {
-      int dev = 0;
-      REPLAY_CUDA(cudaGetDevice(&dev));
-      // While `s` is being captured into a CUDA graph its id cannot be read (cudaStreamGetId is
-      // not permitted) and the graph keeps the pointers it was captured with: the lease is the
-      // buffer this stream handle already has, set up by an earlier run outside the capture.
-      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-      REPLAY_CUDA(cudaStreamIsCapturing(s, &capturing));
-      Entry* e = nullptr;
-      if (capturing != cudaStreamCaptureStatusNone) {
-        for (Entry& x : entries_)
-          if (x.device == dev && x.handle == s) e = &x;
-        if (!e || e->bytes < bytes)
-          throw std::runtime_error(
-              "split-reduction workspace: the stream being captured has no buffer of " +
-              std::to_string(bytes) + " bytes yet (run the replay once on it before capturing)");
-        e->last_use = ++clock_;
-        e->pinned = true;  // a graph now holds this pointer: never freed (see Entry::pinned)
-        current_ = e;
-        current_stream_ = s;
-        current_captured_ = true;
-        return {reinterpret_cast<unsigned*>(e->ptr), e->ptr + kCounterBytes};
-      }
-      unsigned long long id = 0;
-      REPLAY_CUDA(cudaStreamGetId(s, &id));
-      for (Entry& x : entries_)
-        if (x.device == dev && x.stream_id == id) e = &x;
-      if (!e) e = make_entry(dev, id, s);
-      e->handle = s;
-      e->last_use = ++clock_;
-      if (e->bytes < bytes) {
-        const size_t grown = std::max(bytes, 2 * e->bytes);
-        void* p = nullptr;
-        REPLAY_CUDA(cudaMallocAsync(&p, kCounterBytes + grown, s));
-        REPLAY_CUDA(cudaMemsetAsync(p, 0, kCounterBytes, s));
-        if (e->ptr && e->pinned)
-          kept_for_graphs_.push_back(e->ptr);  // a captured graph still reads it
-        else if (e->ptr)
-          REPLAY_CUDA(cudaFreeAsync(e->ptr, s));  // after this stream's earlier uses
-        e->ptr = static_cast<char*>(p);
-        e->bytes = grown;
-        e->pinned = false;
-      }
-      current_ = e;
-      current_stream_ = s;
-      current_captured_ = false;
-      return {reinterpret_cast<unsigned*>(e->ptr), e->ptr + kCounterBytes};
-    } catch (...) {
-      mu_.unlock();
-      throw;
-    }
-  }
-  // After the launches that use the lease: marks the buffer's last use (not inside a capture: an
-  // event recorded there belongs to the graph and cannot be waited on later), unlocks.
-  void release() {
-    const cudaError_t err =
-        current_captured_ ? cudaSuccess : cudaEventRecord(current_->done, current_stream_);
-    mu_.unlock();
-    if (err != cudaSuccess) throw_cuda(err, "cudaEventRecord", __FILE__, __LINE__);
-  }
-
- private:
-  struct Entry {
-    int device;
-    unsigned long long stream_id;
-    cudaStream_t handle;  ///< the handle last seen with this id (looked up during a capture)
-    char* ptr;
-    size_t bytes;
-    cudaEvent_t done;
-    uint64_t last_use;
-    /// Used by a stream capture: a CUDA graph holds `ptr`, and nothing tells us when the graph
-    /// is destroyed, so the buffer is never freed (kept_for_graphs_ when replaced or evicted).
-    bool pinned;
-  };
-  static constexpr size_t kMaxEntries = 16;
-
-  Entry* make_entry(int dev, unsigned long long id, cudaStream_t s) {
-    if (entries_.size() >= kMaxEntries) {  // free the least recently used after its last use
-      auto lru =
-          std::min_element(entries_.begin(), entries_.end(),
-                           [](const Entry& a, const Entry& b) { return a.last_use < b.last_use; });
-      int cur = dev;
-      if (lru->device != dev) REPLAY_CUDA(cudaSetDevice(lru->device));
-      cudaStream_t fs = lru->device == dev ? s : nullptr;
-      if (lru->pinned) {
-        kept_for_graphs_.push_back(lru->ptr);
-      } else {
-        REPLAY_CUDA(cudaStreamWaitEvent(fs, lru->done, 0));
-        if (lru->ptr) REPLAY_CUDA(cudaFreeAsync(lru->ptr, fs));
-      }
-      REPLAY_CUDA(cudaEventDestroy(lru->done));
-      if (lru->device != cur) REPLAY_CUDA(cudaSetDevice(cur));
-      entries_.erase(lru);
-    }
-    Entry e{dev, id, s, nullptr, 0, nullptr, 0, false};
-    REPLAY_CUDA(cudaEventCreateWithFlags(&e.done, cudaEventDisableTiming));
-    entries_.push_back(e);
-    return &entries_.back();
-  }
-
-  std::mutex mu_;
-  std::vector<Entry> entries_;
-  uint64_t clock_ = 0;
-  Entry* current_ = nullptr;
-  cudaStream_t current_stream_ = nullptr;
-  bool current_captured_ = false;
-  std::vector<char*> kept_for_graphs_;  ///< buffers captured graphs may still read: never freed
-};
-
-StreamWorkspaces& workspaces() {
-  static auto* w = new StreamWorkspaces;  // never destroyed: the CUDA context may be gone at exit
-  return *w;
-}
+constexpr int64_t kMaxCounters = 16384;  // column/row groups a split reduction may have
 
 size_t align_up(size_t n) {
   return (n + 255) / 256 * 256;
@@ -1775,60 +1650,76 @@ void contiguous(int n, const int64_t* shape, int64_t* stride) {
   }
 }
 
-// Launch `kind` (and, for a variance that needs it, the sums first) with the workspace.
+// Where a split or two-pass reduction keeps its scratch data in its workspace (byte offsets):
+// the counters (one per blockIdx.x), the sums of a two-pass variance, the partial values and
+// indices. bytes == 0: the reduction runs as one launch without a workspace.
+struct WsLayout {
+  bool two_pass = false;
+  size_t means = 0, parts = 0, idx = 0, bytes = 0;
+};
+
 template <typename acc_t>
-void launch_fast(bool inner, RK kind, FastRedArgs a, dim3 grid, dim3 block, cudaStream_t stream) {
+WsLayout fast_workspace(bool inner, RK kind, const FastRedArgs& a, dim3 grid) {
+  WsLayout w;
   const bool variance = a.op == ReduceFn::kVar || a.op == ReduceFn::kVarMean;
-  const bool two_pass = variance && (!inner || a.splits > 1);
+  w.two_pass = variance && (!inner || a.splits > 1);
+  if (a.splits <= 1 && !w.two_pass) return w;
+  const size_t n = static_cast<size_t>(a.out_count);
+  w.means = align_up(size_t(grid.x) * sizeof(unsigned));
+  w.parts = w.means + (w.two_pass ? align_up(n * sizeof(acc_t)) : 0);
+  w.idx = w.parts + (a.splits > 1 ? align_up(size_t(a.splits) * n * sizeof(acc_t)) : 0);
+  w.bytes =
+      w.idx +
+      (a.splits > 1 && kind == RK::kArgMax ? align_up(size_t(a.splits) * n * sizeof(int64_t)) : 0);
+  return w;
+}
+
+// Launch `kind` (and, for a variance that needs it, the sums first) with the workspace `ws`
+// (w.bytes bytes, counters zero; unused when w.bytes == 0).
+template <typename acc_t>
+void launch_fast(bool inner, RK kind, FastRedArgs a, dim3 grid, dim3 block, const WsLayout& w,
+                 char* ws, cudaStream_t stream) {
   auto launch = [&](RK k, const FastRedArgs& args) {
     RedKernel f = inner ? inner_kernel_of<acc_t>(k) : outer_kernel_of<acc_t>(k);
     f<<<grid, block, 0, stream>>>(args);
     REPLAY_CUDA_LAUNCH(inner ? "inner_kernel" : "outer_kernel");
   };
-  if (a.splits <= 1 && !two_pass) {
+  if (w.bytes == 0) {
     launch(kind, a);
     return;
   }
-  const size_t n = static_cast<size_t>(a.out_count);
-  const size_t means_bytes = two_pass ? align_up(n * sizeof(acc_t)) : 0;
-  const size_t part_bytes = a.splits > 1 ? align_up(size_t(a.splits) * n * sizeof(acc_t)) : 0;
-  const size_t idx_bytes =
-      a.splits > 1 && kind == RK::kArgMax ? align_up(size_t(a.splits) * n * sizeof(int64_t)) : 0;
-  StreamWorkspaces& ws = workspaces();
-  const StreamWorkspaces::Lease lease =
-      ws.acquire(stream, std::max<size_t>(means_bytes + part_bytes + idx_bytes, 256));
-  try {
-    a.counters = lease.counters;
-    a.ws_v = lease.data + means_bytes;
-    a.ws_i = reinterpret_cast<int64_t*>(lease.data + means_bytes + part_bytes);
-    if (two_pass) {
-      FastRedArgs s = a;  // sums into the means buffer, linear over the outputs
-      s.op = ReduceFn::kSum;
-      s.out0 = lease.data;
-      s.out0_dtype = std::is_same_v<acc_t, double> ? DType::kFloat64 : DType::kFloat32;
-      s.out1 = nullptr;
-      if (inner) {
-        contiguous(s.nkept, s.kshape, s.k_o0);
-      } else {
-        int64_t shape[kMaxDims + 1], stride[kMaxDims + 1];
-        std::copy(s.kshape, s.kshape + s.nkept, shape);
-        shape[s.nkept] = s.cols;
-        contiguous(s.nkept + 1, shape, stride);
-        std::copy(stride, stride + s.nkept, s.k_o0);
-        s.c_o0 = 1;
-      }
-      launch(RK::kSum, s);
-      a.means = lease.data;
-      launch(RK::kSqDev, a);
-    } else {
-      launch(kind, a);
-    }
-  } catch (...) {
-    ws.release();
-    throw;
+  a.counters = reinterpret_cast<unsigned*>(ws);
+  a.ws_v = ws + w.parts;
+  a.ws_i = reinterpret_cast<int64_t*>(ws + w.idx);
+  if (!w.two_pass) {
+    launch(kind, a);
+    return;
   }
-  ws.release();
+  FastRedArgs s = a;  // sums into the means buffer, linear over the outputs
+  s.op = ReduceFn::kSum;
+  s.out0 = ws + w.means;
+  s.out0_dtype = std::is_same_v<acc_t, double> ? DType::kFloat64 : DType::kFloat32;
+  s.out1 = nullptr;
+  if (inner) {
+    contiguous(s.nkept, s.kshape, s.k_o0);
+  } else {
+    int64_t shape[kMaxDims + 1], stride[kMaxDims + 1];
+    std::copy(s.kshape, s.kshape + s.nkept, shape);
+    shape[s.nkept] = s.cols;
+    contiguous(s.nkept + 1, shape, stride);
+    std::copy(stride, stride + s.nkept, s.k_o0);
+    s.c_o0 = 1;
+  }
+  launch(RK::kSum, s);
+  a.means = ws + w.means;
+  launch(RK::kSqDev, a);
 }
+
+// A fast-path reduction ready to enqueue, given a workspace of ws_bytes (zeroed counters).
+struct FastReduction {
+  std::function<void(char* ws, cudaStream_t)> launch;  ///< empty: the fast paths do not apply
+  size_t ws_bytes = 0;
+};
 
 // The inner or outer path for this reduction; false where neither applies (generic path).
 // Resident blocks per multiprocessor of `kernel` at `threads` per block (queried once).
@@ -1852,8 +1743,9 @@ int blocks_per_sm(const void* kernel, int threads) {
 }
 
 template <typename acc_t>
-EagerLaunch fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
-                           const DeviceTensor& out0, const DeviceTensor* out1, double correction) {
+FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
+                             const DeviceTensor& out0, const DeviceTensor* out1,
+                             double correction) {
   const RedGeom g = reduction_geometry(in, dims, out0, out1);
   if (g.red_numel < 2 || g.nr == 0 || g.out_numel < 1) return {};
   const int S = dsize(in.dtype);
@@ -1961,9 +1853,11 @@ EagerLaunch fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vecto
     grid = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.splits));
     block = dim3(bx, by);
   }
-  return [inner, kind, a, grid, block](cudaStream_t s) {
-    launch_fast<acc_t>(inner, kind, a, grid, block, s);
-  };
+  const WsLayout w = fast_workspace<acc_t>(inner, kind, a, grid);
+  return {[inner, kind, a, grid, block, w](char* ws, cudaStream_t s) {
+            launch_fast<acc_t>(inner, kind, a, grid, block, w, ws, s);
+          },
+          w.bytes};
 }
 
 }  // namespace
@@ -2004,15 +1898,16 @@ void launch_copy(const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t 
   pointwise(PointwiseFn::kCopy, dst, &op, 1, 1, copy_compute(dst, src), stream);
 }
 
-void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
-                      const DeviceTensor& out0, const DeviceTensor* out1, double correction,
-                      cudaStream_t stream) {
-  prepare_reduction(op, in, dims, out0, out1, correction)(stream);
-}
+namespace {
+// A reduction's launch: the fast path (with the workspace it needs), else the generic kernel.
+struct PlannedReduction {
+  FastReduction fast;
+  EagerLaunch generic;
+};
 
-EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
-                              const DeviceTensor& out0, const DeviceTensor* out1,
-                              double correction) {
+PlannedReduction plan_reduction(ReduceFn op, const DeviceTensor& in,
+                                const std::vector<int64_t>& dims, const DeviceTensor& out0,
+                                const DeviceTensor* out1, double correction) {
   ReduceArgs p{};
   p.in = in.ptr;
   p.in_dtype = in.dtype;
@@ -2043,21 +1938,55 @@ EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::ve
       p.out_numel *= in.shape[d];
     }
   }
-  if (p.out_numel == 0) return [](cudaStream_t) {};
+  if (p.out_numel == 0) return {{}, [](cudaStream_t) {}};
   auto wide = [](DType t) { return t == DType::kFloat64 || !is_floating(t); };
   const bool f64 = wide(in.dtype) || wide(out0.dtype);
-  EagerLaunch fast = f64 ? fast_reduction<double>(op, in, dims, out0, out1, correction)
-                         : fast_reduction<float>(op, in, dims, out0, out1, correction);
-  if (fast) return fast;
+  FastReduction fast = f64 ? fast_reduction<double>(op, in, dims, out0, out1, correction)
+                           : fast_reduction<float>(op, in, dims, out0, out1, correction);
+  if (fast.launch) return {std::move(fast), {}};
   const int grid = static_cast<int>(std::min<int64_t>(p.out_numel, 65535 * 8));
   void (*kernel)(ReduceArgs) = f64 && fits_32bit(in) ? reduction_kernel<double, uint32_t>
                                : f64                 ? reduction_kernel<double, int64_t>
                                : fits_32bit(in)      ? reduction_kernel<float, uint32_t>
                                                      : reduction_kernel<float, int64_t>;
-  return [kernel, grid, p](cudaStream_t s) {
-    kernel<<<grid, kReduceThreads, 0, s>>>(p);
-    REPLAY_CUDA_LAUNCH("reduction_kernel");
-  };
+  return {{}, [kernel, grid, p](cudaStream_t s) {
+            kernel<<<grid, kReduceThreads, 0, s>>>(p);
+            REPLAY_CUDA_LAUNCH("reduction_kernel");
+          }};
+}
+}  // namespace
+
+void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
+                      const DeviceTensor& out0, const DeviceTensor* out1, double correction,
+                      cudaStream_t stream) {
+  const PlannedReduction r = plan_reduction(op, in, dims, out0, out1, correction);
+  if (!r.fast.launch) return r.generic(stream);
+  if (r.fast.ws_bytes == 0) return r.fast.launch(nullptr, stream);
+  void* ws = nullptr;  // stream-ordered: freed after this launch, whatever stream it runs on
+  REPLAY_CUDA(cudaMallocAsync(&ws, r.fast.ws_bytes, stream));
+  try {
+    REPLAY_CUDA(cudaMemsetAsync(ws, 0, r.fast.ws_bytes, stream));
+    r.fast.launch(static_cast<char*>(ws), stream);
+  } catch (...) {
+    cudaFreeAsync(ws, stream);
+    throw;
+  }
+  REPLAY_CUDA(cudaFreeAsync(ws, stream));
+}
+
+EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
+                              const DeviceTensor& out0, const DeviceTensor* out1,
+                              double correction) {
+  PlannedReduction r = plan_reduction(op, in, dims, out0, out1, correction);
+  if (!r.fast.launch) return std::move(r.generic);
+  auto f = std::move(r.fast.launch);
+  if (r.fast.ws_bytes == 0) return [f](cudaStream_t s) { f(nullptr, s); };
+  // This launch site's workspace, zeroed before any launch (on the legacy stream, waited for:
+  // the launches may come on any stream).
+  auto ws = std::make_shared<DeviceBuffer>(r.fast.ws_bytes);
+  REPLAY_CUDA(cudaMemsetAsync(ws->get(), 0, r.fast.ws_bytes, nullptr));
+  REPLAY_CUDA(cudaStreamSynchronize(nullptr));
+  return [f, ws](cudaStream_t s) { f(static_cast<char*>(ws->get()), s); };
 }
 
 void poison(void* ptr, size_t bytes, cudaStream_t stream) {

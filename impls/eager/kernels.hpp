@@ -55,12 +55,16 @@ EagerLaunch prepare_pointwise(PointwiseFn fn, const DeviceTensor& out,
 /// the int64 index for kMaxDim). kVar/kVarMean divide by N - correction. One block per output
 /// element; float accumulation (double when `in` or `out0` is float64 or an integer: exact sums).
 /// `out0`/`out1` have the kept dims, with or without keepdim.
+/// One-shot: a split reduction's workspace is allocated and freed stream-ordered around it.
 void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
                       const DeviceTensor& out0, const DeviceTensor* out1, double correction,
                       cudaStream_t stream);
 
-/// launch_reduction prepared once (geometry, path, grid and occupancy-based split chosen now); a
-/// split reduction still takes its stream's workspace at each launch. Throws CudaError.
+/// launch_reduction prepared once: geometry, path, grid and occupancy-based split chosen now, and
+/// a split reduction's workspace (counters and partials, at most a few MB) allocated and zeroed
+/// now and owned by the returned step, which then only enqueues its kernel(s). The step must not
+/// run concurrently with itself on two streams (it shares its outputs and workspace). Throws
+/// CudaError.
 EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
                               const DeviceTensor& out0, const DeviceTensor* out1,
                               double correction);

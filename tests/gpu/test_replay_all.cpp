@@ -13,6 +13,7 @@
 #include "tests/unit/test_util.hpp"
 #include "workloads/loader/safetensors.hpp"
 #include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/op.hpp"
 
 using namespace replay;
 using namespace replay::test;
@@ -80,7 +81,7 @@ TEST_P(BundledTrace, CapturedCudaGraphWritesWhatTheProgramWrites) {
     GpuProgram prog(g, plan, variant.name, ref, nullptr);
     LaunchContext c;
     c.stream = cs;
-    prog.run_all(c);  // also the warm-up: one-time setup (plans, workspaces) outside the capture
+    prog.run_all(c);  // also the warm-up: one-time setup (cuBLASLt algorithms) outside the capture
     std::map<int, HostTensor> direct;
     for (int v : g.outputs) direct[v] = prog.download(v, cs);
     std::unique_ptr<CapturedGraph> graph;
@@ -109,6 +110,34 @@ TEST_P(BundledTrace, CapturedCudaGraphWritesWhatTheProgramWrites) {
 // Named by trace, so --gtest_filter can pick shapes (e.g. -*2x4096x*).
 INSTANTIATE_TEST_SUITE_P(Traces, BundledTrace, ::testing::ValuesIn(bundled_traces()),
                          [](const auto& info) { return info.param; });
+
+// The steps one by one (what the per-step host enqueue times) are the whole replay: labelled by the
+// node ids of the ops that launch (views launch nothing), and run in order they write what
+// run_all writes.
+TEST(GpuReplay, StepsOneByOneAreTheWholeReplay) {
+  REQUIRE_GPU();
+  Graph g = load_trace(trace_path("nanogpt_layernorm_train_bwd_2x8x1600"));
+  Plan plan = make_plan(g, fusion_registry());
+  auto ref = run_reference(g, generate_inputs(g, 4));
+  GpuProgram prog(g, plan, "eager", ref, nullptr);
+  std::vector<std::string> launching;
+  for (const Node& n : g.nodes)
+    if (op_def(n.op).eager.kernel != EagerLowering::kAlias) launching.push_back(n.id);
+  ASSERT_EQ(prog.num_steps(), launching.size());
+  for (size_t i = 0; i < prog.num_steps(); ++i) EXPECT_EQ(prog.step_label(i), launching[i]);
+  prog.run_all(LaunchContext{});
+  std::map<int, HostTensor> direct;
+  for (int v : g.outputs) direct[v] = prog.download(v, nullptr);
+  prog.poison_outputs(nullptr);
+  for (size_t i = 0; i < prog.num_steps(); ++i) prog.run_step(i, LaunchContext{});
+  for (int v : g.outputs)
+    EXPECT_EQ(prog.download(v, nullptr).data, direct[v].data) << g.values[v].name;
+  GpuProgram fused(g, plan, "optimized", ref, nullptr);
+  bool region_step = false;
+  for (size_t i = 0; i < fused.num_steps(); ++i)
+    region_step = region_step || fused.step_label(i).rfind("region ", 0) == 0;
+  EXPECT_TRUE(region_step) << "the optimized variant has no fused step";
+}
 
 TEST(GpuReplay, PoisonCatchesUnwrittenOutputs) {
   REQUIRE_GPU();

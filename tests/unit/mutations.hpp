@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "workloads/ir/host_tensor.hpp"
+#include "workloads/ir/strided_loop.hpp"
 
 namespace replay::test {
 
@@ -52,7 +53,10 @@ inline std::vector<OutputMutation> output_mutations() {
   auto two_rows = [](const HostTensor& t) { return rows(t) >= 2; };
   auto long_row = [](const HostTensor& t) { return row_len(t) >= 2; };
   auto each = [](HostTensor y, auto f) {
-    for (double& v : y.data) v = round_to(y.meta.dtype, f(v));
+    double* d = y.data.data();
+    const DType t = y.meta.dtype;
+    parallel_for(static_cast<int64_t>(y.data.size()),
+                 [=](int64_t i) { d[i] = round_to(t, f(d[i])); });
     return y;
   };
   return {

@@ -517,3 +517,37 @@ TEST(Numerics, AddOfFlippedAddendsIsJudgedInTheLargerAddendsUlps) {
   for (size_t k = 0; k < n / 250; ++k) bad[order[k]] = -bad[order[k]];
   fails(bad, "smallest 0.4 % sign-flipped");
 }
+
+// A tensor of several check chunks (the check runs them on the host's threads): counts, the worst
+// row and the first bad element come out as a plain sequential scan gives them.
+TEST(Numerics, ChunkedCheckAgreesWithASequentialScan) {
+  const int64_t rows = 400, cols = 1000;  // 400k elements: several chunks of 64k
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd;
+  HostTensor ref = make_host_tensor({rows, cols}, DType::kFloat32);
+  for (double& v : ref.data) v = static_cast<double>(static_cast<float>(nd(rng)));
+  HostTensor got = ref;
+  const std::vector<int64_t> off_by_ulps = {70000, 150001, 399999};  // two chunks later
+  for (int64_t i : off_by_ulps) got.data[i] = got.data[i] * (1 + 1e-5);
+  got.data[250000] = 50;            // row 250: the worst row, one element beyond every bound
+  got.data[300123] = std::nan("");  // the first (and only) NaN mismatch: reported first
+  auto r = check_numerics("y", got, ref, loose());
+  EXPECT_EQ(r.nonfinite_mismatch, 1);
+  EXPECT_EQ(r.beyond_1ulp, 4);  // the three off by ulps and the 50
+  EXPECT_EQ(r.worst_row, 250);
+  EXPECT_EQ(r.first_bad, (std::vector<int64_t>{300, 123}));
+  got.data[300123] = ref.data[300123];
+  r = check_numerics("y", got, ref, loose(1, 1, 1, 1e-3));
+  EXPECT_EQ(r.elem_excess, 1);  // the 50: reported before the earlier ulp errors
+  EXPECT_EQ(r.first_bad, (std::vector<int64_t>{250, 0}));
+  r = check_numerics("y", got, ref, loose(1, 1, 1, 100));
+  EXPECT_EQ(r.elem_excess, 0);
+  EXPECT_EQ(r.first_bad, (std::vector<int64_t>{70, 0}));  // the first beyond 1 ulp
+  double err2 = 0, tgt2 = 0;
+  for (size_t i = 0; i < got.data.size(); ++i) {
+    const double t = round_to(DType::kFloat32, ref.data[i]);
+    err2 += (got.data[i] - t) * (got.data[i] - t);
+    tgt2 += t * t;
+  }
+  EXPECT_NEAR(r.rel_l2, std::sqrt(err2 / tgt2), 1e-12 * std::sqrt(err2 / tgt2));
+}

@@ -84,6 +84,7 @@ RunResult rich_run() {
   eager.graph_stats = summarize(eager.graph_samples_us);
   eager.numerics = {numerics("y", true)};
   eager.host_enqueue_waited = 3;
+  eager.host_steps = {{"mm", 9.5, 0}, {"add (copy)", 3.25, 2}};
   CuptiSummary c;
   c.kernels = {{"void k<float>(int)", 2, 30.5}};
   c.kernel_sum_us = 30.5;
@@ -151,6 +152,12 @@ TEST(ResultsIo, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_TRUE(std::isinf(vs[2].numerics[0].max_ulp_err));  // infinity was written as null
   EXPECT_EQ(vs[1].cupti->timeline[1].stream, 13u);
   EXPECT_EQ(vs[1].host_enqueue_waited, 3u);
+  ASSERT_EQ(vs[1].host_steps.size(), 2u);
+  EXPECT_EQ(vs[1].host_steps[1].step, "add (copy)");
+  EXPECT_EQ(vs[1].host_steps[1].median_us, 3.25);
+  EXPECT_EQ(vs[1].host_steps[1].waited, 2u);
+  EXPECT_EQ(vs[1].host_steps[0].waited, 0u);
+  EXPECT_TRUE(vs[0].host_steps.empty());
   EXPECT_EQ(back.traces[0].reference_estimate_s, 1.5);
   EXPECT_EQ(back.traces[1].error_kind, TraceResult::Error::kBadInput);
   EXPECT_EQ(back.verdict(), Verdict::kFail);  // recomputed from the numerics read back

@@ -14,6 +14,7 @@
 #include <omp.h>
 #endif
 
+#include "harness/report/numerics.hpp"
 #include "impls/reference/reference.hpp"
 #include "test_util.hpp"
 #include "workloads/ir/host_tensor.hpp"
@@ -166,5 +167,34 @@ TEST(StridedLoop, ReferenceIsBitIdenticalOnAnyThreadCount) {
     EXPECT_EQ(std::memcmp(t.data.data(), u.data.data(), t.data.size() * sizeof(double)), 0)
         << g.values[v].name;
   }
+#endif
+}
+
+// The numerics check's sums, counts and first bad element do not depend on the thread count:
+// its chunks are fixed and combined in order.
+TEST(StridedLoop, NumericsCheckIsBitIdenticalOnAnyThreadCount) {
+#ifndef _OPENMP
+  GTEST_SKIP() << "skipped: built without OpenMP (one thread only)";
+#else
+  HostTensor ref = make_host_tensor({512, 999}, DType::kBFloat16);
+  HostTensor got = make_host_tensor({512, 999}, DType::kBFloat16);
+  for (size_t i = 0; i < ref.data.size(); ++i) {
+    ref.data[i] = std::sin(0.001 * static_cast<double>(i)) * 3;
+    got.data[i] = round_to(DType::kBFloat16, ref.data[i] * (1 + (i % 7 ? 0.0 : 0.05)));
+  }
+  got.data[400000] = INFINITY;
+  NumericsBounds b = default_bounds(DType::kBFloat16, 3, 999);
+  b.addend_ulps = true;  // and the per-element magnitudes
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const NumericsResult one = check_numerics("y", got, ref, b, &ref);
+  omp_set_num_threads(4);
+  const NumericsResult four = check_numerics("y", got, ref, b, &ref);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(to_json(one).dump(), to_json(four).dump());
+  EXPECT_EQ(std::memcmp(&one.rel_l2, &four.rel_l2, sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(&one.bias_se, &four.bias_se, sizeof(double)), 0);
+  EXPECT_EQ(one.nonfinite_mismatch, 1);
+  EXPECT_GT(one.beyond_1ulp, 0);
 #endif
 }
