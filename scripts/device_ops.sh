@@ -16,12 +16,14 @@
 #                                               MutatedGpuOutput: ~1 min each), which `run` and
 #                                               `mutations` cover -> OUT/gpu_suite.log
 #   bash scripts/device_ops.sh mutations OUT [TRACE] MutatedGpuOutput on the given (realistic) traces
+#   bash scripts/device_ops.sh gemm OUT         host enqueue of one cuBLASLt matmul against its size
+#                                               (tests/bench/bench_gemm_host.cpp) -> OUT/gemm_host.json
 #   bash scripts/device_ops.sh pair OUT I/N     share I of N of the realistic traces (`replay run
 #                                               --shard` order): `run` with cold timing only, then
 #                                               `peers` on the same traces, in one job on one GPU
 # then: python3 scripts/eager_vs_pytorch.py OUT*/run/results.json --peers OUT/peers.json
 set -uo pipefail
-phase=${1:?phase: tests | suite | mutations | run | peers | pair}
+phase=${1:?phase: tests | suite | mutations | run | peers | gemm | pair}
 OUT=${2:?out dir}
 shift 2
 mkdir -p "$OUT"
@@ -88,6 +90,12 @@ case $phase in
     rc=$?
     grep -E "^==|FAIL|ERROR|reference:|     eager|optimized|NOT REPL" "$OUT/run.log" | head -150
     echo "replay run rc=$rc"
+    exit $rc ;;
+  gemm)
+    timeout "${GEMM_TIMEOUT:-300}" "$BUILD/tests/replay_bench_gemm_host" \
+      --benchmark_out="$OUT/gemm_host.json" --benchmark_out_format=json 2>&1 | tee "$OUT/gemm_host.log"
+    rc=${PIPESTATUS[0]}
+    echo "gemm host rc=$rc"
     exit $rc ;;
   peers)
     timeout "${PEERS_TIMEOUT:-560}" python3 traces/capture/torch_replay.py "${traces[@]}" --compile --reps 100 \
