@@ -113,7 +113,8 @@ inline Timing time_hot(const std::function<void(cudaStream_t)>& fn, cudaStream_t
 /// `capture_on`, a stream other than the legacy default stream, on which the replay already ran
 /// once, so that one-time setup such as cuBLASLt's algorithm choice is done); launch() enqueues
 /// it. The graph writes the replay's own buffers (outputs, the split reductions' workspaces), so
-/// it must not run concurrently with another launch of the same replay. Every kernel is
+/// it must not run concurrently with another launch of the same replay, nor outlive the program
+/// (GpuProgram) whose buffers it captured. Every kernel is
 /// then launched by the device back to back, free of the host's launch gaps. Throws
 /// std::runtime_error naming the CUDA error when the replay cannot be captured (e.g. it
 /// synchronizes or allocates while it enqueues); the stream is usable again afterwards.

@@ -117,7 +117,8 @@ void GpuProgram::add_view(int ni) {
     steps_.push_back({plan_.node_region[ni],
                       [copy](const LaunchContext& c) { copy(c.stream); },
                       {n.outputs[k]},
-                      n.id + " (copy)"});
+                      n.id + (n.outputs.size() > 1 ? " (copy " + std::to_string(k) + ")"
+                                                   : std::string(" (copy)"))});
   }
 }
 

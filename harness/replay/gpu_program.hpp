@@ -47,7 +47,8 @@ class GpuProgram {
   /// Enqueue step `i` alone (for timing one step's host enqueue; its inputs are whatever the
   /// buffers hold).
   void run_step(size_t i, const LaunchContext& ctx) const { steps_.at(i).launch(ctx); }
-  /// Step `i`'s label: the node id of an eager step ("<id> (copy)" for a view that had to copy),
+  /// Step `i`'s label: the node id of an eager step ("<id> (copy)" for a view that had to copy,
+  /// "<id> (copy <k>)" for its output k when it has several),
   /// "region <r>: <fusion>" for a fused one.
   const std::string& step_label(size_t i) const { return steps_.at(i).label; }
   /// The region step `i` belongs to (-1: none).

@@ -73,7 +73,8 @@
 //
 // WORKSPACE (split reductions): each prepared launch owns its device buffer, allocated and
 // zeroed when it is prepared (prepare_reduction, i.e. at the eager executor's lowering): the
-// counters (one per column/row group), then the partials (and the sums of a two-pass variance).
+// counters (one per column/row group, when split), the sums of a two-pass variance (one per
+// output), the partial values (splits x outputs) and, for max.dim, the partial indices.
 // Each last block resets its counter to 0, so launches back to back reuse the buffer; enqueueing
 // then takes no lock and makes no CUDA call but the kernel launches, and a CUDA graph captures
 // the buffer's fixed address. Like the launch's outputs, the buffer belongs to one launch site:
@@ -1665,7 +1666,7 @@ WsLayout fast_workspace(bool inner, RK kind, const FastRedArgs& a, dim3 grid) {
   w.two_pass = variance && (!inner || a.splits > 1);
   if (a.splits <= 1 && !w.two_pass) return w;
   const size_t n = static_cast<size_t>(a.out_count);
-  w.means = align_up(size_t(grid.x) * sizeof(unsigned));
+  w.means = a.splits > 1 ? align_up(size_t(grid.x) * sizeof(unsigned)) : 0;  // counters first
   w.parts = w.means + (w.two_pass ? align_up(n * sizeof(acc_t)) : 0);
   w.idx = w.parts + (a.splits > 1 ? align_up(size_t(a.splits) * n * sizeof(acc_t)) : 0);
   w.bytes =
@@ -1688,7 +1689,7 @@ void launch_fast(bool inner, RK kind, FastRedArgs a, dim3 grid, dim3 block, cons
     launch(kind, a);
     return;
   }
-  a.counters = reinterpret_cast<unsigned*>(ws);
+  a.counters = a.splits > 1 ? reinterpret_cast<unsigned*>(ws) : nullptr;
   a.ws_v = ws + w.parts;
   a.ws_i = reinterpret_cast<int64_t*>(ws + w.idx);
   if (!w.two_pass) {

@@ -61,8 +61,9 @@ void launch_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int
                       cudaStream_t stream);
 
 /// launch_reduction prepared once: geometry, path, grid and occupancy-based split chosen now, and
-/// a split reduction's workspace (counters and partials, at most a few MB) allocated and zeroed
-/// now and owned by the returned step, which then only enqueues its kernel(s). The step must not
+/// a split or two-pass reduction's workspace (counters, splits x outputs partials in the
+/// accumulation type, one sum per output for a variance) allocated and zeroed now and owned by the
+/// returned step, which then only enqueues its kernel(s). The step must not
 /// run concurrently with itself on two streams (it shares its outputs and workspace). Throws
 /// CudaError.
 EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,

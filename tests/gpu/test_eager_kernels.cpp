@@ -1233,7 +1233,7 @@ TEST(EagerReductionDeterminism, SameBitsTwice) {
   }
 }
 
-// Many launches back to back on one stream (workspace reuse, counters reset by the kernels),
+// Many one-shot launches back to back on one stream (each with its stream-ordered workspace),
 // then on a second stream.
 TEST(EagerReductionWorkspace, BackToBackLaunchesOnStreams) {
   REQUIRE_GPU();
@@ -1257,6 +1257,74 @@ TEST(EagerReductionWorkspace, BackToBackLaunchesOnStreams) {
     for (const DevTensor& o : outs) EXPECT_EQ(download(o).vals, ref.ref0) << "pass " << pass;
     if (st) REPLAY_CUDA(cudaStreamDestroy(st));
   }
+}
+
+// A prepared split reduction reuses the workspace it owns: its kernels reset their counters, so
+// every launch, alternating the legacy and a second stream, then a CUDA graph captured from it,
+// writes the bits the one-shot launch writes (outputs poisoned before each run). The shapes take
+// the split paths: columns over 4096 rows (outer, split rows), rows of 65536 elements (inner,
+// split rows), a two-pass variance with and without splits, and max.dim's indices.
+TEST(EagerReductionWorkspace, PreparedSplitLaunchRepeatsOnStreamsAndInAGraph) {
+  REQUIRE_GPU();
+  struct Case {
+    ReduceFn op;
+    std::vector<int64_t> shape, dims;
+  };
+  const Case cases[] = {
+      {ReduceFn::kSum, {4096, 40}, {0}},     {ReduceFn::kVar, {4096, 40}, {0}},
+      {ReduceFn::kVarMean, {4096, 40}, {0}}, {ReduceFn::kVar, {8, 40}, {0}},
+      {ReduceFn::kSum, {4, 65536}, {1}},     {ReduceFn::kVarMean, {4, 65536}, {1}},
+      {ReduceFn::kMaxDim, {4, 65536}, {1}}};
+  cudaStream_t st = nullptr;
+  REPLAY_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (const Case& c : cases) {
+    RedSpec s;
+    s.op = c.op;
+    s.shape = c.shape;
+    s.dims = c.dims;
+    s.out1 = c.op == ReduceFn::kMaxDim ? DType::kInt64 : DType::kFloat32;
+    const std::string what = describe(s);
+    DevTensor in = upload(DType::kFloat32, make_layout(s.shape, Lay::kContig),
+                          gen(Dom::kNormal, DType::kFloat32, numel_of(s.shape), 9));
+    const Layout ol = make_layout(out_shape(s), Lay::kContig);
+    DevTensor w0 = make_output(DType::kFloat32, ol), w1 = make_output(s.out1, ol);
+    DevTensor o0 = make_output(DType::kFloat32, ol), o1 = make_output(s.out1, ol);
+    const DeviceTensor wv1 = w1.view(), ov1 = o1.view();
+    const bool two = has_out1(c.op);
+    launch_reduction(c.op, in.view(), c.dims, w0.view(), two ? &wv1 : nullptr, 1, st);
+    REPLAY_CUDA(cudaStreamSynchronize(st));
+    const Downloaded want0 = download(w0), want1 = download(w1);
+    const EagerLaunch launch =
+        prepare_reduction(c.op, in.view(), c.dims, o0.view(), two ? &ov1 : nullptr, 1);
+    auto check = [&](const std::string& run) {
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(download(o0).bits, want0.bits) << what << ": " << run;
+      if (two) EXPECT_EQ(download(o1).bits, want1.bits) << what << ": " << run;
+    };
+    auto poison_outputs = [&] {
+      REPLAY_CUDA(cudaMemset(o0.buf.get(), 0xFF, o0.bytes));
+      REPLAY_CUDA(cudaMemset(o1.buf.get(), 0xFF, o1.bytes));
+    };
+    for (int i = 0; i < 20; ++i) {
+      poison_outputs();
+      launch(i % 2 ? st : nullptr);
+      check("launch " + std::to_string(i));
+    }
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    REPLAY_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    launch(st);
+    REPLAY_CUDA(cudaStreamEndCapture(st, &graph));
+    REPLAY_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 5; ++i) {
+      poison_outputs();
+      REPLAY_CUDA(cudaGraphLaunch(exec, st));
+      check("graph launch " + std::to_string(i));
+    }
+    REPLAY_CUDA(cudaGraphExecDestroy(exec));
+    REPLAY_CUDA(cudaGraphDestroy(graph));
+  }
+  REPLAY_CUDA(cudaStreamDestroy(st));
 }
 
 // The comparison has teeth: a result shifted by one row (an off-by-one in the row index) fails
@@ -1388,33 +1456,29 @@ TEST(EagerKernelsBench, HotCases) {
     DevTensor x = buf(DType::kBFloat16, {R, C}), v = buf(DType::kFloat32, {R, 1}),
               m = buf(DType::kFloat32, {R, 1});
     const DeviceTensor mv = m.view();
-    bench("var_mean bf16->f32 over dim 1 [16384,1600]", n * 2 + R * 8, [&](cudaStream_t s) {
-      launch_reduction(ReduceFn::kVarMean, x.view(), {1}, v.view(), &mv, 0, s);
-    });
+    // Reductions prepared once, as the eager executor lowers them (a split reduction's workspace
+    // allocated then, not per launch as the one-shot launch_reduction does).
+    const EagerLaunch vm16 = prepare_reduction(ReduceFn::kVarMean, x.view(), {1}, v.view(), &mv, 0);
+    bench("var_mean bf16->f32 over dim 1 [16384,1600]", n * 2 + R * 8, vm16);
     DevTensor xf = buf(DType::kFloat32, {R, C});
-    bench("var_mean f32 over dim 1 [16384,1600]", n * 4 + R * 8, [&](cudaStream_t s) {
-      launch_reduction(ReduceFn::kVarMean, xf.view(), {1}, v.view(), &mv, 0, s);
-    });
+    bench("var_mean f32 over dim 1 [16384,1600]", n * 4 + R * 8,
+          prepare_reduction(ReduceFn::kVarMean, xf.view(), {1}, v.view(), &mv, 0));
   }
   {
     DevTensor x = buf(DType::kFloat32, {R, C}), o = buf(DType::kFloat32, {C});
-    bench("sum f32 over dim 0 [16384,1600]", n * 4 + C * 4, [&](cudaStream_t s) {
-      launch_reduction(ReduceFn::kSum, x.view(), {0}, o.view(), nullptr, 0, s);
-    });
+    bench("sum f32 over dim 0 [16384,1600]", n * 4 + C * 4,
+          prepare_reduction(ReduceFn::kSum, x.view(), {0}, o.view(), nullptr, 0));
     DevTensor x3 = buf(DType::kFloat32, {16, 1024, C});
-    bench("sum f32 over dims [0,1] [16,1024,1600]", n * 4 + C * 4, [&](cudaStream_t s) {
-      launch_reduction(ReduceFn::kSum, x3.view(), {0, 1}, o.view(), nullptr, 0, s);
-    });
+    bench("sum f32 over dims [0,1] [16,1024,1600]", n * 4 + C * 4,
+          prepare_reduction(ReduceFn::kSum, x3.view(), {0, 1}, o.view(), nullptr, 0));
     DevTensor r = buf(DType::kFloat32, {R, 1});
-    bench("sum f32 over dim 1 [16384,1600]", n * 4 + R * 4, [&](cudaStream_t s) {
-      launch_reduction(ReduceFn::kSum, x.view(), {1}, r.view(), nullptr, 0, s);
-    });
+    bench("sum f32 over dim 1 [16384,1600]", n * 4 + R * 4,
+          prepare_reduction(ReduceFn::kSum, x.view(), {1}, r.view(), nullptr, 0));
   }
   {
     DevTensor x = buf(DType::kBFloat16, {R, 8192}), o = buf(DType::kBFloat16, {});
-    bench("amax bf16 over all [16384,8192]", double(R) * 8192 * 2, [&](cudaStream_t s) {
-      launch_reduction(ReduceFn::kAmax, x.view(), {0, 1}, o.view(), nullptr, 0, s);
-    });
+    bench("amax bf16 over all [16384,8192]", double(R) * 8192 * 2,
+          prepare_reduction(ReduceFn::kAmax, x.view(), {0, 1}, o.view(), nullptr, 0));
   }
   {
     DevTensor a = buf(DType::kFloat32, {R, C}), o = buf(DType::kFloat32, {R, C});
@@ -1448,10 +1512,11 @@ TEST(EagerKernelsBench, HostEnqueueCost) {
   };
   time_it("launch_pointwise mul",
           [&] { launch_pointwise(PointwiseFn::kMul, o.view(), ops, 1, DType::kFloat32, s); });
-  time_it("launch_reduction sum dim 0 (split)",
-          [&] { launch_reduction(ReduceFn::kSum, a.view(), {0}, c.view(), nullptr, 0, s); });
-  time_it("launch_reduction sum dim 1",
-          [&] { launch_reduction(ReduceFn::kSum, a.view(), {1}, b.view(), nullptr, 0, s); });
+  // Reductions as the eager executor enqueues them: prepared once.
+  const EagerLaunch sum0 = prepare_reduction(ReduceFn::kSum, a.view(), {0}, c.view(), nullptr, 0);
+  const EagerLaunch sum1 = prepare_reduction(ReduceFn::kSum, a.view(), {1}, b.view(), nullptr, 0);
+  time_it("prepared sum dim 0 (split)", [&] { sum0(s); });
+  time_it("prepared sum dim 1", [&] { sum1(s); });
 }
 
 }  // namespace
