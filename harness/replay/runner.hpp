@@ -74,9 +74,11 @@ class GpuSession {
 /// fusion's cost model) unless a single region is the whole trace.
 std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
 
-/// Replay one trace file. Nothing escapes: bad input (TraceError, a reference that would not fit
-/// in host memory) and runtime failures (CUDA, CUPTI, allocation) are reported in
-/// TraceResult::error with their kind, so a suite goes on with its next trace. `gpu` is null on a
+/// Replay one trace file. Nothing escapes: bad input (TraceError) and runtime failures (CUDA,
+/// CUPTI) are reported in TraceResult::error with their kind, so a suite goes on with its next
+/// trace. A reference this machine cannot afford (over opt.reference_budget_s, more than 80 % of
+/// the available host memory, or out of memory while it runs) is no error: TraceResult::
+/// not_replayed says why, naming the file and node. `gpu` is null on a
 /// machine without a usable CUDA device: GPU variants are then marked skipped with `no_gpu_why`.
 TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
                       const std::string& no_gpu_why = "no CUDA device (GPU replay needs one)");

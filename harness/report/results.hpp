@@ -97,7 +97,8 @@ struct TraceResult {
   std::string error;         ///< what went wrong, naming the file and node where it can
   std::string input_source;  ///< "generated (seed N)" or "golden (<file>)"
   /// Non-empty: the trace validated and was planned, but was not replayed on this machine (its
-  /// reference is over the time budget), and why. Not an error: every row says the same.
+  /// reference is over the time budget or the host memory), and why. Not an error: every row
+  /// says the same.
   std::string not_replayed;
   double reference_s = 0;  ///< wall time of input generation + the float64 reference, seconds
   /// What --reference-budget judged: the reference's estimated seconds on this machine (0: not

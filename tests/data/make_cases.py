@@ -3,7 +3,8 @@
 outputs are committed, this script documents how they were made).
 
 bad/*.json: each must make `replay run --variants reference FILE` exit 2 with the file (and the
-node, where there is one) named; edge/*.json: valid corner cases that must load and run.
+node, where there is one) named; edge/*.json: valid corner cases that must load and run (or, for
+a reference larger than the machine's memory, load and be skipped with the reason).
 """
 import json
 import os
@@ -57,7 +58,7 @@ deep = "[" * 1000 + "]" * 1000
 write("bad", "deep_nesting", None,
       raw='{"schema": "replay-trace/1", "name": "deep", "source": ' + deep +
           ', "inputs": [], "nodes": [], "outputs": []}\n')
-write("bad", "huge_consistent_shape", trace("huge_consistent_shape", [inp("x", [1000000, 100000])],
+write("edge", "huge_consistent_shape", trace("huge_consistent_shape", [inp("x", [1000000, 100000])],
       [node("y", "aten.neg.default", [ref("x")], [t([1000000, 100000])])], ["y"]))
 write("bad", "numel_overflow", trace("numel_overflow", [inp("x", [4294967296, 4294967296])],
       [node("y", "aten.neg.default", [ref("x")], [t([4294967296, 4294967296])])], ["y"]))
