@@ -268,7 +268,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
   struct Path {
     int ops = 0;
     int64_t k = 1;
-    double u_acc = 0;       // a coarser accumulator upstream (float8 GEMM), else 0
+    Float8GemmError f8;     // a float8 GEMM upstream (its largest noise and drift), else 0
     int64_t tc_k = 0;       // the longest K of a 16-bit tensor-core GEMM upstream
     bool computed = false;  // not a graph input or a view of one
     double inherited = 0;   // flips of rounded intermediates upstream (default_bounds)
@@ -281,8 +281,8 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
   auto bounds_of = [&](size_t v) -> const NumericsBounds& {
     if (!done[v]) {
       const Path& p = path[v];
-      out[v] = default_bounds(g.values[v].meta.dtype, p.ops, p.k, p.u_acc, p.tc_k, p.inherited,
-                              p.summed);
+      out[v] =
+          default_bounds(g.values[v].meta.dtype, p.ops, p.k, p.f8, p.tc_k, p.inherited, p.summed);
       if (p.addend && is_floating(g.values[v].meta.dtype)) {
         out[v].addend_ulps = true;
         out[v].why += "; ulps of the larger addend of the add that made it";
@@ -306,14 +306,17 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
         const Path& in = path[o.value];
         p.ops = std::max(p.ops, in.ops);
         p.k = std::max(p.k, in.k);
-        p.u_acc = std::max(p.u_acc, in.u_acc);
+        p.f8.noise = std::max(p.f8.noise, in.f8.noise);
+        p.f8.drift = std::max(p.f8.drift, in.f8.drift);
+        p.f8.max_err = std::max(p.f8.max_err, in.f8.max_err);
         p.tc_k = std::max(p.tc_k, in.tc_k);
         p.computed = p.computed || in.computed;
         p.inherited = std::max(p.inherited, in.inherited);
         p.summed = p.summed || in.summed;
         // A computed operand rounded to a narrow dtype flips by one ulp where its exact value is
         // near a rounding boundary (default_bounds, `inherited`); a view passes its flips on.
-        // Float8 values are no source: their rounding is the float8 model's (u_acc).
+        // Float8 values are no source: the harness rounds them as PyTorch does, bit-exact on
+        // the H100 (their GEMM's error is the float8 model's, f8).
         const DType dt = g.values[o.value].meta.dtype;
         if (!is_view && in.computed && (dt == DType::kBFloat16 || dt == DType::kFloat16)) {
           const NumericsBounds& ob = bounds_of(o.value);
@@ -338,14 +341,18 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;
       const int64_t K = a.empty() ? int64_t{1} : a.back();
       p.k = std::max(p.k, K);
-      if (n.op == Op::kScaledMm) p.u_acc = std::max(p.u_acc, std::ldexp(1.0, -17));
+      if (n.op == Op::kScaledMm) {  // n.flag: use_fast_accum
+        const Float8GemmError e = float8_gemm_error(K, n.flag);
+        p.f8.noise = std::max(p.f8.noise, e.noise);
+        p.f8.drift = std::max(p.f8.drift, e.drift);
+        p.f8.max_err = std::max(p.f8.max_err, e.max_err);
+      }
       const DType at = g.meta(n.operands.at(with_bias ? 1 : 0).value).dtype;
       if (at == DType::kBFloat16 || at == DType::kFloat16) p.tc_k = std::max(p.tc_k, K);
     }
     // Addend flips: one ulp of the addend, however much the sum cancels (default_bounds).
     const int carried = carried_value(n);
     p.addend = is_addition(n.op) ? p.inherited > 0 : carried >= 0 && path[carried].addend;
-    if (p.u_acc > 0) p.inherited = 0, p.summed = false, p.addend = false;  // the float8 model
     for (int v : n.outputs) path[v] = p;
   }
   for (size_t v = 0; v < g.values.size(); ++v) bounds_of(v);

@@ -8,11 +8,19 @@
 // e.g. a split-K reduction beside the GEMM), gpu_us (one cold sample, L2 flushed); for scale,
 // bare_launch times one launch of the harness's 1 us spin kernel (enqueue_spin) the same way.
 //
+// algo/<dtype>/<MxNxK>/<i>: the same problem through cuBLASLt directly with the heuristic's i-th
+// algorithm (of up to 8): host enqueue, GPU µs, kernels, workspace and the algorithm's tile,
+// split-K, stages and cluster ids, to tell whether the host cost follows the problem or the
+// algorithm.
+//
 // Usage: replay_bench_gemm_host [google benchmark flags, e.g. --benchmark_filter=float32]
 // Without a CUDA device every benchmark reports "skipped: no CUDA device".
 #include <benchmark/benchmark.h>
+#include <cublasLt.h>
 
+#include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,6 +81,113 @@ void gemm_host(benchmark::State& state, Problem p) {
   if (!k.error.empty()) state.SetLabel("CUPTI: " + k.error);
 }
 
+void lt_ok(cublasStatus_t st, const char* what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(st));
+}
+
+// The same row-major [M, K] @ [K, N] through cuBLASLt directly (float32 compute, no TF32), with
+// the heuristic's i-th algorithm (of up to 8, default preferences but a 32 MiB workspace), to see
+// whether the host cost belongs to the problem or to the algorithm the heuristic picked.
+struct LtProblem {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;
+  static constexpr size_t kWorkspace = size_t{32} << 20;
+
+  explicit LtProblem(const Problem& p) {
+    const cudaDataType_t t = p.dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
+    lt_ok(cublasLtCreate(&handle), "cublasLtCreate");
+    lt_ok(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "DescCreate");
+    // Row-major C[M, N] = A[M, K] B[K, N] is column-major C^T[N, M] = B^T[N, K] A^T[K, M].
+    lt_ok(cublasLtMatrixLayoutCreate(&la, t, p.N, p.K, p.N), "LayoutCreate");
+    lt_ok(cublasLtMatrixLayoutCreate(&lb, t, p.K, p.M, p.K), "LayoutCreate");
+    lt_ok(cublasLtMatrixLayoutCreate(&lc, t, p.N, p.M, p.N), "LayoutCreate");
+    cublasLtMatmulPreference_t pref = nullptr;
+    lt_ok(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+    const uint64_t ws = kWorkspace;
+    lt_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                               sizeof(ws)),
+          "PreferenceSetAttribute");
+    algos.resize(8);
+    int returned = 0;
+    lt_ok(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 8, algos.data(),
+                                         &returned),
+          "AlgoGetHeuristic");
+    algos.resize(static_cast<size_t>(returned));
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  ~LtProblem() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(handle);
+  }
+};
+
+int algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  uint32_t v = 0;  // every attribute read here is 32 bits wide (cublasLt.h)
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written) !=
+      CUBLAS_STATUS_SUCCESS)
+    return -1;
+  return static_cast<int>(v);
+}
+
+void gemm_algo_host(benchmark::State& state, Problem p, size_t i) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    state.SkipWithError("skipped: no CUDA device");
+    return;
+  }
+  static std::map<std::string, std::unique_ptr<LtProblem>> problems;  // one heuristic query each
+  const std::string key = std::to_string(p.M) + "x" + std::to_string(p.N) + "x" +
+                          std::to_string(p.K) + std::string(dtype_name(p.dtype));
+  auto& lt = problems[key];
+  if (!lt) lt = std::make_unique<LtProblem>(p);
+  if (i >= lt->algos.size()) {
+    const std::string why =
+        "the heuristic returned " + std::to_string(lt->algos.size()) + " algorithm(s)";
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  const cublasLtMatmulHeuristicResult_t& h = lt->algos[i];
+  const size_t es = dtype_size(p.dtype);
+  DeviceBuffer a(p.M * p.K * es), b(p.K * p.N * es), c(p.M * p.N * es), ws(LtProblem::kWorkspace);
+  REPLAY_CUDA(cudaMemset(a.get(), 0, a.bytes()));
+  REPLAY_CUDA(cudaMemset(b.get(), 0, b.bytes()));
+  const float alpha = 1, beta = 0;
+  auto launch = [&](cudaStream_t s) {
+    lt_ok(cublasLtMatmul(lt->handle, lt->desc, &alpha, b.get(), lt->la, a.get(), lt->lb, &beta,
+                         c.get(), lt->lc, c.get(), lt->lc, &h.algo, ws.get(), h.workspaceSize, s),
+          "cublasLtMatmul");
+  };
+  cudaStream_t s = nullptr;
+  REPLAY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  launch(s);
+  REPLAY_CUDA(cudaStreamSynchronize(s));
+  const CuptiSummary k = trace_kernels(launch, s);
+  int kernels = 0;
+  for (const auto& r : k.kernels) kernels += r.count;
+  L2Flush l2;
+  const std::vector<double> gpu = cold_samples(launch, s, l2, 3);
+  for (auto _ : state) {
+    const HostEnqueue e = time_host_enqueue(launch, s, 1);
+    state.SetIterationTime(e.us.empty() ? 0.1 : e.us[0] * 1e-6);
+  }
+  REPLAY_CUDA(cudaStreamDestroy(s));
+  state.counters["gpu_us"] = gpu.back();
+  state.counters["kernels"] = kernels;
+  state.counters["ws_MiB"] = static_cast<double>(h.workspaceSize) / (1 << 20);
+  state.counters["tile"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  state.counters["splitk"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  state.counters["stages"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  state.counters["cluster"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+  state.counters["algo_id"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_ID);
+}
+
 void bare_launch(benchmark::State& state) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -112,6 +227,12 @@ int main(int argc, char** argv) {
         ->UseManualTime()
         ->Iterations(30)
         ->Unit(benchmark::kMicrosecond);
+    for (size_t i = 0; i < 8; ++i)
+      benchmark::RegisterBenchmark(("algo/" + name.substr(3) + "/" + std::to_string(i)).c_str(),
+                                   gemm_algo_host, p, i)
+          ->UseManualTime()
+          ->Iterations(30)
+          ->Unit(benchmark::kMicrosecond);
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -213,11 +213,22 @@ TEST(Numerics, DefaultBoundsFollowPrecisionAndReductionLength) {
   EXPECT_EQ(default_bounds(DType::kFloat32, 9, 1600).max_beyond_1ulp, 1.0);
   // Behind a bf16 tensor-core GEMM of K = 4096 the measured drift (-3.9e-6) is allowed, and a
   // 5e-5 systematic error (eps 1e-4 for 1e-6) still is not.
-  const auto gemm = default_bounds(DType::kBFloat16, 1, 4096, 0, 4096);
+  const auto gemm = default_bounds(DType::kBFloat16, 1, 4096, {}, 4096);
   EXPECT_GT(gemm.max_bias, 3.9e-6);
   EXPECT_LT(gemm.max_bias, 5e-5);
   EXPECT_LT(default_bounds(DType::kBFloat16, 1, 4096).max_bias, 1e-6);
   EXPECT_FALSE(ln.why.empty());
+  // A float8 GEMM: noise independent of K unless use_fast_accum (cuBLASLt promotes the partial
+  // sums), growing with K then; the measured drift (-4e-5 at K = 4096) is allowed, 1 % is not.
+  EXPECT_EQ(float8_gemm_error(32, false).noise, float8_gemm_error(16384, false).noise);
+  EXPECT_GT(float8_gemm_error(16384, true).noise, float8_gemm_error(2048, true).noise);
+  EXPECT_GE(float8_gemm_error(2048, true).noise, float8_gemm_error(2048, false).noise);
+  const auto f8 = default_bounds(DType::kBFloat16, 12, 4096, float8_gemm_error(4096, false));
+  EXPECT_GT(f8.max_bias, 2 * 4e-5);
+  EXPECT_LT(f8.max_bias, 1e-3);
+  EXPECT_LT(f8.max_rel_l2, 5e-3);
+  EXPECT_EQ(f8.share_floor, 2 * float8_gemm_error(4096, false).noise);
+  EXPECT_NE(f8.why.find("float8 GEMM upstream"), std::string::npos) << f8.why;
 }
 
 // A tensorwise float8 scale takes the amax over the whole tensor (33M terms at [8192, 4096]); a
@@ -394,15 +405,20 @@ TEST(Numerics, FlipsOfARoundedIntermediateBeforeAGemmAreBounded) {
     EXPECT_LT(b.max_beyond_1ulp, 3e-3) << m.trace << " " << m.value;
     EXPECT_NE(b.why.find("flips of rounded intermediates"), std::string::npos) << b.why;
   }
-  // Float8 graphs: their rounding is the float8 model's; nothing passes a _scaled_mm, so no
-  // output's bounds take in a sum of flips (a bf16 `abs` before the amax may still flip).
+  // Float8 graphs: what follows a _scaled_mm carries the float8 GEMM's error model (absolute
+  // noise, share floor 2 noise) and stays a bound that a 1 % error fails.
   for (const char* f8 : {"float8_linear_rowwise_train_bwd_2x4096x4096x4096",
                          "float8_linear_tensorwise_train_fwd_2x4096x4096x4096"}) {
     const Graph g8 = load_trace(trace_path(f8));
     const auto b8 = default_value_bounds(g8);
+    const double noise = float8_gemm_error(4096, false).noise;
     for (int o : g8.outputs) {
-      EXPECT_EQ(b8[o].why.find("summed"), std::string::npos) << f8 << ": " << b8[o].why;
-      EXPECT_EQ(b8[o].share_floor, 0) << f8 << " " << g8.values[o].name;
+      if (dtype_size(g8.meta(o).dtype) < 2) continue;  // the saved float8 casts: exact
+      if (g8.meta(o).numel() < 1000000) continue;      // the scales
+      EXPECT_NE(b8[o].why.find("float8 GEMM upstream"), std::string::npos) << f8 << b8[o].why;
+      EXPECT_GE(b8[o].share_floor, 2 * noise) << f8 << " " << g8.values[o].name;
+      EXPECT_LT(b8[o].max_rel_l2, 5e-3) << f8 << " " << g8.values[o].name;
+      EXPECT_LT(b8[o].max_beyond_1ulp, 3e-3) << f8 << " " << g8.values[o].name;
     }
   }
   // The first GEMM reads graph inputs only: no flips inherited, bounds as tight as before.
@@ -449,6 +465,51 @@ TEST(Numerics, ShareFloorPassesFlipNoiseAndCatchesTheSmallestElementsWrong) {
     for (size_t k = 0; k < n / 250; ++k) bad[order[k]] *= f;
     auto m = check_numerics("view_5", t({int64_t(n)}, bad), ref, b);
     EXPECT_FALSE(m.pass()) << "factor " << f << ": share " << m.beyond_1ulp_share;
+  }
+}
+
+// A float8 GEMM's error is absolute: the H100 measured (eager, cuBLASLt, float8 linears at
+// [8192, 4096] x 4096, no fast accumulation; reports/h100-2026-11-25-issue7-steps) 0.77-0.97 %
+// of the bf16 output beyond one ulp and rel_l2 6.3-6.9e-4, i.e. unrounded noise of rms ~1.3e-4
+// rms(target), and a drift of -4.0e-5. That error (and twice its noise) passes the output's
+// default bounds; zeroing or negating the smallest 0.4 % of elements (|y| < 0.005 rms, moved by
+// at most 0.01 rms) fails them, which the bounds of a coarse-accumulator model let through.
+TEST(Numerics, Float8GemmNoisePassesAndTheSmallestElementsWrongFail) {
+  for (const char* name : {"float8_linear_rowwise_train_fwd_2x4096x4096x4096",
+                           "float8_linear_tensorwise_train_bwd_2x4096x4096x4096"}) {
+    const Graph g = load_trace(trace_path(name));
+    const auto all = default_value_bounds(g);
+    const int out = g.outputs.at(0);
+    const NumericsBounds& b = all[out];
+    ASSERT_GT(b.share_floor, 0) << b.why;
+    const size_t n = 400000;
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> normal;
+    std::vector<double> exact(n);
+    for (double& y : exact) y = normal(rng);
+    const HostTensor ref = t({int64_t(n)}, exact, DType::kFloat64);
+    std::vector<double> got(n);
+    for (const double noise : {1.3e-4, 2.6e-4}) {
+      for (size_t i = 0; i < n; ++i)
+        got[i] = round_to(DType::kBFloat16, exact[i] * (1 - 4e-5) + noise * normal(rng));
+      auto r = check_numerics("y", t({int64_t(n)}, got), ref, b);
+      EXPECT_TRUE(r.pass()) << name << " noise " << noise << ": " << r.failure();
+      NumericsBounds no_floor = b;  // without the share floor the correct output fails
+      no_floor.share_floor = 0;
+      EXPECT_FALSE(check_numerics("y", t({int64_t(n)}, got), ref, no_floor).pass()) << noise;
+    }
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t c) { return std::fabs(exact[a]) < std::fabs(exact[c]); });
+    for (size_t i = 0; i < n; ++i)
+      got[i] = round_to(DType::kBFloat16, exact[i] * (1 - 4e-5) + 1.3e-4 * normal(rng));
+    for (const double f : {0.0, -1.0}) {  // zeroed, sign flipped
+      std::vector<double> bad = got;
+      for (size_t k = 0; k < n / 250; ++k) bad[order[k]] *= f;
+      auto m = check_numerics("y", t({int64_t(n)}, bad), ref, b);
+      EXPECT_FALSE(m.pass()) << name << " factor " << f << ": share " << m.beyond_1ulp_share;
+    }
   }
 }
 

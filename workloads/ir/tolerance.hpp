@@ -55,6 +55,35 @@ double unit_roundoff(DType t);
 /// integers and bool.
 double ulp_of(DType t, double v);
 
+/// The error of a float8 GEMM (aten._scaled_mm: float8 operands, products exact, scaled and
+/// rounded to out_dtype) through cuBLASLt on Hopper tensor cores, before the output's rounding,
+/// as bounds. Both are shares of the output: `noise` bounds rms(y - y_exact) / rms(y_exact) (an
+/// absolute error: elements near zero get the same), `drift` the systematic relative error
+/// sum(e y) / sum(y^2) (the tensor cores' adds truncate toward zero).
+///
+/// Hopper's float8 MMA adds products with about 14 mantissa bits (DeepSeek-V3 technical report,
+/// arXiv:2412.19437, section 3.3.2); cuBLASLt promotes the partial sums to float32 every few
+/// k-blocks unless use_fast_accum, so the noise does not grow with K, and with fast accumulation
+/// it does (like sqrt(K)). Fitted to what ScaledMmModel (tests/gpu/test_gemm.cpp) measured on an
+/// H100 (2026-11-25, 256 x K x 256, float32 output, tensorwise and rowwise): without fast
+/// accumulation noise 1.2e-4 at K = 256 to 16384 (3.5e-5 at K = 32), drift -3.9e-5 (-2.6e-5 at K =
+/// 32), the worst element 1.9e-3 rms (K = 256); with it
+/// noise 2.0e-4, 8.5e-4, 1.3-2.0e-3, 1.3-3.1e-3 at K = 256, 2048, 8192, 16384, drift down to
+/// -5.6e-4, the worst element 0.047 rms (K = 16384). The float8 linears' eager outputs at K = 4096
+/// and 8192: noise ~1.3e-4, drift -4.0e-5. Bounds:
+///   noise = 2^-11 (4.9e-4),              drift = 2^-13 (1.2e-4)                (not fast);
+///   noise = max(2^-11, 2^-14 sqrt(K)),   drift = 2^-13 max(1, sqrt(K / 128))   (fast);
+///   max_err = 16 noise (one element's |e| / rms).
+/// All zero where there is no float8 GEMM.
+struct Float8GemmError {
+  double noise = 0;
+  double drift = 0;
+  double max_err = 0;  ///< bound on one element's |e| / rms(y_exact): 16 noise
+};
+
+/// The float8 GEMM error bounds for a K-term dot product (see Float8GemmError).
+Float8GemmError float8_gemm_error(int64_t k, bool fast_accum);
+
 /// Default bounds for an output of dtype `t` computed in float32 opmath along a chain of at most
 /// `ops` ops whose longest reduction sums `k` terms (k = 1 without a reduction).
 ///
@@ -67,24 +96,24 @@ double ulp_of(DType t, double v);
 ///   probability ~ delta / u, and then by one ulp (2u relative): rel_l2 ~ sqrt(delta / u) * 2u
 ///   = 2 sqrt(delta * u), the bound. Elements more than one ulp off come only from cancellation
 ///   (a target near 0) or, rarely, a second rounding of a narrow intermediate: at most
-///   1e-4 + 0.1 delta / u (correct kernels measure ~1e-6); 1e-4 + 0.25 delta / u behind a coarse
-///   accumulator (u_acc > 0), whose absolute error moves near-zero outputs by several ulps.
+///   1e-4 + 0.1 delta / u (correct kernels measure ~1e-6).
 /// - float32/float64 output: rel_l2 <= 2 delta (float64 opmath: u64 in place of u32 when
 ///   t is float64); one-ulp agreement is not expected, so the share bound is 1.
 /// - Per row: max(3u, 4 delta) (a row of one-ulp flips stays under 2u; 4 delta is twice the
 ///   whole-tensor bound of a float32 output); elements: floor
 ///   4u + 8 delta times rms(target).
 /// - Systematic bias: float32 opmath rounds to nearest (unbiased); its approximate functions
-///   (rsqrtf, expf) err by at most 2 ulps, so max_bias = 16 u_acc (9.5e-7 for float32 opmath).
+///   (rsqrtf, expf) err by at most 2 ulps, so max_bias = 16 u32 (9.5e-7; 16 u64 for float64).
 /// Example: nanoGPT LayerNorm, bf16 out, 8 ops on the longest chain, k = 1600: delta = 1.3e-5,
 /// rel_l2 <= 4.6e-4, beyond 1 ulp <= 0.044 %, rows <= 1.2e-2; a correct kernel measures ~2e-5 and
 /// 0 %, while eps 1e-3 instead of 1e-5, biased variance or a 1.2 % scale measure 1.3e-3 and more.
-/// `u_acc`: the accumulator's unit roundoff when it is coarser than float32's 2^-24 (0: float32,
-/// or float64's for a float64 output). Float8 GEMMs on Hopper tensor cores accumulate with fewer
-/// bits than float32 (about 14 mantissa bits: DeepSeek-V3 technical report, section 3.3.2);
-/// measured on an H100 at K = 2048: rel_l2 1.3e-4 (float32 output) and 8.7e-4 with fast
-/// accumulation, i.e. an effective u_acc of 2^-21.5 and 2^-18.7 in this model. Values downstream
-/// of _scaled_mm use 2^-17 (3x margin over fast accumulation; a 1 % error still fails).
+/// `f8`: the error of a float8 GEMM (_scaled_mm) upstream (float8_gemm_error; zero if none). Its
+/// noise n is absolute, a share of the GEMM output's rms, not relative to each element: the
+/// unrounded value is off by N(0, (n' rms)^2), n' <= n. Rounded to a narrow output that is a
+/// relative error of n' at rms magnitude and makes one-ulp flips of probability ~n / u, so
+/// rel_l2 <= 2 sqrt((delta + n) u) + n; elements near zero are off by many ulps, so an element
+/// counts as more than one ulp off only past ulp(t) + 2 n rms(target) (`share_floor`, >= 7 sigma
+/// of the measured noise), the floor grows by f8.max_err and rows by 4 n; the bias by f8.drift.
 /// `tc_k`: the longest K of a 16-bit (bf16/f16) tensor-core GEMM upstream, 0 if none: its float32
 /// accumulation is not round-to-nearest and drifts toward zero by about K * 2^-30 relative
 /// (H100, cuBLASLt); delta and max_bias grow by K * 2^-28.
@@ -107,12 +136,12 @@ double ulp_of(DType t, double v);
 /// that addend flipped, however much the addends cancel (dx = the sum of two GEMM outputs in
 /// Llama SwiGLU MLP bwd, `add_3`): its ulps are the larger addend's (`addend_ulps`, set by
 /// default_value_bounds; the harness supplies the magnitudes). Float8
-/// intermediates are not flip sources (their rounding is the float8 model's, `u_acc`), and
-/// nothing is inherited past a _scaled_mm. Measured on an H100 (eager, Llama SwiGLU MLP fwd at
+/// intermediates are not flip sources: the harness rounds them as PyTorch does (bit-exact on the
+/// H100), and their GEMM's error is `f8`'s. Measured on an H100 (eager, Llama SwiGLU MLP fwd at
 /// [8192, 4096] x 14336, w2's output): 1.8 % beyond one ulp, rel_l2 9.0e-4, i.e. an error of rms
 /// ~1.6e-4 of rms(target) against s = 5.5e-4; nanoGPT MLP fwd: 0.56 %, 5.0e-4, rms ~5e-5 against
 /// s = 6.4e-4.
-NumericsBounds default_bounds(DType t, int ops, int64_t k, double u_acc = 0, int64_t tc_k = 0,
-                              double inherited = 0, bool summed = false);
+NumericsBounds default_bounds(DType t, int ops, int64_t k, Float8GemmError f8 = {},
+                              int64_t tc_k = 0, double inherited = 0, bool summed = false);
 
 }  // namespace replay
