@@ -5,7 +5,8 @@
 // Each iteration is one enqueue timed behind the blocking kernel (time_host_enqueue), as `replay
 // run` times a replay's host enqueue; the operands are uninitialized device buffers (what they
 // hold does not change the enqueue). Counters: kernels (the kernels CUPTI saw in one launch,
-// e.g. a split-K reduction beside the GEMM), gpu_us (one cold sample, L2 flushed); for scale,
+// e.g. a split-K reduction beside the GEMM), gpu_us (median of three cold samples, L2 flushed),
+// waited (enqueues during which the blocking kernel timed out: retried, up to 10 times); for scale,
 // bare_launch times one launch of the harness's 1 us spin kernel (enqueue_spin) the same way.
 //
 // algo/<dtype>/<MxNxK>/<i>: the same problem through cuBLASLt directly with the heuristic's i-th
@@ -18,8 +19,11 @@
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,6 +45,37 @@ struct Problem {
 
 DeviceTensor matrix(void* ptr, DType t, int64_t rows, int64_t cols) {
   return device_tensor(ptr, TensorMeta{{rows, cols}, {cols, 1}, t});
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Host µs of one enqueue behind the blocking kernel; an enqueue that outlasted the blocker
+// (HostEnqueue::waited) is counted in `waited` and tried again, up to 10 times; nullopt then.
+std::optional<double> one_enqueue_us(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
+                                     size_t* waited) {
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const HostEnqueue e = time_host_enqueue(fn, s, 1);
+    *waited += e.waited;
+    if (!e.us.empty()) return e.us[0];
+  }
+  return std::nullopt;
+}
+
+// The timed loop of every benchmark here: one enqueue per iteration, its host time as the
+// iteration's (manual) time.
+void time_enqueues(benchmark::State& state, const std::function<void(cudaStream_t)>& fn,
+                   cudaStream_t s, size_t* waited) {
+  for (auto _ : state) {
+    const std::optional<double> us = one_enqueue_us(fn, s, waited);
+    if (!us) {
+      state.SkipWithError("every enqueue outlasted the blocking kernel");
+      break;
+    }
+    state.SetIterationTime(*us * 1e-6);
+  }
 }
 
 void gemm_host(benchmark::State& state, Problem p) {
@@ -69,14 +104,10 @@ void gemm_host(benchmark::State& state, Problem p) {
   L2Flush l2;
   const std::vector<double> gpu = cold_samples(launch, s, l2, 3);
   size_t waited = 0;
-  for (auto _ : state) {
-    const HostEnqueue h = time_host_enqueue(launch, s, 1);
-    waited += h.waited;
-    state.SetIterationTime(h.us.empty() ? 0.1 : h.us[0] * 1e-6);
-  }
+  time_enqueues(state, launch, s, &waited);
   REPLAY_CUDA(cudaStreamDestroy(s));
   state.counters["kernels"] = kernels;
-  state.counters["gpu_us"] = gpu.back();
+  state.counters["gpu_us"] = median_of(gpu);
   state.counters["waited"] = static_cast<double>(waited);
   if (!k.error.empty()) state.SetLabel("CUPTI: " + k.error);
 }
@@ -104,20 +135,24 @@ struct LtProblem {
     lt_ok(cublasLtMatrixLayoutCreate(&la, t, p.N, p.K, p.N), "LayoutCreate");
     lt_ok(cublasLtMatrixLayoutCreate(&lb, t, p.K, p.M, p.K), "LayoutCreate");
     lt_ok(cublasLtMatrixLayoutCreate(&lc, t, p.N, p.M, p.N), "LayoutCreate");
-    cublasLtMatmulPreference_t pref = nullptr;
-    lt_ok(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
+    cublasLtMatmulPreference_t raw = nullptr;
+    lt_ok(cublasLtMatmulPreferenceCreate(&raw), "PreferenceCreate");
+    const std::unique_ptr<cublasLtMatmulPreferenceOpaque_t,
+                          decltype(&cublasLtMatmulPreferenceDestroy)>
+        pref(raw, &cublasLtMatmulPreferenceDestroy);
     const uint64_t ws = kWorkspace;
-    lt_ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                               sizeof(ws)),
+    lt_ok(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &ws, sizeof(ws)),
           "PreferenceSetAttribute");
     algos.resize(8);
     int returned = 0;
-    lt_ok(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 8, algos.data(),
+    lt_ok(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref.get(), 8, algos.data(),
                                          &returned),
           "AlgoGetHeuristic");
     algos.resize(static_cast<size_t>(returned));
-    cublasLtMatmulPreferenceDestroy(pref);
   }
+  LtProblem(const LtProblem&) = delete;
+  LtProblem& operator=(const LtProblem&) = delete;
   ~LtProblem() {
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
@@ -127,13 +162,18 @@ struct LtProblem {
   }
 };
 
-int algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
-  uint32_t v = 0;  // every attribute read here is 32 bits wide (cublasLt.h)
-  size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written) !=
-      CUBLAS_STATUS_SUCCESS)
+// An unsigned attribute of an algorithm's configuration, whatever its width (the cluster shape
+// is 16 bits, the others 32: cublasLt.h); -1 where cuBLASLt does not give it.
+int64_t algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+      size == 0 || size > sizeof(uint64_t))
     return -1;
-  return static_cast<int>(v);
+  uint64_t v = 0;  // little-endian: the low `size` bytes
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, size, &written) != CUBLAS_STATUS_SUCCESS)
+    return -1;
+  return static_cast<int64_t>(v);
 }
 
 void gemm_algo_host(benchmark::State& state, Problem p, size_t i) {
@@ -146,7 +186,12 @@ void gemm_algo_host(benchmark::State& state, Problem p, size_t i) {
   const std::string key = std::to_string(p.M) + "x" + std::to_string(p.N) + "x" +
                           std::to_string(p.K) + std::string(dtype_name(p.dtype));
   auto& lt = problems[key];
-  if (!lt) lt = std::make_unique<LtProblem>(p);
+  try {
+    if (!lt) lt = std::make_unique<LtProblem>(p);
+  } catch (const std::exception& e) {  // a refused problem skips its rows, not the whole run
+    state.SkipWithError(e.what());
+    return;
+  }
   if (i >= lt->algos.size()) {
     const std::string why =
         "the heuristic returned " + std::to_string(lt->algos.size()) + " algorithm(s)";
@@ -154,31 +199,44 @@ void gemm_algo_host(benchmark::State& state, Problem p, size_t i) {
     return;
   }
   const cublasLtMatmulHeuristicResult_t& h = lt->algos[i];
+  if (h.state != CUBLAS_STATUS_SUCCESS) {
+    state.SkipWithError("the heuristic's result has a failed state");
+    return;
+  }
   const size_t es = dtype_size(p.dtype);
   DeviceBuffer a(p.M * p.K * es), b(p.K * p.N * es), c(p.M * p.N * es), ws(LtProblem::kWorkspace);
   REPLAY_CUDA(cudaMemset(a.get(), 0, a.bytes()));
   REPLAY_CUDA(cudaMemset(b.get(), 0, b.bytes()));
   const float alpha = 1, beta = 0;
+  cublasStatus_t last = CUBLAS_STATUS_SUCCESS;  // launches record their status, checked below
   auto launch = [&](cudaStream_t s) {
-    lt_ok(cublasLtMatmul(lt->handle, lt->desc, &alpha, b.get(), lt->la, a.get(), lt->lb, &beta,
-                         c.get(), lt->lc, c.get(), lt->lc, &h.algo, ws.get(), h.workspaceSize, s),
-          "cublasLtMatmul");
+    const cublasStatus_t st =
+        cublasLtMatmul(lt->handle, lt->desc, &alpha, b.get(), lt->la, a.get(), lt->lb, &beta,
+                       c.get(), lt->lc, c.get(), lt->lc, &h.algo, ws.get(), h.workspaceSize, s);
+    if (st != CUBLAS_STATUS_SUCCESS) last = st;
   };
   cudaStream_t s = nullptr;
   REPLAY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   launch(s);
   REPLAY_CUDA(cudaStreamSynchronize(s));
+  if (last != CUBLAS_STATUS_SUCCESS) {
+    REPLAY_CUDA(cudaStreamDestroy(s));
+    state.SkipWithError(("cublasLtMatmul: status " + std::to_string(last)).c_str());
+    return;
+  }
   const CuptiSummary k = trace_kernels(launch, s);
   int kernels = 0;
   for (const auto& r : k.kernels) kernels += r.count;
   L2Flush l2;
   const std::vector<double> gpu = cold_samples(launch, s, l2, 3);
-  for (auto _ : state) {
-    const HostEnqueue e = time_host_enqueue(launch, s, 1);
-    state.SetIterationTime(e.us.empty() ? 0.1 : e.us[0] * 1e-6);
-  }
+  size_t waited = 0;
+  time_enqueues(state, launch, s, &waited);
   REPLAY_CUDA(cudaStreamDestroy(s));
-  state.counters["gpu_us"] = gpu.back();
+  if (last != CUBLAS_STATUS_SUCCESS)
+    state.SkipWithError(("cublasLtMatmul: status " + std::to_string(last)).c_str());
+  state.counters["waited"] = static_cast<double>(waited);
+  if (!k.error.empty()) state.SetLabel("CUPTI: " + k.error);
+  state.counters["gpu_us"] = median_of(gpu);
   state.counters["kernels"] = kernels;
   state.counters["ws_MiB"] = static_cast<double>(h.workspaceSize) / (1 << 20);
   state.counters["tile"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
@@ -199,10 +257,9 @@ void bare_launch(benchmark::State& state) {
   auto launch = [](cudaStream_t st) { enqueue_spin(st, 1); };
   launch(s);
   REPLAY_CUDA(cudaStreamSynchronize(s));
-  for (auto _ : state) {
-    const HostEnqueue h = time_host_enqueue(launch, s, 1);
-    state.SetIterationTime(h.us.empty() ? 0.1 : h.us[0] * 1e-6);
-  }
+  size_t waited = 0;
+  time_enqueues(state, launch, s, &waited);
+  state.counters["waited"] = static_cast<double>(waited);
   REPLAY_CUDA(cudaStreamDestroy(s));
 }
 

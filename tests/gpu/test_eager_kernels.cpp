@@ -1299,7 +1299,9 @@ TEST(EagerReductionWorkspace, PreparedSplitLaunchRepeatsOnStreamsAndInAGraph) {
     auto check = [&](const std::string& run) {
       REPLAY_CUDA(cudaDeviceSynchronize());
       EXPECT_EQ(download(o0).bits, want0.bits) << what << ": " << run;
-      if (two) EXPECT_EQ(download(o1).bits, want1.bits) << what << ": " << run;
+      if (two) {
+        EXPECT_EQ(download(o1).bits, want1.bits) << what << ": " << run;
+      }
     };
     auto poison_outputs = [&] {
       REPLAY_CUDA(cudaMemset(o0.buf.get(), 0xFF, o0.bytes));

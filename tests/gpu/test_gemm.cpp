@@ -373,8 +373,8 @@ TEST(GemmCache, SecondCallsGiveIdenticalBits) {
 // 256 x K x 256 problems, K = 32 to 16384, tensorwise and rowwise scales, with and without
 // use_fast_accum. The float32 output (no output rounding) gives the measured noise, rms(e) /
 // rms(y) with the drift taken out, and the drift, sum(e y) / sum(y^2): the data the model is
-// fitted to, printed. The model must bound the noise with a margin of 2 and hold the drift, and
-// the bfloat16 output must pass its default bounds.
+// fitted to, printed. The model must bound the noise, the drift and the worst element with a
+// margin of 2, and the bfloat16 output must pass its default bounds.
 TEST(ScaledMmModel, ErrorWithinTheFloat8Model) {
   REQUIRE_GPU();
   const int64_t M = 256, N = 256;
@@ -423,7 +423,7 @@ TEST(ScaledMmModel, ErrorWithinTheFloat8Model) {
             std::cout << "[ f8model ] " << name << ": rel_l2 " << r.rel_l2 << " (bound "
                       << b.max_rel_l2 << "), beyond 1 ulp " << r.beyond_1ulp_share << "\n";
           }
-          EXPECT_LE(std::fabs(r.bias), model.drift + 6 * r.bias_se) << name;
+          EXPECT_LE(std::fabs(r.bias), model.drift / 2 + 6 * r.bias_se) << name;
           EXPECT_TRUE(r.pass()) << name << ": " << r.failure();
         }
 }

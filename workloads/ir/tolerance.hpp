@@ -56,10 +56,13 @@ double unit_roundoff(DType t);
 double ulp_of(DType t, double v);
 
 /// The error of a float8 GEMM (aten._scaled_mm: float8 operands, products exact, scaled and
-/// rounded to out_dtype) through cuBLASLt on Hopper tensor cores, before the output's rounding,
-/// as bounds. Both are shares of the output: `noise` bounds rms(y - y_exact) / rms(y_exact) (an
-/// absolute error: elements near zero get the same), `drift` the systematic relative error
-/// sum(e y) / sum(y^2) (the tensor cores' adds truncate toward zero).
+/// rounded to out_dtype) through cuBLASLt on Hopper tensor cores, before the output's rounding.
+/// All three are shares of the output's rms: `noise` is the model's rms(y - y_exact) /
+/// rms(y_exact) (an absolute error: elements near zero get the same), `drift` bounds the
+/// systematic relative error sum(e y) / sum(y^2) (the tensor cores' adds truncate toward zero),
+/// `max_err` one element's |e|. `noise` is a model parameter, 3.6x or more what was measured: a
+/// correct output whose noise reached it would fail the share criterion (its floor, 2 noise, is
+/// then 2 sigma).
 ///
 /// Hopper's float8 MMA adds products with about 14 mantissa bits (DeepSeek-V3 technical report,
 /// arXiv:2412.19437, section 3.3.2); cuBLASLt promotes the partial sums to float32 every few
@@ -71,10 +74,15 @@ double ulp_of(DType t, double v);
 /// noise 2.0e-4, 8.5e-4, 1.3-2.0e-3, 1.3-3.1e-3 at K = 256, 2048, 8192, 16384, drift down to
 /// -5.6e-4, the worst element 0.047 rms (K = 16384). The float8 linears' eager outputs at K = 4096
 /// and 8192: noise ~1.3e-4, drift -4.0e-5. Bounds:
-///   noise = 2^-11 (4.9e-4),              drift = 2^-13 (1.2e-4)                (not fast);
-///   noise = max(2^-11, 2^-14 sqrt(K)),   drift = 2^-13 max(1, sqrt(K / 128))   (fast);
+///   noise = 2^-11 (4.9e-4),                drift = 2^-13 (1.2e-4)                (not fast);
+///   noise = max(2^-11, 2^-13.5 sqrt(K)),   drift = 2^-13 max(1, sqrt(K / 128))   (fast);
 ///   max_err = 16 noise (one element's |e| / rms).
-/// All zero where there is no float8 GEMM.
+/// All zero where there is no float8 GEMM. Limits: measured with zero-mean operands (same-sign
+/// data, whose truncation drift adds up coherently, is not); the noise stays a share of the rms
+/// of each value downstream, which holds through views, scales and elementwise linear ops, not
+/// through a cancelling add of two GEMM outputs or exp/softmax (a fusion may declare its own
+/// tolerance there). With use_fast_accum the model's noise at K >= 2048 (3.9e-3 and up) is as
+/// large as the smallest 0.4 % of a Gaussian output, so zeroing those is not caught.
 struct Float8GemmError {
   double noise = 0;
   double drift = 0;
@@ -112,8 +120,13 @@ Float8GemmError float8_gemm_error(int64_t k, bool fast_accum);
 /// unrounded value is off by N(0, (n' rms)^2), n' <= n. Rounded to a narrow output that is a
 /// relative error of n' at rms magnitude and makes one-ulp flips of probability ~n / u, so
 /// rel_l2 <= 2 sqrt((delta + n) u) + n; elements near zero are off by many ulps, so an element
-/// counts as more than one ulp off only past ulp(t) + 2 n rms(target) (`share_floor`, >= 7 sigma
-/// of the measured noise), the floor grows by f8.max_err and rows by 4 n; the bias by f8.drift.
+/// counts as more than one ulp off only past ulp(t) + 2 n rms(target) (`share_floor`: 8 sigma or
+/// more of the noise measured without fast accumulation at K >= 256, 7 or more with it), the floor
+/// grows by f8.max_err and rows by 4 n; the bias by f8.drift. A float8 value cast from a perturbed
+/// value (flips upstream, or a float8 GEMM's noise: chained float8 linears) flips by one float8 ulp
+/// where the perturbation crosses a rounding boundary: default_value_bounds gives the GEMM reading
+/// it `inherited` = 1.5 sqrt(eps u8), eps the perturbation's relative rms, u8 the float8 unit
+/// roundoff.
 /// `tc_k`: the longest K of a 16-bit (bf16/f16) tensor-core GEMM upstream, 0 if none: its float32
 /// accumulation is not round-to-nearest and drifts toward zero by about K * 2^-30 relative
 /// (H100, cuBLASLt); delta and max_bias grow by K * 2^-28.
@@ -135,12 +148,12 @@ Float8GemmError float8_gemm_error(int64_t k, bool fast_accum);
 /// measured noise). A sum of two such values (add / sub) is off by one ulp of an addend where
 /// that addend flipped, however much the addends cancel (dx = the sum of two GEMM outputs in
 /// Llama SwiGLU MLP bwd, `add_3`): its ulps are the larger addend's (`addend_ulps`, set by
-/// default_value_bounds; the harness supplies the magnitudes). Float8
-/// intermediates are not flip sources: the harness rounds them as PyTorch does (bit-exact on the
-/// H100), and their GEMM's error is `f8`'s. Measured on an H100 (eager, Llama SwiGLU MLP fwd at
-/// [8192, 4096] x 14336, w2's output): 1.8 % beyond one ulp, rel_l2 9.0e-4, i.e. an error of rms
-/// ~1.6e-4 of rms(target) against s = 5.5e-4; nanoGPT MLP fwd: 0.56 %, 5.0e-4, rms ~5e-5 against
-/// s = 6.4e-4.
+/// default_value_bounds; the harness supplies the magnitudes). Values made by exact ops (abs,
+/// neg, selections, clamps, casts, copies) of unperturbed operands are no source; a float8 value
+/// is one only where what it was cast from is perturbed (see `f8`). Measured on an H100 (eager,
+/// Llama SwiGLU MLP fwd at [8192, 4096] x 14336, w2's output): 1.8 % beyond one ulp, rel_l2 9.0e-4,
+/// i.e. an error of rms ~1.6e-4 of rms(target) against s = 5.5e-4; nanoGPT MLP fwd: 0.56 %, 5.0e-4,
+/// rms ~5e-5 against s = 6.4e-4.
 NumericsBounds default_bounds(DType t, int ops, int64_t k, Float8GemmError f8 = {},
                               int64_t tc_k = 0, double inherited = 0, bool summed = false);
 
