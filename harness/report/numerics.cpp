@@ -352,17 +352,21 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
         if (!is_view && in.computed && (dt == DType::kBFloat16 || dt == DType::kFloat16)) {
           const NumericsBounds& ob = bounds_of(o.value);
           // 2 sqrt(delta u) is the operand's own rel_l2 bound; its flips: 1.5 sqrt(delta u).
+          // Its bound carries inherited flips only where a sum took them in (default_bounds).
           if (ob.max_beyond_1ulp < 1)
-            p.inherited = std::max(p.inherited, 0.75 * (ob.max_rel_l2 - in.inherited));
+            p.inherited =
+                std::max(p.inherited, 0.75 * (ob.max_rel_l2 - (in.summed ? in.inherited : 0.0)));
         }
         // A float8 operand flips only where what it was cast from differs from the reference's:
         // its own float32 chain (the scale, x * scale) rounds as the reference does (bit-exact
         // on the H100, 33M elements), so delta is no source there. Flips of bf16 intermediates
         // or a float8 GEMM's noise upstream (chained float8 linears: GEMM -> bf16 -> cast -> GEMM)
         // are: a relative perturbation eps moves a value across a float8 rounding boundary with
-        // probability ~eps / u8, by one float8 ulp (2 u8 to 4 u8 relative): an rms of about
-        // 1.5 sqrt(eps u8), which the GEMM that reads it sums.
-        const double eps = in.inherited + in.f8.noise;
+        // probability ~eps / u8, by one float8 ulp (u8 to 2 u8 relative): an rms of at most
+        // 1.5 sqrt(eps u8), which the GEMM that reads it sums. The flips inherited through a bf16
+        // GEMM output already count that GEMM's noise (its rel_l2 bound holds it), so the larger
+        // of the two, not their sum.
+        const double eps = std::max(in.inherited, in.f8.noise);
         if (!is_view && in.computed && is_floating(dt) && dtype_size(dt) == 1 && eps > 0)
           p.inherited = std::max(p.inherited, 1.5 * std::sqrt(eps * unit_roundoff(dt)));
       }

@@ -128,6 +128,19 @@ struct LtProblem {
   static constexpr size_t kWorkspace = size_t{32} << 20;
 
   explicit LtProblem(const Problem& p) {
+    try {
+      init(p);
+    } catch (...) {  // what was created before the failure
+      release();
+      throw;
+    }
+  }
+  ~LtProblem() { release(); }
+  LtProblem(const LtProblem&) = delete;
+  LtProblem& operator=(const LtProblem&) = delete;
+
+ private:
+  void init(const Problem& p) {
     const cudaDataType_t t = p.dtype == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F;
     lt_ok(cublasLtCreate(&handle), "cublasLtCreate");
     lt_ok(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "DescCreate");
@@ -151,19 +164,21 @@ struct LtProblem {
           "AlgoGetHeuristic");
     algos.resize(static_cast<size_t>(returned));
   }
-  LtProblem(const LtProblem&) = delete;
-  LtProblem& operator=(const LtProblem&) = delete;
-  ~LtProblem() {
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(lc);
-    cublasLtMatmulDescDestroy(desc);
-    cublasLtDestroy(handle);
+  void release() {  // destroys what was created, in reverse order
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (handle) cublasLtDestroy(handle);
+    lc = lb = la = nullptr;
+    desc = nullptr;
+    handle = nullptr;
   }
 };
 
-// An unsigned attribute of an algorithm's configuration, whatever its width (the cluster shape
-// is 16 bits, the others 32: cublasLt.h); -1 where cuBLASLt does not give it.
+// An attribute of an algorithm's configuration, read as its bytes whatever its width (the
+// cluster shape is a uint16, the others int32 or uint32: cublasLt.h; all non-negative here); -1
+// where cuBLASLt does not give it.
 int64_t algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
   size_t size = 0;
   if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||

@@ -572,6 +572,7 @@ TEST(Numerics, ChainedFloat8LinearsPassTheirBounds) {
   const NumericsBounds& b = all[g.outputs.at(0)];
   EXPECT_GT(b.share_floor, 2 * float8_gemm_error(N1, false).noise) << b.why;
   EXPECT_NE(b.why.find("flips of rounded intermediates"), std::string::npos) << b.why;
+  EXPECT_LT(b.max_rel_l2, 0.03) << b.why;  // still a bound (about 5x what the chain measures)
 
   // The chain on the host: exact GEMMs of float8 values (the reference), and the same with the
   // H100's float8 GEMM error (noise 1.3e-4 rms, drift -4e-5) on both GEMMs (the GPU).
