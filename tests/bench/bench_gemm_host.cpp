@@ -176,18 +176,19 @@ struct LtProblem {
   }
 };
 
-// An attribute of an algorithm's configuration, read as its bytes whatever its width (the
-// cluster shape is a uint16, the others int32 or uint32: cublasLt.h; all non-negative here); -1
-// where cuBLASLt does not give it.
+// An attribute of an algorithm's configuration whatever its width (cublasLt.h: the cluster shape
+// is a uint16, the split-K number an int32 that may be -1, the others int32 or uint32); a 4-byte
+// value is read as signed. -2 where cuBLASLt does not give it.
 int64_t algo_attr(const cublasLtMatmulAlgo_t& a, cublasLtMatmulAlgoConfigAttributes_t attr) {
   size_t size = 0;
   if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
       size == 0 || size > sizeof(uint64_t))
-    return -1;
+    return -2;
   uint64_t v = 0;  // little-endian: the low `size` bytes
   size_t written = 0;
   if (cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, size, &written) != CUBLAS_STATUS_SUCCESS)
-    return -1;
+    return -2;
+  if (size == sizeof(int32_t)) return static_cast<int32_t>(static_cast<uint32_t>(v));
   return static_cast<int64_t>(v);
 }
 
