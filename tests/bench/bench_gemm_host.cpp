@@ -78,6 +78,23 @@ void time_enqueues(benchmark::State& state, const std::function<void(cudaStream_
   }
 }
 
+// One warmed-up launch measured: the kernels CUPTI sees in it, the median of three cold GPU
+// samples, then the timed enqueues (counters kernels, gpu_us, waited).
+void measure(benchmark::State& state, const std::function<void(cudaStream_t)>& launch,
+             cudaStream_t s) {
+  const CuptiSummary k = trace_kernels(launch, s);
+  int kernels = 0;
+  for (const auto& r : k.kernels) kernels += r.count;
+  L2Flush l2;
+  const std::vector<double> gpu = cold_samples(launch, s, l2, 3);
+  size_t waited = 0;
+  time_enqueues(state, launch, s, &waited);
+  state.counters["kernels"] = kernels;
+  state.counters["gpu_us"] = median_of(gpu);
+  state.counters["waited"] = static_cast<double>(waited);
+  if (!k.error.empty()) state.SetLabel("CUPTI: " + k.error);
+}
+
 void gemm_host(benchmark::State& state, Problem p) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -98,18 +115,8 @@ void gemm_host(benchmark::State& state, Problem p) {
   REPLAY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   launch(s);  // the first launch chooses the algorithm
   REPLAY_CUDA(cudaStreamSynchronize(s));
-  const CuptiSummary k = trace_kernels(launch, s);
-  int kernels = 0;
-  for (const auto& r : k.kernels) kernels += r.count;
-  L2Flush l2;
-  const std::vector<double> gpu = cold_samples(launch, s, l2, 3);
-  size_t waited = 0;
-  time_enqueues(state, launch, s, &waited);
+  measure(state, launch, s);
   REPLAY_CUDA(cudaStreamDestroy(s));
-  state.counters["kernels"] = kernels;
-  state.counters["gpu_us"] = median_of(gpu);
-  state.counters["waited"] = static_cast<double>(waited);
-  if (!k.error.empty()) state.SetLabel("CUPTI: " + k.error);
 }
 
 void lt_ok(cublasStatus_t st, const char* what) {
@@ -240,20 +247,10 @@ void gemm_algo_host(benchmark::State& state, Problem p, size_t i) {
     state.SkipWithError(("cublasLtMatmul: status " + std::to_string(last)).c_str());
     return;
   }
-  const CuptiSummary k = trace_kernels(launch, s);
-  int kernels = 0;
-  for (const auto& r : k.kernels) kernels += r.count;
-  L2Flush l2;
-  const std::vector<double> gpu = cold_samples(launch, s, l2, 3);
-  size_t waited = 0;
-  time_enqueues(state, launch, s, &waited);
+  measure(state, launch, s);
   REPLAY_CUDA(cudaStreamDestroy(s));
   if (last != CUBLAS_STATUS_SUCCESS)
     state.SkipWithError(("cublasLtMatmul: status " + std::to_string(last)).c_str());
-  state.counters["waited"] = static_cast<double>(waited);
-  if (!k.error.empty()) state.SetLabel("CUPTI: " + k.error);
-  state.counters["gpu_us"] = median_of(gpu);
-  state.counters["kernels"] = kernels;
   state.counters["ws_MiB"] = static_cast<double>(h.workspaceSize) / (1 << 20);
   state.counters["tile"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
   state.counters["splitk"] = algo_attr(h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
