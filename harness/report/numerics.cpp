@@ -295,6 +295,13 @@ bool exact_op(Op op) {
       return false;
   }
 }
+
+// The larger of two float8 GEMM error models, term by term (a value downstream of several).
+void widen(Float8GemmError& a, const Float8GemmError& b) {
+  a.noise = std::max(a.noise, b.noise);
+  a.drift = std::max(a.drift, b.drift);
+  a.max_err = std::max(a.max_err, b.max_err);
+}
 }  // namespace
 
 std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
@@ -339,9 +346,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
         const Path& in = path[o.value];
         p.ops = std::max(p.ops, in.ops);
         p.k = std::max(p.k, in.k);
-        p.f8.noise = std::max(p.f8.noise, in.f8.noise);
-        p.f8.drift = std::max(p.f8.drift, in.f8.drift);
-        p.f8.max_err = std::max(p.f8.max_err, in.f8.max_err);
+        widen(p.f8, in.f8);
         p.tc_k = std::max(p.tc_k, in.tc_k);
         p.computed = p.computed || in.computed;
         p.inherited = std::max(p.inherited, in.inherited);
@@ -386,12 +391,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;
       const int64_t K = a.empty() ? int64_t{1} : a.back();
       p.k = std::max(p.k, K);
-      if (n.op == Op::kScaledMm) {  // n.flag: use_fast_accum
-        const Float8GemmError e = float8_gemm_error(K, n.flag);
-        p.f8.noise = std::max(p.f8.noise, e.noise);
-        p.f8.drift = std::max(p.f8.drift, e.drift);
-        p.f8.max_err = std::max(p.f8.max_err, e.max_err);
-      }
+      if (n.op == Op::kScaledMm) widen(p.f8, float8_gemm_error(K, n.flag));  // flag: fast accum
       const DType at = g.meta(n.operands.at(with_bias ? 1 : 0).value).dtype;
       if (at == DType::kBFloat16 || at == DType::kFloat16) p.tc_k = std::max(p.tc_k, K);
     }
