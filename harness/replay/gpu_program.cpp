@@ -75,11 +75,20 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
   const bool fuse = variant_ != kEagerVariant;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const int r = plan.node_region[ni];
-    if (fuse && r >= 0 && !fallback_.count(r)) {
-      const auto& nodes = plan.regions[r].nodes;
-      if (static_cast<int>(ni) != nodes.back()) continue;  // the fused step sits at the last node
-      if (add_fused_step(r)) continue;
-      for (int n : nodes) add_eager_step(n);  // unsupported: the region's nodes run eagerly
+    if (fuse && r >= 0) {  // every node of a region is emitted at its anchor
+      const Region& reg = plan.regions[r];
+      // The fused step sits at the region's anchor (the last node its matcher claimed); the
+      // absorbed identities something outside reads alias what it writes (Region::tail).
+      const int anchor = reg.anchor >= 0 ? reg.anchor : reg.nodes.back();
+      if (static_cast<int>(ni) != anchor) continue;
+      if (add_fused_step(r)) {
+        for (const TailAlias& t : reg.tail)
+          slots_[g.nodes[t.node].outputs.at(0)] = slot(t.source, g.nodes[t.node].id);
+        continue;
+      }
+      // Unsupported: the region's nodes run eagerly. A node after the anchor is an absorbed one
+      // that reads only the region's values (map_region), so it can run here too.
+      for (int n : reg.nodes) add_eager_step(n);
       continue;
     }
     add_eager_step(static_cast<int>(ni));

@@ -1,5 +1,7 @@
 #include "harness/replay/repro.hpp"
 
+#include "workloads/plan/match_util.hpp"
+
 #include <filesystem>
 #include <fstream>
 
@@ -115,8 +117,11 @@ Cut region_cut(const Graph& g, const Plan& plan, int region) {
                      " does not exist (`replay plan` lists them)");
   const Region& r = plan.regions[region];
   for (int n : r.nodes) c.node_ids.insert(g.nodes[n].id);
-  c.inputs = r.inputs;
-  c.outputs = r.outputs;
+  // The boundary of the captured nodes (a region's own inputs and outputs are those of the fused
+  // step on the canonical form, which may skip an absorbed clone or alias).
+  const Region captured = make_region(g, r.nodes, {});
+  c.inputs = captured.inputs;
+  c.outputs = captured.outputs;
   return c;
 }
 

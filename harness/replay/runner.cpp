@@ -403,6 +403,8 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       for (int n : d.nodes) nodes += (nodes.empty() ? "" : ", ") + g.nodes[n].id;
       tr.dropped_matches.push_back(d.fusion + " on [" + nodes + "]: " + d.reason);
     }
+    for (const auto& d : plan.declined)
+      tr.declined.push_back(d.fusion + " at node '" + g.nodes[d.node].id + "': " + d.reason);
     // A backward trace's saved inputs come from its forward's reference (make_replay_inputs,
     // impls/reference/saved_inputs.hpp; golden traces keep PyTorch's): that reference runs first,
     // while the backward's generated inputs are held, so it adds to the time and, where it is the

@@ -294,6 +294,7 @@ std::string render_html(const RunResult& run) {
            "</p>";
     for (const auto& d : t.dropped_matches)
       h += "<p class=meta>match not taken: " + html_escape(d) + "</p>";
+    for (const auto& d : t.declined) h += "<p class=meta>declined: " + html_escape(d) + "</p>";
     h += speedup_chart(t, run.ceilings);
     for (const auto& row : t.regions) {
       h += "<h3>" + html_escape(row.label) + "</h3><p class=meta>SOL bytes " +

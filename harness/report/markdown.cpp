@@ -139,6 +139,7 @@ std::string render_markdown(const RunResult& r) {
             ", max " + fmt_num(n.max_ulp_err, 0) + " ulp)";
     if (!t.golden_check.empty()) md += "\n";
     for (const auto& d : t.dropped_matches) md += "\n- match not taken: " + d + "\n";
+    for (const auto& d : t.declined) md += "\n- declined: " + d + "\n";
     if (!t.not_replayed.empty()) {
       md += "\n**" + t.not_replayed + "**\n";
       continue;

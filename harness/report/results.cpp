@@ -150,7 +150,8 @@ nlohmann::json to_json(const RunResult& r) {
                          {"golden_check", golden},
                          {"regions", regions},
                          {"verdict", verdict_name(t.verdict())},
-                         {"dropped_matches", t.dropped_matches}};
+                         {"dropped_matches", t.dropped_matches},
+                         {"declined", t.declined}};
     if (!t.not_replayed.empty()) tj["not_replayed"] = t.not_replayed;
     if (t.reference_s > 0) tj["reference_s"] = t.reference_s;
     if (t.reference_estimate_s > 0) tj["reference_estimate_s"] = t.reference_estimate_s;

@@ -107,6 +107,8 @@ struct TraceResult {
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
   /// Matches the plan did not take: "<fusion> on [node ids]: <reason>".
   std::vector<std::string> dropped_matches;
+  /// Candidates a fusion's matcher rejected, and why: "<fusion> at node '<id>': <reason>".
+  std::vector<std::string> declined;
   std::vector<RegionResult> regions;  ///< [0] is the whole trace
   Verdict verdict() const;            ///< golden check and every variant of every row
   /// Comparisons made (golden check, each checked variant row) and variant rows not compared.

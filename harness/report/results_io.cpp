@@ -266,6 +266,7 @@ TraceResult read_trace(const JNode& n) {
   for (const JNode& g : n.at("golden_check").items()) t.golden_check.push_back(read_numerics(g));
   for (const JNode& r : n.at("regions").items()) t.regions.push_back(read_region(r));
   t.dropped_matches = n.at("dropped_matches").strs();
+  if (n.has("declined")) t.declined = n.at("declined").strs();  // results before issue 24: none
   t.not_replayed = n.str_or("not_replayed", "");
   t.reference_s = n.num_or("reference_s", 0);
   t.reference_estimate_s = n.num_or("reference_estimate_s", 0);

@@ -62,11 +62,11 @@ TEST(Registry, KnownVariantsStartWithTheExecutors) {
 namespace {
 
 // Two toy fusions over a 3-node chain: the first claims nodes {0, 1}, the second {1, 2}.
-void claim_01(const Graph& g, std::vector<Region>& out) {
-  out.push_back(make_region(g, {0, 1}, 0));
+void claim_01(const Graph& g, Matches& out) {
+  out.regions.push_back(make_region(g, {0, 1}, 0));
 }
-void claim_12(const Graph& g, std::vector<Region>& out) {
-  out.push_back(make_region(g, {1, 2}, 0));
+void claim_12(const Graph& g, Matches& out) {
+  out.regions.push_back(make_region(g, {1, 2}, 0));
 }
 Cost no_cost(const Graph&, const Region&) {
   return {};

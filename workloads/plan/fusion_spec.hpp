@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,6 +43,7 @@ struct VariantSpec {
 };
 
 struct Region;
+struct Matches;
 class BindContext;  // impls/fusions/binding.hpp: device buffers of the region's values
 struct Binding;     // impls/fusions/binding.hpp: a launch, or why the variant cannot run
 
@@ -49,10 +51,12 @@ struct FusionSpec {
   std::string_view name;         ///< e.g. "layernorm_fwd"
   std::string_view description;  ///< one line for `replay list`
   std::span<const VariantSpec> variants;
-  /// Appends every region it finds in `g`, with nodes, inputs, outputs and typed params filled
-  /// (match_util.hpp helps). Structural: ops, single use, shapes and dtypes, never node names.
-  /// It sees the whole graph: make_plan decides overlaps, and records the matches it drops.
-  void (*match)(const Graph& g, std::vector<Region>& out);
+  /// Appends every region it finds in `g` (the canonical form, workloads/plan/canonical.hpp),
+  /// with nodes, inputs, outputs and typed params filled (match_util.hpp helps), and every
+  /// candidate it considered and rejected with the reason (Matches::decline). Structural: ops,
+  /// single use, shapes and dtypes, never node names. It sees the whole graph: make_plan decides
+  /// overlaps, and records the matches it drops.
+  void (*match)(const Graph& g, Matches& out);
   /// The region's speed-of-light work.
   Cost (*cost)(const Graph& g, const Region& r);
   /// The region's params as JSON, for `replay plan` and the results.
@@ -70,13 +74,48 @@ struct FusionSpec {
   const VariantSpec* find_variant(std::string_view name) const;
 };
 
+/// A node the canonical form removed as an identity (an alias, a same-dtype convert or clone, a
+/// same-shape view) whose value the fused step writes: the GPU program aliases its output to
+/// `source`'s buffer (the same values), so something outside can read it.
+struct TailAlias {
+  int node = -1;    ///< captured node index
+  int source = -1;  ///< the region output (value index) it passes on
+};
+
 /// One matched fusion instance.
 struct Region {
   const FusionSpec* fusion = nullptr;
   std::vector<int> nodes;    ///< node indices it claims, in graph order
-  std::vector<int> inputs;   ///< value indices it reads from outside
-  std::vector<int> outputs;  ///< value indices it produces for the rest of the graph
+  std::vector<int> inputs;   ///< value indices the fused step reads from outside
+  std::vector<int> outputs;  ///< value indices the fused step writes for the rest of the graph
   std::any params;           ///< the fusion's own typed params (value indices, not names)
+  /// Set by make_plan on the captured graph: the node at which the fused step runs (the last node
+  /// the matcher claimed; -1: nodes.back()); the nodes the canonical form had removed and the
+  /// region claims with it (aliases of its values, clones of its inputs, dead readers of its
+  /// intermediates); and of those, the ones something outside reads, whose outputs alias what
+  /// the fused step writes (an alias of a saved statistic returned beside it).
+  int anchor = -1;
+  std::vector<int> absorbed;
+  std::vector<TailAlias> tail;
+};
+
+/// A candidate a matcher considered and rejected, and why (issue 24: "why did this not fuse?" is
+/// answered by the tool). `node` indexes the graph the matcher saw.
+struct Decline {
+  int node = -1;
+  std::string reason;  ///< e.g. "rstd has a reader outside the region: node 'x' (graph output)"
+};
+
+/// What a matcher gives back: the regions it found and the candidates it declined.
+struct Matches {
+  std::vector<Region> regions;
+  std::vector<Decline> declined;
+  /// Records that the candidate at `node` was rejected; returns false, so a matcher can write
+  /// `return out.decline(root, "...")` in a function that reports whether it matched.
+  bool decline(int node, std::string reason) {
+    declined.push_back({node, std::move(reason)});
+    return false;
+  }
 };
 
 }  // namespace replay

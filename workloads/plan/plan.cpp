@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "workloads/plan/canonical.hpp"
+
 namespace replay {
 
 std::string_view role_name(Role r) {
@@ -25,15 +27,30 @@ const VariantSpec* FusionSpec::find_variant(std::string_view n) const {
 Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
   Plan p;
   p.node_region.assign(g.nodes.size(), -1);
+  const CanonicalGraph c = canonicalize(g);
+  for (int k : c.removed) p.canonical_removed.emplace_back(k, canon_rule_name(c.rule[k]));
+  p.canonical_reordered = c.reordered;
+  auto captured = [&](const std::vector<int>& canon_nodes) {
+    std::vector<int> v;
+    for (int n : canon_nodes) v.push_back(c.orig_node.at(n));
+    return v;
+  };
   for (const FusionSpec* f : fusions) {
-    std::vector<Region> found;
-    f->match(g, found);
-    for (auto& r : found) {
+    Matches found;
+    f->match(c.graph, found);
+    for (const Decline& d : found.declined)
+      p.declined.push_back({std::string(f->name), c.orig_node.at(d.node), d.reason});
+    for (auto& r : found.regions) {
       r.fusion = f;
       if (g.world_size < f->min_world_size) {
-        p.dropped.push_back({std::string(f->name), r.nodes,
+        p.dropped.push_back({std::string(f->name), captured(r.nodes),
                              "needs world_size >= " + std::to_string(f->min_world_size) +
                                  "; the trace has " + std::to_string(g.world_size)});
+        continue;
+      }
+      const std::vector<int> matched = captured(r.nodes);
+      if (std::string why = map_region(g, c, r); !why.empty()) {
+        p.dropped.push_back({std::string(f->name), matched, why});
         continue;
       }
       auto taken = std::find_if(r.nodes.begin(), r.nodes.end(),
@@ -60,6 +77,11 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
     for (int n : nodes) a.push_back(g.nodes[n].id);
     return a;
   };
+  auto tail_ids = [&](const std::vector<TailAlias>& tail) {
+    json a = json::array();
+    for (const TailAlias& t : tail) a.push_back(g.nodes[t.node].id);
+    return a;
+  };
   json regions = json::array();
   for (size_t i = 0; i < p.regions.size(); ++i) {
     const Region& r = p.regions[i];
@@ -73,6 +95,8 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
         {{"index", i},
          {"fusion", r.fusion->name},
          {"nodes", ids(r.nodes)},
+         {"absorbed", ids(r.absorbed)},
+         {"tail", tail_ids(r.tail)},
          {"inputs", ins},
          {"outputs", outs},
          {"variants", variants},
@@ -85,11 +109,19 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
   json dropped = json::array();
   for (const auto& d : p.dropped)
     dropped.push_back({{"fusion", d.fusion}, {"nodes", ids(d.nodes)}, {"reason", d.reason}});
+  json declined = json::array();
+  for (const auto& d : p.declined)
+    declined.push_back({{"fusion", d.fusion}, {"node", g.nodes[d.node].id}, {"reason", d.reason}});
+  json removed = json::array();
+  for (const auto& [n, rule] : p.canonical_removed)
+    removed.push_back({{"node", g.nodes[n].id}, {"rule", rule}});
   return {{"trace", g.name},
           {"file", g.file},
           {"regions", regions},
           {"eager_nodes", eager},
-          {"dropped_matches", dropped}};
+          {"dropped_matches", dropped},
+          {"declined", declined},
+          {"canonical", {{"removed", removed}, {"reordered", p.canonical_reordered}}}};
 }
 
 }  // namespace replay

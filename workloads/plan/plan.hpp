@@ -3,6 +3,7 @@
 
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,20 +19,34 @@ struct DroppedMatch {
   std::string reason;  ///< e.g. "overlaps region 0 (layernorm_fwd), which an earlier match claimed"
 };
 
+/// A candidate a fusion's matcher rejected (never silently): the captured node it started from.
+struct DeclinedMatch {
+  std::string fusion;
+  int node = -1;  ///< captured node index
+  std::string reason;
+};
+
 struct Plan {
   std::vector<Region> regions;
   std::vector<int> node_region;  ///< per node: region index, or -1 (runs eagerly)
   std::vector<DroppedMatch> dropped;
+  std::vector<DeclinedMatch> declined;
+  /// What the canonical form removed before matching: captured node index and rule name.
+  std::vector<std::pair<int, std::string>> canonical_removed;
+  int canonical_reordered = 0;  ///< commutative nodes whose operands the canonical form swapped
 };
 
-/// Runs each fusion's matcher over `g`, in the order given (the registry order is the priority):
-/// a match that overlaps nodes an earlier match claimed is not taken and is listed in
-/// Plan::dropped with the region it overlaps; so is every match of a fusion that needs more ranks
-/// than the trace's world_size.
+/// Canonicalizes `g` (workloads/plan/canonical.hpp) and runs each fusion's matcher over the
+/// canonical form, in the order given (the registry order is the priority); each region found is
+/// mapped back to the captured nodes (map_region). A match that overlaps nodes an earlier match
+/// claimed is not taken and is listed in Plan::dropped with the region it overlaps; so is every
+/// match of a fusion that needs more ranks than the trace's world_size, and one that cannot be
+/// mapped back. Every candidate a matcher rejected is in Plan::declined with its reason.
 Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions);
 
 /// The plan as JSON: regions with fusion, node ids, inputs/outputs, variants, cost, params; the
-/// eagerly run nodes; dropped matches.
+/// eagerly run nodes; dropped matches; declined candidates (`declined`: fusion, node, reason);
+/// what the canonical form removed.
 nlohmann::json plan_to_json(const Graph& g, const Plan& p);
 
 }  // namespace replay

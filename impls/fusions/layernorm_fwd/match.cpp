@@ -141,7 +141,39 @@ bool read_after_region(const Graph& g, int v, const std::vector<int>& nodes) {
   return true;
 }
 
-void try_match(const Graph& g, int root, std::vector<Region>& out) {
+// Value `a` equals `x32` value by value once promoted to float32: `a` is x32, or the input of an
+// exact upcast producing x32 (model code that upcasts x for its statistics only and lets type
+// promotion upcast it again where it normalizes: T5, Hugging Face's Qwen3/Gemma-3 forms).
+bool same_as_upcast(const Graph& g, int a, int x32) {
+  if (a == x32) return true;
+  const int conv = g.values[x32].producer;
+  return conv >= 0 && g.nodes[conv].op == Op::kConvertElementType &&
+         g.nodes[conv].operands[0].value == a && exact_convert(g.meta(a).dtype, DType::kFloat32);
+}
+
+std::string value_desc(const Graph& g, int v) {
+  const int p = g.values[v].producer;
+  return "'" + g.values[v].name + "'" +
+         (p >= 0 ? " (" + std::string(op_name(g.nodes[p].op)) + ")" : " (graph input)");
+}
+
+// The first intermediate of `nodes` (other than `exported`) read outside them, described.
+std::string private_violation(const Graph& g, const std::vector<int>& nodes,
+                              const std::vector<int>& exported) {
+  for (int ni : nodes)
+    for (int v : g.nodes[ni].outputs) {
+      if (contains(exported, v)) continue;
+      if (g.values[v].graph_output)
+        return "intermediate " + value_desc(g, v) + " is a graph output the kernel does not write";
+      for (int u : g.values[v].users)
+        if (!contains(nodes, u))
+          return "intermediate " + value_desc(g, v) + " has a reader outside the region: node '" +
+                 g.nodes[u].id + "' (" + std::string(op_name(g.nodes[u].op)) + ")";
+    }
+  return "";
+}
+
+bool try_match(const Graph& g, int root, Matches& out) {
   const Node& r = g.nodes[root];
   std::vector<int> nodes = {root};
   int src = r.operands[0].value;  // fp32 activations
@@ -150,30 +182,33 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
   EpsMatch em;
   double correction = 0;
   NormKind kind = NormKind::kLayerNorm;
+  const std::string what = std::string(op_name(r.op));
+  if (!is_row_reduction(g, r))
+    return out.decline(root, what + " is not a keepdim float32 reduction over the last dim only");
   if (r.op == Op::kVarMean) {
-    if (!is_row_reduction(g, r)) return;
     correction = r.correction;
     em = match_eps_rsqrt(g, r.outputs[0], nodes);
-    if (em.rsqrt < 0) return;
+    if (em.rsqrt < 0)
+      return out.decline(root, "the variance is not read only by `+ eps` then rsqrt");
     mean = r.outputs[1];
     rstd = g.nodes[em.rsqrt].outputs[0];
     const int sub = user_where(g, mean, [&](const Node& n) {
-      return n.op == Op::kSub && n.operands[0].value == src && n.operands[1].value == mean &&
-             n.alpha == 1;
+      return n.op == Op::kSub && same_as_upcast(g, n.operands[0].value, src) &&
+             n.operands[1].value == mean && n.alpha == 1;
     });
-    if (sub < 0) return;
+    if (sub < 0) return out.decline(root, "no single `x - mean` reads the mean");
     const int centered = g.nodes[sub].outputs[0];
     const int mul = single_user(g, centered);
     if (mul < 0 || g.nodes[mul].op != Op::kMul || other_tensor(g.nodes[mul], centered) != rstd)
-      return;
+      return out.decline(root, "`x - mean` is not read only by a multiply with rstd");
     nodes.insert(nodes.end(), {sub, mul});
     normalized = g.nodes[mul].outputs[0];
     kind = NormKind::kLayerNorm;
-  } else if (r.op == Op::kMeanDim) {
-    if (!is_row_reduction(g, r)) return;
+  } else {  // mean.dim: RMSNorm, or the two-pass LayerNorm mean((x - mean(x))^2)
     int sq_val = r.operands[0].value;
     int sq = g.values[sq_val].producer;
-    if (sq < 0 || single_user(g, sq_val) != root) return;
+    if (sq < 0 || single_user(g, sq_val) != root)
+      return out.decline(root, "the averaged value is not a square read only by this mean");
     const Node& s = g.nodes[sq];
     if (s.op == Op::kPowTensorScalar && s.operands[1].scalar == 2) {
       src = s.operands[0].value;
@@ -181,25 +216,69 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
                s.operands[0].value == s.operands[1].value) {
       src = s.operands[0].value;
     } else {
-      return;
+      return out.decline(root, "the averaged value is not x^2 (pow 2 or x * x)");
     }
     nodes.insert(nodes.begin(), sq);
-    em = match_eps_rsqrt(g, r.outputs[0], nodes);
-    if (em.rsqrt < 0) return;
-    rstd = g.nodes[em.rsqrt].outputs[0];
-    const int mul = user_where(
-        g, rstd, [&](const Node& n) { return n.op == Op::kMul && other_tensor(n, rstd) == src; });
-    if (mul < 0) return;
-    nodes.push_back(mul);
-    normalized = g.nodes[mul].outputs[0];
-    kind = NormKind::kRMSNorm;
-  } else {
-    return;
+    // Two-pass LayerNorm (Cohere): src = x32 - mean(x32), the mean a keepdim row mean of x32.
+    bool two_pass = false;
+    const int cp = g.values[src].producer;
+    if (cp >= 0 && g.nodes[cp].op == Op::kSub && g.nodes[cp].alpha == 1 &&
+        g.nodes[cp].operands[1].is_tensor()) {
+      const int m = g.nodes[cp].operands[1].value;
+      const int mp = g.values[m].producer;
+      if (mp >= 0 && g.nodes[mp].op == Op::kMeanDim && is_row_reduction(g, g.nodes[mp]) &&
+          same_as_upcast(g, g.nodes[cp].operands[0].value, g.nodes[mp].operands[0].value)) {
+        const int centered = src;
+        two_pass = true;
+        src = g.nodes[mp].operands[0].value;
+        mean = m;
+        kind = NormKind::kLayerNorm;
+        em = match_eps_rsqrt(g, r.outputs[0], nodes);
+        if (em.rsqrt < 0)
+          return out.decline(root, "the variance is not read only by `+ eps` then rsqrt");
+        rstd = g.nodes[em.rsqrt].outputs[0];
+        // The normalize reads `x - mean` again: the same value or a second, identical sub.
+        const int mul = user_where(g, rstd, [&](const Node& n) {
+          if (n.op != Op::kMul) return false;
+          const int o = other_tensor(n, rstd);
+          if (o == centered) return true;
+          const int op = o >= 0 ? g.values[o].producer : -1;
+          return op >= 0 && g.nodes[op].op == Op::kSub && g.nodes[op].alpha == 1 &&
+                 g.nodes[op].operands[1].value == mean &&
+                 same_as_upcast(g, g.nodes[op].operands[0].value, src);
+        });
+        if (mul < 0) return out.decline(root, "rstd is not read by a multiply with x - mean");
+        const int other = other_tensor(g.nodes[mul], rstd);
+        nodes.insert(nodes.begin(), {mp, cp});
+        if (other != centered) nodes.push_back(g.values[other].producer);
+        nodes.push_back(mul);
+        normalized = g.nodes[mul].outputs[0];
+      }
+    }
+    if (!two_pass) {
+      em = match_eps_rsqrt(g, r.outputs[0], nodes);
+      if (em.rsqrt < 0)
+        return out.decline(root, "the mean square is not read only by `+ eps` then rsqrt");
+      rstd = g.nodes[em.rsqrt].outputs[0];
+      const int mul = user_where(g, rstd, [&](const Node& n) {
+        return n.op == Op::kMul && same_as_upcast(g, other_tensor(n, rstd), src);
+      });
+      if (mul < 0) return out.decline(root, "rstd is not read by exactly one multiply with x");
+      nodes.push_back(mul);
+      normalized = g.nodes[mul].outputs[0];
+      kind = NormKind::kRMSNorm;
+    }
   }
-  if (g.meta(src).dtype != DType::kFloat32) return;
+  if (g.meta(src).dtype != DType::kFloat32)
+    return out.decline(root, "the statistics are computed in " +
+                                 std::string(dtype_name(g.meta(src).dtype)) + ", not float32");
   const TensorMeta& xm = g.meta(src);
   const int64_t cols = xm.shape.back();
-  if (g.meta(normalized).shape != xm.shape) return;
+  if (g.meta(normalized).shape != xm.shape)
+    return out.decline(root, "the normalized value's shape " + shape_str(g.meta(normalized).shape) +
+                                 " differs from x's " + shape_str(xm.shape));
+  if (g.meta(normalized).dtype != DType::kFloat32)
+    return out.decline(root, "the normalized value is not float32");
 
   // Epilogue chain.
   std::vector<EpilogueStep> epilogue;
@@ -243,9 +322,12 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
   std::vector<int> exported = {cur};
   for (int v : {mean, rstd, x32})
     if (v >= 0) exported.push_back(v);
-  if (!intermediates_private(g, nodes, exported)) return;
+  if (std::string why = private_violation(g, nodes, exported); !why.empty())
+    return out.decline(root, why);
   for (int v : exported)
-    if (!read_after_region(g, v, nodes)) return;
+    if (!read_after_region(g, v, nodes))
+      return out.decline(
+          root, "exported value " + value_desc(g, v) + " is read before the region's last node");
 
   Params p;
   p.kind = kind;
@@ -260,12 +342,13 @@ void try_match(const Graph& g, int root, std::vector<Region>& out) {
   p.mean = mean >= 0 && read_outside(g, mean, nodes) ? mean : -1;
   p.rstd = read_outside(g, rstd, nodes) ? rstd : -1;
   p.x32 = x32 >= 0 && read_outside(g, x32, nodes) ? x32 : -1;
-  out.push_back(make_region(g, std::move(nodes), std::move(p)));
+  out.regions.push_back(make_region(g, std::move(nodes), std::move(p)));
+  return true;
 }
 
 }  // namespace
 
-void match(const Graph& g, std::vector<Region>& out) {
+void match(const Graph& g, Matches& out) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Op op = g.nodes[i].op;
     if (op == Op::kVarMean || op == Op::kMeanDim) try_match(g, static_cast<int>(i), out);

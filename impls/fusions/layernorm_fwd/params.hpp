@@ -44,7 +44,7 @@ struct Params {
   int x32 = -1;   ///< the upcast x, [.., C] float32 (its convert is in the region)
 };
 
-void match(const Graph& g, std::vector<Region>& out);
+void match(const Graph& g, Matches& out);
 Cost cost(const Graph& g, const Region& r);
 nlohmann::json describe(const Graph& g, const Region& r);
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);

@@ -22,7 +22,9 @@
 //    before the region's last node (the fused step runs there).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <string>
 
 #include "impls/fusions/norm_bwd/algebra.hpp"
 #include "impls/fusions/norm_bwd/params.hpp"
@@ -236,10 +238,15 @@ struct Found {
 };
 
 // Tries anchor `dw_node` as the dw column reduction.
+// On failure, `why` says how far it got.
 std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
-                                const std::vector<int>& anchors, const std::set<int>& used) {
+                                const std::vector<int>& anchors, const std::set<int>& used,
+                                std::string& why) {
   const int cs = A.colsum_atom(dw_node);
-  if (cs < 0) return std::nullopt;
+  if (cs < 0) {
+    why = "the column sum's summand is not a polynomial of row-shaped values";
+    return std::nullopt;
+  }
   const Poly dw_sum = A.atom(cs).inner;
   const auto atoms = A.closure(dw_sum);
   std::vector<int> elem;
@@ -249,7 +256,14 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
     if (A.atom(a).cls == Cls::kRow) ++row_leaves;
   }
   // dy * xhat mentions x, dy and at most mean, rstd (or the atoms of their recomputation).
-  if (elem.size() < 2 || elem.size() > 3 || row_leaves > 8) return std::nullopt;
+  if (elem.size() < 2 || elem.size() > 3 || row_leaves > 8) {
+    why =
+        "the summand mentions " + std::to_string(elem.size()) + " [rows, cols] leaves and " +
+        std::to_string(row_leaves) +
+        " row leaves; dw = sum(dy * xhat) mentions x, dy (2 or 3 leaves) and at most 8 row leaves";
+    return std::nullopt;
+  }
+  why = "the summand is not dy * xhat for a LayerNorm or RMSNorm xhat of its leaves";
   std::vector<int> rows;
   for (int a = 0; a < A.num_atoms(); ++a)
     if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kRow) rows.push_back(a);
@@ -279,6 +293,10 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
           if (same(dwt.p, dw_sum)) xh_pick = xh, dwt_pick = dwt;
       }
       if (!xh_pick) continue;
+      why =
+          "dw = sum(dy * xhat) found, but no value of the graph equals dx = rstd * (g - ...) "
+          "with g = dy * w for a [C] weight w read with dy in a row sum, carried to a "
+          "down-cast that only the region reads";
       // db: another anchor summing dy.
       int db_node = -1;
       for (int a : anchors) {
@@ -392,7 +410,7 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
 
 }  // namespace
 
-void match(const Graph& g, std::vector<Region>& out) {
+void match(const Graph& g, Matches& out) {
   // Column-reduction anchors, grouped by row shape.
   std::map<std::pair<int64_t, int64_t>, std::vector<int>> groups;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -409,19 +427,49 @@ void match(const Graph& g, std::vector<Region>& out) {
   for (const auto& [shape, anchors] : groups) {
     Algebra A(g, shape.first, shape.second);
     std::set<int> used;
+    std::map<int, std::string> failed;  // anchor -> why (reported unless it became a db)
     for (int a : anchors) {
       if (used.count(a)) continue;
-      auto f = try_anchor(g, A, a, anchors, used);
-      if (!f) continue;
+      std::string why;
+      auto f = try_anchor(g, A, a, anchors, used, why);
+      if (!f) {
+        failed[a] = why;
+        continue;
+      }
       Params& p = f->p;
       std::vector<int> outs = {p.dx, p.dw};
       if (p.db >= 0) outs.push_back(p.db);
       std::vector<int> nodes = region_nodes(g, A, outs);
-      if (nodes.empty() || !intermediates_private(g, nodes, outs) || !convex(g, nodes, outs))
+      if (nodes.empty()) {
+        failed[a] =
+            "dx, dw found, but the nodes between them and their leaves do not form a region";
         continue;
+      }
+      if (!intermediates_private(g, nodes, outs)) {
+        failed[a] = "an intermediate of the norm backward is read outside it (or returned)";
+        for (int ni : nodes)
+          for (int v : g.nodes[ni].outputs) {
+            if (std::find(outs.begin(), outs.end(), v) != outs.end()) continue;
+            for (int u : g.values[v].users)
+              if (std::find(nodes.begin(), nodes.end(), u) == nodes.end())
+                failed[a] = "intermediate '" + g.values[v].name +
+                            "' has a reader outside the region: node '" + g.nodes[u].id + "'";
+            if (g.values[v].graph_output)
+              failed[a] = "intermediate '" + g.values[v].name + "' is a graph output";
+          }
+        continue;
+      }
+      if (!convex(g, nodes, outs)) {
+        failed[a] = "a node outside the region reads dx, dw or db before the region's last node";
+        continue;
+      }
       for (int n : f->anchors) used.insert(n);
-      out.push_back(make_region(g, std::move(nodes), std::move(*f).p));
+      out.regions.push_back(make_region(g, std::move(nodes), std::move(*f).p));
     }
+    for (const auto& [a, why] : failed)
+      if (!used.count(a))
+        out.decline(a, "sum over the rows of [" + std::to_string(shape.first) + ", " +
+                           std::to_string(shape.second) + "]: " + why);
   }
 }
 

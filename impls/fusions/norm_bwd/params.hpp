@@ -42,7 +42,7 @@ struct Params {
   int64_t split_size = 0;
 };
 
-void match(const Graph& g, std::vector<Region>& out);
+void match(const Graph& g, Matches& out);
 Cost cost(const Graph& g, const Region& r);
 nlohmann::json describe(const Graph& g, const Region& r);
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);

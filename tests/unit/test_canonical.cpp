@@ -1,0 +1,284 @@
+// The canonical form (workloads/plan/canonical.hpp): each rule removes or reorders what it says,
+// and the reference gives bit-identical graph outputs before and after, on synthetic graphs of
+// each rule and on every small bundled trace. Regions found on it map back to the captured nodes
+// (absorbed aliases, tails) and a fusion's declines carry a reason.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "impls/fusions/registry.hpp"
+#include "impls/reference/reference.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/inputs.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/plan/canonical.hpp"
+#include "workloads/plan/plan.hpp"
+
+using namespace replay;
+using namespace replay::test;
+using nlohmann::json;
+
+namespace replay::fusions {
+extern const FusionSpec layernorm_fwd;
+}
+
+namespace {
+
+json node(const std::string& id, const std::string& op, json args, json outs,
+          json kwargs = json::object()) {
+  return {{"id", id}, {"op", op}, {"args", args}, {"kwargs", kwargs}, {"outputs", outs}};
+}
+
+json input(const std::string& id, std::vector<int64_t> shape, const std::string& dtype,
+           double mean = 0.3, double std = 1.5) {
+  json t = tensor(shape, dtype);
+  t["id"] = id;
+  t["stats"] = {{"mean", mean}, {"std", std}, {"min", mean - 6 * std}, {"max", mean + 6 * std}};
+  return t;
+}
+
+json trace(const std::string& name, json inputs, json nodes, json outputs) {
+  return {{"schema", "replay-trace/1"}, {"name", name},   {"world_size", 1},
+          {"inputs", inputs},           {"nodes", nodes}, {"outputs", outputs}};
+}
+
+bool same_bits(const HostTensor& a, const HostTensor& b) {
+  return a.meta.shape == b.meta.shape && a.meta.dtype == b.meta.dtype &&
+         a.data.size() == b.data.size() &&
+         std::memcmp(a.data.data(), b.data.data(), a.data.size() * sizeof(double)) == 0;
+}
+
+// The reference on `g` and on its canonical form, same inputs: every graph output bit-identical.
+void expect_reference_unchanged(const Graph& g, const CanonicalGraph& c) {
+  const auto inputs = generate_inputs(g, 7);
+  const auto before = run_reference(g, inputs);
+  const auto after = run_reference(c.graph, inputs);
+  for (int v : g.outputs) {
+    const int w = c.replaced_by[v];
+    ASSERT_TRUE(after.count(w)) << g.name << ": output " << g.values[v].name;
+    EXPECT_TRUE(same_bits(before.at(v), after.at(w)))
+        << g.name << ": output " << g.values[v].name << " differs after canonicalization";
+  }
+}
+
+int count_op(const Graph& g, const std::string& name) {
+  int n = 0;
+  for (const Node& nd : g.nodes) n += op_name(nd.op) == name;
+  return n;
+}
+
+}  // namespace
+
+TEST(Canonical, IdentityNodesAreFoldedAndTheirReadersRewired) {
+  const std::vector<int64_t> x{4, 6, 6};
+  json nodes = json::array({
+      node("a", "aten.alias.default", {ref("x")}, {tensor(x, "float32")}),
+      node("c", "aten.clone.default", {ref("a")}, {tensor(x, "float32")},
+           {{"memory_format", "torch.contiguous_format"}}),
+      node("cv", "prims.convert_element_type.default", {ref("c"), {{"dtype", "float32"}}},
+           {tensor(x, "float32")}),
+      node("v", "aten.view.default", {ref("cv"), x}, {tensor(x, "float32")}),
+      node("e", "aten.expand.default", {ref("v"), x}, {tensor(x, "float32")}),
+      node("p", "aten.permute.default", {ref("e"), {0, 1, 2}}, {tensor(x, "float32")}),
+      node("tr", "aten.transpose.int", {ref("p"), 1, 1}, {tensor(x, "float32")}),
+      node("sl", "aten.slice.Tensor", {ref("tr"), 1, 0, 9223372036854775807LL},
+           {tensor(x, "float32")}),
+      node("sq", "aten.squeeze.dim", {ref("sl"), 0}, {tensor(x, "float32")}),
+      node("y", "aten.neg.default", {ref("sq")}, {tensor(x, "float32")}),
+      // Not identities: a real transpose of a square [6, 6] pair, a partial slice.
+      node("t2", "aten.transpose.int", {ref("y"), 1, 2}, {tensor(x, "float32")}),
+      node("z", "aten.add.Tensor", {ref("t2"), ref("y")}, {tensor(x, "float32")}),
+  });
+  Graph g =
+      parse_trace(trace("identity", {input("x", x, "float32")}, nodes, {"z", "a"}), "<identity>");
+  const CanonicalGraph c = canonicalize(g);
+  EXPECT_EQ(c.graph.nodes.size(), 3u);  // y, t2, z
+  EXPECT_EQ(c.removed.size(), 9u);
+  for (int k : c.removed) EXPECT_EQ(c.rule[k], CanonRule::kIdentity) << g.nodes[k].id;
+  const Node& y = c.graph.nodes[0];
+  EXPECT_EQ(y.id, "y");
+  EXPECT_EQ(c.graph.values[y.operands[0].value].name, "x");  // read through the whole chain
+  EXPECT_EQ(count_op(c.graph, "aten.transpose.int"), 1);
+  // The alias returned as an output is the input itself now.
+  EXPECT_EQ(c.graph.outputs.size(), 2u);
+  EXPECT_TRUE(c.graph.values[g.find_value("x")].graph_output);
+  expect_reference_unchanged(g, c);
+}
+
+TEST(Canonical, RoundTripsFold) {
+  const std::vector<int64_t> x{2, 8, 16};
+  json nodes = json::array({
+      node("up", "prims.convert_element_type.default", {ref("x"), {{"dtype", "float32"}}},
+           {tensor(x, "float32")}),
+      node("down", "prims.convert_element_type.default", {ref("up"), {{"dtype", "bfloat16"}}},
+           {tensor(x, "bfloat16")}),
+      node("flat", "aten.view.default", {ref("down"), {16, 16}}, {tensor({16, 16}, "bfloat16")}),
+      node("back", "aten.view.default", {ref("flat"), x}, {tensor(x, "bfloat16")}),
+      node("y", "aten.mul.Tensor", {ref("back"), ref("up")}, {tensor(x, "float32")}),
+      // A narrowing first convert is no round trip: fp32 -> bf16 -> fp32 rounds.
+      node("n1", "prims.convert_element_type.default", {ref("y"), {{"dtype", "bfloat16"}}},
+           {tensor(x, "bfloat16")}),
+      node("n2", "prims.convert_element_type.default", {ref("n1"), {{"dtype", "float32"}}},
+           {tensor(x, "float32")}),
+  });
+  Graph g = parse_trace(trace("roundtrip", {input("x", x, "bfloat16")}, nodes, {"n2", "flat"}),
+                        "<roundtrip>");
+  const CanonicalGraph c = canonicalize(g);
+  std::vector<std::string> removed;
+  for (int k : c.removed) removed.push_back(g.nodes[k].id);
+  EXPECT_EQ(removed, (std::vector<std::string>{"down", "back"}));
+  for (int k : c.removed) EXPECT_EQ(c.rule[k], CanonRule::kRoundTrip);
+  EXPECT_EQ(count_op(c.graph, "prims.convert_element_type.default"), 3);  // up, n1, n2
+  expect_reference_unchanged(g, c);
+}
+
+TEST(Canonical, CommutativeOperandsOrderedAndDeadNodesDropped) {
+  json nodes = json::array({
+      node("wh", "aten.mul.Tensor", {ref("w"), ref("h")}, {tensor({4, 8}, "float32")}),
+      node("hw", "aten.mul.Tensor", {ref("h"), ref("w")}, {tensor({4, 8}, "float32")}),
+      node("s", "aten.add.Tensor", {ref("wh"), ref("hw")}, {tensor({4, 8}, "float32")}),
+      node("sub", "aten.sub.Tensor", {ref("w"), ref("h")}, {tensor({4, 8}, "float32")}),
+      node("dead", "aten.exp.default", {ref("sub")}, {tensor({4, 8}, "float32")}),
+  });
+  Graph g = parse_trace(
+      trace("order", {input("h", {4, 8}, "float32"), input("w", {8}, "float32")}, nodes, {"s"}),
+      "<order>");
+  const CanonicalGraph c = canonicalize(g);
+  ASSERT_EQ(c.graph.nodes.size(), 3u);
+  for (const Node& n : c.graph.nodes)  // the larger operand first; sub is not commutative
+    if (n.op == Op::kMul) EXPECT_EQ(c.graph.values[n.operands[0].value].name, "h") << n.id;
+  // add of two same-size values: the later value first.
+  EXPECT_EQ(c.graph.values[c.graph.nodes[2].operands[0].value].name, "hw");
+  EXPECT_EQ(c.reordered, 2);
+  ASSERT_EQ(c.removed.size(), 2u);  // dead, then sub (dead once dead was gone)
+  for (int k : c.removed) EXPECT_EQ(c.rule[k], CanonRule::kDead) << g.nodes[k].id;
+  expect_reference_unchanged(g, c);
+}
+
+TEST(Canonical, EveryBundledSmallTraceKeepsItsReferenceOutputs) {
+  int checked = 0;
+  for (const auto& e : std::filesystem::directory_iterator(REPLAY_TRACES_DIR)) {
+    if (e.path().extension() != ".json") continue;
+    Graph g = load_trace(e.path().string());
+    if (!g.golden) continue;  // the small shapes (the realistic ones take minutes on 2 cores)
+    expect_reference_unchanged(g, canonicalize(g));
+    ++checked;
+  }
+  EXPECT_GE(checked, 30);
+}
+
+namespace {
+
+// Hugging Face's LlamaRMSNorm forward as aot_autograd's default partitioner returns it: the
+// input cloned, `aten.alias(rsqrt)` returned beside rsqrt, x32 and x returned too.
+json hf_default_partition_rmsnorm() {
+  const std::vector<int64_t> x{2, 8, 64}, s{2, 8, 1};
+  json nodes = json::array({
+      node("xc", "aten.clone.default", {ref("x")}, {tensor(x, "bfloat16")}),
+      node("x32", "prims.convert_element_type.default", {ref("xc"), {{"dtype", "float32"}}},
+           {tensor(x, "float32")}),
+      node("sq", "aten.pow.Tensor_Scalar", {ref("x32"), 2}, {tensor(x, "float32")}),
+      node("ms", "aten.mean.dim", {ref("sq"), {-1}, true}, {tensor(s, "float32")}),
+      node("add", "aten.add.Tensor", {ref("ms"), 1e-6}, {tensor(s, "float32")}),
+      node("rsqrt", "aten.rsqrt.default", {ref("add")}, {tensor(s, "float32")}),
+      node("rsqrt_alias", "aten.alias.default", {ref("rsqrt")}, {tensor(s, "float32")}),
+      node("norm", "aten.mul.Tensor", {ref("x32"), ref("rsqrt")}, {tensor(x, "float32")}),
+      node("low", "prims.convert_element_type.default", {ref("norm"), {{"dtype", "bfloat16"}}},
+           {tensor(x, "bfloat16")}),
+      node("y", "aten.mul.Tensor", {ref("w"), ref("low")}, {tensor(x, "bfloat16")}),
+  });
+  return trace("hf_rmsnorm_default_partition",
+               {input("x", x, "bfloat16"), input("w", {64}, "bfloat16", 1.0, 0.1)}, nodes,
+               {"y", "rsqrt", "rsqrt_alias", "x32", "x"});
+}
+
+Plan layernorm_plan(const Graph& g) {
+  const FusionSpec* only[] = {&fusions::layernorm_fwd};
+  return make_plan(g, only);
+}
+
+}  // namespace
+
+TEST(Canonical, RegionMapsBackWithTheAliasAsATailAndTheCloneAbsorbed) {
+  Graph g = parse_trace(hf_default_partition_rmsnorm(), "<hf-default>");
+  const Plan p = layernorm_plan(g);
+  ASSERT_EQ(p.regions.size(), 1u) << plan_to_json(g, p).dump(1);
+  const Region& r = p.regions[0];
+  // Every captured node is claimed: the clone (its one reader is in the region) and the alias.
+  EXPECT_EQ(r.nodes.size(), g.nodes.size());
+  std::vector<std::string> absorbed, tail;
+  for (int n : r.absorbed) absorbed.push_back(g.nodes[n].id);
+  for (const TailAlias& t : r.tail) {
+    tail.push_back(g.nodes[t.node].id);
+    EXPECT_EQ(g.values[t.source].name, "rsqrt");
+  }
+  EXPECT_EQ(absorbed, (std::vector<std::string>{"xc", "rsqrt_alias"}));
+  EXPECT_EQ(tail, (std::vector<std::string>{"rsqrt_alias"}));
+  EXPECT_EQ(g.nodes[r.anchor].id, "y");
+  // The fused step reads x itself (the clone is skipped) and writes y, rstd and x32.
+  std::vector<std::string> ins, outs;
+  for (int v : r.inputs) ins.push_back(g.values[v].name);
+  for (int v : r.outputs) outs.push_back(g.values[v].name);
+  EXPECT_EQ(ins, (std::vector<std::string>{"x", "w"}));
+  EXPECT_EQ(outs, (std::vector<std::string>{"x32", "rsqrt", "y"}));
+  const json j = plan_to_json(g, p);
+  EXPECT_EQ(j["canonical"]["removed"].size(), 2u);
+  EXPECT_EQ(j["regions"][0]["tail"], json::array({"rsqrt_alias"}));
+  EXPECT_TRUE(j["declined"].empty());
+}
+
+TEST(Canonical, DeclinesSayWhy) {
+  // var + eps read outside: the structure the kernel computes is not there.
+  json t = hf_default_partition_rmsnorm();
+  t["nodes"].push_back(
+      node("add2", "aten.mul.Tensor", {ref("add"), 2.0}, {tensor({2, 8, 1}, "float32")}));
+  t["outputs"].push_back("add2");
+  Graph g = parse_trace(t, "<escape>");
+  Plan p = layernorm_plan(g);
+  EXPECT_TRUE(p.regions.empty());
+  ASSERT_EQ(p.declined.size(), 1u);
+  EXPECT_EQ(p.declined[0].fusion, "layernorm_fwd");
+  EXPECT_EQ(g.nodes[p.declined[0].node].id, "ms");
+  EXPECT_EQ(p.declined[0].reason, "the mean square is not read only by `+ eps` then rsqrt");
+  json j = plan_to_json(g, p);
+  ASSERT_EQ(j["declined"].size(), 1u);
+  EXPECT_EQ(j["declined"][0],
+            json({{"fusion", "layernorm_fwd"}, {"node", "ms"}, {"reason", p.declined[0].reason}}));
+
+  // rstd read by a node before the region's last one: the fused step would not have written it.
+  t = hf_default_partition_rmsnorm();
+  auto& nodes = t["nodes"];
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (nodes[i]["id"] == "rsqrt") {
+      nodes.insert(
+          nodes.begin() + static_cast<long>(i) + 1,
+          node("early", "aten.mul.Tensor", {ref("rsqrt"), 2.0}, {tensor({2, 8, 1}, "float32")}));
+      break;
+    }
+  t["outputs"].push_back("early");
+  g = parse_trace(t, "<early>");
+  p = layernorm_plan(g);
+  EXPECT_TRUE(p.regions.empty());
+  ASSERT_EQ(p.declined.size(), 1u);
+  EXPECT_EQ(p.declined[0].reason,
+            "exported value 'rsqrt' (aten.rsqrt.default) is read before the region's last node");
+
+  // A norm over a dim other than the last.
+  Graph other = load_trace(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+  json tj = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+  tj.erase("golden");
+  for (auto& n : tj["nodes"])
+    if (n["id"] == "var_mean") n["args"][1] = {1};
+  for (auto& n : tj["nodes"])
+    if (n["id"] == "var_mean" || n["id"] == "getitem" || n["id"] == "getitem_1" ||
+        n["id"] == "add" || n["id"] == "rsqrt")
+      for (auto& o : n["outputs"]) o["shape"] = {2, 1, 1600}, o["stride"] = {1600, 1600, 1};
+  g = parse_trace(tj, "<dim1>");
+  p = layernorm_plan(g);
+  EXPECT_TRUE(p.regions.empty());
+  ASSERT_EQ(p.declined.size(), 1u);
+  EXPECT_EQ(p.declined[0].reason,
+            "aten.var_mean.correction is not a keepdim float32 reduction over the last dim only");
+  EXPECT_EQ(layernorm_plan(other).declined.size(), 0u);
+}
