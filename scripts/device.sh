@@ -15,7 +15,8 @@
 #                   ~6 min; RUN_ARGS adds options, e.g. RUN_ARGS='--modes cold').
 #   suite=I/N       share I of N of the whole bundled suite, every mode (cold, hot, CUDA graph), no
 #                   reference budget; results.json gzipped. I/4: 3-7 min per share. Join the
-#                   shares anywhere: `replay merge OUT*/suite-*/results.json --out DIR`.
+#                   shares anywhere: gunzip OUT/suite-*/run/results.json.gz, then
+#                   `replay merge OUT/suite-*/run/results.json --out DIR`.
 #   modes           every mode on four traces (default) and a table of cold / hot / graph / host
 #                   enqueue per row: ~3 min.
 #   timing          timing GPU tests, then `replay run` A, B back to back and C with a 5 us spin in
