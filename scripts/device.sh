@@ -178,11 +178,19 @@ phase_gate_check() {
   realistic_t="traces/nanogpt_layernorm_fwd_16x1024x1600.json traces/nanogpt_layernorm_train_bwd_16x1024x1600.json
     traces/litgpt_rmsnorm_train_bwd_2x4096x4096.json traces/meta_llama_rope_train_fwd_2x4096x32x8x128.json
     traces/float8_linear_tensorwise_train_fwd_2x4096x4096x4096.json"
+  # A becomes the baseline for B; the committed baseline is put back afterwards.
+  local committed=reports/baselines/$kind/results.json.gz
+  [ -f "$committed" ] && cp "$committed" "$D/committed_baseline.json.gz"
   # shellcheck disable=SC2086
   GATE_KIND=$kind BUILD=$BUILD bash scripts/gate.sh --update --out "$D/A" $small_t $realistic_t > "$D/A.log" 2>&1
-  echo "A (new baseline, this device's copy only) rc=$?"
+  echo "A (baseline for B) rc=$?"
   GATE_KIND=$kind BUILD=$BUILD bash scripts/gate.sh --out "$D/B" > "$D/B.log" 2>&1
   local b=$?
+  if [ -f "$D/committed_baseline.json.gz" ]; then
+    cp "$D/committed_baseline.json.gz" "$committed"
+  else
+    rm -f "$committed"
+  fi
   echo "B gated against A rc=$b (want 0)"; grep -E "^Threshold|^Gate" "$D/B/compare.md"
   # shellcheck disable=SC2086
   "$R" run $small_t --modes cold,graph --test-slowdown optimized:5 --out "$D/C" > "$D/C.log" 2>&1
