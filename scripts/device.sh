@@ -45,7 +45,9 @@
 #                   CAPTURE_ARGS='--only NAME' narrows), validate and plan each
 #                   -> capture/captured.tgz: ~3 min.
 #
-# Environment: BUILD (default build) holds replay and tests/; scripts/setup.sh builds it here when
+# Environment: TRACES='traces/a.json traces/b*.json' (or `small`: the traces with PyTorch's golden
+# tensors, `realistic`: the others) replaces a phase's default traces. BUILD (default build) holds
+# replay and tests/; scripts/setup.sh builds it here when
 # missing (setup and build ~2 min on 16 cores). A test binary built on another machine reads the
 # traces from the source tree it was built in: SRC_LINK=/that/path links it to this tree. On a copy
 # of the tree without .git, REPLAY_GIT_REVISION=<commit> names the revision in results.json.
@@ -77,9 +79,14 @@ small() {  # bundled traces with PyTorch's golden tensors
 realistic() {  # bundled traces without golden tensors (the realistic shapes)
   for f in traces/*.json; do [ -e "${f%.json}.safetensors" ] || echo "$f"; done
 }
-traces_or() {  # $TRACES (space-separated) if set, else the lines of the given command
-  # shellcheck disable=SC2086  # a list
-  if [ -n "${TRACES:-}" ]; then printf '%s\n' $TRACES; else "$@"; fi
+traces_or() {  # $TRACES (space-separated; `small`, `realistic`) if set, else the given command's
+  # shellcheck disable=SC2086  # $TRACES is a list (and may hold globs)
+  case ${TRACES:-} in
+    "") "$@" ;;
+    small) small ;;
+    realistic) realistic ;;
+    *) printf '%s\n' $TRACES ;;
+  esac
 }
 gpu_tests() {  # LOG FILTER: the GPU test binary, summary lines
   timeout "${TESTS_S:-570}" "$BUILD/tests/replay_gpu_tests" --gtest_filter="$2" \
