@@ -1,4 +1,5 @@
-# Shared by scripts/setup.sh and scripts/fuzz.sh (sourced, not run).
+# Shared by scripts/setup.sh, scripts/fuzz.sh and .ci/run (sourced, not run): apt_install and
+# find_nvcc. Takes no time of its own.
 
 # apt_install PACKAGE...: install Debian packages when apt-get is there (with sudo when not root);
 # returns non-zero when it is not there or the install fails (e.g. no network).

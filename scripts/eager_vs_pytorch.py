@@ -8,9 +8,10 @@ fusions (`optimized`), PyTorch running the same decomposed graph op by op, and t
 (several results.json: the shards of one suite, run one after another in the same job)
 
 Times are the medians of cold samples (L2 flushed by reading before each), in µs. `eager/PyTorch`
-is our eager time over PyTorch's op-by-op time (issue 7's goal: <= 1.25). By default only the
+is our eager time over PyTorch's op-by-op time (the goal: <= 1.25, --goal). By default only the
 traces without golden tensors (the realistic shapes) are listed; --all lists every trace.
 Exit status: 0, or 1 when a listed trace is over the goal or lacks a number (said in the table).
+Takes about a second. The inputs come from `bash scripts/device.sh OUT pair=I/N` on a GPU host.
 """
 import argparse
 import json

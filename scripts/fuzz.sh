@@ -8,6 +8,7 @@
 # Installs clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and jq with apt-get when they
 # are missing and apt-get is there; the project's other build dependencies come from setup.sh.
 # Usage: bash scripts/fuzz.sh BUILD_DIR SECONDS|-runs=N [more libFuzzer flags]
+# Takes: the fuzzing budget given (CI: 60 s) plus the first build of BUILD_DIR (minutes on 2 cores).
 set -euo pipefail
 
 usage() {

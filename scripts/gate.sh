@@ -11,6 +11,8 @@
 # baseline row missing or untimed in the run; 2 a baseline of another GPU model), or run's when
 # the run itself failed (2 bad input, 3 no GPU, 4 runtime). --update: after a run that passed its numerics, copy DIR/results.json over the
 # baseline (commit it with a note of why).
+# Takes what the baseline's traces take: the h100 gate set (41 traces) ran in 104 s on an H100.
+# The rules of compare and the gate: harness/report/COMPARE.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}

@@ -2,7 +2,7 @@
 """Side by side: median µs and numerics verdict per (trace, row, variant) of several results.json.
 
 Usage: scripts/medians.py RESULTS.json... (columns in the order given; a quick before/after view,
-not the noise-aware compare of the CI gate).
+not the noise-aware compare of the CI gate). Takes about a second.
 """
 import json
 import sys

@@ -6,6 +6,8 @@
 # with no network there). The CUDA toolkit (nvcc, cuBLASLt, CUPTI, NCCL) must already be
 # installed; no GPU is needed to build. Idempotent.
 # Usage: bash scripts/setup.sh [extra cmake args]
+# Takes: ~2 min on a fresh 16-core GPU host (103-112 s measured, setup and build); much longer on 2
+# cores without a warm ccache; seconds when everything is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/common.sh

@@ -2,7 +2,7 @@
 """Per timed measurement of a results.json: samples, median, the noise (rel_ci: half-width of the
 95% CI of the median / median; rel_noise: stdev / mean), why the loop stopped, its wall time, the
 SM clock probed after each sample and the samples dropped for a slow clock. Then totals.
-Usage: timing_summary.py RESULTS.json"""
+Usage: python3 scripts/timing_summary.py RESULTS.json   (takes about a second)"""
 import collections
 import json
 import sys

@@ -29,7 +29,7 @@ struct CompareOptions {
   /// A launch-bound row whose host enqueue median grew by more than this share (and by more than
   /// min_change_us) is not judged on its CUDA graph: the launch path itself got slower, which the
   /// graph hides. Between unchanged H100 processes host enqueue moved by up to 60 %
-  /// (reports/h100-2026-11-22-suite/compare_vs_baseline.md), so only a doubling counts; a host
+  /// (reports/current/h100/compare_vs_baseline.md), so only a doubling counts; a host
   /// regression below that on a launch-bound row passes. Rows without a host time in either run
   /// (0: not measured) are neither launch-bound nor host-regressed.
   double host_change_limit = 1.0;

@@ -293,8 +293,9 @@ RunResult results_from_json(const nlohmann::json& j, const std::string& file) {
   if (s != kResultsSchema && s != "replay-results/1")
     schema.fail("expected \"" + std::string(kResultsSchema) + "\" or \"replay-results/1\", got \"" +
                 s + "\"");
-  // The first drafts of schema 1 (reports/h200-2026-11-22/) predate run info, ceilings and the
-  // numerics verdicts; their numerics used another bound model, so they cannot be read back.
+  // The first drafts of schema 1 (tests/data/results/h200_schema1_first_draft.json) predate run
+  // info, ceilings and the numerics verdicts; their numerics used another bound model, so they
+  // cannot be read back.
   if (s == "replay-results/1" && j.is_object() && !j.contains("run") && j.contains("numerics_pass"))
     root.fail(
         "an early draft of replay-results/1 (no run info, ceilings or numerics verdicts): it "

@@ -1,6 +1,6 @@
 // Division by a run-time invariant 32-bit divisor through a multiply-high and a shift, for the
-// index arithmetic of the eager kernels (impls/eager/kernels.cu). Host and device: the GPU tests
-// check it on the host against plain division.
+// index arithmetic of the eager kernels (impls/eager/kernels.cu). Host and device: a unit test
+// (tests/unit/test_eager_host.cpp) checks it on the host against plain division.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
 // Host enqueue of one eager matmul (lower_gemm, impls/eager/gemm.cu) against its problem size
 // (Google Benchmark): why the mm nodes of the realistic traces cost 2-20x a bare kernel launch on
 // the host (H100 on 2026-11-25: 7-8 us for [16, 64] x [64, 256], 75-121 us for the float32
-// [8192, 4096] x [4096, 14336] of the float32 linear; reports/h100-2026-11-25-issue7-steps/).
+// [8192, 4096] x [4096, 14336] of the float32 linear; `bash scripts/device.sh OUT gemm`).
 // Each iteration is one enqueue timed behind the blocking kernel (time_host_enqueue), as `replay
 // run` times a replay's host enqueue; the operands are uninitialized device buffers (what they
 // hold does not change the enqueue). Counters: kernels (the kernels CUPTI saw in one launch,

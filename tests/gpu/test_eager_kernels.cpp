@@ -21,14 +21,17 @@
 #include <string>
 #include <vector>
 
+#include "eager_fn_table.hpp"
 #include "gpu_test_util.hpp"
 #include "harness/measure/timing.hpp"
 #include "impls/cuda/cuda_check.hpp"
-#include "impls/eager/fast_div.cuh"
 #include "impls/eager/kernels.hpp"
 #include "workloads/ir/dtype.hpp"
 
 using namespace replay;
+using replay::test::Dom;
+using replay::test::fn_table;
+using replay::test::FnInfo;
 
 namespace {
 
@@ -180,19 +183,6 @@ Downloaded download(const DevTensor& t) {
 // ------------------------------------------------------------------------------------------------
 // Values
 
-enum class Dom {
-  kAny,       // uniform [-4, 4]
-  kPos,       // [1/8, 4]
-  kNonZero,   // +-[1/2, 4]
-  kLog1p,     // (-0.9, 4]
-  kHalfTwo,   // [1/2, 2]
-  kInt,       // integers in [-8, 8]
-  kSmallInt,  // integers in [0, 3]: ties, zeros, equal pairs
-  kProb,      // [0, 1)
-  kNormal,    // N(0.3, 1)
-  kProd,      // +-1, with a few 2s and 1/2s: exact products
-};
-
 std::vector<double> gen(Dom dom, DType dt, int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -283,64 +273,6 @@ const char* red_name(ReduceFn f);
 
 // ------------------------------------------------------------------------------------------------
 // Pointwise: host reference
-
-struct FnInfo {
-  PointwiseFn fn;
-  const char* name;
-  int tensors;   // tensor operands (then scalars, see make_operands)
-  bool has_int;  // an integer form
-  bool transcendental;
-  Dom dom[3];
-};
-
-const std::vector<FnInfo>& fn_table() {
-  using P = PointwiseFn;
-  static const std::vector<FnInfo> t = {
-      {P::kCopy, "copy", 1, true, false, {Dom::kAny}},
-      {P::kRsqrt, "rsqrt", 1, false, false, {Dom::kPos}},
-      {P::kSqrt, "sqrt", 1, false, false, {Dom::kPos}},
-      {P::kNeg, "neg", 1, true, false, {Dom::kAny}},
-      {P::kAbs, "abs", 1, true, false, {Dom::kAny}},
-      {P::kExp, "exp", 1, false, true, {Dom::kAny}},
-      {P::kLog, "log", 1, false, true, {Dom::kPos}},
-      {P::kLog1p, "log1p", 1, false, true, {Dom::kLog1p}},
-      {P::kExpm1, "expm1", 1, false, true, {Dom::kAny}},
-      {P::kReciprocal, "reciprocal", 1, false, false, {Dom::kNonZero}},
-      {P::kTanh, "tanh", 1, false, true, {Dom::kAny}},
-      {P::kSigmoid, "sigmoid", 1, false, true, {Dom::kAny}},
-      {P::kErf, "erf", 1, false, true, {Dom::kAny}},
-      {P::kSin, "sin", 1, false, true, {Dom::kAny}},
-      {P::kCos, "cos", 1, false, true, {Dom::kAny}},
-      {P::kSign, "sign", 1, true, false, {Dom::kInt}},
-      {P::kRelu, "relu", 1, true, false, {Dom::kAny}},
-      {P::kPow, "pow", 2, false, true, {Dom::kPos, Dom::kHalfTwo}},
-      {P::kAdd, "add", 2, true, false, {Dom::kAny, Dom::kAny}},
-      {P::kSub, "sub", 2, true, false, {Dom::kAny, Dom::kAny}},
-      {P::kRsub, "rsub", 2, true, false, {Dom::kAny, Dom::kAny}},
-      {P::kMul, "mul", 2, true, false, {Dom::kAny, Dom::kAny}},
-      {P::kDiv, "div", 2, false, false, {Dom::kAny, Dom::kNonZero}},
-      {P::kDivTrunc, "div_trunc", 2, false, false, {Dom::kAny, Dom::kNonZero}},
-      {P::kDivFloor, "div_floor", 2, false, false, {Dom::kAny, Dom::kNonZero}},
-      {P::kMaximum, "maximum", 2, true, false, {Dom::kInt, Dom::kInt}},
-      {P::kMinimum, "minimum", 2, true, false, {Dom::kInt, Dom::kInt}},
-      {P::kEq, "eq", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kNe, "ne", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kLt, "lt", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kLe, "le", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kGt, "gt", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kGe, "ge", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kLogicalNot, "logical_not", 1, true, false, {Dom::kSmallInt}},
-      {P::kLogicalAnd, "logical_and", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kLogicalOr, "logical_or", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kLogicalXor, "logical_xor", 2, true, false, {Dom::kSmallInt, Dom::kSmallInt}},
-      {P::kWhere, "where", 3, true, false, {Dom::kSmallInt, Dom::kAny, Dom::kAny}},
-      {P::kClamp, "clamp", 3, true, false, {Dom::kAny, Dom::kAny, Dom::kAny}},
-      {P::kFill, "fill", 0, true, false, {}},
-      {P::kIota, "iota", 0, true, false, {}},
-      {P::kDropout, "dropout", 2, false, false, {Dom::kAny, Dom::kProb}},
-  };
-  return t;
-}
 
 // Pw<F>::f of kernels.cu in double (the compute dtype's rounding is applied by the caller).
 double ref_fn(PointwiseFn f, double x, double y, double z, double alpha, int64_t index,
@@ -727,12 +659,6 @@ TEST_P(EagerPointwise, VecAndNdPathsAreBitIdentical) {
 INSTANTIATE_TEST_SUITE_P(AllFunctions, EagerPointwise,
                          ::testing::Range<size_t>(0, static_cast<size_t>(PointwiseFn::kCount)),
                          [](const auto& info) { return std::string(fn_table()[info.param].name); });
-
-TEST(EagerPointwiseTable, CoversEveryFunction) {
-  ASSERT_EQ(fn_table().size(), static_cast<size_t>(PointwiseFn::kCount));
-  for (size_t i = 0; i < fn_table().size(); ++i)
-    EXPECT_EQ(static_cast<size_t>(fn_table()[i].fn), i) << fn_table()[i].name;
-}
 
 // Offsets beyond 32 bits: a bool operand with a 2^31-element row stride takes the 64-bit nd path.
 TEST(EagerPointwiseLarge, SixtyFourBitOffsets) {
@@ -1359,44 +1285,6 @@ TEST(EagerReductionTeeth, ShiftedRowsFail) {
   std::vector<double> shifted(r.ref.begin() + 1600, r.ref.end());
   shifted.insert(shifted.end(), r.ref.begin(), r.ref.begin() + 1600);
   EXPECT_NE(mismatches(r.out.vals, shifted, r.rel, r.abs), "");
-}
-
-// FastDiv (host side; the same arithmetic runs on the device) against plain division.
-TEST(EagerFastDiv, MatchesDivision) {
-  std::mt19937_64 rng(1);
-  std::vector<uint32_t> divisors = {1,
-                                    2,
-                                    3,
-                                    5,
-                                    7,
-                                    8,
-                                    10,
-                                    1600,
-                                    1601,
-                                    4096,
-                                    65535,
-                                    65536,
-                                    65537,
-                                    1000003,
-                                    (1u << 30) - 1,
-                                    1u << 30,
-                                    (1u << 30) + 1,
-                                    (1u << 31) - 1,
-                                    1u << 31};
-  for (int i = 0; i < 2000; ++i) divisors.push_back(1 + rng() % (1u << 31));
-  for (uint32_t d : divisors) {
-    const FastDiv f(d);
-    std::vector<uint32_t> ns = {0, 1, d - 1, d, d + 1, (1u << 31) - 1, (1u << 31) - 2};
-    for (int k = 0; k < 200; ++k) ns.push_back(static_cast<uint32_t>(rng() % (1u << 31)));
-    for (uint32_t m = 1; m < 50 && uint64_t(m) * d < (1u << 31); ++m) {
-      ns.push_back(m * d);
-      ns.push_back(m * d - 1);
-    }
-    for (uint32_t n : ns) {
-      if (n >= (1u << 31)) continue;
-      ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
-    }
-  }
 }
 
 // ------------------------------------------------------------------------------------------------

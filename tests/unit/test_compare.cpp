@@ -141,7 +141,7 @@ TEST(Compare, RejectsWhatIsNotAResultsFile) {
 
 TEST(Compare, SelfComparisonOfACommittedH200RunHasNoSlower) {
   json run = read_json(std::string(REPLAY_TRACES_DIR) +
-                       "/../reports/h200-2026-11-22-verdicts/results.json");
+                       "/../tests/data/results/h200_verdicts_schema1.json");
   auto rows = compare_runs(run, run, {});
   EXPECT_GE(rows.size(), 12u);
   for (const auto& r : rows) {
@@ -169,10 +169,10 @@ TEST(Compare, LaunchBoundRowsNeedThreeTimesTheThreshold) {
   EXPECT_EQ(rows[0].verdict, Change::kSlower);
 }
 
-// Real H200 runs (reports/h200-2026-11-22-compare/): two back-to-back runs give no SLOWER; a run
+// Real H200 runs (tests/data/results/h200_compare/): two back-to-back runs give no SLOWER; a run
 // with a 5 µs spin added to the optimized variant is SLOWER on every trace's optimized row.
 TEST(Compare, BackToBackH200RunsPassAndASlowedVariantFails) {
-  const std::string dir = std::string(REPLAY_TRACES_DIR) + "/../reports/h200-2026-11-22-compare/";
+  const std::string dir = std::string(REPLAY_TRACES_DIR) + "/../tests/data/results/h200_compare/";
   const json a = read_json(dir + "run_a.json"), b = read_json(dir + "run_b.json"),
              c = read_json(dir + "run_c_slowed.json");
   auto ab = compare_runs(a, b, {});

@@ -366,7 +366,7 @@ TEST(Stats, OutliersDoNotPreventConvergence) {
 // where that intermediate's exact value sits near a rounding boundary, the implementation and
 // the reference round it to neighbours, and the GEMM turns the one-ulp flips into an error of
 // relative rms ~ the flips' (default_bounds, `inherited`). What a correct eager replay measured on
-// an H100 (reports/h100-2026-11-22-suite/, cuBLASLt GEMMs, one kernel per op) passes the default
+// an H100 (reports/current/h100/, cuBLASLt GEMMs, one kernel per op) passes the default
 // bounds; what a GEMM over graph inputs gets stays as tight as before.
 TEST(Numerics, FlipsOfARoundedIntermediateBeforeAGemmAreBounded) {
   struct Measured {
@@ -472,7 +472,8 @@ TEST(Numerics, ShareFloorPassesFlipNoiseAndCatchesTheSmallestElementsWrong) {
 }
 
 // A float8 GEMM's error is absolute: the H100 measured (eager, cuBLASLt, float8 linears at
-// [8192, 4096] x 4096, no fast accumulation; reports/h100-2026-11-25-issue7-steps) 0.77-0.97 %
+// [8192, 4096] x 4096, no fast accumulation;
+// `TRACES='traces/float8_linear_*x4096.json' bash scripts/device.sh OUT run`) 0.77-0.97 %
 // of the bf16 output beyond one ulp and rel_l2 6.3-6.9e-4, i.e. unrounded noise of rms ~1.3e-4
 // rms(target), and a drift of -4.0e-5. That error (and twice its noise) passes the output's
 // default bounds; zeroing or negating the smallest 0.4 % of elements (|y| < 0.005 rms, moved by

@@ -165,7 +165,7 @@ TEST(ResultsIo, EveryFieldSurvivesTheRoundTrip) {
 
 TEST(ResultsIo, SchemaOneIsRead) {
   const std::string path =
-      std::string(REPLAY_TRACES_DIR) + "/../reports/h200-2026-11-22-verdicts/results.json";
+      std::string(REPLAY_TRACES_DIR) + "/../tests/data/results/h200_verdicts_schema1.json";
   const RunResult r = read_results(path);
   EXPECT_EQ(r.traces.size(), 4u);
   EXPECT_EQ(r.environment.value("device", ""), "NVIDIA H200");
@@ -205,7 +205,8 @@ TEST(ResultsIo, ErrorsNameTheFileThePathAndWhatWasExpected) {
 // The first committed H200 run is an early draft of schema 1: refused with a message that says
 // so (compare still reads its samples).
 TEST(ResultsIo, EarlyDraftOfSchemaOneIsRefusedClearly) {
-  const std::string f = std::string(REPLAY_TRACES_DIR) + "/../reports/h200-2026-11-22/results.json";
+  const std::string f =
+      std::string(REPLAY_TRACES_DIR) + "/../tests/data/results/h200_schema1_first_draft.json";
   try {
     read_results(f);
     ADD_FAILURE() << "read an early draft";

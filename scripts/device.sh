@@ -1,0 +1,338 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # the phase functions are called through their names
+# The one entry point for a GPU host: build (unless built), then the phases asked for, in order.
+#   bash scripts/device.sh OUT PHASE[=ARG]...
+# Each phase writes under OUT/<phase>/ and prints a short summary; a failing phase does not stop
+# the next. Exit status: the first non-zero phase status (0 when all pass). Times are from an
+# H100 host with 16 cores (a device call is limited to 10 min: split long work over calls).
+#
+#   tests           GPU tests (replay_gpu_tests) but the realistic-shape instances of BundledTrace
+#                   and MutatedGpuOutput (`run` and `mutations` cover those): ~813 tests, ~3 min.
+#                   GTEST_FILTER narrows (e.g. '*GpuTiming*:*Cupti*'); TESTS_S limits (570 s).
+#   mutations       MutatedGpuOutput on $TRACES (default: the realistic traces, ~6-70 s each:
+#                   pass a few per call) -> every output mutation must fail the numerics check.
+#   run             `replay run $TRACES --reference-budget 0` (default: every bundled trace,
+#                   ~6 min; RUN_ARGS adds options, e.g. RUN_ARGS='--modes cold').
+#   suite=I/N       share I of N of the whole bundled suite, every mode (cold, hot, CUDA graph), no
+#                   reference budget; results.json gzipped. I/4: 3-7 min per share. Join the
+#                   shares anywhere: gunzip OUT/suite-*/run/results.json.gz, then
+#                   `replay merge OUT/suite-*/run/results.json --out DIR`.
+#   modes           every mode on four traces (default) and a table of cold / hot / graph / host
+#                   enqueue per row: ~3 min.
+#   timing          timing GPU tests, then `replay run` A, B back to back and C with a 5 us spin in
+#                   every optimized replay, on five traces; compare A->B (want exit 0) and A->C
+#                   (want exit 1); per-measurement noise and stop reasons (timing_summary.py): ~8 min.
+#   gate-check      the gate end to end (scripts/gate.sh): A = --update on the gate set (every small
+#                   trace + five realistic ones; GATE_KIND, default h100), B gated against A (want
+#                   0), C slowed by 5 us (compare A->C: want 1); PyTorch peers of the realistic ones
+#                   merged with A; a reproducer bundle replayed on the GPU and by repro.py: ~8 min.
+#   peers           PyTorch op by op and torch.compile on $TRACES (default: the realistic traces),
+#                   timed our way (traces/capture/torch_replay.py): ~2 min per quarter of them.
+#   pair=I/N        share I of N of the realistic traces: `run` (cold only) then `peers` on the same
+#                   traces in one job; then scripts/eager_vs_pytorch.py joins the shares. I/4: ~8 min.
+#   numerics        the realistic MLP traces (nanoGPT, Llama SwiGLU), every variant, cold only, no
+#                   reference budget: the numerics of GEMMs fed by rounded intermediates. ~4 min.
+#   gemm            host enqueue of one cuBLASLt matmul against its size and algorithm
+#                   (replay_bench_gemm_host) -> gemm/gemm_host.json: ~3 min.
+#   normbwd         norm_bwd split-size sweep of the [576000, 384] LayerNorm and RMSNorm backward
+#                   (replay_bench_norm_bwd) -> normbwd/bench_{ln,rms}.json: <= 10 min.
+#   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
+#                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
+#   bench           the Google Benchmark runner (replay_bench) over the bundled traces, JSON.
+#   compare=REPLAY  another `replay` binary and this build alternated twice on $TRACES (default:
+#                   the small traces) in one job, medians side by side (scripts/medians.py).
+#   capture         capture the bundled workloads again with PyTorch (traces/capture/capture.py;
+#                   CAPTURE_ARGS='--only NAME' narrows), validate and plan each
+#                   -> capture/captured.tgz: ~3 min.
+#
+# Environment: TRACES='traces/a.json traces/b*.json' (or `small`: the traces with PyTorch's golden
+# tensors, `realistic`: the others) replaces a phase's default traces. BUILD (default build) holds
+# replay and tests/; scripts/setup.sh builds it here when
+# missing (setup and build ~2 min on 16 cores). A test binary built on another machine reads the
+# traces from the source tree it was built in: SRC_LINK=/that/path links it to this tree. On a copy
+# of the tree without .git, REPLAY_GIT_REVISION=<commit> names the revision in results.json.
+set -uo pipefail
+OUT=${1:?usage: bash scripts/device.sh OUT PHASE[=ARG]...}
+shift
+(($#)) || { echo "usage: bash scripts/device.sh OUT PHASE[=ARG]... (phases: see its header)" >&2; exit 2; }
+cd "$(dirname "$0")/.." || exit 2
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+BUILD=${BUILD:-build}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit \
+  --format=csv | tee "$OUT/gpu.txt"
+lscpu | grep -E "Model name|^CPU\(s\)" | tee "$OUT/cpu.txt"
+if [ ! -x "$BUILD/replay" ] || [ ! -x "$BUILD/tests/replay_gpu_tests" ]; then
+  t0=$SECONDS
+  bash scripts/setup.sh > "$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 4; }
+  echo "setup+build: $((SECONDS - t0)) s"
+fi
+if [ -n "${SRC_LINK:-}" ] && [ ! -e "$SRC_LINK" ]; then
+  mkdir -p "$(dirname "$SRC_LINK")" && ln -s "$PWD" "$SRC_LINK"
+fi
+R=$BUILD/replay
+
+small() {  # bundled traces with PyTorch's golden tensors
+  for f in traces/*.json; do [ -e "${f%.json}.safetensors" ] && echo "$f"; done
+}
+realistic() {  # bundled traces without golden tensors (the realistic shapes)
+  for f in traces/*.json; do [ -e "${f%.json}.safetensors" ] || echo "$f"; done
+}
+traces_or() {  # $TRACES (space-separated; `small`, `realistic`) if set, else the given command's
+  # shellcheck disable=SC2086  # $TRACES is a list (and may hold globs)
+  case ${TRACES:-} in
+    "") "$@" ;;
+    small) small ;;
+    realistic) realistic ;;
+    *) printf '%s\n' $TRACES ;;
+  esac
+}
+gpu_tests() {  # LOG FILTER: the GPU test binary, summary lines
+  timeout "${TESTS_S:-570}" "$BUILD/tests/replay_gpu_tests" --gtest_filter="$2" \
+    --gtest_output="xml:${1%.log}.xml" > "$1" 2>&1
+  local rc=$?
+  grep -E "^\[==========\]|^\[  PASSED|^\[  FAILED|^\[  SKIPPED|YOU HAVE" "$1" | sort | uniq -c | sort -rn | head -40
+  grep -E "Failure" -A6 "$1" | head -60
+  return $rc
+}
+modes_table() {  # RESULTS.json: per row cold / hot / graph / host enqueue medians
+  python3 - "$1" << 'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+for t in j["traces"]:
+    for r in t["regions"]:
+        for v in r["variants"]:
+            if "stats" not in v: continue
+            g = v.get("graph", {})
+            gm = g.get("stats", {}).get("median_us") if "stats" in g else g.get("skipped", "-")
+            print(f'{t["name"][:44]:44} {r["label"][:28]:28} {v["variant"]:10} cold {v["stats"]["median_us"]:9.2f} '
+                  f'hot {v.get("hot", {}).get("stats", {}).get("median_us", float("nan")):9.2f} graph {gm} '
+                  f'host {v["host_enqueue"]["median_us"]:7.2f} stop {v["timing"]["stop_reason"]}')
+PY
+}
+
+phase_tests() {
+  local skip=""
+  for f in $(realistic); do
+    local n
+    n=$(basename "$f" .json)
+    skip+=":*BundledTrace.*/${n}*:*MutatedGpuOutput.*/${n}_*"
+  done
+  gpu_tests "$D/gpu_tests.log" "${GTEST_FILTER:-*}-${skip#:}"
+}
+phase_mutations() {
+  local filter="" f
+  for f in $(traces_or realistic); do filter+=":*MutatedGpuOutput.*/$(basename "$f" .json)_*"; done
+  gpu_tests "$D/gpu_mutations.log" "${filter#:}"
+}
+phase_run() {  # [TRACE...]: default $TRACES, else every bundled trace
+  local t=("$@")
+  ((${#t[@]})) || mapfile -t t < <(traces_or echo traces)
+  # shellcheck disable=SC2086
+  timeout "${RUN_S:-580}" "$R" run "${t[@]}" --reference-budget 0 ${RUN_ARGS:-} --out "$D/run" \
+    > "$D/run.log" 2>&1
+  local rc=$?
+  grep -E "^==|FAIL|ERROR|NOT REPL|fallback|eagerly" "$D/run.log" | head -80
+  tail -3 "$D/run.log"
+  return $rc
+}
+phase_suite() {  # I/N
+  "$R" run traces --shard "${1:?suite=I/N}" --reference-budget 0 --out "$D/run" > "$D/run.log" 2>&1
+  local rc=$?
+  grep -E "^\[|traces|numerics check" "$D/run.log" | tail -4
+  python3 scripts/timing_summary.py "$D/run/results.json" > "$D/timing.txt" 2>&1
+  tail -2 "$D/timing.txt"
+  gzip -9f "$D/run/results.json"
+  return $rc
+}
+phase_modes() {
+  local t
+  mapfile -t t < <(traces_or printf '%s\n' traces/nanogpt_layernorm_fwd_16x1024x1600.json \
+    traces/nanogpt_layernorm_train_bwd_16x1024x1600.json \
+    traces/meta_llama_rope_train_fwd_2x4096x32x8x128.json traces/nanogpt_layernorm_fwd_2x8x1600.json)
+  timeout 500 "$R" run "${t[@]}" --out "$D/run" > "$D/run.log" 2>&1
+  local rc=$?
+  modes_table "$D/run/results.json" | tee "$D/modes.txt"
+  return $rc
+}
+phase_timing() {
+  local t rc=0
+  mapfile -t t < <(traces_or printf '%s\n' traces/nanogpt_layernorm_fwd_16x1024x1600.json \
+    traces/nanogpt_layernorm_train_fwd_16x1024x1600.json \
+    traces/nanogpt_layernorm_train_bwd_16x1024x1600.json \
+    traces/litgpt_rmsnorm_train_bwd_2x4096x4096.json traces/nanogpt_layernorm_fwd_2x8x1600.json)
+  TESTS_S=120 gpu_tests "$D/gpu_tests.log" "${GTEST_FILTER:-*GpuTiming*:*Cupti*}" || rc=$?
+  local name
+  for name in A B C; do
+    local extra=()
+    [ $name = C ] && extra=(--test-slowdown optimized:5)
+    timeout 170 "$R" run "${t[@]}" --out "$D/$name" "${extra[@]}" > "$D/$name.log" 2>&1
+    echo "run $name rc=$?"
+  done
+  python3 scripts/timing_summary.py "$D/A/results.json" | tee "$D/timing_A.txt" | tail -3
+  "$R" compare "$D/A/results.json" "$D/B/results.json" > "$D/compare_AB.md" 2>&1
+  local ab=$?
+  "$R" compare "$D/A/results.json" "$D/C/results.json" > "$D/compare_AC.md" 2>&1
+  local ac=$?
+  echo "compare A->B rc=$ab (want 0), A->C rc=$ac (want 1)"
+  { [ $ab -eq 0 ] && [ $ac -eq 1 ]; } || [ $rc -ne 0 ] || rc=1
+  return $rc
+}
+phase_gate_check() {
+  local kind=${GATE_KIND:-h100} rc=0 small_t realistic_t
+  small_t=$(small)
+  realistic_t="traces/nanogpt_layernorm_fwd_16x1024x1600.json traces/nanogpt_layernorm_train_bwd_16x1024x1600.json
+    traces/litgpt_rmsnorm_train_bwd_2x4096x4096.json traces/meta_llama_rope_train_fwd_2x4096x32x8x128.json
+    traces/float8_linear_tensorwise_train_fwd_2x4096x4096x4096.json"
+  # A becomes the baseline for B; the committed baseline is put back afterwards.
+  local committed=reports/baselines/$kind/results.json.gz
+  [ -f "$committed" ] && cp "$committed" "$D/committed_baseline.json.gz"
+  # shellcheck disable=SC2086
+  GATE_KIND=$kind BUILD=$BUILD bash scripts/gate.sh --update --out "$D/A" $small_t $realistic_t > "$D/A.log" 2>&1
+  echo "A (baseline for B) rc=$?"
+  GATE_KIND=$kind BUILD=$BUILD bash scripts/gate.sh --out "$D/B" > "$D/B.log" 2>&1
+  local b=$?
+  if [ -f "$D/committed_baseline.json.gz" ]; then
+    cp "$D/committed_baseline.json.gz" "$committed"
+  else
+    rm -f "$committed"
+  fi
+  echo "B gated against A rc=$b (want 0)"; grep -E "^Threshold|^Gate" "$D/B/compare.md"
+  # shellcheck disable=SC2086
+  "$R" run $small_t --modes cold,graph --test-slowdown optimized:5 --out "$D/C" > "$D/C.log" 2>&1
+  "$R" compare "$D/A/results.json" "$D/C/results.json" --out "$D/compare_AC.md" > /dev/null 2>&1
+  local c=$?
+  echo "compare A -> C rc=$c (want 1)"; grep -E "^Threshold|^Gate" "$D/compare_AC.md"
+  { [ $b -eq 0 ] && [ $c -eq 1 ]; } || rc=1
+  python3 scripts/timing_summary.py "$D/A/results.json" > "$D/timing_A.txt" 2>&1
+  # shellcheck disable=SC2086
+  timeout 150 python3 traces/capture/torch_replay.py $realistic_t --out "$D/peers.json" \
+    --results "$D/peers_results.json" > "$D/peers.log" 2>&1
+  echo "peers rc=$?"
+  "$R" merge "$D/A/results.json" "$D/peers_results.json" --out "$D/merged" > /dev/null 2>&1
+  echo "merge A + peers rc=$?"
+  "$R" repro traces/nanogpt_layernorm_train_bwd_2x8x1600.json --region 0 --variant optimized \
+    --out "$D/bundle" > /dev/null && "$R" run "$D"/bundle/*_r0.json --modes cold \
+    --out "$D/bundle_run" > "$D/bundle_run.log" 2>&1
+  echo "bundle replay rc=$?"
+  (cd "$D/bundle" && timeout 120 python3 repro.py > ../bundle_repro_py.log 2>&1)
+  echo "repro.py rc=$?"
+  return $rc
+}
+phase_peers() {  # [TRACE...]: default $TRACES, else the realistic traces
+  local t=("$@")
+  ((${#t[@]})) || mapfile -t t < <(traces_or realistic)
+  timeout "${PEERS_S:-560}" python3 traces/capture/torch_replay.py "${t[@]}" --compile --reps 100 \
+    --out "$D/peers.json" --results "$D/peers_results.json" > "$D/peers.log" 2>&1
+  local rc=$?
+  tail -15 "$D/peers.log"
+  return $rc
+}
+phase_pair() {  # I/N
+  local i n all t=() k
+  IFS=/ read -r i n <<< "${1:?pair=I/N}"
+  mapfile -t all < <(realistic | sort)
+  for ((k = i; k < ${#all[@]}; k += n)); do t+=("${all[k]}"); done
+  RUN_S=${RUN_S:-450} RUN_ARGS="--modes cold ${RUN_ARGS:-}" phase_run "${t[@]}"
+  local rc_run=$?
+  PEERS_S=${PEERS_S:-120} phase_peers "${t[@]}"
+  local rc_peers=$?
+  echo "pair: run rc=$rc_run, peers rc=$rc_peers (then: python3 scripts/eager_vs_pytorch.py" \
+    "OUT/pair-*/run/results.json --peers PEERS.json)"
+  return $((rc_run ? rc_run : rc_peers))
+}
+phase_numerics() {
+  "$R" run traces/nanogpt_mlp_*8x1024x1600.json traces/llama_swiglu_mlp_*2x4096x4096x14336.json \
+    --reference-budget 0 --modes cold --no-repro --out "$D/mlp" > "$D/mlp.log" 2>&1
+  local rc=$?
+  grep -E "^## .*(PASS|FAIL)|^Overall" "$D/mlp/report.md" | head -12
+  gzip -9f "$D/mlp/results.json"
+  return $rc
+}
+phase_gemm() {
+  timeout "${GEMM_S:-300}" "$BUILD/tests/replay_bench_gemm_host" \
+    --benchmark_out="$D/gemm_host.json" --benchmark_out_format=json > "$D/gemm_host.log" 2>&1
+  local rc=$?
+  tail -20 "$D/gemm_host.log"
+  return $rc
+}
+phase_normbwd() {
+  # The heuristic's split, the baseline and split sizes around the heuristic's (~2200 rows).
+  local filt='/(baseline|optimized|optimized/split:(256|512|1024|2048|4096|8192))/manual_time$'
+  local kind shape rc=0
+  for kind in ln rms; do
+    shape=576000x384
+    [ $kind = rms ] && shape=576000x384:rms
+    timeout 280 "$BUILD/tests/replay_bench_norm_bwd" --shape "$shape" --benchmark_filter="$filt" \
+      --benchmark_min_time=0.3s --benchmark_out="$D/bench_$kind.json" \
+      --benchmark_out_format=json > "$D/bench_$kind.log" 2>&1 || rc=$?
+    grep -E "^(norm|<)|median_us|skipped" "$D/bench_$kind.log" | cut -c1-200 | head -20
+  done
+  return $rc
+}
+phase_normbwd_peers() {  # DIR holding anchors.py
+  local peers=${1:?normbwd-peers=DIR} mix rc=0
+  for mix in 0 1; do
+    TORCHINDUCTOR_MIX_ORDER_REDUCTION=$mix TAG=_mix$mix OUT="$D" timeout 280 \
+      python3 "$peers/anchors.py" normbwd > "$D/anchors_mix$mix.log" 2>&1 || rc=$?
+    grep -E "mix_order|_bwd_" "$D/anchors_mix$mix.log" | head -10
+  done
+  return $rc
+}
+phase_bench() {
+  "$BUILD/tests/replay_bench" --benchmark_out="$D/bench.json" --benchmark_out_format=json \
+    > "$D/bench.txt" 2>&1
+  local rc=$?
+  tail -20 "$D/bench.txt"
+  return $rc
+}
+phase_compare() {  # OTHER_REPLAY
+  local other=${1:?compare=OTHER_REPLAY} t i
+  mapfile -t t < <(traces_or small)
+  for i in 1 2; do
+    "$other" run "${t[@]}" --out "$D/before_$i" > "$D/before_$i.log" 2>&1
+    echo "round $i: $other rc=$?"
+    "$R" run "${t[@]}" --out "$D/after_$i" > "$D/after_$i.log" 2>&1
+    echo "round $i: $R rc=$?"
+  done
+  python3 scripts/medians.py "$D"/before_1/results.json "$D"/after_1/results.json \
+    "$D"/before_2/results.json "$D"/after_2/results.json | tee "$D/medians.txt"
+}
+phase_capture() {
+  mkdir -p "$D/cap"
+  # shellcheck disable=SC2086
+  timeout 400 python3 traces/capture/capture.py --out "$D/cap" ${CAPTURE_ARGS:-} > "$D/capture.log" 2>&1
+  local rc=$?
+  tail -5 "$D/capture.log"
+  "$R" validate "$D"/cap/*.json | tail -20
+  local f
+  for f in "$D"/cap/*.json; do
+    echo "$(basename "$f"): $("$R" plan "$f" | grep -c '"fusion"') region(s)"
+  done
+  (cd "$D" && tar czf captured.tgz cap && rm -rf cap)
+  return $rc
+}
+
+status=0
+for p in "$@"; do
+  name=${p%%=*}
+  arg=""
+  [ "$name" != "$p" ] && arg=${p#*=}
+  fn=phase_${name//-/_}
+  if ! declare -F "$fn" > /dev/null; then
+    echo "device.sh: unknown phase '$name' (see the header of scripts/device.sh)" >&2
+    [ "$status" -eq 0 ] && status=2
+    continue
+  fi
+  D=$OUT/$name${arg:+-${arg//\//-}}
+  [[ $name = compare || $name = normbwd-peers ]] && D=$OUT/$name
+  mkdir -p "$D"
+  echo "== $p"
+  t0=$SECONDS
+  if [ -n "$arg" ]; then "$fn" "$arg"; else "$fn"; fi
+  rc=$?
+  echo "== $p: rc=$rc, $((SECONDS - t0)) s"
+  [ "$status" -eq 0 ] && status=$rc
+done
+exit "$status"
