@@ -321,7 +321,6 @@ class ReplayBackend:
         return sanitize(name)
 
     def _source(self, cap, phase):
-        import torch._dynamo  # noqa: F401
         src = {
             "model": f"{cap.module} (torch.compile graph {cap.k}" + (f", module {cap.path}" if cap.path else "") + ")",
             "module": cap.path or cap.module,
@@ -411,7 +410,7 @@ class ReplayBackend:
         if self.golden:
             st = {iid: s.value for iid, s in zip(ph_ids, args)}
             for oid, s in zip(out_ids, results):
-                if oid is not None and s.is_tensor and oid not in st:
+                if oid is not None and s.value is not None and oid not in st:
                     st[oid] = s.value
             attach_golden(trace, st, self.out_dir, "the tensors the captured graph was called with and returned")
         return trace
@@ -474,18 +473,23 @@ def annotate(paths, **fields):
 
 
 def capture_module_step(mod, inputs, arg_names, out_dir, partitioner, golden, name_format, source=None,
-                        loss_fn=None, fullgraph=True, tangent_seed=1235, log=print, requires_grad=None):
+                        loss_fn=None, fullgraph=True, tangent_seed=1235, log=print, requires_grad=None,
+                        context=None):
     """Run one training step of `mod` on `inputs` through torch.compile with a ReplayBackend,
     then the same step in eager autograd, compare outputs and gradients (tracelib.compare_tensors)
     and write the traces with source.eager_check saying how it went.
 
     inputs: tensors; requires_grad: per input (default: those of a floating dtype). loss_fn: None for
     seeded random tangents of every output that requires grad (as capture.py does), or a function
-    of the outputs giving a scalar loss. Returns (names written, check ok, check message).
+    of the outputs giving a scalar loss. context: a function returning a context manager both steps
+    run in (e.g. an sdpa_kernel choice, which decides the attention op in the graph). Returns
+    (names written, check ok, check message).
     """
+    import contextlib
     import torch._dynamo
 
     torch._dynamo.reset()
+    context = context or contextlib.nullcontext
     rb = ReplayBackend(out_dir, partitioner=partitioner, golden=golden, name_prefix="", name_format=name_format,
                        source=source, auto_write=False, arg_names=arg_names, module_name=type(mod).__name__)
     params = [p for p in mod.parameters() if p.requires_grad]
@@ -495,7 +499,7 @@ def capture_module_step(mod, inputs, arg_names, out_dir, partitioner, golden, na
         for p in params:
             p.grad = None
         leaves = [t.detach().clone().requires_grad_(bool(rg)) for t, rg in zip(inputs, rgs)]
-        with torch.enable_grad():
+        with torch.enable_grad(), context():
             outs = fn(*leaves)
             outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(o for o in outs if isinstance(o, torch.Tensor))
             if loss_fn is not None:

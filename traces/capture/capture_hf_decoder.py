@@ -84,23 +84,37 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--models", default="qwen3,llama")
+    ap.add_argument("--golden", default="qwen3", help="models whose min-cut capture gets golden tensors "
+                    "(comma-separated; about 6 MB each)")
     ap.add_argument("--golden-all", action="store_true", help="golden tensors for the default partitioner too")
+    ap.add_argument("--flash", default="", help="models also captured with sdpa restricted to flash attention "
+                    "(comma-separated); fails on PyTorch 2.11: flash attention saves a uint64 RNG state for the "
+                    "backward, a dtype the format lacks")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     failed = []
-    for model in args.models.split(","):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    runs = [(m, None) for m in args.models.split(",")] + [(m, "flash") for m in args.flash.split(",") if m]
+    for model, sdpa in runs:
         for part in ("min_cut", "default"):
             pn = "mincut" if part == "min_cut" else "default"
-            base = f"{model}_decoder_layer_{pn}_train_{{phase}}_{B}x{T}x{HIDDEN}"
+            tag = "_flash" if sdpa else ""
+            base = f"{model}_decoder_layer{tag}_{pn}_train_{{phase}}_{B}x{T}x{HIDDEN}"
             print(f"{base.format(phase='*')}", flush=True)
             t0 = time.time()
             try:
                 mod, inputs, names, source = build(model, args.device, args.seed)
                 source["capture_command"] = " ".join(["python3", "traces/capture/capture_hf_decoder.py"] + sys.argv[1:])
+                if sdpa:
+                    source["model"] += "; sdpa restricted to SDPBackend.FLASH_ATTENTION (torch.nn.attention.sdpa_kernel)"
+                else:
+                    source["model"] += "; sdpa backend as PyTorch picks it on this GPU"
+                golden = not sdpa and model in args.golden.split(",") and (part == "min_cut" or args.golden_all)
+                ctx = (lambda: sdpa_kernel([SDPBackend.FLASH_ATTENTION])) if sdpa else None
                 got, ok, _ = capture_module_step(
-                    mod, inputs, names, args.out, part, part == "min_cut" or args.golden_all, base, source=source,
+                    mod, inputs, names, args.out, part, golden, base, source=source, context=ctx,
                     loss_fn=lambda outs: outs[0].float().pow(2).mean(), fullgraph=False,
                     requires_grad=[True, False, False])
                 print(f"  wrote {got} ({time.time() - t0:.1f} s)", flush=True)

@@ -80,8 +80,9 @@ def install(rb, compile_modules=()):
         def call(self, *args, **kwargs):
             if type(self).__name__ in names and getattr(self, "_compiled_call_impl", None) is None \
                     and not torch.compiler.is_compiling() and id(self) not in seen:
-                seen.add(id(self))
-                self.compile(backend=rb.for_module(type(self).__name__), dynamic=False)
+                seen.add(id(self))  # what nn.Module.compile() does, with the replay backend
+                self._compiled_call_impl = real_compile(self._call_impl, backend=rb.for_module(type(self).__name__),
+                                                        dynamic=False)
             return real_call(self, *args, **kwargs)
 
         nn.Module.__call__ = call

@@ -152,9 +152,9 @@ def build_graph_module(trace):
         env[inp["id"]] = g.placeholder(_py_name(inp["id"], used))
     for node in trace["nodes"]:
         target = resolve_op(node["op"])
-        args = tuple(decode_arg(a, env) for a in node.get("args", []))
-        kwargs = {k: decode_arg(v, env) for k, v in node.get("kwargs", {}).items()}
         try:
+            args = tuple(decode_arg(a, env) for a in node.get("args", []))
+            kwargs = {k: decode_arg(v, env) for k, v in node.get("kwargs", {}).items()}
             args, kwargs = coerce_by_schema(target, args, kwargs)
         except ValueError as e:
             raise ValueError(f"node {node['id']} ({node['op']}): {e}") from None

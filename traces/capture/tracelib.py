@@ -416,6 +416,9 @@ class Snap:
         if self.is_tensor:
             t = t.detach()
             self.key = tensor_key(t)
+            if t.dtype not in DTYPE_NAMES:  # e.g. flash attention's uint64 RNG state: no metadata
+                self.raw = f"{t.dtype}{list(t.shape)}"
+                return
             self.meta = tensor_meta(t)
             self.stats = value_stats(t)
             self.value = t.clone() if keep else None
@@ -484,6 +487,11 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
     if any(not s.is_tensor for s in fw_args):
         raise RuntimeError("the forward graph takes non-tensor inputs (symbolic sizes?): "
                            + str([s.raw for s in fw_args if not s.is_tensor]))
+    for what, ph, snaps in (("forward", fw_ph, fw_args), ("backward", bw_ph, bw_args)):
+        for p, s in zip(ph, snaps):
+            if s.meta is None:
+                raise RuntimeError(f"{what} graph input {p.name} is {s.raw}, a dtype the replay format does not "
+                                   "have (e.g. flash attention's RNG state saved for the backward)")
 
     is_tangent = ["tangents" in p.name for p in bw_ph]
     saved_pos = [i for i, t in enumerate(is_tangent) if not t]
@@ -576,7 +584,7 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
             for iid, s in zip(ids, arg_snaps):
                 st[iid] = s.value
             for oid, s in zip(out_ids, res_snaps):
-                if oid is not None and s.is_tensor and oid not in st:
+                if oid is not None and s.value is not None and oid not in st:
                     st[oid] = s.value
             goldens[trace["name"]] = st
     return fwd, bwd, goldens
