@@ -427,7 +427,9 @@ def self_test():
     from backend import ReplayBackend
     with tempfile.TemporaryDirectory() as d:
         dynamo.reset()
-        rb = ReplayBackend(d, golden=True, name_prefix="t", verbose=False)
+        # a compiled torch.nn module's positional arguments reach the backend as args_<i> (dynamo traces its
+        # _call_impl(*args)); arg_names names them
+        rb = ReplayBackend(d, golden=True, name_prefix="t", verbose=False, arg_names=["x"])
         mod = torch.nn.LayerNorm(8)
         with torch.no_grad():
             mod.weight.add_(0.1 * torch.randn(8))
@@ -440,14 +442,14 @@ def self_test():
         fwd = json.load(open(os.path.join(d, names[0] + ".json")))
         bwd = json.load(open(os.path.join(d, names[1] + ".json")))
         roles = {i["id"]: i["role"] for i in fwd["inputs"]}
-        assert roles == {"input": "activation", "weight": "param", "bias": "param"}, roles
+        assert roles == {"x": "activation", "weight": "param", "bias": "param"}, roles
         outs = [o for o, r in fwd["output_roles"].items() if r == "output"]
         assert len(outs) == 1 and "saved" in fwd["output_roles"].values(), fwd["output_roles"]
         saved = [i for i in bwd["inputs"] if i["role"] == "saved"]
         assert saved and all(i["from"]["output"] in fwd["outputs"] and i["from"]["trace"] == names[0] for i in saved)
-        assert sorted(g["input"] for g in bwd["grad_of"].values()) == ["bias", "input", "weight"], bwd["grad_of"]
+        assert sorted(g["input"] for g in bwd["grad_of"].values()) == ["bias", "weight", "x"], bwd["grad_of"]
         gold = read_safetensors(os.path.join(d, fwd["golden"]["file"]))
-        assert torch.equal(gold[outs[0]], out.detach()) and torch.equal(gold["input"], x.detach())
+        assert torch.equal(gold[outs[0]], out.detach()) and torch.equal(gold["x"], x.detach())
         gold_b = read_safetensors(os.path.join(d, bwd["golden"]["file"]))
         gw = [o for o, g in bwd["grad_of"].items() if g["input"] == "weight"][0]
         assert torch.equal(gold_b[gw], mod.weight.grad), "the golden weight gradient is what autograd produced"
