@@ -124,7 +124,7 @@ class _GraphCapture:
     # names and roles of the aot graph's inputs ------------------------------------------------------
 
     def _input_info(self, n_primals):
-        """(ids, extras) of the aot forward graph's n_primals placeholders: aot_module_simplified
+        """(ids, extras, notes) of the aot forward graph's n_primals placeholders: aot_module_simplified
         prepends the GraphModule's own parameters and buffers (when dynamo did not lift them) to
         dynamo's placeholders."""
         dgm = self.dgm
