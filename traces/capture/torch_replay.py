@@ -67,12 +67,52 @@ def resolve_op(name):
 
 
 def decode_enum(s):
-    if s.startswith("torch."):
-        v = getattr(torch, s[len("torch."):], None)
-        if v is None:
-            raise ValueError(f"unknown enum {s}")
+    """An {"enum": ...} argument: a memory format or layout, spelled with or without its "torch."
+    prefix ("torch.contiguous_format", "contiguous_format", "torch.strided"), as the C++ loader
+    accepts both; otherwise a device ("cuda:0", "cpu"). ValueError for anything else."""
+    name = s[len("torch."):] if s.startswith("torch.") else s
+    v = getattr(torch, name, None)
+    if isinstance(v, (torch.memory_format, torch.layout)):
         return v
-    return torch.device(s)  # "cuda:0", "cpu", "cuda"
+    if s.startswith("torch."):
+        raise ValueError(f"unknown enum {s!r}: not a torch memory format or layout")
+    try:
+        return torch.device(s)  # "cuda:0", "cpu", "cuda"
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"unknown enum {s!r}: not a memory format, layout or device ({e})") from None
+
+
+def coerce_by_schema(target, args, kwargs):
+    """Strings where the op's schema wants a dtype or a memory format/layout: a bare dtype name
+    ("float32", which the C++ loader accepts for a dtype argument) becomes the torch.dtype, a bare
+    memory format ("contiguous_format") the torch.memory_format. Other arguments are unchanged."""
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return args, kwargs
+
+    def fix(arg, v):
+        if not isinstance(v, str):
+            return v
+        # TorchScript types a dtype/memory format/layout as int; real_type keeps the name
+        ty = str(getattr(arg, "real_type", arg.type)).rstrip("?")
+        if ty == "int" and arg.name == "dtype":
+            ty = "ScalarType"
+        elif ty == "int" and arg.name in ("memory_format", "layout"):
+            ty = "MemoryFormat"
+        if ty == "ScalarType":
+            if v not in NAME_TO_DTYPE:
+                raise ValueError(f"argument {arg.name}: unknown dtype {v!r}")
+            return NAME_TO_DTYPE[v]
+        if ty in ("MemoryFormat", "Layout", "Device"):
+            return decode_enum(v)
+        return v
+
+    sargs = list(schema.arguments)
+    pos = [a for a in sargs if not a.kwarg_only]
+    args = tuple(fix(pos[i], v) if i < len(pos) else v for i, v in enumerate(args))
+    by_name = {a.name: a for a in sargs}
+    kwargs = {k: fix(by_name[k], v) if k in by_name else v for k, v in kwargs.items()}
+    return args, kwargs
 
 
 def decode_arg(a, env):
@@ -112,8 +152,12 @@ def build_graph_module(trace):
         env[inp["id"]] = g.placeholder(_py_name(inp["id"], used))
     for node in trace["nodes"]:
         target = resolve_op(node["op"])
-        args = tuple(decode_arg(a, env) for a in node.get("args", []))
-        kwargs = {k: decode_arg(v, env) for k, v in node.get("kwargs", {}).items()}
+        try:
+            args = tuple(decode_arg(a, env) for a in node.get("args", []))
+            kwargs = {k: decode_arg(v, env) for k, v in node.get("kwargs", {}).items()}
+            args, kwargs = coerce_by_schema(target, args, kwargs)
+        except ValueError as e:
+            raise ValueError(f"node {node['id']} ({node['op']}): {e}") from None
         env[node["id"]] = g.call_function(target, args, kwargs)
     g.output(tuple(env[o] for o in trace["outputs"]))
     g.lint()

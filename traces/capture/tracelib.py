@@ -3,7 +3,8 @@
 - the replay-trace/1 encoding of FX graphs (tensor metadata, arguments, nodes, outputs);
 - the safetensors sidecar (written through safetensors.torch when it can, else by hand), and a
   reader with the same fallback;
-- value statistics of a tensor (the "stats" of a trace input).
+- value statistics of a tensor (the "stats" of a trace input and, through NodeStats, of every
+  node output).
 
 The format is documented in traces/SCHEMA.md.
 """
@@ -115,18 +116,24 @@ def output_args(gm):
     raise RuntimeError("graph has no output node")
 
 
+def _opaque(v):
+    """{"opaque": what it was} for a result that is no tensor the format holds: None, an int (flash
+    attention's max_q), a tensor of a dtype the format lacks (its uint64 RNG state). The loader
+    rejects it on an op the harness runs, and on a cut node's output that the graph reads
+    (traces/SCHEMA.md, "Cut nodes")."""
+    if isinstance(v, torch.Tensor):
+        return {"opaque": f"{v.dtype}{list(v.shape)}"}
+    return {"opaque": "None" if v is None else type(v).__name__}
+
+
 def _val_meta(node):
     """Metadata of the value(s) a call_function node produces, from FX's meta['val']."""
     val = node.meta.get("val")
     if isinstance(val, (list, tuple)):
-        metas = []
-        for k, v in enumerate(val):
-            if not isinstance(v, torch.Tensor):
-                raise RuntimeError(f"node {node.name}: output {k} is {type(v).__name__}, not a tensor")
-            metas.append(tensor_meta(v))
-        return metas
+        return [tensor_meta(v) if isinstance(v, torch.Tensor) and v.dtype in DTYPE_NAMES else _opaque(v)
+                for v in val]
     if isinstance(val, torch.Tensor):
-        return [tensor_meta(val)]
+        return [tensor_meta(val) if val.dtype in DTYPE_NAMES else _opaque(val)]
     if node.op == "call_function" and op_name(node.target) == "getitem":  # no meta: take it from the source
         src, idx = node.args[0], node.args[1]
         sval = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
@@ -135,12 +142,44 @@ def _val_meta(node):
     return []
 
 
-def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_extra=None, world_size=1):
+class NodeStats(torch.fx.Interpreter):
+    """Runs a GraphModule node by node, as its own forward does, and keeps value_stats of every
+    call_function result that is a tensor of a dtype the format has (per output for a tuple):
+    `stats[node name]` = [stats or None per output]. build_trace writes them on the nodes'
+    outputs, so that a node the harness cannot run can be cut out of the graph with its outputs
+    drawn from what PyTorch computed (traces/SCHEMA.md, "Cut nodes")."""
+
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.stats = {}
+
+    def run_node(self, n):
+        r = super().run_node(n)
+        if n.op == "call_function":
+            vals = r if isinstance(r, (list, tuple)) else [r]
+            self.stats[n.name] = [value_stats(v) if isinstance(v, torch.Tensor) and v.dtype in DTYPE_NAMES
+                                  else None for v in vals]
+        return r
+
+
+def node_output_stats(gm, args):
+    """(results, stats) of running `gm` on `args` through NodeStats: what gm(*args) returns, and
+    the stats of every node's outputs."""
+    rec = NodeStats(gm)
+    with torch.no_grad():
+        out = rec.run(*args)
+    return out, rec.stats
+
+
+def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_extra=None, world_size=1,
+                node_stats=None):
     """Encode GraphModule `gm` as a replay-trace/1 object.
 
     input_ids: the wanted id of each placeholder, in order (an id that would collide with a node
     name keeps the placeholder's own FX name instead); input_metas / input_stats: per placeholder;
-    input_extra: per placeholder, a dict of extra fields ("role", "from", ...) or None.
+    input_extra: per placeholder, a dict of extra fields ("role", "from", ...) or None;
+    node_stats: {node name: [stats or None per output]} (node_output_stats), written as "stats" on
+    the nodes' outputs, or None.
 
     Returns (trace, out_ids, ph_ids): out_ids[i] is the trace value id of the graph's i-th output
     (None where the graph returns None); ph_ids[i] the id given to placeholder i. A value the graph
@@ -194,6 +233,9 @@ def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_ext
     for n in gm.graph.nodes:
         if n.op == "call_function":
             outs = _val_meta(n)
+            for k, st in enumerate((node_stats or {}).get(n.name, [])):
+                if st is not None and k < len(outs) and "shape" in outs[k]:
+                    outs[k]["stats"] = st
             opn = op_name(n.target)
             trace["nodes"].append({
                 "id": n.name,
@@ -226,8 +268,9 @@ def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_ext
             taken_ids.add(alias_id)
             if vid not in value_meta:
                 raise RuntimeError(f"{name}: no metadata for duplicated output '{vid}'")
+            alias_meta = {k: v for k, v in value_meta[vid].items() if k != "stats"}
             trace["nodes"].append({"id": alias_id, "op": "aten.alias.default", "args": [{"ref": vid}],
-                                   "kwargs": {}, "outputs": [dict(value_meta[vid])]})
+                                   "kwargs": {}, "outputs": [alias_meta]})
             value_meta[alias_id] = value_meta[vid]
             vid = alias_id
             key = alias_id
@@ -237,10 +280,12 @@ def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_ext
     return trace, out_ids, ph_ids
 
 
-def graph_to_trace(gm, inputs, input_names, name, source, world_size=1):
-    """The forward-inference encoding (real input tensors, their metadata and stats)."""
+def graph_to_trace(gm, inputs, input_names, name, source, world_size=1, node_stats=None):
+    """The forward-inference encoding (real input tensors, their metadata and stats; node_stats as
+    build_trace takes it)."""
     trace, _, _ = build_trace(gm, name, source, list(input_names), [tensor_meta(t) for t in inputs],
-                              [value_stats(t) for t in inputs], world_size=world_size)
+                              [value_stats(t) for t in inputs], world_size=world_size,
+                              node_stats=node_stats)
     return trace
 
 
@@ -341,3 +386,217 @@ def _read_safetensors_by_hand(path):
         u8 = torch.frombuffer(raw, dtype=torch.uint8) if len(raw) else torch.empty(0, dtype=torch.uint8)
         out[k] = u8.view(dt).reshape(info["shape"])
     return out
+
+
+# --- training steps: recorded calls of a forward/backward graph pair -> two traces ----------------------
+
+
+def is_tensor_val(node):
+    """Whether an FX node's meta['val'] is one tensor."""
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def tensor_key(t):
+    """What identifies a tensor's data: storage, offset, shape, strides, dtype."""
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except Exception:
+        ptr = t.data_ptr()
+    return (ptr, int(t.storage_offset()), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+class Snap:
+    """One argument or result of a compiled graph as it ran: identity, metadata, statistics and
+    (keep=True, for golden captures) a copy of the values."""
+
+    def __init__(self, t, keep):
+        self.is_tensor = isinstance(t, torch.Tensor)
+        self.raw = None if self.is_tensor else t
+        self.key = self.meta = self.stats = self.value = None
+        if self.is_tensor:
+            t = t.detach()
+            self.key = tensor_key(t)
+            if t.dtype not in DTYPE_NAMES:  # e.g. flash attention's uint64 RNG state: no metadata
+                self.raw = f"{t.dtype}{list(t.shape)}"
+                return
+            self.meta = tensor_meta(t)
+            self.stats = value_stats(t)
+            self.value = t.clone() if keep else None
+
+
+def compare_tensors(what, got, exp):
+    """Loose bf16-level comparison of a captured graph's result with eager autograd's. Returns
+    (ok, message)."""
+    if got is None and exp is None:
+        return True, f"{what}: none (no gradient)"
+    if got is None or exp is None:
+        return False, f"{what}: {'missing' if got is None else 'unexpected'} (eager {'has' if exp is not None else 'has none'})"
+    if got.shape != exp.shape or got.dtype != exp.dtype:
+        return False, f"{what}: {got.dtype}{list(got.shape)} vs eager {exp.dtype}{list(exp.shape)}"
+    if not got.is_floating_point():
+        ok = torch.equal(got, exp)
+        return ok, f"{what}: exact {'match' if ok else 'MISMATCH'}"
+    g, e = got.detach().float(), exp.detach().float()
+    finite = torch.isfinite(e)
+    if not torch.equal(torch.isfinite(g), finite):
+        return False, f"{what}: non-finite values differ"
+    g0, e0 = torch.where(finite, g, 0.0), torch.where(finite, e, 0.0)
+    scale = e0.abs().max().item() if e0.numel() else 0.0
+    err = (g0 - e0)
+    rel = (err.norm() / e0.norm().clamp_min(1e-30)).item() if e0.numel() else 0.0
+    try:
+        torch.testing.assert_close(g0, e0, rtol=1.6e-2, atol=0.02 * scale + 1e-6)
+        ok = rel <= 1e-2 or scale == 0.0
+    except AssertionError:
+        ok = False
+    return ok, f"{what}: rel_l2 {rel:.2e}, max|err| {err.abs().max().item() if err.numel() else 0:.3e} (max|ref| {scale:.3e})"
+
+
+def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_name, bwd_name, input_ids,
+                    fw_extra, fwd_source, bwd_source, notes=None, golden=False, log=print, fw_node_stats=None,
+                    bw_node_stats=None):
+    """The forward and backward traces of one training step, from aot_autograd's two GraphModules
+    and Snaps of what PyTorch passed to and got from them (one call each, the backward's call being
+    the backward of that forward call).
+
+    input_ids: wanted ids of the forward's placeholders; fw_extra: per forward placeholder, the
+    extra input fields ({"role", "requires_grad"}) or None. The forward's outputs get
+    output_roles "output"/"saved"; the backward's inputs role "saved" (with "from" where the
+    pairing is established on the tensors) or "tangent"; its outputs "grad" and grad_of.
+    aot_autograd's forward returns (user outputs, saved tensors, saved symints) and the backward
+    takes (saved symints, saved tensors, tangents); each pairing is checked on the tensors.
+
+    fw_node_stats / bw_node_stats: node_output_stats' stats of the two calls (written on the nodes'
+    outputs, for cut nodes), or None.
+
+    Returns (fwd, bwd, goldens): goldens maps a trace name to {value id: tensor} (empty unless
+    golden, which needs Snaps made with keep=True). Raises RuntimeError where the graphs and the
+    recorded calls do not fit together.
+    """
+    notes = list(notes or [])
+    fw_ph, bw_ph = placeholders(fw_gm), placeholders(bw_gm)
+    fw_outs, bw_outs = output_args(fw_gm), output_args(bw_gm)
+    if len(fw_args) != len(fw_ph) or len(bw_args) != len(bw_ph):
+        raise RuntimeError("the compiled graphs were called with a different number of arguments than they have "
+                           f"placeholders (fw {len(fw_args)}/{len(fw_ph)}, bw {len(bw_args)}/{len(bw_ph)})")
+    if len(input_ids) != len(fw_ph):
+        raise RuntimeError(f"forward graph has {len(fw_ph)} inputs, {len(input_ids)} input ids given")
+    if any(not s.is_tensor for s in bw_args):
+        raise RuntimeError("the backward graph takes non-tensor inputs (symbolic sizes?): "
+                           + str([s.raw for s in bw_args if not s.is_tensor]))
+    if any(not s.is_tensor for s in fw_args):
+        raise RuntimeError("the forward graph takes non-tensor inputs (symbolic sizes?): "
+                           + str([s.raw for s in fw_args if not s.is_tensor]))
+    for what, ph, snaps in (("forward", fw_ph, fw_args), ("backward", bw_ph, bw_args)):
+        for p, s in zip(ph, snaps):
+            if s.meta is None:
+                raise RuntimeError(f"{what} graph input {p.name} is {s.raw}, a dtype the replay format does not "
+                                   "have (e.g. flash attention's RNG state saved for the backward)")
+
+    is_tangent = ["tangents" in p.name for p in bw_ph]
+    saved_pos = [i for i, t in enumerate(is_tangent) if not t]
+    saved_tensor_pos = [i for i in saved_pos if is_tensor_val(bw_ph[i]) or bw_args[i].is_tensor]
+    n_sym = len(saved_pos) - len(saved_tensor_pos)
+    n_user = len(fw_outs) - len(saved_tensor_pos) - n_sym
+    if n_user < 0:
+        notes.append(f"could not split the forward outputs (n_user {n_user}); 'from' by tensor identity only")
+    fw_keys = [s.key if s.is_tensor else None for s in fw_results]
+    from_pos = {}  # backward placeholder index -> forward output position
+    for j, bi in enumerate(saved_tensor_pos):
+        want = bw_args[bi].key
+        cand = [p for p, k in enumerate(fw_keys) if k == want]
+        guess = n_user + j if n_user >= 0 else None
+        if guess is not None and guess in cand:
+            from_pos[bi] = guess
+        elif len(cand) == 1:
+            from_pos[bi] = cand[0]
+            notes.append(f"saved input {bw_ph[bi].name}: forward output {cand[0]} by identity (position guess {guess})")
+        elif golden and guess is not None and 0 <= guess < len(fw_results) and fw_results[guess].is_tensor \
+                and fw_results[guess].meta == bw_args[bi].meta \
+                and torch.equal(fw_results[guess].value, bw_args[bi].value):
+            from_pos[bi] = guess
+            notes.append(f"saved input {bw_ph[bi].name}: forward output {guess} by position and equal values")
+        else:
+            notes.append(f"saved input {bw_ph[bi].name}: no forward output identified "
+                         f"({len(cand)} candidates by identity); 'from' omitted")
+            log(f"  warning: {bwd_name}: saved input {bw_ph[bi].name}: forward output not identified")
+
+    # the forward trace
+    fsrc = dict(fwd_source)
+    fsrc["backward_trace"] = bwd_name
+    fw_metas = [tensor_meta(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(fw_ph, fw_args)]
+    fwd, fw_out_ids, fw_ph_ids = build_trace(fw_gm, fwd_name, fsrc, list(input_ids), fw_metas,
+                                             [s.stats for s in fw_args], fw_extra, node_stats=fw_node_stats)
+    roles = {}
+    saved_fw_pos = set(from_pos.values())
+    for pos, oid in enumerate(fw_out_ids):
+        if oid is None:
+            continue
+        roles[oid] = "saved" if (pos in saved_fw_pos or (n_user >= 0 and pos >= n_user)) else "output"
+    fwd["output_roles"] = roles
+
+    # the backward trace: saved primals keep the forward input's id, other saved tensors the forward
+    # node's name, tangents tangents_<k>
+    fw_ph_to_id = {p.name: iid for p, iid in zip(fw_ph, fw_ph_ids)}
+    bw_ids = [fw_ph_to_id.get(p.name, p.name) if not is_tangent[i] else p.name for i, p in enumerate(bw_ph)]
+    bw_metas = [tensor_meta(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(bw_ph, bw_args)]
+    for i, (p, s) in enumerate(zip(bw_ph, bw_args)):
+        traced = bw_metas[i]
+        if traced["shape"] != s.meta["shape"] or traced["dtype"] != s.meta["dtype"]:
+            log(f"  warning: {bwd_name}: input {p.name}: traced as {traced}, called with {s.meta}")
+            notes.append(f"input {p.name}: traced as {traced}, PyTorch passed {s.meta}")
+        elif traced.get("stride") != s.meta.get("stride"):
+            notes.append(f"input {p.name}: traced strides {traced.get('stride')}, PyTorch passed "
+                         f"{s.meta.get('stride')} (the trace keeps the traced ones)")
+    bw_extra = []
+    for i in range(len(bw_ph)):
+        if is_tangent[i]:
+            bw_extra.append({"role": "tangent"})
+        else:
+            e = {"role": "saved"}
+            if i in from_pos and fw_out_ids[from_pos[i]] is not None:
+                e["from"] = {"trace": fwd_name, "output": fw_out_ids[from_pos[i]]}
+            bw_extra.append(e)
+    bsrc = dict(bwd_source)
+    bsrc["forward_trace"] = fwd_name
+    bwd, bw_out_ids, bw_ph_ids = build_trace(bw_gm, bwd_name, bsrc, bw_ids, bw_metas,
+                                             [s.stats for s in bw_args], bw_extra, node_stats=bw_node_stats)
+    bwd["output_roles"] = {oid: "grad" for oid in bw_out_ids if oid is not None}
+    if len(bw_outs) == len(fw_ph):  # one gradient per forward input, None where none
+        bwd["grad_of"] = {oid: {"trace": fwd_name, "input": fw_ph_ids[i]}
+                          for i, oid in enumerate(bw_out_ids) if oid is not None}
+        for i, oid in enumerate(bw_out_ids):
+            if oid is not None and bw_results[i].is_tensor and bw_results[i].meta["shape"] != fw_metas[i]["shape"]:
+                log(f"  warning: {bwd_name}: gradient {oid} has shape {bw_results[i].meta['shape']}, "
+                    f"input {fw_ph_ids[i]} {fw_metas[i]['shape']}")
+    else:
+        notes.append(f"backward returns {len(bw_outs)} values for {len(fw_ph)} forward inputs: grad_of omitted")
+    if notes:
+        fwd["source"]["notes"] = list(notes)
+        bwd["source"]["notes"] = list(notes)
+
+    goldens = {}
+    if golden:
+        for trace, ids, arg_snaps, out_ids, res_snaps in (
+                (fwd, fw_ph_ids, fw_args, fw_out_ids, fw_results),
+                (bwd, bw_ph_ids, bw_args, bw_out_ids, bw_results)):
+            st = {}
+            for iid, s in zip(ids, arg_snaps):
+                st[iid] = s.value
+            for oid, s in zip(out_ids, res_snaps):
+                if oid is not None and s.value is not None and oid not in st:
+                    st[oid] = s.value
+            goldens[trace["name"]] = st
+    return fwd, bwd, goldens
+
+
+def attach_golden(trace, tensors, out_dir, note):
+    """Write {value id: tensor} as <out_dir>/<trace name>.safetensors and point trace["golden"] at it."""
+    import os
+    fname = trace["name"] + ".safetensors"
+    write_safetensors(os.path.join(out_dir, fname), tensors)
+    trace["golden"] = {"file": fname, "tensors": sorted(tensors.keys()), "note": note}
+
+
+def ops_summary(trace):
+    return sorted(set(n["op"] for n in trace["nodes"]))
