@@ -74,6 +74,11 @@ struct Value {
   /// the trace gives none) and, for a saved input, the forward output it is.
   std::string role;
   std::optional<ForwardOutputRef> from;
+  /// A graph input that is the same tensor as an earlier input (traces/SCHEMA.md "same_as":
+  /// aot_autograd's default partitioner saves `rsqrt` and `aten.alias(rsqrt)` for the backward):
+  /// that input's value index, else -1. Inputs are generated equal; the canonical form reads the
+  /// earlier one.
+  int same_as = -1;
 };
 
 /// A node operand: a tensor (value index) or a Python scalar.

@@ -18,6 +18,7 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
   for (int v : g.inputs) {
     if (std::find(skip.begin(), skip.end(), v) != skip.end()) continue;
     const Value& val = g.values[v];
+    if (val.same_as >= 0) continue;  // the same tensor as an earlier input: copied below
     const TensorMeta& layout = val.meta;
     const ValueStats st = val.stats.value_or(ValueStats{});
     for (int64_t s : layout.stride)
@@ -54,6 +55,9 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
       out[v] = strided_view(storage, layout);
     }
   }
+  for (int v : g.inputs)
+    if (g.values[v].same_as >= 0 && out.count(g.values[v].same_as))
+      out[v] = out.at(g.values[v].same_as);
   return out;
 }
 

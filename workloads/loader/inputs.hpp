@@ -22,7 +22,8 @@ namespace replay {
 /// Throws std::invalid_argument naming the input when a recorded stride is negative (its storage
 /// elements would not be numbered from 0). Inputs listed in `skip` (value indices) are left out:
 /// a backward's saved inputs that come from its forward's reference instead; each other input's
-/// values do not depend on what is skipped.
+/// values do not depend on what is skipped. An input marked `same_as` another gets that one's
+/// values (unless that one is skipped).
 std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
                                           const std::vector<int>& skip = {});
 

@@ -196,6 +196,20 @@ class Parser {
                      "': a trace name, not a path (the forward is <name>.json beside this file)");
       g_.values[v].from = ForwardOutputRef{trace, f["output"].get<std::string>()};
     }
+    if (in.contains("same_as")) {  // the same tensor as an earlier input
+      if (!in["same_as"].is_string()) fail(id, "expected \"same_as\" to be an input id");
+      const std::string other = in["same_as"].get<std::string>();
+      const int o = g_.find_value(other);
+      if (o < 0 || !g_.values[o].graph_input || o == v)
+        fail(id, "\"same_as\" names '" + other + "', which is not an earlier input");
+      const TensorMeta& a = g_.values[o].meta;
+      const TensorMeta& b = g_.values[v].meta;
+      if (a.shape != b.shape || a.stride != b.stride || a.dtype != b.dtype)
+        fail(id, "\"same_as\" input '" + other + "' is " + a.str() + " with strides " +
+                     shape_str(a.stride) + "; this input is " + b.str() + " with strides " +
+                     shape_str(b.stride));
+      g_.values[v].same_as = g_.values[o].same_as >= 0 ? g_.values[o].same_as : o;
+    }
     g_.inputs.push_back(v);
   }
 
