@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tracelib import (SCHEMA, DTYPE_NAMES, ST_DTYPES, tensor_meta, encode_arg, op_name,  # noqa: E402,F401
-                      value_stats, graph_to_trace, build_trace, placeholders, output_args,
+                      value_stats, graph_to_trace, build_trace, node_output_stats, placeholders, output_args,
                       write_safetensors, write_json)
 import models  # noqa: E402
 
@@ -147,7 +147,8 @@ def run_inference(args, wl, builder, shape, golden):
         torch.testing.assert_close(o, e, rtol=1.6e-2, atol=1e-2)
     source.update(common_source(args))
     source["method"] = "functorch.compile.aot_function + torch._inductor.decomposition.select_decomp_table, no_grad"
-    trace = graph_to_trace(gm, inputs, input_names, name, source)
+    _, node_stats = node_output_stats(gm, inputs)  # every node output's stats (SCHEMA.md, Cut nodes)
+    trace = graph_to_trace(gm, inputs, input_names, name, source, node_stats=node_stats)
     if golden:
         st = {nm: t for nm, t in zip(input_names, inputs)}
         st.update({oid: o for oid, o in zip(trace["outputs"], outs)})
@@ -201,20 +202,22 @@ class GraphRecorder:
         self.fw_gm = self.bw_gm = None
         self.fw_args = self.fw_results = self.bw_args = self.bw_results = None
         self.fw_calls = self.bw_calls = 0
+        self.fw_node_stats = self.bw_node_stats = None
 
     def _wrap(self, gm, which):
         def run(args):
             args = list(args)
             snaps_in = [Snap(a, self.keep) for a in args]
-            out = gm(*args)
+            # Node by node, as gm's forward runs, keeping every node output's stats.
+            out, node_stats = node_output_stats(gm, args)
             outs = list(out) if isinstance(out, (list, tuple)) else [out]
             snaps_out = [Snap(o, self.keep) for o in outs]
             if which == "fw":
                 self.fw_calls += 1
-                self.fw_args, self.fw_results = snaps_in, snaps_out
+                self.fw_args, self.fw_results, self.fw_node_stats = snaps_in, snaps_out, node_stats
             else:
                 self.bw_calls += 1
-                self.bw_args, self.bw_results = snaps_in, snaps_out
+                self.bw_args, self.bw_results, self.bw_node_stats = snaps_in, snaps_out, node_stats
             return out
 
         run._boxed_call = True
@@ -390,7 +393,8 @@ def run_training(args, wl, builder, shape, golden):
     fw_metas = [tensor_meta(p.meta["val"]) if _is_tensor_val(p) else s.meta for p, s in zip(fw_ph, rec.fw_args)]
     fw_extra = [{"role": role, "requires_grad": bool(rg)} for role, rg in zip(case.roles, case.requires_grad)]
     fwd, fw_out_ids, fw_ph_ids = build_trace(fw_gm, fwd_name, src, list(case.names), fw_metas,
-                                             [s.stats for s in rec.fw_args], fw_extra)
+                                             [s.stats for s in rec.fw_args], fw_extra,
+                                             node_stats=rec.fw_node_stats)
     roles = {}
     saved_fw_pos = set(from_pos.values())
     for pos, oid in enumerate(fw_out_ids):
@@ -431,7 +435,8 @@ def run_training(args, wl, builder, shape, golden):
     if notes:
         bsrc["notes"] = notes
     bwd, bw_out_ids, bw_ph_ids = build_trace(bw_gm, bwd_name, bsrc, bw_ids, bw_metas,
-                                             [s.stats for s in rec.bw_args], bw_extra)
+                                             [s.stats for s in rec.bw_args], bw_extra,
+                                             node_stats=rec.bw_node_stats)
     bwd["output_roles"] = {oid: "grad" for oid in bw_out_ids if oid is not None}
     if len(bw_outs) == len(fw_ph):  # one gradient per forward input, None where none
         bwd["grad_of"] = {oid: {"trace": fwd_name, "input": fw_ph_ids[i]}

@@ -3,7 +3,8 @@
 - the replay-trace/1 encoding of FX graphs (tensor metadata, arguments, nodes, outputs);
 - the safetensors sidecar (written through safetensors.torch when it can, else by hand), and a
   reader with the same fallback;
-- value statistics of a tensor (the "stats" of a trace input).
+- value statistics of a tensor (the "stats" of a trace input and, through NodeStats, of every
+  node output).
 
 The format is documented in traces/SCHEMA.md.
 """
@@ -115,18 +116,24 @@ def output_args(gm):
     raise RuntimeError("graph has no output node")
 
 
+def _opaque(v):
+    """{"opaque": what it was} for a result that is no tensor the format holds: None, an int (flash
+    attention's max_q), a tensor of a dtype the format lacks (its uint64 RNG state). The loader
+    rejects it on an op the harness runs, and on a cut node's output that the graph reads
+    (traces/SCHEMA.md, "Cut nodes")."""
+    if isinstance(v, torch.Tensor):
+        return {"opaque": f"{v.dtype}{list(v.shape)}"}
+    return {"opaque": "None" if v is None else type(v).__name__}
+
+
 def _val_meta(node):
     """Metadata of the value(s) a call_function node produces, from FX's meta['val']."""
     val = node.meta.get("val")
     if isinstance(val, (list, tuple)):
-        metas = []
-        for k, v in enumerate(val):
-            if not isinstance(v, torch.Tensor):
-                raise RuntimeError(f"node {node.name}: output {k} is {type(v).__name__}, not a tensor")
-            metas.append(tensor_meta(v))
-        return metas
+        return [tensor_meta(v) if isinstance(v, torch.Tensor) and v.dtype in DTYPE_NAMES else _opaque(v)
+                for v in val]
     if isinstance(val, torch.Tensor):
-        return [tensor_meta(val)]
+        return [tensor_meta(val) if val.dtype in DTYPE_NAMES else _opaque(val)]
     if node.op == "call_function" and op_name(node.target) == "getitem":  # no meta: take it from the source
         src, idx = node.args[0], node.args[1]
         sval = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
@@ -135,12 +142,44 @@ def _val_meta(node):
     return []
 
 
-def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_extra=None, world_size=1):
+class NodeStats(torch.fx.Interpreter):
+    """Runs a GraphModule node by node, as its own forward does, and keeps value_stats of every
+    call_function result that is a tensor of a dtype the format has (per output for a tuple):
+    `stats[node name]` = [stats or None per output]. build_trace writes them on the nodes'
+    outputs, so that a node the harness cannot run can be cut out of the graph with its outputs
+    drawn from what PyTorch computed (traces/SCHEMA.md, "Cut nodes")."""
+
+    def __init__(self, gm):
+        super().__init__(gm)
+        self.stats = {}
+
+    def run_node(self, n):
+        r = super().run_node(n)
+        if n.op == "call_function":
+            vals = r if isinstance(r, (list, tuple)) else [r]
+            self.stats[n.name] = [value_stats(v) if isinstance(v, torch.Tensor) and v.dtype in DTYPE_NAMES
+                                  else None for v in vals]
+        return r
+
+
+def node_output_stats(gm, args):
+    """(results, stats) of running `gm` on `args` through NodeStats: what gm(*args) returns, and
+    the stats of every node's outputs."""
+    rec = NodeStats(gm)
+    with torch.no_grad():
+        out = rec.run(*args)
+    return out, rec.stats
+
+
+def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_extra=None, world_size=1,
+                node_stats=None):
     """Encode GraphModule `gm` as a replay-trace/1 object.
 
     input_ids: the wanted id of each placeholder, in order (an id that would collide with a node
     name keeps the placeholder's own FX name instead); input_metas / input_stats: per placeholder;
-    input_extra: per placeholder, a dict of extra fields ("role", "from", ...) or None.
+    input_extra: per placeholder, a dict of extra fields ("role", "from", ...) or None;
+    node_stats: {node name: [stats or None per output]} (node_output_stats), written as "stats" on
+    the nodes' outputs, or None.
 
     Returns (trace, out_ids, ph_ids): out_ids[i] is the trace value id of the graph's i-th output
     (None where the graph returns None); ph_ids[i] the id given to placeholder i. A value the graph
@@ -194,6 +233,9 @@ def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_ext
     for n in gm.graph.nodes:
         if n.op == "call_function":
             outs = _val_meta(n)
+            for k, st in enumerate((node_stats or {}).get(n.name, [])):
+                if st is not None and k < len(outs) and "shape" in outs[k]:
+                    outs[k]["stats"] = st
             opn = op_name(n.target)
             trace["nodes"].append({
                 "id": n.name,
@@ -226,8 +268,9 @@ def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_ext
             taken_ids.add(alias_id)
             if vid not in value_meta:
                 raise RuntimeError(f"{name}: no metadata for duplicated output '{vid}'")
+            alias_meta = {k: v for k, v in value_meta[vid].items() if k != "stats"}
             trace["nodes"].append({"id": alias_id, "op": "aten.alias.default", "args": [{"ref": vid}],
-                                   "kwargs": {}, "outputs": [dict(value_meta[vid])]})
+                                   "kwargs": {}, "outputs": [alias_meta]})
             value_meta[alias_id] = value_meta[vid]
             vid = alias_id
             key = alias_id
@@ -237,10 +280,12 @@ def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_ext
     return trace, out_ids, ph_ids
 
 
-def graph_to_trace(gm, inputs, input_names, name, source, world_size=1):
-    """The forward-inference encoding (real input tensors, their metadata and stats)."""
+def graph_to_trace(gm, inputs, input_names, name, source, world_size=1, node_stats=None):
+    """The forward-inference encoding (real input tensors, their metadata and stats; node_stats as
+    build_trace takes it)."""
     trace, _, _ = build_trace(gm, name, source, list(input_names), [tensor_meta(t) for t in inputs],
-                              [value_stats(t) for t in inputs], world_size=world_size)
+                              [value_stats(t) for t in inputs], world_size=world_size,
+                              node_stats=node_stats)
     return trace
 
 
