@@ -465,7 +465,13 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     std::vector<int> draws, cut_drawn;  // inputs whose values PyTorch's golden run did not see
     for (int v : g.inputs) {
       if (g.values[v].uniform) draws.push_back(v);
-      if (g.values[v].cut >= 0 && !inputs.golden.count(g.values[v].name)) cut_drawn.push_back(v);
+      if (g.values[v].cut < 0) continue;
+      if (!inputs.golden.count(g.values[v].name)) {
+        cut_drawn.push_back(v);
+        continue;
+      }
+      for (auto& o : tr.cut_nodes[static_cast<size_t>(g.values[v].cut)].outputs)
+        o.golden = o.golden || o.value == g.values[v].name;
     }
     const std::vector<bool> random = depends_on(g, draws);
     if (!draws.empty())

@@ -125,14 +125,15 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
 nlohmann::json to_json(const CutNode& c) {
   nlohmann::json outs = nlohmann::json::array();
   for (const auto& o : c.outputs)
-    outs.push_back({{"value", o.value},
-                    {"index", o.index},
-                    {"stats",
-                     {{"mean", o.stats.mean},
-                      {"std", o.stats.std},
-                      {"min", o.stats.min},
-                      {"max", o.stats.max}}},
-                    {"stats_source", o.recorded ? "recorded" : "synthetic"}});
+    outs.push_back(
+        {{"value", o.value},
+         {"index", o.index},
+         {"stats",
+          {{"mean", o.stats.mean},
+           {"std", o.stats.std},
+           {"min", o.stats.min},
+           {"max", o.stats.max}}},
+         {"stats_source", o.golden ? "golden" : (o.recorded ? "recorded" : "synthetic")}});
   return {{"node", c.id}, {"op", c.op}, {"reason", c.reason}, {"outputs", outs}};
 }
 

@@ -135,7 +135,8 @@ struct RunResult {
 nlohmann::json to_json(const RunResult& r);
 
 /// A cut node as results.json and `replay plan` write it: {"node", "op", "reason", "outputs":
-/// [{"value", "index", "stats": {mean, std, min, max}, "stats_source": "recorded" | "synthetic"}]}.
+/// [{"value", "index", "stats": {mean, std, min, max}, "stats_source": "recorded" | "synthetic" |
+/// "golden" (the value was PyTorch's, from the golden file)}]}.
 nlohmann::json to_json(const CutNode& c);
 
 }  // namespace replay

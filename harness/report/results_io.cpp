@@ -281,9 +281,10 @@ TraceResult read_trace(const JNode& n) {
         out.stats = {st.at("mean").num(), st.at("std").num(), st.at("min").num(),
                      st.at("max").num()};
         const JNode src = o.at("stats_source");
-        if (src.str() != "recorded" && src.str() != "synthetic")
-          src.fail("expected \"recorded\" or \"synthetic\", got \"" + src.str() + "\"");
-        out.recorded = src.str() == "recorded";
+        if (src.str() != "recorded" && src.str() != "synthetic" && src.str() != "golden")
+          src.fail("expected \"recorded\", \"synthetic\" or \"golden\", got \"" + src.str() + "\"");
+        out.recorded = src.str() != "synthetic";  // a golden value's stats were recorded too
+        out.golden = src.str() == "golden";
         cn.outputs.push_back(out);
       }
       t.cut_nodes.push_back(std::move(cn));

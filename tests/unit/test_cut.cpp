@@ -259,6 +259,7 @@ TEST(CutGraph, ResultsAndReportsNameTheCut) {
   EXPECT_EQ(cut[1].at("node"), "sdpa");
   EXPECT_EQ(cut[1].at("op"), "aten._scaled_dot_product_flash_attention.default");
   EXPECT_EQ(cut[1].at("outputs").at(0).at("stats_source"), "recorded");
+  EXPECT_EQ(cut[1].at("outputs").at(1).at("stats_source"), "golden");  // logsumexp: PyTorch's
   EXPECT_EQ(j.at("traces").at(0).at("golden_not_compared").size(), 1u);
   // Round trip (merge and compare read results.json back).
   const RunResult back = results_from_json(j, "<results>");
@@ -272,6 +273,10 @@ TEST(CutGraph, ResultsAndReportsNameTheCut) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("not compared: attn_residual"), std::string::npos);
+  EXPECT_NE(md.find("outputs getitem_2 drawn from recorded stats; outputs getitem_3 taken from "
+                    "the golden file"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("1 trace(s) replayed with their graph cut"), std::string::npos);
   const std::string html = render_html(run);
   EXPECT_NE(html.find("<b>graph cut:</b> node &#39;sdpa&#39;"), std::string::npos)

@@ -69,9 +69,11 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 }
 
 std::string CutNode::describe() const {
-  std::string recorded, synthetic;
+  std::string recorded, synthetic, golden;
   for (const Output& o : outputs) {
-    if (o.recorded) {
+    if (o.golden) {
+      golden += (golden.empty() ? "" : ", ") + o.value;
+    } else if (o.recorded) {
       recorded += (recorded.empty() ? "" : ", ") + o.value;
     } else {
       char buf[96];
@@ -82,6 +84,7 @@ std::string CutNode::describe() const {
   std::string line = "node '" + id + "': " + reason;
   if (outputs.empty()) line += "; the graph reads none of its outputs";
   if (!recorded.empty()) line += "; outputs " + recorded + " drawn from recorded stats";
+  if (!golden.empty()) line += "; outputs " + golden + " taken from the golden file";
   if (!synthetic.empty())
     line += "; outputs " + synthetic + " drawn from synthetic stats (none recorded)";
   return line;

@@ -138,6 +138,9 @@ struct CutNode {
     int index = 0;          ///< which output of the node
     ValueStats stats;       ///< what its values are drawn from
     bool recorded = false;  ///< stats recorded by the capture; false: the synthetic default
+    /// Set by the runner: the value was taken from the golden file (a graph output PyTorch
+    /// returned), not drawn from the stats.
+    bool golden = false;
   };
   std::vector<Output> outputs;  ///< outputs the graph reads, in the order it first reads them
   /// One line for the console and the reports: "node 'X': unsupported op 'aten.Y'; outputs a, b
