@@ -73,11 +73,13 @@ ReplayInputs make_inputs(const Graph& g, uint64_t seed, const std::vector<int>& 
       in.golden[name.substr(g.golden->prefix.size())] = std::move(t);
   const std::map<int, HostTensor> drawn = generate_inputs(g, seed);  // random ops' draws
   for (int v : g.inputs) {
-    if (g.values[v].uniform) {
+    auto it = in.golden.find(g.values[v].name);
+    // A cut node's output (Value::cut): PyTorch's value where the golden file holds it (a graph
+    // output), else drawn from its stats like a generated input.
+    if (g.values[v].uniform || (g.values[v].cut >= 0 && it == in.golden.end())) {
       in.values[v] = drawn.at(v);
       continue;
     }
-    auto it = in.golden.find(g.values[v].name);
     if (it == in.golden.end())
       throw TraceError(g.golden->path, g.values[v].name, "golden file lacks this graph input");
     if (it->second.meta.shape != g.meta(v).shape || it->second.meta.dtype != g.meta(v).dtype)

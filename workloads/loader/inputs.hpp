@@ -34,7 +34,9 @@ struct ReplayInputs {
   std::map<std::string, HostTensor> golden;  ///< every tensor of the golden sidecar (outputs too)
 };
 
-/// Golden inputs when `g` has a sidecar, else generate_inputs(g, seed). Throws TraceError naming
+/// Golden inputs when `g` has a sidecar, else generate_inputs(g, seed). With a sidecar, random
+/// ops' hidden inputs and the outputs of cut nodes (Value::cut) that the sidecar does not hold
+/// are generated from `seed` as generate_inputs does. Throws TraceError naming
 /// the sidecar and the input when the sidecar lacks a graph input or disagrees on its shape.
 /// `skip`: as generate_inputs (not used with golden inputs).
 ReplayInputs make_inputs(const Graph& g, uint64_t seed, const std::vector<int>& skip = {});
