@@ -193,14 +193,17 @@ TEST(IndexingRef, EmbeddingBackwardPaddingAndScale) {
   EXPECT_EQ(values(scaled[0]), (std::vector<double>{3, 4, 7, 8, 3, 4}));
 }
 
-// An index outside its dim: the reference names the node and the index, never reads past the
-// tensor. index.Tensor wraps negative indices; gather and embedding do not.
+// An index outside its dim: the reference names the trace, the node and the index (TraceError:
+// bad input), never reads past the tensor. index.Tensor wraps negative indices; gather and
+// embedding do not.
 TEST(IndexingRef, OutOfRangeIndexIsAnError) {
   auto expect_error = [](const std::string& op, const std::vector<In>& in, const json& args) {
     try {
       run_op(op, in, args);
       ADD_FAILURE() << op << " accepted an out-of-range index";
-    } catch (const std::invalid_argument& e) {
+    } catch (const TraceError& e) {
+      EXPECT_EQ(e.node(), "y");
+      EXPECT_EQ(e.file(), "<test>");
       EXPECT_NE(std::string(e.what()).find("node 'y'"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("out of bounds"), std::string::npos) << e.what();
     }

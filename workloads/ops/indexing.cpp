@@ -1,7 +1,7 @@
 // Indexing, scatter, scan and sort ops: one row each (see op.hpp). The addressing of the index
 // and scatter family is shared with the eager lowering (indexing.hpp). The float64 reference
-// checks every index it reads: one out of range throws std::invalid_argument naming the node,
-// the index and the dim's size (PyTorch raises the same on the host or asserts on the device).
+// checks every index it reads: one out of range throws TraceError naming the trace, the node,
+// the index and the dim's size (bad input, exit 2: PyTorch raises or asserts on the device).
 //
 // Orders and ties, as PyTorch defines them:
 //   argmax / argmin   the first index of the extreme value; NaN counts as the extreme.
@@ -25,6 +25,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "workloads/ir/error.hpp"
 #include "workloads/ops/eigen_ref.hpp"
 #include "workloads/ops/row_util.hpp"
 
@@ -428,9 +429,9 @@ int64_t checked_index(double v, const IndexAddressing::Index& ix, bool wrap, con
   const auto i = static_cast<int64_t>(v);
   const int64_t w = wrap && i < 0 ? i + ix.size : i;
   if (w < 0 || w >= ix.size)
-    throw std::invalid_argument("node '" + n.id + "' (" + std::string(op_name(n.op)) + "): index " +
-                                std::to_string(i) + " is out of bounds for a dim of size " +
-                                std::to_string(ix.size));
+    throw TraceError("", n.id,
+                     std::string(op_name(n.op)) + ": index " + std::to_string(i) +
+                         " is out of bounds for a dim of size " + std::to_string(ix.size));
   return w;
 }
 
