@@ -10,12 +10,16 @@
 #include <set>
 
 #include "harness/report/numerics.hpp"
+#include "impls/fusions/registry.hpp"
 #include "impls/reference/reference.hpp"
+#include "opcorpus.hpp"
 #include "test_util.hpp"
 #include "workloads/ir/error.hpp"
+#include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/ops/core_aten.hpp"
 #include "workloads/ops/op.hpp"
+#include "workloads/plan/plan.hpp"
 
 using namespace replay;
 using namespace replay::test;
@@ -300,4 +304,40 @@ TEST(IndexingNumerics, IndicesComparedUpToTies) {
   EXPECT_TRUE(check("aten.sort.default", sort, json::object(), {3, 0, 2, 1}, {3, 0, 1, 2}));
   EXPECT_FALSE(check("aten.sort.default", sort, json::object(), {3, 0, 2, 1}, {0, 3, 1, 2}));
   EXPECT_FALSE(check("aten.sort.stable", sort, {{"stable", true}}, {3, 0, 2, 1}, {3, 0, 1, 2}));
+}
+
+// The op corpus compares PyTorch's 16-bit cumsum (every partial sum rounded) with wider bounds
+// (tests/unit/opcorpus.hpp): they still catch a wrong scan. An exclusive scan, or one that drops
+// a row's last term, fails every 16-bit case; the reference passes.
+TEST(IndexingNumerics, WiderCumsumBoundsStillCatchAWrongScan) {
+  int checked = 0;
+  for (const auto& c : load_opcorpus(opcorpus_dir() + "/aten_cumsum_default.json")) {
+    const int v = c.g.outputs.at(0);
+    const DType t = c.g.meta(v).dtype;
+    if (t != DType::kBFloat16 && t != DType::kFloat16) continue;
+    SCOPED_TRACE(c.label());
+    const ReplayInputs in = make_inputs(c.g, 1);
+    const auto ref = run_reference(c.g, in.values);
+    const HostTensor& golden = in.golden.at(c.g.values[v].name);
+    const Plan plan = make_plan(c.g, fusion_registry());
+    const NumericsBounds b =
+        pytorch_bounds(c, v, output_bounds(c.g, plan, default_value_bounds(c.g), v));
+    EXPECT_TRUE(check_numerics("y", ref.at(v), golden, b).pass());
+    const Node& n = c.g.nodes.at(0);
+    const Shape& s = c.g.meta(v).shape;
+    int64_t inner = 1;
+    for (size_t d = n.dim + 1; d < s.size(); ++d) inner *= s[d];
+    const int64_t len = s[n.dim];
+    HostTensor exclusive = ref.at(v), short_row = ref.at(v);
+    const HostTensor& x = in.values.at(c.g.inputs.at(0));
+    for (size_t i = 0; i < exclusive.data.size(); ++i) {
+      const int64_t j = (static_cast<int64_t>(i) / inner) % len;
+      exclusive.data[i] = round_to(t, ref.at(v).data[i] - x.data[i]);
+      if (j == len - 1) short_row.data[i] = round_to(t, ref.at(v).data[i] - x.data[i]);
+    }
+    EXPECT_FALSE(check_numerics("y", exclusive, golden, b).pass());
+    EXPECT_FALSE(check_numerics("y", short_row, golden, b).pass());
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
 }
