@@ -33,6 +33,7 @@
 #include "impls/reference/saved_inputs.hpp"
 #include "workloads/ir/error.hpp"
 #include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/core_aten.hpp"
 #include "workloads/ops/op.hpp"
 #include "workloads/plan/plan.hpp"
 
@@ -111,6 +112,12 @@ int cmd_list(const std::string& traces_dir) {
   }
   std::cout << "\nSupported ops (" << kOpCount << ", plus FX's getitem):\n";
   for (const OpDef* op : all_ops()) std::cout << "  " << op->name << "\n";
+  const CoreAtenCoverage core = core_aten_coverage();
+  std::cout << "\nCore ATen coverage: " << core.covered << " of " << core.total << " overloads\n  ("
+            << core.source << ")\n  not covered:";
+  for (size_t i = 0; i < core.missing.size(); ++i)
+    std::cout << (i % 4 == 0 ? "\n    " : "  ") << core.missing[i];
+  std::cout << "\n";
   return kExitOk;
 }
 
