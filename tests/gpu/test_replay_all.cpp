@@ -4,6 +4,7 @@
 // Skip visibly without a CUDA device.
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "gpu_test_util.hpp"
@@ -20,13 +21,46 @@ using namespace replay::test;
 
 namespace {
 
-// Every bundled trace, found at test registration.
+// Every bundled trace (and the small byog captures), found at test registration.
 std::vector<std::string> bundled_traces() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(REPLAY_TRACES_DIR))
-    if (e.path().extension() == ".json") out.push_back(e.path().stem().string());
-  std::sort(out.begin(), out.end());
-  return out;
+  return bundled_trace_names();
+}
+
+// Captured graphs whose region runs eagerly in the fused variants, and why: the gaps this suite
+// tracks (a trace that starts to fuse fails here until it leaves the list).
+const std::map<std::string, std::string> kKnownFallbacks = {
+    // The default partitioner saves the float32 normalized value (the region's output) for the
+    // backward; the kernels write the output in x's dtype (bfloat16).
+    {"byog/gemma_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
+    {"byog/gemma2_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
+    {"byog/gemma3_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
+    {"byog/gemma3_qk_norm_default_train_fwd_2x8x4x64", "output dtype differs from the input dtype"},
+    {"byog/olmo2_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
+    // The per-head norm's backward gets dy as a transposed [B, H, T, D] view.
+    {"byog/gemma3_qk_norm_mincut_train_bwd_2x8x4x64",
+     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
+    {"byog/qwen3_qk_norm_mincut_train_bwd_2x8x4x64",
+     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
+    {"byog/decoder/qwen3_decoder_layer_mincut_train_bwd_2x64x256",
+     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
+};
+
+// Every region runs fused, or the trace is a known gap that falls back for its stated reason.
+void expect_fused_or_known(const Plan& plan, const GpuProgram& prog, const std::string& variant,
+                           const std::string& trace) {
+  auto known = kKnownFallbacks.find(trace);
+  if (known == kKnownFallbacks.end())
+    return expect_fused_where_available(plan, prog, variant, trace);
+  bool fell_back = false, has_variant = false;
+  for (size_t r = 0; r < plan.regions.size(); ++r) {
+    has_variant |= plan.regions[r].fusion->find_variant(variant) != nullptr;
+    const std::string why = prog.fallback_reason(static_cast<int>(r));
+    if (why.empty()) continue;
+    fell_back = true;
+    EXPECT_NE(why.find(known->second), std::string::npos) << trace << " " << variant << ": " << why;
+  }
+  EXPECT_TRUE(fell_back || !has_variant)
+      << trace << " " << variant << " fuses now: take it off kKnownFallbacks";
 }
 
 class BundledTrace : public ::testing::TestWithParam<std::string> {};
@@ -37,7 +71,7 @@ class BundledTrace : public ::testing::TestWithParam<std::string> {};
 // (generated inputs, also for traces that carry PyTorch's), outputs poisoned before each run.
 TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
   REQUIRE_GPU();
-  Graph g = load_trace(trace_path(GetParam()));
+  Graph g = load_trace(trace_path(GetParam()), cut_options());
   Plan plan = make_plan(g, fusion_registry());
   const auto bounds = default_value_bounds(g);
   for (uint64_t seed = 1; seed <= 20; ++seed) {
@@ -45,7 +79,7 @@ TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
     for (const auto& variant : plan_variants(plan)) {
       if (!variant.is_gpu()) continue;
       GpuProgram prog(g, plan, variant.name, ref, nullptr);
-      expect_fused_where_available(plan, prog, variant.name, g.name);
+      expect_fused_or_known(plan, prog, variant.name, GetParam());
       prog.poison_outputs(nullptr);
       prog.run_all(LaunchContext{});
       for (int v : g.outputs) {
@@ -69,7 +103,7 @@ TEST_P(BundledTrace, CapturedCudaGraphWritesWhatTheProgramWrites) {
   static const std::set<std::string> kRealistic = {
       "nanogpt_layernorm_train_bwd_16x1024x1600",
       "float8_linear_rowwise_train_fwd_2x4096x4096x4096", "litgpt_rope_train_bwd_2x4096x40x40x128"};
-  Graph g = load_trace(trace_path(GetParam()));
+  Graph g = load_trace(trace_path(GetParam()), cut_options());
   if (!g.golden && !kRealistic.count(GetParam()))
     GTEST_SKIP() << "realistic shape: its float64 reference takes too long for this test";
   Plan plan = make_plan(g, fusion_registry());
@@ -109,7 +143,7 @@ TEST_P(BundledTrace, CapturedCudaGraphWritesWhatTheProgramWrites) {
 
 // Named by trace, so --gtest_filter can pick shapes (e.g. -*2x4096x*).
 INSTANTIATE_TEST_SUITE_P(Traces, BundledTrace, ::testing::ValuesIn(bundled_traces()),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& info) { return test_name(info.param); });
 
 // The steps one by one (what the per-step host enqueue times) are the whole replay: labelled by the
 // node ids of the ops that launch (views launch nothing), and run in order they write what

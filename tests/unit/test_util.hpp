@@ -1,6 +1,7 @@
 // Helpers shared by the unit and GPU tests: bundled trace paths and small synthetic traces.
 #pragma once
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,28 @@ namespace replay::test {
 
 inline std::string trace_path(const std::string& name) {
   return std::string(REPLAY_TRACES_DIR) + "/" + name + ".json";
+}
+
+/// The bundled traces the shared GPU tests replay, as names for trace_path(): every trace in
+/// traces/, and of the captures in traces/byog/ (graphs captured through the torch.compile
+/// backend from transformers code) the small ones: those with PyTorch's golden tensors, and the
+/// decoder layers (traces/byog/decoder/, cut around attention).
+inline std::vector<std::string> bundled_trace_names() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  const fs::path root(REPLAY_TRACES_DIR);
+  for (const char* sub : {"", "byog", "byog/decoder"}) {
+    if (!fs::is_directory(root / sub)) continue;
+    for (const auto& e : fs::directory_iterator(root / sub)) {
+      if (e.path().extension() != ".json") continue;
+      fs::path st = e.path();
+      st.replace_extension(".safetensors");
+      if (std::string(sub) == "byog" && !fs::exists(st)) continue;
+      out.push_back((fs::path(sub) / e.path().stem()).generic_string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 inline nlohmann::json read_json(const std::string& path) {
