@@ -8,6 +8,7 @@
 
 #include "impls/reference/reference.hpp"
 #include "workloads/ir/strided_loop.hpp"
+#include "workloads/ops/nn.hpp"
 #include "workloads/ops/op.hpp"
 
 namespace replay {
@@ -338,8 +339,10 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     // terms (a tensorwise float8 scale's amax over 33M elements must not widen the bound of
     // everything downstream).
     const bool selects = n.op == Op::kAmax || n.op == Op::kAmin || n.op == Op::kMaxDim;
+    // nn ops (softmax, nll_loss, norms) sum along rows; dropout's backward is elementwise.
+    const bool nn_sums = def.kind == OpKind::kNn && nn_reduced_terms(g, n) > 1;
     const bool sums = (def.kind == OpKind::kReduction && !selects) || def.kind == OpKind::kMatmul ||
-                      n.op == Op::kAdd || n.op == Op::kSub;
+                      n.op == Op::kAdd || n.op == Op::kSub || nn_sums;
     Path p;
     for (const auto& o : n.operands)
       if (o.is_tensor()) {
@@ -386,6 +389,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       for (int64_t d : n.dims) terms *= shape.empty() ? 1 : shape[d];
       p.k = std::max(p.k, terms);
     }
+    if (def.kind == OpKind::kNn) p.k = std::max(p.k, nn_reduced_terms(g, n));
     if (def.kind == OpKind::kMatmul) {  // a dot product of K terms per output element
       const bool with_bias = n.op == Op::kAddmm || n.op == Op::kBaddbmm;
       const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;

@@ -51,6 +51,9 @@ TEST(OpTable, EveryOpHasACompleteRow) {
         case EagerLowering::kComposite:
           count = static_cast<size_t>(CompositeFn::kCount);
           break;
+        case EagerLowering::kNn:
+          count = static_cast<size_t>(NnFn::kCount);
+          break;
         default:
           break;
       }

@@ -121,6 +121,9 @@ def _val_meta(node):
     if isinstance(val, (list, tuple)):
         metas = []
         for k, v in enumerate(val):
+            if v is None:  # an output the op returns as None (a norm backward's output_mask)
+                metas.append(None)
+                continue
             if not isinstance(v, torch.Tensor):
                 raise RuntimeError(f"node {node.name}: output {k} is {type(v).__name__}, not a tensor")
             metas.append(tensor_meta(v))

@@ -74,6 +74,10 @@ struct Value {
   /// the trace gives none) and, for a saved input, the forward output it is.
   std::string role;
   std::optional<ForwardOutputRef> from;
+  /// An output the op returned as None (a `null` entry of the node's recorded outputs: the
+  /// gradients native_layer_norm_backward's output_mask turns off). Shape [0], never computed;
+  /// no node or graph output may read it (traces/SCHEMA.md, "None outputs").
+  bool none = false;
 };
 
 /// A node operand: a tensor (value index) or a Python scalar.
@@ -109,9 +113,13 @@ struct Node {
   std::vector<int64_t> sizes;            ///< split sizes, creation / as_strided shape
   std::vector<int64_t> strides;          ///< as_strided strides
   int64_t offset = 0;                    ///< as_strided storage offset; select index (normalized)
-  std::string mode;          ///< div rounding_mode ("", "trunc", "floor"), gelu approximate
-  std::vector<int> outputs;  ///< value indices
-  nlohmann::json raw;        ///< the node as written in the trace (for repro and errors)
+  std::string mode;  ///< div rounding_mode ("", "trunc", "floor"), gelu approximate, nll_loss
+                     ///< reduction ("none", "mean", "sum")
+  double eps = 0;    ///< native_layer_norm / native_group_norm epsilon
+  int64_t ignore_index = -100;    ///< nll_loss target value that contributes nothing
+  std::vector<bool> output_mask;  ///< norm backwards: which of (dx, dw, db) are computed
+  std::vector<int> outputs;       ///< value indices
+  nlohmann::json raw;             ///< the node as written in the trace (for repro and errors)
 };
 
 /// Golden tensors stored beside a trace (safetensors), keyed by value name.

@@ -69,5 +69,20 @@ enum class ReduceFn : uint8_t {
 enum class GemmFn : uint8_t { kMm, kAddmm, kBmm, kBaddbmm, kScaledMm, kCount };
 /// Ops that copy their operands into views of the output (impls/eager/lower.cpp).
 enum class CompositeFn : uint8_t { kCat, kSliceScatter, kSelectScatter, kCopy, kCount };
+/// The neural-network ops' kernels (impls/eager/nn.cu): one per op of workloads/ops/nn.cpp.
+enum class NnFn : uint8_t {
+  kSoftmax,
+  kLogSoftmax,
+  kSoftmaxBackward,
+  kLogSoftmaxBackward,
+  kNllLossForward,
+  kNllLossBackward,
+  kLayerNorm,
+  kLayerNormBackward,
+  kGroupNorm,
+  kGroupNormBackward,
+  kDropoutBackward,
+  kCount
+};
 
 }  // namespace replay

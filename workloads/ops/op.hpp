@@ -21,7 +21,16 @@
 namespace replay {
 
 /// An op's family (one family file each, see op_id.hpp).
-enum class OpKind : uint8_t { kPointwise, kReduction, kView, kCreation, kCopy, kMatmul, kRandom };
+enum class OpKind : uint8_t {
+  kPointwise,
+  kReduction,
+  kView,
+  kCreation,
+  kCopy,
+  kMatmul,
+  kRandom,
+  kNn
+};
 
 /// How the eager executor runs an op: a host-side alias (views; the row's `alias` gives the
 /// layout), one launch of a generic kernel with one of its functions, a GEMM (cuBLASLt), a
@@ -34,9 +43,10 @@ struct EagerLowering {
     kReduction,
     kGemm,
     kComposite,
-    kGenerated
+    kGenerated,
+    kNn  ///< the row-wise kernels of impls/eager/nn.cu (softmax, nll_loss, norms)
   } kernel = kAlias;
-  uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn or CompositeFn
+  uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn, CompositeFn or NnFn
 };
 constexpr EagerLowering eager_pointwise(PointwiseFn f) {
   return {EagerLowering::kPointwise, static_cast<uint8_t>(f)};
@@ -49,6 +59,9 @@ constexpr EagerLowering eager_gemm(GemmFn f) {
 }
 constexpr EagerLowering eager_composite(CompositeFn f) {
   return {EagerLowering::kComposite, static_cast<uint8_t>(f)};
+}
+constexpr EagerLowering eager_nn(NnFn f) {
+  return {EagerLowering::kNn, static_cast<uint8_t>(f)};
 }
 constexpr EagerLowering eager_alias() {
   return {EagerLowering::kAlias, 0};
@@ -92,6 +105,9 @@ struct RefArgs {
 struct OutSpec {
   Shape shape;
   std::optional<DType> dtype;
+  /// The op returns None here (a norm backward's output_mask entry is false): the trace records
+  /// `null`, and the value is a shape-[0] placeholder nothing reads (Value::none).
+  bool none = false;
 };
 
 struct OpDef {
@@ -141,6 +157,7 @@ std::span<const OpDef> creation_op_rows();
 std::span<const OpDef> copy_op_rows();
 std::span<const OpDef> matmul_op_rows();
 std::span<const OpDef> random_op_rows();
+std::span<const OpDef> nn_op_rows();
 
 /// Whether `rows` lists exactly the ops of `range`, in enum order (each family file
 /// static_asserts this on its table).
