@@ -6,11 +6,16 @@
 #include <cmath>
 #include <functional>
 
+#include "harness/report/numerics.hpp"
+#include "impls/fusions/registry.hpp"
 #include "impls/reference/reference.hpp"
+#include "opcorpus.hpp"
 #include "test_util.hpp"
 #include "workloads/ir/error.hpp"
+#include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/ops/op.hpp"
+#include "workloads/plan/plan.hpp"
 
 using namespace replay;
 using namespace replay::test;
@@ -286,4 +291,35 @@ TEST(NnOps, DropoutBackwardScalesKeptElements) {
   EXPECT_THROW(one_node("aten.native_dropout_backward.default", {t64({5}), t64({5})},
                         {ref("in0"), ref("in1"), 1.25}),
                std::exception);
+}
+
+// pytorch_bounds (opcorpus.hpp) widens the bounds of a 16-bit softmax backward for PyTorch's
+// rounding of g * y; they must still catch a wrong result: the reference passes against PyTorch,
+// a 2 % scale error or a forgotten "- sum(g y)" fails.
+TEST(NnOps, WidenedSoftmaxBackwardBoundsCatchAWrongResult) {
+  int checked = 0;
+  for (const auto& c :
+       load_opcorpus(opcorpus_dir() + "/aten__softmax_backward_data_default.json")) {
+    const int v = c.g.outputs[0];
+    const DType t = c.g.meta(v).dtype;
+    if (t != DType::kBFloat16 && t != DType::kFloat16) continue;
+    SCOPED_TRACE(c.label());
+    const ReplayInputs in = make_inputs(c.g, 1);
+    const auto vals = run_reference(c.g, in.values);
+    const NumericsBounds b = pytorch_bounds(
+        c, v, output_bounds(c.g, make_plan(c.g, fusion_registry()), default_value_bounds(c.g), v));
+    const HostTensor& golden = in.golden.at(c.g.values[v].name);
+    EXPECT_TRUE(check_numerics("dx", vals.at(v), golden, b).pass());
+    HostTensor scaled = vals.at(v), no_sum = vals.at(v);
+    const HostTensor &g = in.values.at(c.g.find_value("in0")),
+                     &y = in.values.at(c.g.find_value("in1"));
+    for (size_t i = 0; i < scaled.data.size(); ++i) {
+      scaled.data[i] = round_to(t, scaled.data[i] * 1.02);
+      no_sum.data[i] = round_to(t, g.data[i] * y.data[i]);
+    }
+    EXPECT_FALSE(check_numerics("dx", scaled, golden, b).pass());
+    EXPECT_FALSE(check_numerics("dx", no_sum, golden, b).pass());
+    ++checked;
+  }
+  EXPECT_GE(checked, 2);  // the bfloat16 and float16 cases
 }
