@@ -113,13 +113,14 @@ struct Node {
   std::vector<int64_t> sizes;            ///< split sizes, creation / as_strided shape
   std::vector<int64_t> strides;          ///< as_strided strides
   int64_t offset = 0;                    ///< as_strided storage offset; select index (normalized)
-  std::string mode;  ///< div rounding_mode ("", "trunc", "floor"), gelu approximate, nll_loss
-                     ///< reduction ("none", "mean", "sum")
-  double eps = 0;    ///< native_layer_norm / native_group_norm epsilon
-  int64_t ignore_index = -100;    ///< nll_loss target value that contributes nothing
+  std::string mode;          ///< div rounding_mode ("", "trunc", "floor"), gelu approximate
+  std::vector<int> outputs;  ///< value indices
+  nlohmann::json raw;        ///< the node as written in the trace (for repro and errors)
+
+  // nn ops (workloads/ops/nn.cpp); nll_loss's reduction is in `mode` ("none", "mean", "sum").
+  double eps = 0;                 ///< native_layer_norm / native_group_norm epsilon
+  int64_t ignore_index = -100;    ///< nll_loss: the target value that contributes nothing
   std::vector<bool> output_mask;  ///< norm backwards: which of (dx, dw, db) are computed
-  std::vector<int> outputs;       ///< value indices
-  nlohmann::json raw;             ///< the node as written in the trace (for repro and errors)
 };
 
 /// Golden tensors stored beside a trace (safetensors), keyed by value name.
