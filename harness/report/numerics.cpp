@@ -8,6 +8,7 @@
 
 #include "impls/reference/reference.hpp"
 #include "workloads/ir/strided_loop.hpp"
+#include "workloads/ops/nn.hpp"
 #include "workloads/ops/op.hpp"
 
 namespace replay {
@@ -420,8 +421,10 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     // everything downstream).
     const bool selects = n.op == Op::kAmax || n.op == Op::kAmin || n.op == Op::kMaxDim;
     const int64_t indexing_terms = indexing_sum_terms(g, n);
+    // nn ops (softmax, nll_loss, norms) sum along rows; dropout's backward is elementwise.
+    const bool nn_sums = def.kind == OpKind::kNn && nn_reduced_terms(g, n) > 1;
     const bool sums = (def.kind == OpKind::kReduction && !selects) || def.kind == OpKind::kMatmul ||
-                      n.op == Op::kAdd || n.op == Op::kSub || indexing_terms > 0;
+                      n.op == Op::kAdd || n.op == Op::kSub || indexing_terms > 0 || nn_sums;
     Path p;
     for (const auto& o : n.operands)
       if (o.is_tensor()) {
@@ -469,6 +472,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       p.k = std::max(p.k, terms);
     }
     p.k = std::max(p.k, indexing_terms);
+    if (def.kind == OpKind::kNn) p.k = std::max(p.k, nn_reduced_terms(g, n));
     if (def.kind == OpKind::kMatmul) {  // a dot product of K terms per output element
       const bool with_bias = n.op == Op::kAddmm || n.op == Op::kBaddbmm;
       const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;

@@ -9,6 +9,7 @@
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/eager/gemm.hpp"
 #include "impls/eager/indexing.hpp"
+#include "impls/eager/nn.hpp"
 #include "workloads/ops/op.hpp"
 #include "workloads/ops/promote.hpp"
 
@@ -190,6 +191,8 @@ EagerLaunch lower_node(const Graph& g, const Node& n, const std::vector<DeviceTe
       return lower_random(n, in, out);
     case EagerLowering::kIndexing:
       return lower_indexing(g, n, static_cast<IndexingFn>(low.fn), in, out);
+    case EagerLowering::kNn:
+      return prepare_nn(g, n, static_cast<NnFn>(low.fn), in, out);
     case EagerLowering::kAlias:
       break;
   }

@@ -140,7 +140,11 @@ INSTANTIATE_TEST_SUITE_P(Ops, SwappedOp,
                                            OpSwap{"aten.add.Tensor", "aten.sub.Tensor"},
                                            OpSwap{"aten.mul.Tensor", "aten.div.Tensor"},
                                            OpSwap{"aten.mean.dim", "aten.sum.dim_IntList"},
-                                           OpSwap{"aten.amax.default", "aten.sum.dim_IntList"}),
+                                           OpSwap{"aten.amax.default", "aten.sum.dim_IntList"},
+                                           OpSwap{"aten._softmax.default",
+                                                  "aten._log_softmax.default"},
+                                           OpSwap{"aten._log_softmax_backward_data.default",
+                                                  "aten._softmax_backward_data.default"}),
                          [](const auto& info) {
                            return test_name(std::string(info.param.op) + "_as_" + info.param.as);
                          });

@@ -54,6 +54,9 @@ TEST(OpTable, EveryOpHasACompleteRow) {
         case EagerLowering::kIndexing:
           count = static_cast<size_t>(IndexingFn::kCount);
           break;
+        case EagerLowering::kNn:
+          count = static_cast<size_t>(NnFn::kCount);
+          break;
         default:
           break;
       }

@@ -35,6 +35,10 @@ nlohmann::json example_trace(const std::string& op_name, const nlohmann::json& e
   def.parse(r, g, n);
   json outs = json::array();
   for (const OutSpec& o : def.infer(g, n)) {
+    if (o.none) {  // a None output (a norm backward's output_mask): recorded as null
+      outs.push_back(nullptr);
+      continue;
+    }
     DType dt = o.dtype ? *o.dtype : g.meta(n.operands[0].value).dtype;
     outs.push_back(tensor(o.shape, std::string(dtype_name(dt))));
   }
@@ -45,6 +49,7 @@ nlohmann::json example_trace(const std::string& op_name, const nlohmann::json& e
     t["outputs"].push_back("y");
   } else {
     for (size_t k = 0; k < outs.size(); ++k) {
+      if (outs[k].is_null()) continue;
       std::string id = "y_" + std::to_string(k);
       t["nodes"].push_back({{"id", id}, {"op", "getitem"}, {"args", {ref("y"), k}}});
       t["outputs"].push_back(id);

@@ -366,7 +366,7 @@ def self_test():
     # A result the format cannot hold (flash attention's None, max_q, uint64 RNG state) is opaque.
     fake = types.SimpleNamespace(name="f", op="call_function", target=None, meta={
         "val": (torch.zeros(2), None, 3, torch.zeros(2, dtype=torch.uint64))})
-    assert _val_meta(fake)[1:] == [{"opaque": "None"}, {"opaque": "int"}, {"opaque": "torch.uint64[2]"}], \
+    assert _val_meta(fake)[1:] == [None, {"opaque": "int"}, {"opaque": "torch.uint64[2]"}], \
         _val_meta(fake)
     print("build_trace: duplicate outputs, input outputs, None outputs, renamed inputs, node output stats, "
           "opaque results: ok")

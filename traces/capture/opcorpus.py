@@ -22,7 +22,8 @@ _scaled_mm variant this GPU or build lacks) is skipped with a note; any other fa
 exit status 1, the other cases and ops are still written.
 
 Random ops (aten.rand, rand_like, bernoulli.p, native_dropout) get no corpus: their values cannot
-be matched.
+be matched. Backward ops take what their forward gave (a softmax output, a layer norm's mean and
+rstd, nll_loss's total_weight): those are computed on the device and recorded as inputs.
 """
 import argparse
 import datetime
@@ -121,9 +122,30 @@ class Ctx:
             v = torch.randn(n, generator=g, dtype=F64) * 50
         elif kind == "scale":        # positive scales for _scaled_mm
             v = torch.rand(n, generator=g, dtype=F64) * 0.05 + 0.01
+        elif kind == "masked":       # attention scores: ~1/4 -inf (never a whole row's first element)
+            v = torch.randn(n, generator=g, dtype=F64) * 2
+            m = torch.rand(n, generator=g) < 0.25
+            m[0] = False
+            v[m] = NINF
         else:
             raise ValueError(f"unknown value kind {kind}")
         return v.reshape(shape)
+
+    def derived(self, t):
+        """Register a tensor computed on the device from earlier values (a softmax output, a
+        layer norm's mean and rstd) as the next input."""
+        return self.add(t.detach().contiguous())
+
+    def target(self, shape, classes, ignore=None, hits=0):
+        """An int64 class-index input in [0, classes), `hits` of its elements (spread out) set to
+        `ignore`."""
+        n = 1
+        for d in shape:
+            n *= d
+        v = torch.randint(0, classes, (n,), generator=self.gen)
+        if ignore is not None and hits:  # `hits` elements spread over the tensor
+            v[[i * n // hits for i in range(hits)]] = ignore
+        return self.add(v.reshape(shape).to(DEV))
 
     def t(self, shape, dtype=F32, kind=None, layout="contig"):
         """A new input tensor. layout: "contig"; "t" (last two dims transposed in memory); "nc"
@@ -1072,7 +1094,234 @@ def build_ops():
         C("special values (nan last)", lambda c: ([c.t([10], F32, "specials")], {"stable": True})),
         C("special values descending (nan first)", lambda c: ([c.t([10], F32, "specials")], {"stable": True, "descending": True})),
     ]
+    add_nn_ops(ops)
     return ops
+
+
+# --- neural-network ops (workloads/ops/nn.cpp) -------------------------------------------------------------
+
+
+def softmax_cases():
+    return [
+        C("float32 [4,10] dim -1", lambda c: ([c.t([4, 10]), -1, False], {})),
+        C("bfloat16 [3,7,33] dim -1", lambda c: ([c.t([3, 7, 33], BF16), -1, False], {})),
+        C("float16 [5,12] dim 0", lambda c: ([c.t([5, 12], F16), 0, False], {})),
+        C("float32 [2,5,6] dim 1 (inner stride 6)", lambda c: ([c.t([2, 5, 6]), 1, False], {})),
+        C("float16 half_to_float (float32 out)", lambda c: ([c.t([4, 9], F16), -1, True], {})),
+        C("bfloat16 half_to_float", lambda c: ([c.t([4, 9], BF16), -1, True], {}), optional=True),
+        C("float32 attention scores with -inf", lambda c: ([c.t([6, 16], F32, "masked"), -1, False], {})),
+        C("float32 0-dim dim 0", lambda c: ([c.t([]), 0, False], {})),
+        C("float32 [3,1000] dim -1 (long rows)", lambda c: ([c.t([3, 1000], F32), -1, False], {})),
+        C("bfloat16 [2,2050] dim 1 (odd long rows)", lambda c: ([c.t([2, 2050], BF16), 1, False], {})),
+        C("float32 transposed [6,4] dim -1", lambda c: ([c.t([6, 4], F32, None, "t"), -1, False], {})),
+    ]
+
+
+def softmax_backward_cases(log):
+    fwd = torch.ops.aten._log_softmax.default if log else torch.ops.aten._softmax.default
+
+    def case(shape, dt, dim, grad_dt=None, kind="normal"):
+        def build(c):
+            x = c._values(shape, kind).to(dt).to(DEV)
+            g = c.t(shape, grad_dt or dt)
+            y = c.derived(fwd(x, dim, grad_dt is not None))
+            return [g, y, dim, dt], {}
+        return build
+
+    return [
+        C("float32 [4,10] dim -1", case([4, 10], F32, -1)),
+        C("bfloat16 [3,7,33] dim -1", case([3, 7, 33], BF16, -1)),
+        C("float16 [5,12] dim 0", case([5, 12], F16, 0)),
+        C("float32 [2,5,6] dim 1", case([2, 5, 6], F32, 1)),
+        C("float32 grad of a float16 half_to_float softmax (input_dtype float16)", case([4, 9], F16, -1, F32)),
+        C("float32 grad, input_dtype bfloat16", case([4, 9], BF16, -1, F32), optional=True),
+        C("float32 [3,1000] dim -1", case([3, 1000], F32, -1)),
+        C("float32 attention scores with -inf", case([6, 16], F32, -1, kind="masked")),
+        C("float32 0-dim", case([], F32, 0)),
+    ]
+
+
+def log_probs(c, shape, dt):
+    return c.derived(torch.log_softmax(c._values(shape, "normal").to(DEV), -1).to(dt))
+
+
+def nll_forward_cases():
+    def case(N, C_, dt, weight, reduction, ignore=-100, hits=0):
+        def build(c):
+            x = log_probs(c, [N, C_] if N is not None else [C_], dt)
+            t = c.target([N] if N is not None else [], C_, ignore, hits)
+            w = c.t([C_], dt, "pos") if weight else None
+            return [x, t, w, reduction, ignore], {}
+        return build
+
+    return [
+        C("float32 [8,5] mean, no weight", case(8, 5, F32, False, 1)),
+        C("float32 [8,5] mean with weight", case(8, 5, F32, True, 1)),
+        C("float32 [12,6] mean with weight, ignore_index 2 hit", case(12, 6, F32, True, 1, 2, 3)),
+        C("float32 [12,6] sum with weight, ignore_index -100 hit", case(12, 6, F32, True, 2, -100, 2)),
+        C("bfloat16 [16,10] mean, ignore_index -100 hit", case(16, 10, BF16, False, 1, -100, 3)),
+        C("float16 [7,4] none with weight, ignore hit", case(7, 4, F16, True, 0, 1, 2)),
+        C("float32 [9,3] none", case(9, 3, F32, False, 0)),
+        C("float32 [5] (no batch) mean with weight", case(None, 5, F32, True, 1)),
+        C("float32 [5] (no batch) none", case(None, 5, F32, False, 0)),
+        C("float32 [4,3] mean, every target ignored (0/0 = nan)", case(4, 3, F32, False, 1, 0, 4)),
+        C("float32 [64,100] sum", case(64, 100, F32, False, 2)),
+    ]
+
+
+def nll_backward_cases():
+    def case(N, C_, dt, weight, reduction, ignore=-100, hits=0):
+        def build(c):
+            shape = [N, C_] if N is not None else [C_]
+            xv = torch.log_softmax(c._values(shape, "normal").to(DEV), -1).to(dt)
+            tv = torch.randint(0, C_, ([N] if N is not None else []), generator=c.gen)
+            if hits:
+                flat = tv.reshape(-1)
+                flat[[i * flat.numel() // hits for i in range(hits)]] = ignore
+            tv = tv.to(DEV)
+            wv = (c._values([C_], "pos").to(dt).to(DEV)) if weight else None
+            _, tw = torch.ops.aten.nll_loss_forward.default(xv, tv, wv, reduction, ignore)
+            g = c.t([N] if (reduction == 0 and N is not None) else [], dt)
+            x = c.derived(xv)
+            t = c.derived(tv)
+            w = c.derived(wv) if weight else None
+            return [g, x, t, w, reduction, ignore, c.derived(tw)], {}
+        return build
+
+    return [
+        C("float32 [8,5] mean, no weight", case(8, 5, F32, False, 1)),
+        C("float32 [12,6] mean with weight, ignore_index 2 hit", case(12, 6, F32, True, 1, 2, 3)),
+        C("float32 [12,6] sum with weight", case(12, 6, F32, True, 2)),
+        C("bfloat16 [16,10] mean, ignore hit", case(16, 10, BF16, False, 1, -100, 3)),
+        C("float16 [7,4] none with weight, ignore hit", case(7, 4, F16, True, 0, 1, 2)),
+        C("float32 [5] (no batch) mean with weight", case(None, 5, F32, True, 1)),
+        C("float32 [9,3] none", case(9, 3, F32, False, 0)),
+    ]
+
+
+def layer_norm_cases():
+    def case(shape, ns, dt, w, b, eps=1e-5, wdt=None):
+        def build(c):
+            x = c.t(shape, dt)
+            wt = c.t(ns, wdt or dt, "near1") if w else None
+            bt = c.t(ns, wdt or dt) if b else None
+            return [x, ns, wt, bt, eps], {}
+        return build
+
+    return [
+        C("float32 [4,16] over [16], weight and bias", case([4, 16], [16], F32, True, True)),
+        C("bfloat16 [2,3,32] over [32]", case([2, 3, 32], [32], BF16, True, True)),
+        C("float16 [3,20] no weight, no bias", case([3, 20], [20], F16, False, False)),
+        C("float32 [2,3,4] over [3,4]", case([2, 3, 4], [3, 4], F32, True, True)),
+        C("float32 [5,7] weight only, eps 1e-3", case([5, 7], [7], F32, True, False, 1e-3)),
+        C("float32 [3,1] over [1]", case([3, 1], [1], F32, True, True)),
+        C("bfloat16 [4,1600] over [1600] (nanoGPT rows)", case([4, 1600], [1600], BF16, True, True)),
+        C("bfloat16 input, float32 weight and bias (mixed)", case([3, 24], [24], BF16, True, True, 1e-5, F32),
+          optional=True),
+    ]
+
+
+def layer_norm_backward_cases():
+    def case(shape, ns, dt, w, b, mask):
+        def build(c):
+            xv = c._values(shape, "normal").to(dt).to(DEV)
+            wv = c._values(ns, "near1").to(dt).to(DEV) if w else None
+            bv = c._values(ns, "normal").to(dt).to(DEV) if b else None
+            _, mean, rstd = torch.ops.aten.native_layer_norm.default(xv, ns, wv, bv, 1e-5)
+            g = c.t(shape, dt)
+            x = c.derived(xv)
+            m, r = c.derived(mean), c.derived(rstd)
+            wt = c.derived(wv) if w else None
+            bt = c.derived(bv) if b else None
+            return [g, x, ns, m, r, wt, bt, mask], {}
+        return build
+
+    return [
+        C("float32 [4,16] all three grads", case([4, 16], [16], F32, True, True, [True, True, True])),
+        C("bfloat16 [2,3,32] all three grads", case([2, 3, 32], [32], BF16, True, True, [True, True, True])),
+        C("float32 [4,16] grad_input only (None dw, db)", case([4, 16], [16], F32, True, True, [True, False, False])),
+        C("float32 [4,16] no weight, no bias: grad_input only", case([4, 16], [16], F32, False, False, [True, False, False])),
+        C("float32 [5,12] dw and db only (None dx)", case([5, 12], [12], F32, True, True, [False, True, True])),
+        C("float16 [2,3,4] over [3,4]", case([2, 3, 4], [3, 4], F16, True, True, [True, True, True])),
+        C("bfloat16 [8,1600] over [1600], no bias", case([8, 1600], [1600], BF16, True, False, [True, True, False])),
+    ]
+
+
+def group_norm_cases():
+    def case(shape, group, dt, w, b, eps=1e-5, wdt=None):
+        def build(c):
+            x = c.t(shape, dt)
+            C_ = shape[1]
+            hxw = 1
+            for d in shape[2:]:
+                hxw *= d
+            wt = c.t([C_], wdt or dt, "near1") if w else None
+            bt = c.t([C_], wdt or dt) if b else None
+            return [x, wt, bt, shape[0], C_, hxw, group, eps], {}
+        return build
+
+    return [
+        C("float32 [2,6,4,4] 3 groups", case([2, 6, 4, 4], 3, F32, True, True)),
+        C("bfloat16 [2,8,5] 2 groups", case([2, 8, 5], 2, BF16, True, True)),
+        C("float32 [3,4,7] 4 groups, no weight, no bias", case([3, 4, 7], 4, F32, False, False)),
+        C("float32 [2,6] (HxW 1) 2 groups", case([2, 6], 2, F32, True, True)),
+        C("float32 [2,4,5] weight only", case([2, 4, 5], 2, F32, True, False)),
+        C("float16 [1,4,3,3] 1 group, eps 1e-3", case([1, 4, 3, 3], 1, F16, True, True, 1e-3)),
+        C("float32 [2,32,8,8] 8 groups", case([2, 32, 8, 8], 8, F32, True, True)),
+    ]
+
+
+def group_norm_backward_cases():
+    def case(shape, group, dt, w, mask, wdt=None):
+        def build(c):
+            C_ = shape[1]
+            hxw = 1
+            for d in shape[2:]:
+                hxw *= d
+            xv = c._values(shape, "normal").to(dt).to(DEV)
+            wv = c._values([C_], "near1").to(wdt or dt).to(DEV) if w else None
+            bv = c._values([C_], "normal").to(wdt or dt).to(DEV) if w else None
+            _, mean, rstd = torch.ops.aten.native_group_norm.default(xv, wv, bv, shape[0], C_, hxw, group, 1e-5)
+            g = c.t(shape, dt)
+            x = c.derived(xv)
+            m, r = c.derived(mean), c.derived(rstd)
+            wt = c.derived(wv) if w else None
+            return [g, x, m, r, wt, shape[0], C_, hxw, group, mask], {}
+        return build
+
+    return [
+        C("float32 [2,6,4,4] 3 groups, all grads", case([2, 6, 4, 4], 3, F32, True, [True, True, True])),
+        C("bfloat16 [2,8,5] 2 groups, all grads", case([2, 8, 5], 2, BF16, True, [True, True, True])),
+        C("float32 [3,4,7] 4 groups, no weight: grad_input only", case([3, 4, 7], 4, F32, False, [True, False, False])),
+        C("float32 [2,6,4,4] dw, db only (None dx)", case([2, 6, 4, 4], 3, F32, True, [False, True, True])),
+        C("float32 [2,6] (HxW 1) grad_input only", case([2, 6], 2, F32, True, [True, False, False])),
+        C("float16 [2,4,3,3] 2 groups, all grads", case([2, 4, 3, 3], 2, F16, True, [True, True, True])),
+    ]
+
+
+def dropout_backward_cases():
+    return [
+        C("float32 [4,10] scale 1/0.9", lambda c: ([c.t([4, 10]), c.t([4, 10], BOOL), 1 / 0.9], {})),
+        C("bfloat16 [3,7,13] scale 2", lambda c: ([c.t([3, 7, 13], BF16), c.t([3, 7, 13], BOOL), 2.0], {})),
+        C("float16 [5,6] scale 1.25", lambda c: ([c.t([5, 6], F16), c.t([5, 6], BOOL), 1.25], {})),
+        C("float32 transposed grad", lambda c: ([c.t([6, 4], F32, None, "t"), c.t([6, 4], BOOL), 1.5], {})),
+        C("0-dim", lambda c: ([c.t([]), c.t([], BOOL), 3.0], {})),
+        C("bfloat16 scale 1/0.9 (inexact)", lambda c: ([c.t([8, 16], BF16), c.t([8, 16], BOOL), 1 / 0.9], {})),
+    ]
+
+
+def add_nn_ops(ops):
+    ops["aten._softmax.default"] = softmax_cases()
+    ops["aten._log_softmax.default"] = softmax_cases()
+    ops["aten._softmax_backward_data.default"] = softmax_backward_cases(False)
+    ops["aten._log_softmax_backward_data.default"] = softmax_backward_cases(True)
+    ops["aten.nll_loss_forward.default"] = nll_forward_cases()
+    ops["aten.nll_loss_backward.default"] = nll_backward_cases()
+    ops["aten.native_layer_norm.default"] = layer_norm_cases()
+    ops["aten.native_layer_norm_backward.default"] = layer_norm_backward_cases()
+    ops["aten.native_group_norm.default"] = group_norm_cases()
+    ops["aten.native_group_norm_backward.default"] = group_norm_backward_cases()
+    ops["aten.native_dropout_backward.default"] = dropout_backward_cases()
 
 
 # --- running a case ---------------------------------------------------------------------------------------
@@ -1111,19 +1360,21 @@ def run_case(opname, op, case, cid, gen, file_name, source):
     torch.cuda.synchronize()
     multi = isinstance(result, (tuple, list))
     outs = list(result) if multi else [result]
-    for o in outs:
-        if not isinstance(o, torch.Tensor):
+    for o in outs:  # None: an output a norm backward's output_mask turned off
+        if not isinstance(o, torch.Tensor) and not (multi and o is None):
             raise TypeError(f"{opname} returned {type(o).__name__}, not a tensor")
     inputs = [{"id": iid, **tensor_meta(t), "stats": value_stats(t)} for iid, t, _ in ctx.inputs]
     node = {"id": "out", "op": opname, "args": encode_value(args, ctx.ids),
             "kwargs": {k: encode_value(v, ctx.ids) for k, v in kwargs.items()},
-            "outputs": [tensor_meta(o) for o in outs]}
+            "outputs": [None if o is None else tensor_meta(o) for o in outs]}
     nodes = [node]
-    if multi:
-        out_ids = [f"out{k}" for k in range(len(outs))]
-        for k, oid in enumerate(out_ids):
+    if multi:  # a getitem per output that is not None
+        sel = [k for k, o in enumerate(outs) if o is not None]
+        out_ids = [f"out{k}" for k in sel]
+        for k, oid in zip(sel, out_ids):
             nodes.append({"id": oid, "op": "getitem", "args": [{"ref": "out"}, k], "kwargs": {},
                           "outputs": [tensor_meta(outs[k])]})
+        outs = [outs[k] for k in sel]
     else:
         out_ids = ["out"]
     golden = {f"{cid}/{iid}": t for iid, t, _ in ctx.inputs}

@@ -130,7 +130,10 @@ def _val_meta(node):
     """Metadata of the value(s) a call_function node produces, from FX's meta['val']."""
     val = node.meta.get("val")
     if isinstance(val, (list, tuple)):
-        return [tensor_meta(v) if isinstance(v, torch.Tensor) and v.dtype in DTYPE_NAMES else _opaque(v)
+        # None (a norm backward's output_mask) is recorded as null; any other result the format
+        # cannot hold (an int, a uint64 RNG state) as {"opaque": ...}.
+        return [None if v is None else
+                tensor_meta(v) if isinstance(v, torch.Tensor) and v.dtype in DTYPE_NAMES else _opaque(v)
                 for v in val]
     if isinstance(val, torch.Tensor):
         return [tensor_meta(val) if val.dtype in DTYPE_NAMES else _opaque(val)]

@@ -82,6 +82,10 @@ struct Value {
   /// A graph input that stands for an output of a node the loader cut out (an op the harness
   /// cannot run): its index in Graph::cut; -1 otherwise.
   int cut = -1;
+  /// An output the op returned as None (a `null` entry of the node's recorded outputs: the
+  /// gradients native_layer_norm_backward's output_mask turns off). Shape [0], never computed;
+  /// no node or graph output may read it (traces/SCHEMA.md, "None outputs").
+  bool none = false;
 };
 
 /// A node operand: a tensor (value index) or a Python scalar.
@@ -120,6 +124,11 @@ struct Node {
   std::string mode;          ///< div rounding_mode ("", "trunc", "floor"), gelu approximate
   std::vector<int> outputs;  ///< value indices
   nlohmann::json raw;        ///< the node as written in the trace (for repro and errors)
+
+  // nn ops (workloads/ops/nn.cpp); nll_loss's reduction is in `mode` ("none", "mean", "sum").
+  double eps = 0;                 ///< native_layer_norm / native_group_norm epsilon
+  int64_t ignore_index = -100;    ///< nll_loss: the target value that contributes nothing
+  std::vector<bool> output_mask;  ///< norm backwards: which of (dx, dw, db) are computed
 };
 
 /// Golden tensors stored beside a trace (safetensors), keyed by value name.

@@ -171,7 +171,16 @@ class Parser {
     auto it = names_.find(name);
     if (it == names_.end())
       fail(node, "references '" + name + "', which is neither a graph input nor an earlier node");
+    if (g_.values[it->second].none) fail(node, none_use(it->second));
     return it->second;
+  }
+
+  // "uses 'x', output k of 'node', which op returned as None (output_mask false)".
+  std::string none_use(int v) const {
+    const Value& val = g_.values[v];
+    const Node& p = g_.nodes[val.producer];
+    return "uses '" + val.name + "', output " + std::to_string(val.output_index) + " of '" + p.id +
+           "', which " + std::string(op_name(p.op)) + " returned as None (output_mask false)";
   }
 
   int add_value(const std::string& name, TensorMeta meta, int producer, int out_idx,
@@ -256,6 +265,7 @@ class Parser {
     if (taken(id)) fail(id, "duplicate id '" + id + "'");
     if (cut >= 0) return getitem_of_cut(id, j, cut, static_cast<int>(k));
     const int v = g_.nodes[node].outputs[static_cast<size_t>(k)];
+    if (g_.values[v].none) fail(id, none_use(v));
     // `outputs` is optional on a getitem (the selected output's metadata is the tuple node's);
     // when given it must describe the selected output: shape, dtype and, where recorded, the
     // strides of every dim longer than 1 (a size-1 dim's stride is arbitrary in PyTorch).
@@ -445,6 +455,19 @@ class Parser {
                    std::to_string(outs.size()));
     int node_idx = static_cast<int>(g_.nodes.size());
     for (size_t k = 0; k < outs.size(); ++k) {
+      std::string vname = def.num_outputs == 1 ? id : id + "." + std::to_string(k);
+      if (expect[k].none || outs[k].is_null()) {  // a None output (OutSpec::none)
+        if (!expect[k].none)
+          fail(id, "recorded output " + std::to_string(k) + " is null (None), but " +
+                       std::string(def.name) + " computes it here");
+        if (!outs[k].is_null())
+          fail(id, "expected recorded output " + std::to_string(k) + " to be null: " +
+                       std::string(def.name) + " returns None there (its output_mask is false)");
+        TensorMeta m{{0}, {1}, expect[k].dtype.value_or(DType::kFloat32)};
+        n.outputs.push_back(add_value(vname, m, node_idx, static_cast<int>(k), id));
+        g_.values[n.outputs.back()].none = true;
+        continue;
+      }
       TensorMeta m = meta_of(outs[k], id);
       if (m.shape != expect[k].shape)
         fail(id, "recorded output shape " + shape_str(m.shape) +
@@ -458,7 +481,6 @@ class Parser {
         fail(id, "recorded output strides " + shape_str(m.stride) + " of shape " +
                      shape_str(m.shape) +
                      " overlap or leave gaps; a computed (non-view) tensor is dense");
-      std::string vname = def.num_outputs == 1 ? id : id + "." + std::to_string(k);
       n.outputs.push_back(add_value(vname, m, node_idx, static_cast<int>(k), id));
     }
     if (def.kind == OpKind::kView) {  // a view must be expressible on its input's layout

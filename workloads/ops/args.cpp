@@ -175,6 +175,19 @@ std::optional<std::vector<int64_t>> ArgReader::opt_int_list(size_t i, const char
   return int_list(i, kw);
 }
 
+std::vector<bool> ArgReader::bool_list(size_t i, const char* kw) {
+  const json& a = require(i, kw);
+  if (!a.is_array())
+    fail("expected a list of booleans for " + describe(i, kw) + ", found " + a.dump());
+  std::vector<bool> v;
+  for (const auto& e : a) {
+    if (!e.is_boolean())
+      fail("expected true or false in " + describe(i, kw) + ", found " + e.dump());
+    v.push_back(e.get<bool>());
+  }
+  return v;
+}
+
 bool ArgReader::boolean(size_t i, const char* kw, bool dflt) {
   const json* p = find(i, kw);
   if (!p || p->is_null()) return dflt;

@@ -49,6 +49,8 @@ class ArgReader {
   std::vector<int64_t> int_list(size_t i, const char* kw);
   /// Like int_list(), std::nullopt when absent or null.
   std::optional<std::vector<int64_t>> opt_int_list(size_t i, const char* kw);
+  /// A list of bools (required), e.g. a norm backward's output_mask.
+  std::vector<bool> bool_list(size_t i, const char* kw);
   /// A bool; `dflt` when absent or null.
   bool boolean(size_t i, const char* kw, bool dflt);
   /// A string; std::nullopt when absent or null.

@@ -85,5 +85,20 @@ enum class IndexingFn : uint8_t {
   kSort,  // stable sort along dim: (values, int64 indices); topk keeps the first k
   kCount
 };
+/// The neural-network ops' kernels (impls/eager/nn.cu): one per op of workloads/ops/nn.cpp.
+enum class NnFn : uint8_t {
+  kSoftmax,
+  kLogSoftmax,
+  kSoftmaxBackward,
+  kLogSoftmaxBackward,
+  kNllLossForward,
+  kNllLossBackward,
+  kLayerNorm,
+  kLayerNormBackward,
+  kGroupNorm,
+  kGroupNormBackward,
+  kDropoutBackward,
+  kCount
+};
 
 }  // namespace replay

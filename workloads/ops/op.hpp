@@ -30,6 +30,7 @@ enum class OpKind : uint8_t {
   kMatmul,
   kRandom,
   kIndexing,
+  kNn,
 };
 
 /// How the eager executor runs an op: a host-side alias (views; the row's `alias` gives the
@@ -45,8 +46,9 @@ struct EagerLowering {
     kComposite,
     kGenerated,
     kIndexing,  ///< impls/eager/indexing.cu, one of IndexingFn
+    kNn,        ///< the row-wise kernels of impls/eager/nn.cu (softmax, nll_loss, norms)
   } kernel = kAlias;
-  uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn, CompositeFn or IndexingFn
+  uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn, CompositeFn, IndexingFn or NnFn
 };
 constexpr EagerLowering eager_pointwise(PointwiseFn f) {
   return {EagerLowering::kPointwise, static_cast<uint8_t>(f)};
@@ -62,6 +64,9 @@ constexpr EagerLowering eager_composite(CompositeFn f) {
 }
 constexpr EagerLowering eager_indexing(IndexingFn f) {
   return {EagerLowering::kIndexing, static_cast<uint8_t>(f)};
+}
+constexpr EagerLowering eager_nn(NnFn f) {
+  return {EagerLowering::kNn, static_cast<uint8_t>(f)};
 }
 constexpr EagerLowering eager_alias() {
   return {EagerLowering::kAlias, 0};
@@ -105,6 +110,9 @@ struct RefArgs {
 struct OutSpec {
   Shape shape;
   std::optional<DType> dtype;
+  /// The op returns None here (a norm backward's output_mask entry is false): the trace records
+  /// `null`, and the value is a shape-[0] placeholder nothing reads (Value::none).
+  bool none = false;
 };
 
 struct OpDef {
@@ -155,6 +163,7 @@ std::span<const OpDef> copy_op_rows();
 std::span<const OpDef> matmul_op_rows();
 std::span<const OpDef> random_op_rows();
 std::span<const OpDef> indexing_op_rows();
+std::span<const OpDef> nn_op_rows();
 
 /// Whether `rows` lists exactly the ops of `range`, in enum order (each family file
 /// static_asserts this on its table).

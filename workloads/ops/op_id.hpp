@@ -4,6 +4,7 @@
 //   reduction  workloads/ops/reduction.cpp
 //   view       workloads/ops/view.cpp
 //   indexing   workloads/ops/indexing.cpp (index, scatter, embedding, pad, cumsum, arg*, sort)
+//   nn         workloads/ops/nn.cpp (softmax, nll_loss, layer/group norm, dropout backward)
 // Each family is a contiguous range of the enum; the family file static_asserts that its rows
 // cover its range in order, so an op added here without a row does not compile (ggml's
 // GGML_OP_COUNT check, per family).
@@ -150,6 +151,24 @@ enum class Op : uint8_t {
   kTopk,                    // aten.topk.default(x, k, dim=-1, largest=True, sorted=True) -> 2
   kSort,                    // aten.sort.default(x, dim=-1, descending=False) -> (values, indices)
   kSortStable,              // aten.sort.stable(x, *, stable, dim=-1, descending=False) -> 2
+  // neural-network ops: row-wise softmax, losses, norms, dropout's backward (nn.cpp)
+  kSoftmax,                  // aten._softmax.default(x, dim, half_to_float)
+  kLogSoftmax,               // aten._log_softmax.default(x, dim, half_to_float)
+  kSoftmaxBackward,          // aten._softmax_backward_data.default(grad, out, dim, input_dtype)
+  kLogSoftmaxBackward,       // aten._log_softmax_backward_data.default(grad, out, dim, input_dtype)
+  kNllLossForward,           // aten.nll_loss_forward.default(x, target, weight, reduction,
+                             // ignore_index) -> (output, total_weight)
+  kNllLossBackward,          // aten.nll_loss_backward.default(grad, x, target, weight, reduction,
+                             // ignore_index, total_weight)
+  kNativeLayerNorm,          // aten.native_layer_norm.default(x, normalized_shape, weight, bias,
+                             // eps) -> (out, mean, rstd)
+  kNativeLayerNormBackward,  // aten.native_layer_norm_backward.default(grad, x, normalized_shape,
+                             // mean, rstd, weight, bias, output_mask) -> (dx, dw, db)
+  kNativeGroupNorm,          // aten.native_group_norm.default(x, weight, bias, N, C, HxW, group,
+                             // eps) -> (out, mean, rstd)
+  kNativeGroupNormBackward,  // aten.native_group_norm_backward.default(grad, x, mean, rstd,
+                             // weight, N, C, HxW, group, output_mask) -> (dx, dw, db)
+  kNativeDropoutBackward,    // aten.native_dropout_backward.default(grad, mask, scale)
   kCount
 };
 
@@ -171,10 +190,11 @@ inline constexpr OpRange kCopyOps{Op::kCat, Op::kCopy};
 inline constexpr OpRange kMatmulOps{Op::kMm, Op::kScaledMm};
 inline constexpr OpRange kRandomOps{Op::kRand, Op::kNativeDropout};
 inline constexpr OpRange kIndexingOps{Op::kIndex, Op::kSortStable};
+inline constexpr OpRange kNnOps{Op::kSoftmax, Op::kNativeDropoutBackward};
 /// Every family, in enum order.
 inline constexpr OpRange kOpFamilies[] = {
     kPointwiseOps, kCompareOps, kReductionOps, kViewOps,     kCreationOps,
-    kCopyOps,      kMatmulOps,  kRandomOps,    kIndexingOps,
+    kCopyOps,      kMatmulOps,  kRandomOps,    kIndexingOps, kNnOps,
 };
 constexpr bool families_tile() {
   size_t next = 0;
