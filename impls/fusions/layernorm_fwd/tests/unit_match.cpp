@@ -456,6 +456,13 @@ std::string name_of(const Graph& g, int v) {
   return v < 0 ? "" : g.values[v].name;
 }
 
+// The add's two operands, sorted (the canonical form may order a commutative add's operands
+// either way; the kernels add them in fp32, where the order does not matter).
+std::string addends(const Graph& g, const layernorm_fwd::Params& p) {
+  std::string a = name_of(g, p.x), b = name_of(g, p.residual);
+  return a < b ? a + "+" + b : b + "+" + a;
+}
+
 // The reasons the plan gives for declining candidates at node `id`.
 std::string declined_at(const Graph& g, const Plan& p, const std::string& id) {
   std::string s;
@@ -479,8 +486,7 @@ TEST(LayerNormFwdMatch, ByogAddNormFusesTheResidualAdd) {
         ASSERT_EQ(p.regions.size(), 1u) << name << " declined: " << declined_at(g, p, "add");
         const Region& r = p.regions[0];
         const auto& pr = params(r);
-        EXPECT_EQ(name_of(g, pr.x), "x") << name;
-        EXPECT_EQ(name_of(g, pr.residual), "residual") << name;
+        EXPECT_EQ(addends(g, pr), "residual+x") << name;
         EXPECT_EQ(name_of(g, pr.h), "add") << name;
         EXPECT_EQ(pr.h_round, DType::kBFloat16) << name;
         EXPECT_EQ(pr.kind,
@@ -500,7 +506,7 @@ TEST(LayerNormFwdMatch, ByogAddNormFusesTheResidualAdd) {
         for (int v : r.outputs) outs.insert(g.values[v].name);
         EXPECT_TRUE(outs.count("add")) << name;
         json d = r.fusion->describe(g, r);
-        EXPECT_EQ(d["residual"], "residual") << name;
+        EXPECT_EQ(d["residual"], name_of(g, pr.residual)) << name;
         EXPECT_EQ(d["h"], "add") << name;
         // Cost: x, residual read, h and y written (and the weights, statistics, x32 if exported).
         const int64_t elems = pr.rows * pr.cols;
@@ -530,8 +536,7 @@ TEST(LayerNormFwdMatch, SyntheticResidualAdd) {
       const Region& r = p.regions[0];
       const auto& pr = params(r);
       EXPECT_EQ(r.nodes.size(), g.nodes.size()) << ln << ret;
-      EXPECT_EQ(name_of(g, pr.x), "x");
-      EXPECT_EQ(name_of(g, pr.residual), "residual");
+      EXPECT_EQ(addends(g, pr), "residual+x");
       EXPECT_EQ(name_of(g, pr.h), ret ? "h" : "") << ln << ret;
       EXPECT_EQ(pr.h_round, DType::kBFloat16);
       const double elem = 6 * 64 * 2;
@@ -543,7 +548,7 @@ TEST(LayerNormFwdMatch, SyntheticResidualAdd) {
   Graph g = parse_trace(with_residual(layernorm_trace(4, 32, "float32")), "<residual-f32>");
   Plan p = plan_of(g);
   ASSERT_EQ(p.regions.size(), 1u);
-  EXPECT_EQ(name_of(g, params(p.regions[0]).residual), "residual");
+  EXPECT_EQ(addends(g, params(p.regions[0])), "residual+x");
   EXPECT_EQ(params(p.regions[0]).h_round, DType::kFloat32);
 }
 
@@ -599,9 +604,21 @@ TEST(LayerNormFwdMatch, StatisticsOfTheUnroundedSumAreCaught) {
                            "byog/gpt2_add_layernorm_default_train_fwd_2x8x256"}) {
     json t = read_json(trace_path(name));
     Graph g = load_trace(trace_path(name));
-    for (auto& n : t["nodes"])
+    // add = x.float() + residual.float(): the same sum, not rounded.
+    for (auto& n : t["nodes"]) {
+      if (n["id"] == "add") n["args"] = {ref("x32_in"), ref("residual32_in")};
       if (n["id"] == "add" || (n["op"] == "aten.alias.default" && n["args"][0]["ref"] == "add"))
         n["outputs"][0]["dtype"] = "float32";
+    }
+    for (const char* in : {"x", "residual"}) {
+      json up = {{"id", std::string(in) + "32_in"},
+                 {"op", "prims.convert_element_type.default"},
+                 {"args", {ref(in), {{"dtype", "float32"}}}},
+                 {"kwargs", json::object()},
+                 {"outputs", {t["nodes"][0]["outputs"][0]}}};
+      up["outputs"][0]["dtype"] = "float32";
+      t["nodes"].insert(t["nodes"].begin(), up);
+    }
     t.erase("golden");
     Graph unrounded = parse_trace(t, "<unrounded>");
     Plan plan = make_plan(g, fusion_registry());
@@ -610,8 +627,9 @@ TEST(LayerNormFwdMatch, StatisticsOfTheUnroundedSumAreCaught) {
     for (uint64_t seed : {41u, 42u}) {
       auto in = generate_inputs(g, seed);
       auto want = run_reference(g, in);
-      auto got = run_reference(unrounded, in);
-      auto r = check_numerics("y", got.at(y), want.at(y), output_bounds(g, plan, bounds, y));
+      auto got = run_reference(unrounded, in);  // the inputs come first: the same value indices
+      const int uy = unrounded.find_value(g.values[y].name);
+      auto r = check_numerics("y", got.at(uy), want.at(y), output_bounds(g, plan, bounds, y));
       EXPECT_FALSE(r.pass()) << name << " seed " << seed << ": rel_l2 " << r.rel_l2;
     }
   }
