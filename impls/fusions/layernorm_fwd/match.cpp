@@ -208,9 +208,11 @@ ResidualMatch match_residual(const Graph& g, int h, const std::vector<int>& node
               "' (" + std::string(op_name(g.nodes[u].op)) + ")";
       return m;
     }
+  // The add commutes (fp32 math, one rounding), and the canonical form may have swapped its
+  // operands: x is the one the graph made first (the captured order of `x + residual`).
   m.add = add;
-  m.x = n.operands[0].value;
-  m.residual = n.operands[1].value;
+  m.x = std::min(n.operands[0].value, n.operands[1].value);
+  m.residual = std::max(n.operands[0].value, n.operands[1].value);
   return m;
 }
 
