@@ -48,6 +48,28 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     b.unsupported = "input or output rows are not [rows, cols] with a contiguous last dim";
     return b;
   }
+  // The residual prologue: the norm reads h = x + residual, written to p.h when it is exported.
+  if (p.residual >= 0) {
+    BoundTensor res = ctx.tensor(p.residual);
+    a.residual = res.ptr;
+    a.residual_row_stride = row_stride(res.layout, a.cols);
+    a.h_round = p.h_round;
+    if (res.layout.dtype != a.x_dtype || a.residual_row_stride < 0) {
+      b.unsupported = "residual '" + g.values[p.residual].name + "' is " + res.layout.str() +
+                      " (needs x's dtype, [rows, cols] with a contiguous last dim)";
+      return b;
+    }
+    if (p.h >= 0) {
+      BoundTensor h = ctx.tensor(p.h);
+      a.h_out = h.ptr;
+      a.h_row_stride = row_stride(h.layout, a.cols);
+      if (h.layout.dtype != a.x_dtype || a.h_row_stride < 0) {
+        b.unsupported = "the sum h '" + g.values[p.h].name + "' is " + h.layout.str() +
+                        " (needs x's dtype, [rows, cols] with a contiguous last dim)";
+        return b;
+      }
+    }
+  }
   // What a training forward saves for the backward, written by the same kernels.
   for (auto [value, ptr, stride] : {std::tuple{p.mean, &a.mean_out, &a.mean_stride},
                                     std::tuple{p.rstd, &a.rstd_out, &a.rstd_stride}}) {
@@ -107,8 +129,12 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   if (kernel == NormVariant::kBaseline) {
     auto* mean = static_cast<float*>(ctx.workspace(sizeof(float) * a.rows));
     auto* rstd = static_cast<float*>(ctx.workspace(sizeof(float) * a.rows));
-    b.launch = [a, mean, rstd](const LaunchContext& c) {
-      layernorm_fwd_baseline(a, mean, rstd, c.stream);
+    // h goes through memory in the baseline; when the graph does not return it, to a workspace.
+    void* h_ws = a.residual && !a.h_out
+                     ? ctx.workspace(static_cast<size_t>(a.rows * a.cols) * dtype_size(a.x_dtype))
+                     : nullptr;
+    b.launch = [a, mean, rstd, h_ws](const LaunchContext& c) {
+      layernorm_fwd_baseline(a, mean, rstd, h_ws, c.stream);
     };
   } else {
     b.launch = [a](const LaunchContext& c) { layernorm_fwd_optimized(a, c.stream); };

@@ -2,9 +2,11 @@
 // Bytes that must move: x read once, y written once, each [C] weight (and a tensor eps) read once,
 // and in a training forward what the region exports for the backward written once: mean and rstd
 // (4 bytes per row each) and the upcast x when it is exported (4 bytes per element, more than y)
-// (= the region's external inputs and outputs). FLOPs per element: LayerNorm ~8 (sum, square-sum,
-// subtract, scale, affine), RMSNorm ~5; memory-bound by 2-3 orders of magnitude on Hopper, so the
-// SOL is the byte term.
+// (= the region's external inputs and outputs). A residual prologue adds the residual read and,
+// when h is returned, h written (each as many bytes as x): the fused add's whole saving is that h
+// is not read back (eager: x, residual read, h written, then h read again by the norm). FLOPs per
+// element: LayerNorm ~8 (sum, square-sum, subtract, scale, affine), RMSNorm ~5; memory-bound by 2-3
+// orders of magnitude on Hopper, so the SOL is the byte term.
 #include "impls/fusions/layernorm_fwd/params.hpp"
 #include "workloads/plan/match_util.hpp"
 
@@ -17,7 +19,7 @@ Cost cost(const Graph& g, const Region& r) {
   const double per_elem = p.kind == NormKind::kLayerNorm ? 8 : 5;
   Cost c;
   c.bytes = value_bytes(g, io);
-  c.flops = (per_elem + 2.0 * static_cast<double>(p.epilogue.size())) *
+  c.flops = (per_elem + 2.0 * static_cast<double>(p.epilogue.size()) + (p.residual >= 0 ? 1 : 0)) *
             static_cast<double>(p.rows * p.cols);
   return c;
 }
@@ -48,7 +50,12 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                       {"epilogue", epi},
                       {"out", g.values[p.out].name}};
   if (p.eps_value >= 0) d["eps"] = g.values[p.eps_value].name;  // read from the tensor
-  nlohmann::json saved = nlohmann::json::object();              // what a training forward exports
+  if (p.residual >= 0) {  // h = x + residual, the fused prologue
+    d["residual"] = g.values[p.residual].name;
+    d["h"] = p.h >= 0 ? nlohmann::json(g.values[p.h].name) : nlohmann::json(nullptr);
+    d["h_round"] = dtype_name(p.h_round);
+  }
+  nlohmann::json saved = nlohmann::json::object();  // what a training forward exports
   if (p.mean >= 0) saved["mean"] = g.values[p.mean].name;
   if (p.rstd >= 0) saved["rstd"] = g.values[p.rstd].name;
   if (p.x32 >= 0) saved["x32"] = g.values[p.x32].name;

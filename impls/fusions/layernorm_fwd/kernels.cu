@@ -7,6 +7,10 @@
 // The training forward adds mean and rstd, 2 x 64 KB for 16384 rows (+0.1 %): written by the
 // thread that holds the row's statistics, in the same pass. An exported fp32 x (not in the
 // bundled captures) adds 4 bytes per element, 105 MB here: it doubles the bytes written.
+// A residual add prologue (Llama / GPT-2 `h = x + residual; y = norm(h)`, h returned) adds a read
+// of the residual and a write of h, rows*C*sizeof(T) each: Llama [8192, 4096] bf16 134 -> 268 MB,
+// SOL 32 -> 64 µs at 4.22 TB/s; eager's separate add moves 3 * 67 MB and the norm then reads h
+// again (335 MB). Not yet measured on a GPU (TUNING.md).
 #include "impls/fusions/layernorm_fwd/kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -148,6 +152,31 @@ __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const v
 }
 
 // ---------------------------------------------------------------------------------------------
+// baseline, kernel 0 (residual prologue only): h = round(x + residual), one thread per 16-byte
+// vector, written to `h` (row stride h_stride) for the statistics and normalize kernels to read:
+// what an eager add before a norm kernel does (the add's output makes a round trip to memory).
+template <typename T>
+__global__ void residual_add_kernel(NormFwdArgs a, T* h, int64_t h_stride) {
+  constexpr int E = Vec<T>::kElems;
+  const uint32_t nvec = static_cast<uint32_t>(a.cols / E);
+  const uint64_t total = uint64_t(a.rows) * nvec;
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < total;
+       i += uint64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = static_cast<int64_t>(i / nvec);
+    const int v = static_cast<int>(i - uint64_t(row) * nvec);
+    float y[E], r[E];
+    Vec<T>::unpack(
+        reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride)[v], y);
+    Vec<T>::unpack(reinterpret_cast<const uint4*>(static_cast<const T*>(a.residual) +
+                                                  row * a.residual_row_stride)[v],
+                   r);
+#pragma unroll
+    for (int e = 0; e < E; ++e) y[e] += r[e];
+    reinterpret_cast<uint4*>(h + row * h_stride)[v] = Vec<T>::pack(y);  // rounds once, to T
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // baseline, kernel 1: one warp per row; mean and rstd by a shifted single pass (fp32), written to
 // memory (the workspaces, and the exported statistics of a training forward). 16-byte loads.
 template <typename T>
@@ -226,7 +255,10 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 constexpr int kOptThreads = 128;
 // Resident blocks per SM asked of ptxas: 4 (x 4 warps) caps registers at 128, which holds up to
 // 7 vectors per thread without spilling (6 with 4 warps per row); more need 3.
-constexpr int min_blocks(int vpt, int warps) {
+// With the residual prologue the next row's residual vectors are in flight too (VPT more 16-byte
+// registers): 3 resident blocks (168 registers) from 4 vectors per thread, 2 from 7 (not tuned).
+constexpr int min_blocks(int vpt, int warps, bool add) {
+  if (add) return vpt >= 7 ? 2 : vpt >= 4 ? 3 : 4;
   return vpt >= (warps > 1 ? 7 : 8) ? 3 : 4;
 }
 
@@ -267,7 +299,10 @@ __device__ __forceinline__ void stage_weights(const NormFwdArgs& a, void* w_smem
   __syncthreads();
 }
 
-template <typename T, int VPT, int WARPS, EpiKind K>
+// ADD: the residual prologue; each row's residual vectors are loaded (and prefetched) beside x's,
+// h = round(x + residual) is formed in registers as the row is unpacked, written with the same
+// 16-byte streaming stores when exported, and is what the statistics and the normalize read.
+template <typename T, int VPT, int WARPS, EpiKind K, bool ADD>
 __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const void* w1,
                                           float (*red)[4]) {
   using V = Vec<T>;
@@ -281,24 +316,37 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   const float eps = a.eps_ptr ? __ldg(a.eps_ptr) : a.eps;
   const int64_t step = int64_t(gridDim.x) * RPB;
 
-  auto load_row = [&](int64_t row, uint4* raw) {
+  auto load_row = [&](int64_t row, uint4* raw, uint4* rraw) {
     const uint4* xr =
         reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride);
+    const uint4* rr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.residual) +
+                                                     row * a.residual_row_stride);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
-      raw[k] = (row < a.rows && v < nvec) ? __ldcs(xr + v) : make_uint4(0, 0, 0, 0);
+      const bool in = row < a.rows && v < nvec;
+      raw[k] = in ? __ldcs(xr + v) : make_uint4(0, 0, 0, 0);
+      if constexpr (ADD) rraw[k] = in ? __ldcs(rr + v) : make_uint4(0, 0, 0, 0);
     }
   };
-  uint4 raw[VPT];
+  uint4 raw[VPT], rraw[ADD ? VPT : 1];
   int64_t row = int64_t(blockIdx.x) * RPB + grp;
-  load_row(row, raw);       // the first row is in flight while the weights are staged
-  stage_weights<T>(a, w0);  // w1 follows w0 in the same buffer
+  load_row(row, raw, rraw);  // the first row is in flight while the weights are staged
+  stage_weights<T>(a, w0);   // w1 follows w0 in the same buffer
   for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += step, row += step) {
     float x[VPT][E];
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) V::unpack(raw[k], x[k]);
-    load_row(row + step, raw);  // prefetch the next row while this one is computed
+    for (int k = 0; k < VPT; ++k) {
+      V::unpack(raw[k], x[k]);
+      if constexpr (ADD) {  // h = round(x + residual): the graph's add, before anything reads h
+        float r[E];
+        V::unpack(rraw[k], r);
+#pragma unroll
+        for (int e = 0; e < E; ++e) x[k][e] += r[e];
+        round_to_dtype<E>(x[k], a.h_round);
+      }
+    }
+    load_row(row + step, raw, rraw);  // prefetch the next row while this one is computed
     // One pass, shifted by the row's first element c (broadcast from lane 0 of the group):
     // s1 = sum(x - c), s2 = sum((x - c)^2), var = s2/n - (s1/n)^2. With c a sample of the row,
     // |mean - c| is of the order of the standard deviation, so the subtraction does not cancel
@@ -340,11 +388,17 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
     }
     uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
     float* x32r = a.x32_out ? a.x32_out + row * a.x32_row_stride : nullptr;
+    uint4* hr = ADD && a.h_out
+                    ? reinterpret_cast<uint4*>(static_cast<T*>(a.h_out) + row * a.h_row_stride)
+                    : nullptr;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
       if (v >= nvec) continue;
       float* y = x[k];
+      if constexpr (ADD) {
+        if (hr) __stcs(hr + v, V::pack(y));  // h as the graph rounds it (pack rounds to T)
+      }
       if (x32r) store_f32<E>(x32r + int64_t(v) * E, y);
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
@@ -354,8 +408,8 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   }
 }
 
-template <typename T, int VPT, int WARPS>
-__global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS))
+template <typename T, int VPT, int WARPS, bool ADD>
+__global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS, ADD))
     norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
   constexpr int RPB = kOptThreads / (32 * WARPS);
   __shared__ float red[RPB][4];
@@ -364,21 +418,21 @@ __global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS))
   const void* w1 = reinterpret_cast<const T*>(w_smem) + a.cols;
   switch (kind) {  // uniform: one body per epilogue shape
     case EpiKind::kIdentity:
-      return norm_rows<T, VPT, WARPS, EpiKind::kIdentity>(a, w0, w1, red);
+      return norm_rows<T, VPT, WARPS, EpiKind::kIdentity, ADD>(a, w0, w1, red);
     case EpiKind::kScale:
-      return norm_rows<T, VPT, WARPS, EpiKind::kScale>(a, w0, w1, red);
+      return norm_rows<T, VPT, WARPS, EpiKind::kScale, ADD>(a, w0, w1, red);
     case EpiKind::kAffine:
-      return norm_rows<T, VPT, WARPS, EpiKind::kAffine>(a, w0, w1, red);
+      return norm_rows<T, VPT, WARPS, EpiKind::kAffine, ADD>(a, w0, w1, red);
     case EpiKind::kRoundScale:
-      return norm_rows<T, VPT, WARPS, EpiKind::kRoundScale>(a, w0, w1, red);
+      return norm_rows<T, VPT, WARPS, EpiKind::kRoundScale, ADD>(a, w0, w1, red);
     default:
-      return norm_rows<T, VPT, WARPS, EpiKind::kGeneric>(a, w0, w1, red);
+      return norm_rows<T, VPT, WARPS, EpiKind::kGeneric, ADD>(a, w0, w1, red);
   }
 }
 
-template <typename T, int VPT, int WARPS>
+template <typename T, int VPT, int WARPS, bool ADD>
 void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
-  auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS>;
+  auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS, ADD>;
   const size_t smem = size_t(a.n_weights) * size_t(a.cols) * sizeof(T);
   // Occupancy is a host query of several µs: computed once per (instantiation, smem size), so that
   // a timed launch costs only the launch.
@@ -405,25 +459,25 @@ void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
 }
 
-template <typename T, int WARPS>
+template <typename T, int WARPS, bool ADD>
 void dispatch_vpt(int vpt, const NormFwdArgs& a, cudaStream_t s) {
   switch (vpt) {
     case 1:
-      return launch_persistent<T, 1, WARPS>(a, s);
+      return launch_persistent<T, 1, WARPS, ADD>(a, s);
     case 2:
-      return launch_persistent<T, 2, WARPS>(a, s);
+      return launch_persistent<T, 2, WARPS, ADD>(a, s);
     case 3:
-      return launch_persistent<T, 3, WARPS>(a, s);
+      return launch_persistent<T, 3, WARPS, ADD>(a, s);
     case 4:
-      return launch_persistent<T, 4, WARPS>(a, s);
+      return launch_persistent<T, 4, WARPS, ADD>(a, s);
     case 5:
-      return launch_persistent<T, 5, WARPS>(a, s);
+      return launch_persistent<T, 5, WARPS, ADD>(a, s);
     case 6:
-      return launch_persistent<T, 6, WARPS>(a, s);
+      return launch_persistent<T, 6, WARPS, ADD>(a, s);
     case 7:
-      return launch_persistent<T, 7, WARPS>(a, s);
+      return launch_persistent<T, 7, WARPS, ADD>(a, s);
     case 8:
-      return launch_persistent<T, 8, WARPS>(a, s);
+      return launch_persistent<T, 8, WARPS, ADD>(a, s);
     default:
       throw std::invalid_argument("layernorm_fwd optimized: vectors per thread out of range");
   }
@@ -440,14 +494,31 @@ std::pair<int, int> geometry(int64_t nvec) {
 template <typename T>
 void dispatch_optimized(const NormFwdArgs& a, cudaStream_t s) {
   auto [warps, vpt] = geometry(a.cols / Vec<T>::kElems);
+  const bool add = a.residual != nullptr;
   if (warps == 1)
-    dispatch_vpt<T, 1>(vpt, a, s);
+    add ? dispatch_vpt<T, 1, true>(vpt, a, s) : dispatch_vpt<T, 1, false>(vpt, a, s);
   else
-    dispatch_vpt<T, 4>(vpt, a, s);
+    add ? dispatch_vpt<T, 4, true>(vpt, a, s) : dispatch_vpt<T, 4, false>(vpt, a, s);
 }
 
 template <typename T>
-void launch_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream) {
+void launch_baseline(const NormFwdArgs& args, float* mean, float* rstd, void* h_ws,
+                     cudaStream_t stream) {
+  NormFwdArgs a = args;
+  if (a.residual) {  // kernel 0: h to memory; the two kernels below read it as their x
+    T* h = static_cast<T*>(a.h_out ? a.h_out : h_ws);
+    const int64_t h_stride = a.h_out ? a.h_row_stride : a.cols;
+    constexpr int kAddThreads = 256;
+    const int64_t n = a.rows * (a.cols / Vec<T>::kElems);
+    const int64_t blocks = std::min<int64_t>((n + kAddThreads - 1) / kAddThreads, 132 * 16);
+    residual_add_kernel<T>
+        <<<static_cast<unsigned>(blocks), kAddThreads, 0, stream>>>(a, h, h_stride);
+    REPLAY_CUDA_LAUNCH("residual_add_kernel");
+    a.x = h;
+    a.x_row_stride = h_stride;
+    a.residual = nullptr;
+    a.h_out = nullptr;
+  }
   constexpr int kStatsThreads = 256;  // 8 rows per block
   const int64_t stats_blocks = (a.rows + kStatsThreads / 32 - 1) / (kStatsThreads / 32);
   norm_stats_kernel<T>
@@ -501,6 +572,15 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant) {
     return "the exported fp32 x is not in 16-byte aligned rows";
   if (a.eps_ptr && reinterpret_cast<uintptr_t>(a.eps_ptr) % alignof(float))
     return "the eps tensor is not aligned";
+  if (a.residual) {
+    if (!aligned(a.residual) || a.residual_row_stride % elems || (a.h_out && !aligned(a.h_out)) ||
+        (a.h_out && a.h_row_stride % elems))
+      return "the residual or h is not in 16-byte aligned rows";
+    if (a.h_round != t && a.h_round != DType::kFloat32)
+      return "h rounded to " + std::string(dtype_name(a.h_round)) + ", not to x's dtype";
+  } else if (a.h_out) {
+    return "h to write but no residual to add";
+  }
   if (variant == NormVariant::kOptimized && geometry(a.cols / elems).second > kMaxVpt)
     return "row of " + std::to_string(a.cols) +
            " elements is longer than the register-resident "
@@ -509,16 +589,19 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant) {
   return "";
 }
 
-void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream) {
+void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, void* h_ws,
+                            cudaStream_t stream) {
   std::string why = layernorm_fwd_supports(a, NormVariant::kBaseline);
   if (!why.empty()) throw std::invalid_argument("layernorm_fwd baseline: " + why);
+  if (a.residual && !a.h_out && !h_ws)
+    throw std::invalid_argument("layernorm_fwd baseline: a residual add needs an h workspace");
   switch (a.x_dtype) {
     case DType::kBFloat16:
-      return launch_baseline<__nv_bfloat16>(a, mean, rstd, stream);
+      return launch_baseline<__nv_bfloat16>(a, mean, rstd, h_ws, stream);
     case DType::kFloat16:
-      return launch_baseline<__half>(a, mean, rstd, stream);
+      return launch_baseline<__half>(a, mean, rstd, h_ws, stream);
     default:
-      return launch_baseline<float>(a, mean, rstd, stream);
+      return launch_baseline<float>(a, mean, rstd, h_ws, stream);
   }
 }
 

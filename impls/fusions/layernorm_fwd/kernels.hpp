@@ -11,11 +11,17 @@
 // Training forwards also export what the backward saves: both variants write mean and rstd
 // (fp32 per row; the baseline from its statistics kernel, the optimized one from the same
 // persistent kernel) and the upcast x (fp32, from the pass that reads x) when asked to.
+// With a residual add prologue (h = x + residual, rounded to x's dtype, also returned), both
+// variants compute the statistics and the normalization on the rounded h: the optimized kernel
+// loads the x and residual rows, adds, rounds, writes h with the same 16-byte stores and keeps h in
+// registers; the baseline runs a separate elementwise add kernel writing h, then its two kernels
+// read h.
 // Both need x, y and the weights in one dtype (bf16, fp16 or fp32), 16-byte aligned rows; the
 // optimized one also a row of at most 8192 bf16 (4096 fp32) elements. Otherwise the region runs
 // eagerly and the report says why.
 // Bytes that must move: rows*C*(sizeof x + sizeof y) + C*sizeof(w) per weight, + rows*4 per
-// exported statistic, + rows*C*4 for an exported upcast x.
+// exported statistic, + rows*C*4 for an exported upcast x, + rows*C*sizeof x for a residual and
+// again for an exported h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -55,6 +61,17 @@ struct NormFwdArgs {
   const void* x = nullptr;
   DType x_dtype = DType::kBFloat16;
   int64_t x_row_stride = 0;
+  /// Residual add prologue (fused add-norm): when set, the norm reads h = round(h_round, x +
+  /// residual) (fp32 add, one rounding: PyTorch's add of 16-bit tensors) instead of x. residual is
+  /// [rows, cols] in x_dtype with row stride residual_row_stride; h_round is x_dtype in a graph
+  /// (float32: no rounding, a mutant's choice). h_out: h written ([rows, cols], x_dtype, row stride
+  /// h_row_stride) in the same pass; nullptr: not written (the optimized kernel), a workspace the
+  /// baseline supplies.
+  const void* residual = nullptr;
+  int64_t residual_row_stride = 0;
+  DType h_round = DType::kFloat32;
+  void* h_out = nullptr;
+  int64_t h_row_stride = 0;
   const void* w[kNormMaxWeights] = {};  ///< [cols] each, contiguous
   DType w_dtype[kNormMaxWeights] = {};
   /// The epilogue uses round(w_offset_dtype[i], w[i] + w_offset[i]) when w_offset[i] != 0 (x * (1 +
@@ -85,9 +102,12 @@ enum class NormVariant : uint8_t { kBaseline, kOptimized };
 /// register-resident kernel, misaligned pointers, mixed dtypes).
 std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant);
 
-/// Baseline: stats kernel writing `mean`/`rstd` ([rows] fp32 workspaces, and a.mean_out /
-/// a.rstd_out when set), then normalize kernel (writing a.x32_out when set).
-void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, cudaStream_t stream);
+/// Baseline: with a residual, an elementwise add kernel writing h (to a.h_out, or to `h_ws`, a
+/// [rows, cols] x_dtype workspace, when a.h_out is null); then a stats kernel writing `mean`/`rstd`
+/// ([rows] fp32 workspaces, and a.mean_out / a.rstd_out when set), then a normalize kernel
+/// (writing a.x32_out when set), both reading h (or x without a residual).
+void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, void* h_ws,
+                            cudaStream_t stream);
 
 /// Optimized: one persistent row kernel. Requires layernorm_fwd_supports(a, kOptimized) == "".
 void layernorm_fwd_optimized(const NormFwdArgs& a, cudaStream_t stream);

@@ -14,6 +14,12 @@
 // float32) and, with some partitions, x32; these may be read outside the region (graph outputs,
 // views of them, nodes after the region) and the kernels write them in the same pass. Every other
 // intermediate must be used only inside the region.
+// Residual prologue (issue 24; the fused add-norm of Apex, Liger-Kernel and vLLM): when the
+// activations are h = aten.add.Tensor(x, residual) (alpha 1, both operands [.., C] tensors of h's
+// shape and dtype), the add joins the region, which then reads x and residual and exports h when
+// something reads it after the region (the residual stream, a graph output). An add that cannot
+// be fused (mixed dtypes, a broadcast operand, alpha != 1, h read before the region's last node)
+// stays outside, declined with its reason, and the region reads h.
 #include <algorithm>
 
 #include "impls/fusions/layernorm_fwd/params.hpp"
@@ -155,6 +161,59 @@ std::string value_desc(const Graph& g, int v) {
   const int p = g.values[v].producer;
   return "'" + g.values[v].name + "'" +
          (p >= 0 ? " (" + std::string(op_name(g.nodes[p].op)) + ")" : " (graph input)");
+}
+
+struct ResidualMatch {
+  int add = -1;  ///< the add node; -1: none fused
+  int x = -1, residual = -1;
+  std::string why;  ///< an add that was considered and not fused: why
+};
+
+// The residual add producing `h`, the norm's input, when it can be fused as the region's
+// prologue; `nodes` is the region without it.
+ResidualMatch match_residual(const Graph& g, int h, const std::vector<int>& nodes) {
+  ResidualMatch m;
+  const int add = g.values[h].producer;
+  if (add < 0 || g.nodes[add].op != Op::kAdd) return m;
+  const Node& n = g.nodes[add];
+  const std::string what = "residual add '" + n.id + "' not fused into the norm: ";
+  if (n.operands.size() != 2 || !n.operands[0].is_tensor() || !n.operands[1].is_tensor()) {
+    m.why = what + "an operand is not a tensor";
+    return m;
+  }
+  const TensorMeta& hm = g.meta(h);
+  for (const Operand& o : n.operands) {
+    const TensorMeta& om = g.meta(o.value);
+    if (om.shape != hm.shape) {
+      m.why = what + "operand '" + g.values[o.value].name + "' is " + shape_str(om.shape) +
+              ", not the sum's " + shape_str(hm.shape) + " (a broadcast add)";
+      return m;
+    }
+    if (om.dtype != hm.dtype) {
+      m.why = what + "operand '" + g.values[o.value].name + "' is " +
+              std::string(dtype_name(om.dtype)) + " and the sum " +
+              std::string(dtype_name(hm.dtype)) + " (mixed dtypes)";
+      return m;
+    }
+  }
+  if (n.alpha != 1) {
+    m.why = what + "alpha is " + std::to_string(n.alpha) + ", not 1";
+    return m;
+  }
+  std::vector<int> with = nodes;
+  with.push_back(add);
+  for (int u : g.values[h].users)
+    if (!contains(with, u) && u < *std::max_element(nodes.begin(), nodes.end())) {
+      m.why = what + "the sum is read before the region's last node, by node '" + g.nodes[u].id +
+              "' (" + std::string(op_name(g.nodes[u].op)) + ")";
+      return m;
+    }
+  // The add commutes (fp32 math, one rounding), and the canonical form may have swapped its
+  // operands: x is the one the graph made first (the captured order of `x + residual`).
+  m.add = add;
+  m.x = std::min(n.operands[0].value, n.operands[1].value);
+  m.residual = std::max(n.operands[0].value, n.operands[1].value);
+  return m;
 }
 
 // The first intermediate of `nodes` (other than `exported`) read outside them, described.
@@ -318,9 +377,22 @@ bool try_match(const Graph& g, int root, Matches& out) {
     }
   }
 
-  // The saved statistics (and x32) may be exported, the rest must stay private.
+  // The residual add before the norm joins the region as its prologue; h may be exported.
+  int residual = -1, h = -1;
+  DType h_round = DType::kFloat32;
+  if (const ResidualMatch rm = match_residual(g, x, nodes); rm.add >= 0) {
+    nodes.push_back(rm.add);
+    h = x;
+    h_round = g.meta(h).dtype;
+    x = rm.x;
+    residual = rm.residual;
+  } else if (!rm.why.empty()) {
+    out.decline(g.values[x].producer, rm.why);
+  }
+
+  // The saved statistics (and x32, h) may be exported, the rest must stay private.
   std::vector<int> exported = {cur};
-  for (int v : {mean, rstd, x32})
+  for (int v : {mean, rstd, x32, h})
     if (v >= 0) exported.push_back(v);
   if (std::string why = private_violation(g, nodes, exported); !why.empty())
     return out.decline(root, why);
@@ -342,6 +414,9 @@ bool try_match(const Graph& g, int root, Matches& out) {
   p.mean = mean >= 0 && read_outside(g, mean, nodes) ? mean : -1;
   p.rstd = read_outside(g, rstd, nodes) ? rstd : -1;
   p.x32 = x32 >= 0 && read_outside(g, x32, nodes) ? x32 : -1;
+  p.residual = residual;
+  p.h = h >= 0 && read_outside(g, h, nodes) ? h : -1;
+  p.h_round = h_round;
   out.regions.push_back(make_region(g, std::move(nodes), std::move(p)));
   return true;
 }

@@ -30,8 +30,18 @@ struct EpilogueStep {
 /// A matched region. Value indices, not names.
 struct Params {
   NormKind kind = NormKind::kLayerNorm;
-  int x = -1;    ///< [.., C] activations as the region reads them (before an absorbed upcast)
-  int out = -1;  ///< [.., C] result, same shape as x
+  int x = -1;  ///< [.., C] activations as the region reads them (before an absorbed upcast)
+  /// Residual add prologue (fused add-norm: Apex, Liger-Kernel, vLLM): the region reads
+  /// h = round(h_round, x + residual) through one aten.add.Tensor it claims, -1: none. residual is
+  /// [.., C] of x's shape and dtype.
+  int residual = -1;
+  /// The sum h ([.., C], x's dtype) when something outside the region reads it (the next residual
+  /// stream): the kernels write it in the same pass; -1 when only the region reads it.
+  int h = -1;
+  /// The dtype the add rounds h to before the statistics (the add's output dtype, as PyTorch's
+  /// bf16 add: fp32 math, one rounding); kFloat32: not rounded.
+  DType h_round = DType::kFloat32;
+  int out = -1;                ///< [.., C] result, same shape as x
   int64_t rows = 0, cols = 0;  ///< x seen as [rows, cols]
   double eps = 0;
   int eps_value = -1;     ///< eps as a tensor (numel 1, e.g. a 0-dim float32 input), else -1

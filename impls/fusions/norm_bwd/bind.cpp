@@ -36,6 +36,17 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     b.unsupported = "x, dy or dx rows are not [rows, cols] with a contiguous last dim";
     return b;
   }
+  if (p.dx_add >= 0) {  // dx epilogue add: the other gradient of the residual stream
+    BoundTensor o = ctx.tensor(p.dx_add);
+    a.dx_add = o.ptr;
+    a.dx_add_row_stride = row_stride(o.layout, a.cols);
+    if (o.layout.dtype != dx.layout.dtype || a.dx_add_row_stride < 0) {
+      b.unsupported = "the tensor added to dx, '" + g.values[p.dx_add].name + "', is " +
+                      o.layout.str() +
+                      " (needs dx's dtype, [rows, cols] with a contiguous last dim)";
+      return b;
+    }
+  }
   if (dy.layout.dtype != a.x_dtype || dx.layout.dtype != a.x_dtype) {
     b.unsupported = "x, dy and dx dtypes differ (" + std::string(dtype_name(a.x_dtype)) + ", " +
                     std::string(dtype_name(dy.layout.dtype)) + ", " +

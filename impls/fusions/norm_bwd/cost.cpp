@@ -1,8 +1,9 @@
 // norm_bwd cost and description.
 // Bytes that must move: x and dy read once, dx written once, w and the saved statistics read
 // once, dw/db written once (= the region's external inputs and outputs; a recomputed rstd reads
-// nothing more). FLOPs per element: ~16 (xhat, g, two row sums, dx, two column sums) — memory-
-// bound by two orders of magnitude on Hopper, so the SOL is the byte term.
+// nothing more; a dx epilogue add reads its other operand once, rows*cols*|dx|). FLOPs per element:
+// ~16 (xhat, g, two row sums, dx, two column sums) — memory- bound by two orders of magnitude on
+// Hopper, so the SOL is the byte term.
 #include "impls/fusions/norm_bwd/params.hpp"
 #include "workloads/plan/match_util.hpp"
 
@@ -63,6 +64,7 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                       {"dx", name(p.dx)},
                       {"dw", name(p.dw)},
                       {"db", name(p.db)}};
+  if (p.dx_add >= 0) j["dx_add"] = name(p.dx_add);  // dx = rnd(rnd(dx_norm) + dx_add)
   if (p.stats == NormBwdStats::kRecompute) {
     j["eps"] = p.eps;
     j["eps_tensor"] = name(p.eps_value);

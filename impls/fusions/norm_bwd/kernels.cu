@@ -17,6 +17,9 @@
 // Kernel 2 (baseline only): column sums of dy * xhat and dy over row chunks, read again from
 // memory (what a separate column reduction must do), one partial row per chunk.
 // Kernel 3 (both): sums the partial rows of each column in a fixed order, rounds and stores.
+// A dx epilogue add (the residual stream's other gradient, `tangent + dx.to(bf16)`) is read and
+// added in kernel 1's dx store, both variants: dx rounded to its dtype first, then the add in fp32,
+// rounded again. It does not touch dw/db, whose order of summation stays fixed.
 // Measured history and the split-size heuristic: TUNING.md (this folder).
 #include "impls/fusions/norm_bwd/kernels.hpp"
 
@@ -274,7 +277,18 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           }
         }
       }
-      if (valid) __stcs(reinterpret_cast<uint4*>(dxr) + v, V::pack(out));
+      if (valid) {
+        if (a.dx_add) {  // dx epilogue add: rnd(rnd(dx) + other), as the graph rounds
+          float o[E];
+          V::unpack(__ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(a.dx_add) +
+                                                          row * a.dx_add_row_stride) +
+                           v),
+                    o);
+#pragma unroll
+          for (int e = 0; e < E; ++e) out[e] = round_as(out[e], a.x_dtype) + o[e];
+        }
+        __stcs(reinterpret_cast<uint4*>(dxr) + v, V::pack(out));
+      }
     }
   }
   cp_async_wait<0>();  // the last (empty) copies
@@ -611,6 +625,8 @@ std::string norm_bwd_supports(const NormBwdArgs& a) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!aligned(a.x) || !aligned(a.dy) || !aligned(a.dx))
     return "x, dy or dx is not 16-byte aligned";
+  if (a.dx_add && (!aligned(a.dx_add) || a.dx_add_row_stride % e))
+    return "the tensor added to dx is not in 16-byte aligned rows";
   const int64_t nvec = a.cols / e;
   if (nvec > int64_t(kMaxGroup) * max_vpt(t))
     return "row of " + std::to_string(a.cols) + " elements is longer than the kernels hold (" +

@@ -22,7 +22,8 @@
 // fp32; rows of at most 512 x 3 16-byte vectors for 16-bit types (12288 elements) and 512 x 4
 // for fp32 (8192 elements); every rounding flag bf16, fp16 or none (fp32).
 // Bytes that must move: rows*cols*(|x| + |dy| + |dx|) + cols*(|w| + |dw| + |db|) + rows*4 per
-// saved statistic.
+// saved statistic, + rows*cols*|dx| for a dx epilogue add (the residual stream's other gradient,
+// read once in the dx store).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -67,6 +68,11 @@ struct NormBwdArgs {
   DType xhat_round = DType::kFloat32, dwt_round = DType::kFloat32;
   void* dx = nullptr;  ///< [rows, cols], dtype x_dtype
   int64_t dx_row_stride = 0;
+  /// dx epilogue add: when set, the kernels store rnd(rnd_x(dx) + dx_add) (dx rounded to x_dtype,
+  /// then the add in fp32 and rounded to x_dtype again: the graph's `tangent + dx.to(bf16)`);
+  /// [rows, cols] in x_dtype, row stride dx_add_row_stride. nullptr: dx alone.
+  const void* dx_add = nullptr;
+  int64_t dx_add_row_stride = 0;
   void* dw = nullptr;  ///< [cols] contiguous; rounded to dw_round, stored as dw_dtype
   DType dw_dtype = DType::kBFloat16, dw_round = DType::kFloat32;
   void* db = nullptr;  ///< optional [cols]

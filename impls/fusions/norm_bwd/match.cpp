@@ -17,9 +17,14 @@
 //      g = dy * w_eff (optionally rounded), w_eff = w + offset (optionally rounded)
 //    for a [C] leaf w and offset 0 or any constant the graph adds to w (x * (1 + w)).
 // 5. Each output extends through single-use converts, views, clones (the down-casts of dx, dw,
-//    db); the rounding it ends in is recorded. The region is every node between the leaves and
-//    the outputs; every intermediate must stay private, and no node outside may read an output
-//    before the region's last node (the fused step runs there).
+//    db); the rounding it ends in is recorded.
+// 6. dx epilogue add (issue 24, the backward of a fused add-norm): when the only reader of dx is
+//    an aten.add.Tensor (alpha 1) with another [.., C] operand of dx's shape and dtype computed
+//    outside the region (the residual stream's gradient from its other readers), the add joins
+//    the region and its sum is exported as dx; an add that cannot be fused is declined with why.
+//    The region is every node between the leaves and the outputs; every intermediate must stay
+//    private, and no node outside may read an output before the region's last node (the fused step
+//    runs there).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -236,6 +241,37 @@ struct Found {
   Params p;
   std::vector<int> anchors;
 };
+
+// The add extending dx (step 6): its node, or -1 with `why` set when an add reads dx and cannot
+// be fused.
+int match_dx_add(const Graph& g, const Params& p, std::string& why) {
+  const int u = single_user(g, p.dx);
+  if (u < 0 || g.nodes[u].op != Op::kAdd) return -1;
+  const Node& n = g.nodes[u];
+  const std::string what = "add '" + n.id + "' after dx not fused into the norm backward: ";
+  const int other = other_tensor(n, p.dx);
+  if (n.operands.size() != 2 || other < 0 || other == p.dx) {
+    why = what + "its other operand is not a tensor other than dx";
+    return -1;
+  }
+  const TensorMeta &dm = g.meta(p.dx), &om = g.meta(other), &sm = g.meta(n.outputs[0]);
+  if (om.shape != dm.shape || sm.shape != dm.shape) {
+    why = what + "'" + g.values[other].name + "' is " + shape_str(om.shape) + ", dx " +
+          shape_str(dm.shape) + " (a broadcast add)";
+    return -1;
+  }
+  if (om.dtype != dm.dtype || sm.dtype != dm.dtype) {
+    why = what + "'" + g.values[other].name + "' is " + std::string(dtype_name(om.dtype)) +
+          ", dx " + std::string(dtype_name(dm.dtype)) + " and the sum " +
+          std::string(dtype_name(sm.dtype)) + " (mixed dtypes)";
+    return -1;
+  }
+  if (n.alpha != 1) {
+    why = what + "alpha is " + std::to_string(n.alpha) + ", not 1";
+    return -1;
+  }
+  return u;
+}
 
 // Tries anchor `dw_node` as the dw column reduction.
 // On failure, `why` says how far it got.
@@ -457,6 +493,25 @@ void match(const Graph& g, Matches& out) {
         failed[a] =
             "dx, dw found, but the nodes between them and their leaves do not form a region";
         continue;
+      }
+      // Step 6: dx's epilogue add, its other operand computed outside the region.
+      std::string add_why;
+      if (const int add = match_dx_add(g, p, add_why); add >= 0) {
+        const int other = other_tensor(g.nodes[add], p.dx);
+        const int op = g.values[other].producer;
+        if (op >= 0 && std::find(nodes.begin(), nodes.end(), op) != nodes.end()) {
+          out.decline(add, "add '" + g.nodes[add].id +
+                               "' after dx not fused into the norm backward: its other operand '" +
+                               g.values[other].name + "' is computed inside the region");
+        } else {
+          nodes.push_back(add);
+          std::sort(nodes.begin(), nodes.end());
+          p.dx_add = other;
+          p.dx = g.nodes[add].outputs[0];
+          outs[0] = p.dx;
+        }
+      } else if (!add_why.empty()) {
+        out.decline(single_user(g, p.dx), add_why);
       }
       if (!intermediates_private(g, nodes, outs)) {
         failed[a] = "an intermediate of the norm backward is read outside it (or returned)";

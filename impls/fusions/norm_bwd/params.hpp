@@ -35,6 +35,11 @@ struct Params {
   DType xhat_round = DType::kFloat32;  ///< xhat rounded to, in the dw term only
   DType dwt_round = DType::kFloat32;   ///< the dw term dy * xhat rounded to
   int dx = -1, dw = -1, db = -1;       ///< outputs (db -1: no bias)
+  /// dx epilogue add (issue 24: the backward of a fused add-norm): the gradient of the residual
+  /// stream h from its other readers, [.., C] in dx's dtype; the region then exports
+  /// dx = rnd(rnd_dx(dx_norm) + dx_add) (the norm's dx rounded to its dtype first, the add in fp32
+  /// rounded again, as the graph's add of two bf16 tensors does) as `dx`; -1: no add.
+  int dx_add = -1;
   DType dx_round = DType::kFloat32, dw_round = DType::kFloat32, db_round = DType::kFloat32;
   int64_t rows = 0, cols = 0;
   /// Rows per block of the optimized kernel; 0: the heuristic (kernels.hpp). The split-size

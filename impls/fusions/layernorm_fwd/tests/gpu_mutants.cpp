@@ -1,6 +1,7 @@
 // Deliberately wrong layernorm_fwd kernels: the real baseline and optimized kernels launched with
 // wrong arguments (eps off, biased variance, a dropped affine step or weight offset, the last row
-// not computed), on inference and training forwards.
+// not computed; with a residual add prologue, the residual dropped or the statistics taken on the
+// unrounded sum), on inference and training forwards and the add-norms of traces/byog/.
 // Each must FAIL the numerics check on every norm trace it applies to; the same kernels with the
 // right arguments PASS (tests/gpu/test_replay_all.cpp).
 #include "impls/fusions/binding.hpp"
@@ -23,6 +24,8 @@ struct Mutant {
   const char* name;
   bool (*applies)(const layernorm_fwd::Params&);
   void (*mutate)(layernorm_fwd::Params&);
+  /// Only the optimized kernel can go wrong this way; the baseline is skipped, saying why.
+  const char* baseline_immune = nullptr;
 };
 
 bool always(const layernorm_fwd::Params&) {
@@ -35,6 +38,12 @@ bool has_step(const layernorm_fwd::Params& p, EpilogueOp op) {
   for (const auto& s : p.epilogue)
     if (s.op == op) return true;
   return false;
+}
+bool has_residual(const layernorm_fwd::Params& p) {
+  return p.residual >= 0;
+}
+bool rounds_h(const layernorm_fwd::Params& p) {
+  return p.residual >= 0 && (p.h_round == DType::kBFloat16 || p.h_round == DType::kFloat16);
 }
 bool has_offset(const layernorm_fwd::Params& p) {
   for (const auto& s : p.epilogue)
@@ -62,6 +71,13 @@ const Mutant kMutants[] = {
      [](layernorm_fwd::Params& p) {
        for (auto& s : p.epilogue) s.offset = 0;
      }},
+    // The prologue's add left out: the norm (and h) get x alone.
+    {"dropped_residual", has_residual, [](layernorm_fwd::Params& p) { p.residual = -1; }},
+    // The statistics and the normalize on the fp32 sum, not on h rounded as the graph rounds it
+    // (h itself is still stored rounded: only y can show it).
+    {"h_unrounded", rounds_h, [](layernorm_fwd::Params& p) { p.h_round = DType::kFloat32; },
+     "the baseline's add kernel stores h in x's dtype and its norm kernels read it back: they "
+     "cannot see an unrounded h"},
 };
 
 // The mutant being bound (a FusionSpec's bind is a plain function pointer).
@@ -97,6 +113,8 @@ TEST_P(LayerNormFwdMutant, Fails) {
   ASSERT_EQ(plan.regions.size(), 1u);
   if (!g_mutant->applies(std::any_cast<const layernorm_fwd::Params&>(plan.regions[0].params)))
     GTEST_SKIP() << g_mutant->name << " does not apply to " << trace;
+  if (g_mutant->baseline_immune && variant == "baseline")
+    GTEST_SKIP() << g_mutant->name << ": " << g_mutant->baseline_immune;
   for (uint64_t seed : {41u, 42u}) {
     auto ref = run_reference(g, generate_inputs(g, seed));
     GpuProgram prog(g, plan, variant, ref, nullptr);
@@ -118,7 +136,11 @@ INSTANTIATE_TEST_SUITE_P(
                                          "nanogpt_layernorm_fwd_2x8x1600",
                                          "llama_rmsnorm_fwd_2x8x4096",
                                          "nanogpt_layernorm_train_fwd_2x8x1600",
-                                         "litgpt_rmsnorm_unit_offset_train_fwd_2x8x4096"),
+                                         "litgpt_rmsnorm_unit_offset_train_fwd_2x8x4096",
+                                         "byog/llama_add_rmsnorm_mincut_train_fwd_2x8x256",
+                                         "byog/llama_add_rmsnorm_default_train_fwd_2x8x256",
+                                         "byog/gpt2_add_layernorm_mincut_train_fwd_2x8x256",
+                                         "byog/gpt2_add_layernorm_default_train_fwd_2x8x256"),
                        ::testing::Values("baseline", "optimized")),
     [](const auto& info) {
       return test_name(std::string(kMutants[std::get<0>(info.param)].name) + "_" +

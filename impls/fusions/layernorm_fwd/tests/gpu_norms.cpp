@@ -1,7 +1,10 @@
 // layernorm_fwd on the GPU: synthetic norms covering every kernel geometry, dtype and epilogue
-// shape, and the eager fallback with its reason. The bundled traces run in tests/gpu.
+// shape, the residual add prologue (synthetic and traces/byog/ add-norms), and the eager fallback
+// with its reason. The bundled traces run in tests/gpu.
+#include "impls/fusions/layernorm_fwd/params.hpp"
 #include "impls/fusions/layernorm_fwd/tests/synthetic.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
+#include "workloads/loader/safetensors.hpp"
 #include "workloads/loader/trace_loader.hpp"
 
 using namespace replay;
@@ -119,3 +122,81 @@ INSTANTIATE_TEST_SUITE_P(Forms, TrainingRMSNorm,
                            return test_name(std::get<0>(info.param) + "_" +
                                             std::get<1>(info.param));
                          });
+
+// Residual add prologue (issue 24): h = x + residual before the norm, h returned or used by the
+// norm alone, each kernel geometry (one warp per row, four, the longest row) and dtype; every
+// graph output (y, h, the saved statistics) against the reference, fused.
+class ResidualNorm : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(ResidualNorm, AllVariantsMatchReference) {
+  REQUIRE_GPU();
+  auto [form, dtype] = GetParam();
+  const int64_t longest = dtype == "float32" ? 4096 : 8192;
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{333, 1600}, {65, longest}, {7, 256}, {1001, 2048}}) {
+    for (bool return_h : {true, false}) {
+      nlohmann::json t = form == "layernorm" ? layernorm_trace(rows, cols, dtype, "affine", "stats")
+                                             : rmsnorm_trace(rows, cols, dtype, form);
+      Graph g = parse_trace(with_residual(t, return_h), "<residual>");
+      Plan plan = make_plan(g, fusion_registry());
+      ASSERT_EQ(plan.regions.size(), 1u) << form;
+      ASSERT_GE(std::any_cast<const layernorm_fwd::Params&>(plan.regions[0].params).residual, 0);
+      for (const char* variant : {"eager", "baseline", "optimized"})
+        expect_variant_matches(g, variant, 29);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forms, ResidualNorm,
+    ::testing::Values(std::make_tuple("layernorm", "bfloat16"),
+                      std::make_tuple("layernorm", "float16"),
+                      std::make_tuple("layernorm", "float32"), std::make_tuple("meta", "bfloat16"),
+                      std::make_tuple("hf", "float16"), std::make_tuple("litgpt", "bfloat16"),
+                      std::make_tuple("x32", "bfloat16")),
+    [](const auto& info) {
+      return test_name(std::get<0>(info.param) + "_" + std::get<1>(info.param));
+    });
+
+// The add-norm forwards captured through torch.compile from user code (traces/byog/), both
+// partitioners: both variants against the reference on fresh seeds, fused, every output checked
+// (y, h and its alias, the saved statistics); the small shapes also on PyTorch's own tensors.
+class ByogAddNormFwd : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ByogAddNormFwd, BothVariantsMatchReference) {
+  REQUIRE_GPU();
+  Graph g = load_trace(trace_path(GetParam()));
+  Plan plan = make_plan(g, fusion_registry());
+  ASSERT_EQ(plan.regions.size(), 1u);
+  ASSERT_GE(std::any_cast<const layernorm_fwd::Params&>(plan.regions[0].params).residual, 0);
+  const uint64_t seeds = g.golden ? 5 : 1;  // the realistic shapes' reference takes a while
+  for (uint64_t seed = 1; seed <= seeds; ++seed)
+    for (const char* variant : {"baseline", "optimized"}) expect_variant_matches(g, variant, seed);
+  if (!g.golden) return;
+  auto golden = read_safetensors(g.golden->path);
+  std::map<int, HostTensor> in;
+  for (int v : g.inputs) in[v] = golden.at(g.values[v].name);
+  const auto bounds = default_value_bounds(g);
+  auto ref = run_reference(g, in);  // the addends' magnitudes, where an output is a sum
+  for (const char* variant : {"baseline", "optimized"}) {
+    GpuProgram prog(g, plan, variant, in, nullptr);
+    expect_fused_where_available(plan, prog, variant, g.name);
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    for (int v : g.outputs) {
+      auto res = check_value(g, v, prog.download(v, nullptr), golden.at(g.values[v].name), ref,
+                             output_bounds(g, plan, bounds, v));
+      EXPECT_TRUE(res.pass()) << variant << " vs PyTorch: " << res.failure();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, ByogAddNormFwd,
+                         ::testing::Values("byog/llama_add_rmsnorm_mincut_train_fwd_2x8x256",
+                                           "byog/llama_add_rmsnorm_default_train_fwd_2x8x256",
+                                           "byog/gpt2_add_layernorm_mincut_train_fwd_2x8x256",
+                                           "byog/gpt2_add_layernorm_default_train_fwd_2x8x256",
+                                           "byog/llama_add_rmsnorm_mincut_train_fwd_2x4096x4096",
+                                           "byog/gpt2_add_layernorm_default_train_fwd_2x4096x4096"),
+                         [](const auto& info) { return test_name(info.param); });

@@ -158,4 +158,39 @@ inline nlohmann::json rmsnorm_trace(int64_t rows, int64_t cols, const std::strin
           {"outputs", outputs}};
 }
 
+/// `t` (a trace of layernorm_trace or rmsnorm_trace) with a residual add prologue, as the
+/// pre-norm blocks of Llama and GPT-2 write it: the norm reads `h = x + residual` (the node "h",
+/// aten.add.Tensor in x's dtype) instead of x, and the graph returns h (the residual stream) after
+/// its outputs unless `return_h` is false. `residual_dtype` / `residual_shape` (default: x's) make
+/// the adds the matcher must decline (mixed dtypes, a broadcast [C] operand).
+inline nlohmann::json with_residual(nlohmann::json t, bool return_h = true,
+                                    const std::string& residual_dtype = "",
+                                    std::vector<int64_t> residual_shape = {}) {
+  using nlohmann::json;
+  json x;
+  for (const auto& in : t["inputs"])
+    if (in["id"] == "x") x = in;
+  const std::vector<int64_t> shape = x["shape"];
+  const std::string dtype = x["dtype"];
+  json r = tensor(residual_shape.empty() ? shape : residual_shape,
+                  residual_dtype.empty() ? dtype : residual_dtype);
+  r["id"] = "residual";
+  r["stats"] = {{"mean", 0.0}, {"std", 1.0}, {"min", -6.0}, {"max", 6.0}};
+  t["inputs"].push_back(r);
+  // Every reader of x now reads h.
+  for (auto& n : t["nodes"])
+    for (auto& a : n["args"])
+      if (a.is_object() && a.contains("ref") && a["ref"] == "x") a = ref("h");
+  const std::string sum_dtype =
+      residual_dtype.empty() || residual_dtype == dtype ? dtype : std::string("float32");
+  t["nodes"].insert(t["nodes"].begin(), json{{"id", "h"},
+                                             {"op", "aten.add.Tensor"},
+                                             {"args", {ref("x"), ref("residual")}},
+                                             {"kwargs", json::object()},
+                                             {"outputs", {tensor(shape, sum_dtype)}}});
+  if (return_h) t["outputs"].push_back("h");
+  t["name"] = std::string(t["name"]) + "_residual";
+  return t;
+}
+
 }  // namespace replay::test

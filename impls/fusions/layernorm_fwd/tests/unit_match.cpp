@@ -1,10 +1,15 @@
 // The layernorm_fwd matcher: finds LayerNorm and RMSNorm structurally, and nothing elsewhere.
 #include <gtest/gtest.h>
 
+#include <set>
+
+#include "harness/report/numerics.hpp"
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/layernorm_fwd/params.hpp"
 #include "impls/fusions/layernorm_fwd/tests/synthetic.hpp"
 #include "impls/fusions/registry.hpp"
+#include "impls/reference/reference.hpp"
+#include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/plan/plan.hpp"
 
@@ -439,6 +444,193 @@ TEST(LayerNormFwdMatch, BothVariantsBindEveryTrainingForm) {
       Binding b = p.regions[0].fusion->bind(g, p.regions[0], v, ctx);
       EXPECT_EQ(b.unsupported, "") << g.name << " " << v.name;
       EXPECT_TRUE(b.launch) << g.name << " " << v.name;
+    }
+  }
+}
+
+// --- residual add prologue (issue 24): h = x + residual before the norm, h returned ----------
+
+namespace {
+
+std::string name_of(const Graph& g, int v) {
+  return v < 0 ? "" : g.values[v].name;
+}
+
+// The add's two operands, sorted (the canonical form may order a commutative add's operands
+// either way; the kernels add them in fp32, where the order does not matter).
+std::string addends(const Graph& g, const layernorm_fwd::Params& p) {
+  std::string a = name_of(g, p.x), b = name_of(g, p.residual);
+  return a < b ? a + "+" + b : b + "+" + a;
+}
+
+// The reasons the plan gives for declining candidates at node `id`.
+std::string declined_at(const Graph& g, const Plan& p, const std::string& id) {
+  std::string s;
+  for (const auto& d : p.declined)
+    if (g.nodes[d.node].id == id) s += d.reason + "; ";
+  return s;
+}
+
+}  // namespace
+
+// The add-norm blocks captured through torch.compile from user code (traces/byog/), both
+// partitioners, both shapes: the add joins the region, which reads x and residual and writes y,
+// h (returned, and its alias through the region's tail) and the saved statistics in one pass.
+TEST(LayerNormFwdMatch, ByogAddNormFusesTheResidualAdd) {
+  for (const std::string model : {"llama_add_rmsnorm", "gpt2_add_layernorm"}) {
+    for (const std::string part : {"mincut", "default"}) {
+      for (const std::string shape : {"2x8x256", "2x4096x4096"}) {
+        const std::string name = "byog/" + model + "_" + part + "_train_fwd_" + shape;
+        Graph g = load_trace(trace_path(name));
+        Plan p = plan_of(g);
+        ASSERT_EQ(p.regions.size(), 1u) << name << " declined: " << declined_at(g, p, "add");
+        const Region& r = p.regions[0];
+        const auto& pr = params(r);
+        EXPECT_EQ(addends(g, pr), "residual+x") << name;
+        EXPECT_EQ(name_of(g, pr.h), "add") << name;
+        EXPECT_EQ(pr.h_round, DType::kBFloat16) << name;
+        EXPECT_EQ(pr.kind,
+                  model == "gpt2_add_layernorm" ? NormKind::kLayerNorm : NormKind::kRMSNorm)
+            << name;
+        // The add (and its alias) are the region's; only the default partition's Llama weight
+        // multiply runs eagerly (its input, the bf16 normalized x, is also returned).
+        EXPECT_GE(p.node_region[g.values[g.find_value("add")].producer], 0) << name;
+        EXPECT_EQ(std::count(p.node_region.begin(), p.node_region.end(), -1),
+                  model == "llama_add_rmsnorm" && part == "default" ? 1 : 0)
+            << name;
+        EXPECT_EQ(declined_at(g, p, "add"), "") << name;
+        std::set<std::string> ins;
+        for (int v : r.inputs) ins.insert(g.values[v].name);
+        EXPECT_TRUE(ins.count("x") && ins.count("residual") && !ins.count("add")) << name;
+        std::set<std::string> outs;
+        for (int v : r.outputs) outs.insert(g.values[v].name);
+        EXPECT_TRUE(outs.count("add")) << name;
+        json d = r.fusion->describe(g, r);
+        EXPECT_EQ(d["residual"], name_of(g, pr.residual)) << name;
+        EXPECT_EQ(d["h"], "add") << name;
+        // Cost: x, residual read, h and y written (and the weights, statistics, x32 if exported).
+        const int64_t elems = pr.rows * pr.cols;
+        double bytes = 0;
+        for (int v : r.inputs) bytes += static_cast<double>(g.meta(v).nbytes());
+        for (int v : r.outputs) bytes += static_cast<double>(g.meta(v).nbytes());
+        EXPECT_EQ(r.fusion->cost(g, r).bytes, bytes) << name;
+        const double xr = static_cast<double>(elems * 2);
+        double extra = (pr.x32 >= 0 ? 2 * xr : 0) + (pr.mean >= 0 ? pr.rows * 4 : 0) + pr.rows * 4;
+        for (const auto& st : pr.epilogue)
+          if (st.weight >= 0) extra += static_cast<double>(pr.cols * 2);
+        EXPECT_EQ(bytes, 4 * xr + extra) << name;
+      }
+    }
+  }
+}
+
+// Synthetic add-norms: RMSNorm and LayerNorm, h returned or used by the norm alone.
+TEST(LayerNormFwdMatch, SyntheticResidualAdd) {
+  for (bool ln : {false, true}) {
+    for (bool ret : {true, false}) {
+      json t = ln ? layernorm_trace(6, 64, "bfloat16", "affine", "stats")
+                  : rmsnorm_trace(6, 64, "bfloat16", "meta");
+      Graph g = parse_trace(with_residual(t, ret), "<residual>");
+      Plan p = plan_of(g);
+      ASSERT_EQ(p.regions.size(), 1u) << ln << ret;
+      const Region& r = p.regions[0];
+      const auto& pr = params(r);
+      EXPECT_EQ(r.nodes.size(), g.nodes.size()) << ln << ret;
+      EXPECT_EQ(addends(g, pr), "residual+x");
+      EXPECT_EQ(name_of(g, pr.h), ret ? "h" : "") << ln << ret;
+      EXPECT_EQ(pr.h_round, DType::kBFloat16);
+      const double elem = 6 * 64 * 2;
+      const double w = (ln ? 2 : 1) * 64 * 2, stats = (ln ? 2 : 1) * 6 * 4;
+      EXPECT_EQ(r.fusion->cost(g, r).bytes, elem * (ret ? 4 : 3) + w + stats) << ln << ret;
+    }
+  }
+  // float32 activations: the sum is float32, not rounded (h_round float32).
+  Graph g = parse_trace(with_residual(layernorm_trace(4, 32, "float32")), "<residual-f32>");
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(addends(g, params(p.regions[0])), "residual+x");
+  EXPECT_EQ(params(p.regions[0]).h_round, DType::kFloat32);
+}
+
+// An add that cannot be the kernel's prologue stays outside, declined with its reason; the norm
+// is still fused and reads h.
+TEST(LayerNormFwdMatch, ResidualAddDeclinedWithAReason) {
+  struct Case {
+    const char* what;
+    json trace;
+    const char* reason;
+  };
+  json early = with_residual(rmsnorm_trace(6, 64, "bfloat16", "meta"));
+  // A reader of h before the region's last node: the fused step would run after it.
+  early["nodes"].insert(early["nodes"].begin() + 1,
+                        json{{"id", "early"},
+                             {"op", "aten.mul.Tensor"},
+                             {"args", {ref("h"), 2.0}},
+                             {"kwargs", json::object()},
+                             {"outputs", {tensor({6, 64}, "bfloat16")}}});
+  early["outputs"].push_back("early");
+  json alpha = with_residual(rmsnorm_trace(6, 64, "bfloat16", "meta"));
+  alpha["nodes"][0]["kwargs"]["alpha"] = 2;
+  const Case cases[] = {
+      {"mixed_dtypes", with_residual(rmsnorm_trace(6, 64, "bfloat16", "meta"), true, "float32"),
+       "mixed dtypes"},
+      {"broadcast", with_residual(rmsnorm_trace(6, 64, "bfloat16", "meta"), true, "", {64}),
+       "broadcast"},
+      {"read_before", early, "read before the region's last node, by node 'early'"},
+      {"alpha", alpha, "alpha is 2"},
+  };
+  for (const Case& c : cases) {
+    Graph g = parse_trace(c.trace, c.what);
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << c.what;
+    const auto& pr = params(p.regions[0]);
+    EXPECT_EQ(pr.residual, -1) << c.what;
+    EXPECT_EQ(pr.h, -1) << c.what;
+    EXPECT_EQ(name_of(g, pr.x), "h") << c.what;  // the region reads the sum
+    EXPECT_EQ(p.node_region[g.values[g.find_value("h")].producer], -1)
+        << c.what;  // the add runs eagerly
+    EXPECT_NE(declined_at(g, p, "h").find(c.reason), std::string::npos)
+        << c.what << ": " << declined_at(g, p, "h");
+  }
+}
+
+// What the h_unrounded mutant (tests/gpu_mutants.cpp) computes, in float64 on the CPU: the graph
+// with the add's sum kept in float32 instead of rounded to bfloat16. Its y must fail the numerics
+// check against the true graph's y: the mutant test's premise, on the traces it runs on.
+TEST(LayerNormFwdMatch, StatisticsOfTheUnroundedSumAreCaught) {
+  for (const char* name : {"byog/llama_add_rmsnorm_mincut_train_fwd_2x8x256",
+                           "byog/llama_add_rmsnorm_default_train_fwd_2x8x256",
+                           "byog/gpt2_add_layernorm_mincut_train_fwd_2x8x256",
+                           "byog/gpt2_add_layernorm_default_train_fwd_2x8x256"}) {
+    json t = read_json(trace_path(name));
+    Graph g = load_trace(trace_path(name));
+    // add = x.float() + residual.float(): the same sum, not rounded.
+    for (auto& n : t["nodes"]) {
+      if (n["id"] == "add") n["args"] = {ref("x32_in"), ref("residual32_in")};
+      if (n["id"] == "add" || (n["op"] == "aten.alias.default" && n["args"][0]["ref"] == "add"))
+        n["outputs"][0]["dtype"] = "float32";
+    }
+    for (const char* in : {"x", "residual"}) {
+      json up = {{"id", std::string(in) + "32_in"},
+                 {"op", "prims.convert_element_type.default"},
+                 {"args", {ref(in), {{"dtype", "float32"}}}},
+                 {"kwargs", json::object()},
+                 {"outputs", {t["nodes"][0]["outputs"][0]}}};
+      up["outputs"][0]["dtype"] = "float32";
+      t["nodes"].insert(t["nodes"].begin(), up);
+    }
+    t.erase("golden");
+    Graph unrounded = parse_trace(t, "<unrounded>");
+    Plan plan = make_plan(g, fusion_registry());
+    const auto bounds = default_value_bounds(g);
+    const int y = g.outputs[0];
+    for (uint64_t seed : {41u, 42u}) {
+      auto in = generate_inputs(g, seed);
+      auto want = run_reference(g, in);
+      auto got = run_reference(unrounded, in);  // the inputs come first: the same value indices
+      const int uy = unrounded.find_value(g.values[y].name);
+      auto r = check_numerics("y", got.at(uy), want.at(y), output_bounds(g, plan, bounds, y));
+      EXPECT_FALSE(r.pass()) << name << " seed " << seed << ": rel_l2 " << r.rel_l2;
     }
   }
 }

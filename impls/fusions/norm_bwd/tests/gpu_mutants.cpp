@@ -30,7 +30,7 @@ Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindC
   return norm_bwd::bind(g, m, v, ctx);
 }
 
-// The small bundled norm backward traces (those with PyTorch's tensors).
+// The small bundled norm backward traces (those with PyTorch's tensors), and the add-norm ones.
 std::vector<std::string> small_traces() {
   std::vector<std::string> out;
   for (const auto& e : std::filesystem::directory_iterator(REPLAY_TRACES_DIR)) {
@@ -42,6 +42,11 @@ std::vector<std::string> small_traces() {
       out.push_back(n);
   }
   std::sort(out.begin(), out.end());
+  // The add-norm backwards captured from user code, with a dx epilogue add (traces/byog/).
+  for (const char* n : {"byog/llama_add_rmsnorm_mincut_train_bwd_2x8x256",
+                        "byog/gpt2_add_layernorm_mincut_train_bwd_2x8x256",
+                        "byog/gpt2_add_layernorm_default_train_bwd_2x8x256"})
+    out.push_back(n);
   return out;
 }
 

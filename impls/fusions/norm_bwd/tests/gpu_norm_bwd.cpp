@@ -308,3 +308,114 @@ TEST(NormBwdGpu, GoldenInputsMatchPyTorchOutputs) {
   }
   EXPECT_GE(seen, 5);
 }
+
+// dx epilogue add (issue 24: the backward of an add-norm): the norm's dx rounded to its dtype plus
+// the residual stream's other gradient, in the dx store of both variants. Synthetic LayerNorm and
+// RMSNorm in each dtype, and the add-norm backwards captured from user code (traces/byog/); every
+// output against the reference with the harness's own check (the addends' ulps for the sum), and
+// the small captures on PyTorch's tensors; dw/db bit-identical run to run with the add.
+TEST(NormBwdGpu, DxEpilogueAddMatchesReference) {
+  REQUIRE_GPU();
+  std::vector<Graph> graphs;
+  for (const char* dtype : {"bfloat16", "float16", "float32"})
+    for (bool ln : {true, false}) {
+      NormBwdForm f;
+      f.lead = {16, 37};
+      f.cols = ln ? 1600 : 4096;
+      f.layernorm = ln;
+      f.dtype = dtype;
+      f.dx_add = "same";
+      graphs.push_back(parse_trace(norm_bwd_trace(f), "<dx-add>"));
+    }
+  for (const char* name : {"byog/llama_add_rmsnorm_mincut_train_bwd_2x8x256",
+                           "byog/gpt2_add_layernorm_mincut_train_bwd_2x8x256",
+                           "byog/gpt2_add_layernorm_default_train_bwd_2x8x256",
+                           "byog/llama_add_rmsnorm_mincut_train_bwd_2x4096x4096"})
+    graphs.push_back(load_trace(trace_path(name)));
+  for (const Graph& g : graphs) {
+    Plan plan = make_plan(g, fusion_registry());
+    ASSERT_EQ(plan.regions.size(), 1u) << g.name;
+    const auto& p = std::any_cast<const norm_bwd::Params&>(plan.regions[0].params);
+    ASSERT_GE(p.dx_add, 0) << g.name;
+    const auto bounds = default_value_bounds(g);
+    for (uint64_t seed : {7u, 8u}) {
+      auto ref = run_reference(g, generate_inputs(g, seed));
+      for (const char* variant : {"baseline", "optimized"}) {
+        GpuProgram prog(g, plan, variant, ref, nullptr);
+        EXPECT_EQ(prog.fallback_reason(0), "") << g.name << " " << variant;
+        prog.poison_outputs(nullptr);
+        prog.run_all(LaunchContext{});
+        REPLAY_CUDA(cudaDeviceSynchronize());
+        for (int v : g.outputs) {
+          auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                                 output_bounds(g, plan, bounds, v));
+          EXPECT_TRUE(res.pass()) << g.name << " " << variant << " seed " << seed << " "
+                                  << g.values[v].name << ": " << res.failure();
+        }
+        // Without the add (the dropped_dx_add mutant's launch) the sum fails.
+        if (seed == 7u) {
+          FusionSpec spec = fusions::norm_bwd;
+          spec.bind = edited_bind;
+          g_edit = [](norm_bwd::Params& q) { q.dx_add = -1; };
+          const FusionSpec* only[] = {&spec};
+          Plan bad_plan = make_plan(g, only);
+          GpuProgram bad(g, bad_plan, variant, ref, nullptr);
+          ASSERT_EQ(bad.fallback_reason(0), "");
+          bad.poison_outputs(nullptr);
+          bad.run_all(LaunchContext{});
+          REPLAY_CUDA(cudaDeviceSynchronize());
+          EXPECT_FALSE(check_value(g, p.dx, bad.download(p.dx, nullptr), ref.at(p.dx), ref,
+                                   output_bounds(g, bad_plan, bounds, p.dx))
+                           .pass())
+              << g.name << " " << variant << ": dx without the add passed";
+          g_edit = nullptr;
+        }
+      }
+    }
+    if (!g.golden) continue;
+    auto golden = read_safetensors(g.golden->path);
+    std::map<int, HostTensor> in;
+    for (int v : g.inputs) in[v] = golden.at(g.values[v].name);
+    auto ref = run_reference(g, in);  // the addends' magnitudes for the sum's check
+    for (const char* variant : {"baseline", "optimized"}) {
+      GpuProgram prog(g, plan, variant, in, nullptr);
+      prog.poison_outputs(nullptr);
+      prog.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      for (int v : g.outputs) {
+        auto res = check_value(g, v, prog.download(v, nullptr), golden.at(g.values[v].name), ref,
+                               output_bounds(g, plan, bounds, v));
+        EXPECT_TRUE(res.pass()) << g.name << " " << variant << " vs PyTorch: " << res.failure();
+      }
+    }
+  }
+}
+
+// The deterministic column sums are untouched by the dx epilogue add: dw/db (and dx) bit-identical
+// run to run and program to program.
+TEST(NormBwdGpu, DxEpilogueAddBitIdenticalRunToRun) {
+  REQUIRE_GPU();
+  NormBwdForm f;
+  f.lead = {8192};
+  f.dx_add = "same";
+  Graph g = parse_trace(norm_bwd_trace(f), "<determinism-dx-add>");
+  Plan plan = make_plan(g, fusion_registry());
+  ASSERT_EQ(plan.regions.size(), 1u);
+  auto in = generate_inputs(g, 13);
+  for (const char* variant : {"baseline", "optimized"}) {
+    GpuProgram a(g, plan, variant, in, nullptr), b(g, plan, variant, in, nullptr);
+    a.run_all(LaunchContext{});
+    b.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    for (int v : g.outputs) {
+      const HostTensor first = a.download(v, nullptr);
+      for (int rep = 0; rep < 3; ++rep) {
+        a.poison_outputs(nullptr);
+        a.run_all(LaunchContext{});
+        REPLAY_CUDA(cudaDeviceSynchronize());
+        EXPECT_EQ(a.download(v, nullptr).data, first.data) << variant << " " << g.values[v].name;
+      }
+      EXPECT_EQ(b.download(v, nullptr).data, first.data) << variant << " other program";
+    }
+  }
+}

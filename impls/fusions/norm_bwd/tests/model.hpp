@@ -4,7 +4,8 @@
 // from the matcher's params. The unit tests check it against the float64 reference with the
 // harness's own bounds: proof, without a GPU, that the params describe each graph's computation
 // (its roundings included) and that fp32 accumulation in this order stays within the bounds.
-// Not bit-exact with the GPU (nvcc contracts a * b + c into FMA).
+// Not bit-exact with the GPU (nvcc contracts a * b + c into FMA). A dx epilogue add (dx_add) is
+// applied as the kernels' dx store does.
 #pragma once
 
 #include <cmath>
@@ -88,8 +89,11 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
         const float d = static_cast<float>(dr[c]);
         const float g1 = model_round(d * weff[c], p.g_round);
         const float xh = std::fma(static_cast<float>(xr[c]), s, ms);
-        out.dx.data[r * C + c] =
-            round_to(out.dx.meta.dtype, std::fma(ca, g1, std::fma(cb, xh, cc)));
+        double dxv = round_to(out.dx.meta.dtype, std::fma(ca, g1, std::fma(cb, xh, cc)));
+        if (p.dx_add >= 0)  // the epilogue add: dx rounded first, then the fp32 add, rounded again
+          dxv = round_to(out.dx.meta.dtype,
+                         static_cast<float>(dxv) + static_cast<float>(at(p.dx_add)[r * C + c]));
+        out.dx.data[r * C + c] = dxv;
         const float t = model_round(d * model_round(xh, p.xhat_round), p.dwt_round);
         gw[grp * C + c] += t;
         gb[grp * C + c] += d;

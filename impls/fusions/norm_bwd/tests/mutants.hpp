@@ -1,6 +1,7 @@
 // Deliberately wrong norm_bwd launches: the real params (and so the real kernels) with one thing
 // wrong — x and dy swapped, LayerNorm taken as RMSNorm and back, the weight offset off by one,
-// the last row lost, dw and db swapped, mean and rstd swapped, eps off. Each names the outputs it
+// the last row lost, dw and db swapped, mean and rstd swapped, eps off, the dx epilogue add
+// (the residual stream's other gradient) dropped. Each names the outputs it
 // must make FAIL the numerics check. Used by the CPU model tests (unit_model.cpp) and the GPU
 // tests (gpu_mutants.cpp): a wrong dx, dw or db is proven to be caught.
 #pragma once
@@ -40,6 +41,9 @@ inline std::vector<NormBwdMutant> norm_bwd_mutants() {
          return p.stats == NormBwdStats::kRecompute && p.eps_value < 0;
        },
        [](norm_bwd::Params& p) { p.eps *= 100; }, true, true, false},
+      // The dx epilogue add dropped: the residual stream's other gradient is lost.
+      {"dropped_dx_add", [](const norm_bwd::Params& p) { return p.dx_add >= 0; },
+       [](norm_bwd::Params& p) { p.dx_add = -1; }, true, false, false},
   };
 }
 

@@ -25,6 +25,11 @@ struct NormBwdForm {
   /// -0.5*rstd^3 form), "mean" (rstd * (g - mean(g) - xhat*mean(g*xhat)), commuted operands)
   std::string dx_form = "inductor";
   bool dy_is_sum = false;  ///< dy = dy_a + dy_b (two matmul gradients), in the activation dtype
+  /// dx epilogue add (the backward of an add-norm: the residual stream's gradient dh from its other
+  /// readers plus the norm's dx, `dx_total = dh + dx`, returned instead of dx): "" none, "same"
+  /// (dh of dx's shape and dtype), "mixed" (dh float32: a float32 sum, declined), "broadcast" (dh
+  /// [C], declined).
+  std::string dx_add;
   // Negatives.
   bool drop_dx = false;           ///< only the column reductions
   bool drop_dw = false;           ///< only the row reduction (and db)
@@ -198,7 +203,7 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
       }
     }
     conv("dx", "dx32", full, dt);
-    outputs.push_back("dx");
+    if (f.dx_add.empty()) outputs.push_back("dx");
   }
   // dw, db.
   if (!f.drop_dw) {
@@ -232,8 +237,15 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
     outputs.push_back("db");
   }
   if (f.xhat_escapes) outputs.push_back(xhat);
+  if (!f.dx_add.empty() && !f.drop_dx) {
+    const bool mixed = f.dx_add == "mixed";
+    in("dh", f.dx_add == "broadcast" ? col : full, mixed ? f32 : dt, 0, 1, -6, 6);
+    node("dx_total", "aten.add.Tensor", {test::ref("dh"), test::ref("dx")}, full, mixed ? f32 : dt);
+    outputs.push_back("dx_total");
+  }
   std::string name = std::string("synthetic_") + (f.layernorm ? "layernorm" : "rmsnorm") + "_bwd_" +
-                     f.stats + "_" + f.dx_form + "_" + std::to_string(f.cols) + "_" + dt;
+                     f.stats + "_" + f.dx_form + "_" + std::to_string(f.cols) + "_" + dt +
+                     (f.dx_add.empty() ? "" : "_dx_add_" + f.dx_add);
   return {{"schema", "replay-trace/1"},
           {"name", name},
           {"source", {{"model", "synthetic"}, {"phase", "bwd"}}},

@@ -492,3 +492,87 @@ TEST(NormBwdMatch, IntegerCastIsALeafNotAnIdentity) {
     }
   }
 }
+
+// --- dx epilogue add (issue 24): the backward of a fused add-norm ------------------------------
+
+namespace {
+
+std::string declined_at(const Graph& g, const Plan& p, const std::string& id) {
+  std::string s;
+  for (const auto& d : p.declined)
+    if (g.nodes[d.node].id == id) s += d.reason + "; ";
+  return s;
+}
+
+}  // namespace
+
+// The add-norm backwards captured from user code (traces/byog/), both partitioners and shapes:
+// `add_3 = tangents_2 + dx.to(bf16)` (the gradient of h from its other reader plus the norm's dx)
+// joins the region, which reads tangents_2 and exports add_3 (and its alias, the region's tail).
+TEST(NormBwdMatch, ByogAddNormBackwardTakesTheDxAdd) {
+  for (const std::string model : {"llama_add_rmsnorm", "gpt2_add_layernorm"}) {
+    for (const std::string part : {"mincut", "default"}) {
+      for (const std::string shape : {"2x8x256", "2x4096x4096"}) {
+        const std::string name = "byog/" + model + "_" + part + "_train_bwd_" + shape;
+        Graph g = load_trace(trace_path(name));
+        Plan p = plan_of(g);
+        if (model == "llama_add_rmsnorm" && part == "default") {
+          // Not matched, with or without the add: this partition saves rstd twice (rsqrt and its
+          // alias, two graph inputs), and dx's rstd^3 term reads the other copy.
+          EXPECT_TRUE(p.regions.empty()) << name;
+          continue;
+        }
+        ASSERT_EQ(p.regions.size(), 1u) << name;
+        const Region& r = p.regions[0];
+        const auto& pr = params(r);
+        EXPECT_EQ(name_of(g, pr.dx), "add_3") << name;
+        EXPECT_EQ(name_of(g, pr.dx_add), "tangents_2") << name;
+        EXPECT_EQ(name_of(g, pr.dy), "tangents_1") << name;
+        EXPECT_EQ(pr.layernorm, model == "gpt2_add_layernorm") << name;
+        EXPECT_EQ(pr.dx_round, bf16) << name;
+        EXPECT_EQ(std::count(p.node_region.begin(), p.node_region.end(), -1), 0) << name;
+        EXPECT_TRUE(names(g, r.inputs).count("tangents_2")) << name;
+        EXPECT_TRUE(names(g, r.outputs).count("add_3")) << name;
+        EXPECT_EQ(r.fusion->describe(g, r)["dx_add"], "tangents_2") << name;
+        double bytes = 0;
+        for (int v : r.inputs) bytes += static_cast<double>(g.meta(v).nbytes());
+        for (int v : r.outputs) bytes += static_cast<double>(g.meta(v).nbytes());
+        EXPECT_EQ(r.fusion->cost(g, r).bytes, bytes) << name;
+      }
+    }
+  }
+}
+
+TEST(NormBwdMatch, SyntheticDxAdd) {
+  for (bool ln : {true, false}) {
+    NormBwdForm f;
+    f.layernorm = ln;
+    f.dx_add = "same";
+    Graph g = parse_trace(norm_bwd_trace(f), "<dx-add>");
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << ln;
+    const auto& pr = params(p.regions[0]);
+    EXPECT_EQ(name_of(g, pr.dx), "dx_total") << ln;
+    EXPECT_EQ(name_of(g, pr.dx_add), "dh") << ln;
+    EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size()) << ln;
+  }
+}
+
+// An add after dx that the kernels cannot take stays outside, declined with its reason; the norm
+// backward is still claimed and exports dx.
+TEST(NormBwdMatch, DxAddDeclinedWithAReason) {
+  for (auto [form, reason] : {std::pair<std::string, std::string>{"mixed", "mixed dtypes"},
+                              {"broadcast", "a broadcast add"}}) {
+    NormBwdForm f;
+    f.dx_add = form;
+    Graph g = parse_trace(norm_bwd_trace(f), form);
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << form;
+    const auto& pr = params(p.regions[0]);
+    EXPECT_EQ(name_of(g, pr.dx), "dx") << form;
+    EXPECT_EQ(pr.dx_add, -1) << form;
+    EXPECT_EQ(p.node_region[g.values[g.find_value("dx_total")].producer], -1) << form;
+    EXPECT_NE(declined_at(g, p, "dx_total").find(reason), std::string::npos)
+        << form << ": " << declined_at(g, p, "dx_total");
+  }
+}

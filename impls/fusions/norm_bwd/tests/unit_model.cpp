@@ -97,6 +97,15 @@ std::vector<std::string> bundled_norm_bwd(bool golden_only) {
   return out;
 }
 
+// The small add-norm backwards captured from user code (traces/byog/, with PyTorch's tensors):
+// the norm's dx plus the residual stream's other gradient, a dx epilogue add. (Llama's default
+// partition is not matched: it saves rstd twice, see unit_match.cpp.)
+std::vector<std::string> byog_add_norm_bwd() {
+  return {"byog/llama_add_rmsnorm_mincut_train_bwd_2x8x256",
+          "byog/gpt2_add_layernorm_mincut_train_bwd_2x8x256",
+          "byog/gpt2_add_layernorm_default_train_bwd_2x8x256"};
+}
+
 class NormBwdGolden : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
@@ -121,6 +130,41 @@ TEST_P(NormBwdGolden, ReferenceAndModelMatchPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Traces, NormBwdGolden, ::testing::ValuesIn(bundled_norm_bwd(true)),
                          [](const auto& info) { return test_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(AddNorm, NormBwdGolden, ::testing::ValuesIn(byog_add_norm_bwd()),
+                         [](const auto& info) { return test_name(info.param); });
+
+// The dx epilogue add on fresh seeds and several splits (the add-norm backwards above and a
+// synthetic LayerNorm and RMSNorm), and without it (the dropped_dx_add mutant) dx fails.
+TEST(NormBwdModelDxAdd, PassesAndDroppingTheAddFails) {
+  std::vector<Graph> graphs;
+  for (const auto& name : byog_add_norm_bwd()) graphs.push_back(load_trace(trace_path(name)));
+  for (bool ln : {true, false}) {
+    NormBwdForm f;
+    f.layernorm = ln;
+    f.dx_add = "same";
+    graphs.push_back(parse_trace(norm_bwd_trace(f), ln ? "<ln-dx-add>" : "<rms-dx-add>"));
+  }
+  for (const Graph& g : graphs) {
+    Matched m = match_one(g);
+    ASSERT_NE(m.p, nullptr) << g.name;
+    ASSERT_GE(m.p->dx_add, 0) << g.name;
+    const int rpi = rows_per_iter(g, *m.p);
+    const auto bounds = default_value_bounds(g);
+    for (uint64_t seed : {3u, 4u}) {
+      auto vals = run_reference(g, generate_inputs(g, seed));
+      for (int64_t split : splits(m.p->rows, rpi))
+        EXPECT_EQ(check(g, m, model_outputs(g, *m.p, vals, split, rpi), vals), "")
+            << g.name << " seed " << seed << " split " << split;
+      norm_bwd::Params bad = *m.p;
+      bad.dx_add = -1;
+      const int dx = m.p->dx;
+      EXPECT_FALSE(check_numerics("dx", model_outputs(g, bad, vals, rpi, rpi).at(dx), vals.at(dx),
+                                  output_bounds(g, m.plan, bounds, dx))
+                       .pass())
+          << g.name << " seed " << seed << ": dx without the add passed";
+    }
+  }
+}
 
 namespace {
 
@@ -251,4 +295,6 @@ TEST_P(NormBwdMutants, EveryMutantFails) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, NormBwdMutants, ::testing::ValuesIn(bundled_norm_bwd(true)),
+                         [](const auto& info) { return test_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(AddNorm, NormBwdMutants, ::testing::ValuesIn(byog_add_norm_bwd()),
                          [](const auto& info) { return test_name(info.param); });
