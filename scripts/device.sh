@@ -41,6 +41,9 @@
 #   bench           the Google Benchmark runner (replay_bench) over the bundled traces, JSON.
 #   compare=REPLAY  another `replay` binary and this build alternated twice on $TRACES (default:
 #                   the small traces) in one job, medians side by side (scripts/medians.py).
+#   tour            README's 5-minute tour as a newcomer runs it: capture_script.py on
+#                   traces/capture/examples/train_tiny.py, validate, plan, run, compare, repro and
+#                   repro.py -> tour/tour.tgz (logs, traces, report): ~2 min.
 #   capture         capture the bundled workloads again with PyTorch (traces/capture/capture.py;
 #                   CAPTURE_ARGS='--only NAME' narrows), validate and plan each
 #                   -> capture/captured.tgz: ~3 min.
@@ -311,6 +314,41 @@ phase_capture() {
     echo "$(basename "$f"): $("$R" plan "$f" | grep -c '"fusion"') region(s)"
   done
   (cd "$D" && tar czf captured.tgz cap && rm -rf cap)
+  return $rc
+}
+
+phase_tour() {  # README's 5-minute tour, command by command, as a newcomer runs it
+  local T=$D/tour rc=0 f
+  mkdir -p "$T"
+  # 1. capture a training script of one's own through the backend (both partitioners)
+  timeout 240 python3 traces/capture/capture_script.py --out "$T/my_traces" --golden -- \
+    traces/capture/examples/train_tiny.py --graph-break > "$T/capture.log" 2>&1 || rc=1
+  tail -4 "$T/capture.log"
+  "$R" validate "$T/my_traces" > "$T/validate.log" 2>&1 || rc=1
+  tail -3 "$T/validate.log"
+  for f in "$T"/my_traces/*.json; do
+    "$R" plan "$f" > "$T/plan_$(basename "$f")" 2>&1 || rc=1
+    python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+print(j["trace"], [r["fusion"] for r in j["regions"]], len(j["declined"]), "declined")' \
+      "$T/plan_$(basename "$f")"
+  done
+  # 2. replay it; 3. the report; 4. gate a change (a run against itself: SAME); 5. a reproducer
+  "$R" run "$T/my_traces" --out "$T/mine" > "$T/run.log" 2>&1 || rc=1
+  tail -3 "$T/run.log"
+  ls "$T/mine"
+  "$R" compare "$T/mine/results.json" "$T/mine/results.json" > "$T/compare.log" 2>&1 || rc=1
+  tail -2 "$T/compare.log"
+  f=$(python3 -c 'import json, sys
+for p in sys.argv[1:]:
+    if json.load(open(p))["regions"]:
+        print(p.rsplit("/plan_", 1)[1]); break' "$T"/plan_*.json)
+  if [ -n "$f" ]; then
+    "$R" repro "$T/my_traces/$f" --region 0 --variant optimized --out "$T/bundle" \
+      > "$T/repro.log" 2>&1 || rc=1
+    (cd "$T/bundle" && python3 repro.py) > "$T/repro_py.log" 2>&1 || rc=1
+    tail -2 "$T/repro_py.log"
+  fi
+  (cd "$D" && tar czf tour.tgz --exclude='*.safetensors' tour && rm -rf tour)
   return $rc
 }
 

@@ -145,22 +145,6 @@ TEST_P(BundledTrace, CapturedCudaGraphWritesWhatTheProgramWrites) {
 INSTANTIATE_TEST_SUITE_P(Traces, BundledTrace, ::testing::ValuesIn(bundled_traces()),
                          [](const auto& info) { return test_name(info.param); });
 
-// The add-norms captured through torch.compile from user code (traces/byog/, issue 24): the norm
-// regions take the residual add (forward) and the dx add (backward); their small shapes, both
-// partitioners, through the same checks.
-namespace {
-std::vector<std::string> byog_add_norm_traces() {
-  std::vector<std::string> out;
-  for (const char* model : {"llama_add_rmsnorm", "gpt2_add_layernorm"})
-    for (const char* part : {"mincut", "default"})
-      for (const char* phase : {"fwd", "bwd"})
-        out.push_back(std::string("byog/") + model + "_" + part + "_train_" + phase + "_2x8x256");
-  return out;
-}
-}  // namespace
-INSTANTIATE_TEST_SUITE_P(AddNorm, BundledTrace, ::testing::ValuesIn(byog_add_norm_traces()),
-                         [](const auto& info) { return test_name(info.param); });
-
 // The steps one by one (what the per-step host enqueue times) are the whole replay: labelled by the
 // node ids of the ops that launch (views launch nothing), and run in order they write what
 // run_all writes.
