@@ -475,6 +475,12 @@ std::optional<Found> try_dx_only(const Graph& g, Algebra& A, int node, bool& rep
   why =
       "dx only: the row sum is not sum(dy * xhat) for a LayerNorm or RMSNorm xhat of its two "
       "[rows, cols] leaves";
+  for (int a : A.closure(summand))
+    if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kCol)
+      why = "dx only: the row sum's summand mentions the [C] value '" +
+            g.values[A.atom(a).value].name +
+            "': a weighted norm whose dw is not computed here (a frozen weight) is not a norm "
+            "without affine parameters (w = 1)";
   for (Stats st : stats_candidates(A, atoms)) {
     for (int dy : elem) {
       if (dy == st.x) continue;

@@ -131,9 +131,11 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
     node("centered", sub, {test::ref("x32"), test::ref(mean)}, full, f32);
     bin("xhat", mul, test::ref("centered"), test::ref(rstd), full, f32);
     xhat = "xhat";
-  } else {
+  } else if (f.affine || f.dx_form != "inductor" || f.xhat_escapes) {
     bin("xhat", mul, test::ref("x32"), test::ref(rstd), full, f32);
     xhat = "xhat";
+  } else {  // RMSNorm without weight, Inductor form: dx reads x, not xhat (no dead node)
+    xhat = "x32";
   }
   // Weight and g.
   std::string w = "weight";

@@ -194,7 +194,10 @@ TEST_P(DxOnlyForms, Matches) {
   const DxCase& c = GetParam();
   Graph g = parse_trace(norm_bwd_trace(c.form), c.name);
   Plan p = plan_of(g);
-  ASSERT_EQ(p.regions.size(), 1u);
+  std::string declines;
+  for (const Decline& d : matches_of(g).declined)
+    declines += g.nodes[d.node].id + ": " + d.reason + "; ";
+  ASSERT_EQ(p.regions.size(), 1u) << declines;
   const Region& r = p.regions[0];
   EXPECT_EQ(r.nodes.size(), g.nodes.size());
   const auto& pr = params(r);
@@ -205,7 +208,11 @@ TEST_P(DxOnlyForms, Matches) {
   EXPECT_EQ(pr.w, -1);
   EXPECT_EQ(pr.dw, -1);
   EXPECT_EQ(pr.db, -1);
-  EXPECT_EQ(name_of(g, pr.dx), "dx");
+  // (float32: the f32 -> f32 convert of dx is an identity the region runs after its fused step)
+  std::string dx = name_of(g, pr.dx);
+  for (const TailAlias& t : r.tail)
+    if (t.source == pr.dx) dx = g.values[g.nodes[t.node].outputs[0]].name;
+  EXPECT_EQ(dx, "dx");
   EXPECT_EQ(pr.cols, c.form.cols);
   if (c.stats == NormBwdStats::kRecompute) {
     EXPECT_EQ(pr.rstd, -1);
@@ -216,7 +223,7 @@ TEST_P(DxOnlyForms, Matches) {
     EXPECT_EQ(name_of(g, pr.mean),
               c.stats == NormBwdStats::kSaved && c.form.layernorm ? "mean" : "");
   }
-  EXPECT_TRUE(matches_of(g).declined.empty());
+  EXPECT_EQ(declines, "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, DxOnlyForms, ::testing::ValuesIn(dx_cases()),
@@ -267,7 +274,7 @@ TEST(DxOnlyMatch, WeightedNormWithoutDwIsDeclined) {
     f.layernorm = ln;
     Graph g = parse_trace(norm_bwd_trace(f), "<frozen>");
     EXPECT_TRUE(plan_of(g).regions.empty());
-    EXPECT_NE(declined_at(g, matches_of(g), "s2").find("(w = 1)"), std::string::npos)
+    EXPECT_NE(declined_at(g, matches_of(g), "s2").find("[C] value 'weight'"), std::string::npos)
         << ln << ": " << declined_at(g, matches_of(g), "s2");
   }
 }
@@ -391,7 +398,11 @@ std::string check_dx(const Graph& g, const Matched& m, const norm_bwd::Params& p
   const auto bounds = default_value_bounds(g);
   std::string bad;
   for (int v : g.outputs) {
-    EXPECT_EQ(v, m.p->dx);
+    int source = v;  // the f32 -> f32 convert of an fp32 dx runs after the fused step
+    for (const Region& r : m.plan.regions)
+      for (const TailAlias& t : r.tail)
+        if (g.nodes[t.node].outputs[0] == v) source = t.source;
+    EXPECT_EQ(source, m.p->dx);
     auto r =
         check_numerics(g.values[v].name, o.dx, want.at(v), output_bounds(g, m.plan, bounds, v));
     if (!r.pass()) bad += g.values[v].name + ": " + r.failure() + "; ";
