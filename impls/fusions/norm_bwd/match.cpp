@@ -29,7 +29,8 @@
 //    equal step 4's dx with w = 1 (g = dy). Outputs: dx alone (Params::w, dw, db are -1).
 //    Declines: only for row sums that look like a norm backward's sum(g * xhat): the summand
 //    mentions exactly two [rows, cols] leaves and the anchor's readers mention a row statistic
-//    ([rows, 1] leaf or a recomputed rsqrt). Every other row sum (softmax backward's
+//    ([rows, 1] leaf or a recomputed rsqrt), and it is not a weighted norm's whose dw column sum
+//    step 2 already declined (that reason explains it). Every other row sum (softmax backward's
 //    sum(dy * y), a loss's row sums, the S1 = sum(g) half of a norm backward) is not reported.
 #include <algorithm>
 #include <cmath>
@@ -445,8 +446,8 @@ std::vector<int> dx_only_atoms(const Graph& g, const Algebra& A, int node, const
 // Tries row reduction `node` as the sum(g * xhat) of a norm backward without affine parameters.
 // `report` is set when the anchor looks like one (see the header, step 6); `why` says how far
 // it got.
-std::optional<Found> try_dx_only(const Graph& g, Algebra& A, int node, bool& report,
-                                 std::string& why) {
+std::optional<Found> try_dx_only(const Graph& g, Algebra& A, int node, bool dw_declined,
+                                 bool& report, std::string& why) {
   report = false;
   const Node& n = g.nodes[node];
   const int in = n.operands[0].value;
@@ -476,11 +477,14 @@ std::optional<Found> try_dx_only(const Graph& g, Algebra& A, int node, bool& rep
       "dx only: the row sum is not sum(dy * xhat) for a LayerNorm or RMSNorm xhat of its two "
       "[rows, cols] leaves";
   for (int a : A.closure(summand))
-    if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kCol)
+    if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kCol) {
+      // A weighted norm backward: when a dw column sum was declined, that reason explains it.
+      report = !dw_declined;
       why = "dx only: the row sum's summand mentions the [C] value '" +
             g.values[A.atom(a).value].name +
             "': a weighted norm whose dw is not computed here (a frozen weight) is not a norm "
             "without affine parameters (w = 1)";
+    }
   for (Stats st : stats_candidates(A, atoms)) {
     for (int dy : elem) {
       if (dy == st.x) continue;
@@ -583,6 +587,7 @@ namespace {
 
 // Step 6: row-reduction anchors no region claims, grouped by row shape.
 void match_dx_only(const Graph& g, Matches& out) {
+  const bool dw_declined = !out.declined.empty();
   std::set<int> claimed;
   for (const Region& r : out.regions) claimed.insert(r.nodes.begin(), r.nodes.end());
   std::map<std::pair<int64_t, int64_t>, std::vector<int>> groups;
@@ -605,7 +610,7 @@ void match_dx_only(const Graph& g, Matches& out) {
       if (claimed.count(a)) continue;  // a region found at an earlier anchor took it
       bool report = false;
       std::string why;
-      auto f = try_dx_only(g, A, a, report, why);
+      auto f = try_dx_only(g, A, a, dw_declined, report, why);
       if (f) {
         std::vector<int> outs = {f->p.dx};
         std::vector<int> nodes = checked_region(g, A, outs, why);

@@ -279,6 +279,19 @@ TEST(DxOnlyMatch, WeightedNormWithoutDwIsDeclined) {
   }
 }
 
+// A weighted norm backward whose dw column sum was declined: that decline says why, the dx-only
+// pass adds nothing for its row sums.
+TEST(DxOnlyMatch, WeightedNormWithDeclinedDwAddsNoDxOnlyDecline) {
+  NormBwdForm f;
+  f.dw_unrelated = true;
+  Graph g = parse_trace(norm_bwd_trace(f), "<dw-unrelated>");
+  Matches m = matches_of(g);
+  EXPECT_TRUE(m.regions.empty());
+  ASSERT_FALSE(m.declined.empty());
+  for (const Decline& d : m.declined)
+    EXPECT_EQ(d.reason.find("dx only"), std::string::npos) << d.reason;
+}
+
 // Row sums that are not a norm backward's are not reported: softmax backward
 // (dx = y * (dy - sum(dy * y))) and a plain row sum of one tensor.
 TEST(DxOnlyMatch, OtherRowSumsAreNotReported) {
