@@ -33,6 +33,7 @@
 #include "impls/reference/saved_inputs.hpp"
 #include "workloads/ir/error.hpp"
 #include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/core_aten.hpp"
 #include "workloads/ops/op.hpp"
 #include "workloads/plan/plan.hpp"
 
@@ -91,9 +92,13 @@ int cmd_list(const std::string& traces_dir) {
   std::cout << "Bundled traces (" << traces_dir << "):\n";
   for (const auto& t : expand_traces({traces_dir})) {
     try {
-      Graph g = load_trace(t);
+      Graph g = load_trace(t, cut_options());
       std::cout << "  " << g.name << "  (" << g.nodes.size() << " nodes, phase "
-                << g.source.value("phase", "?") << (g.golden ? ", golden tensors" : "") << ")\n";
+                << g.source.value("phase", "?") << (g.golden ? ", golden tensors" : "")
+                << (g.cut.empty()
+                        ? ""
+                        : ", graph cut at " + std::to_string(g.cut.size()) + " unsupported node(s)")
+                << ")\n";
     } catch (const TraceError& e) {
       std::cout << "  " << t << "  INVALID: " << e.what() << "\n";
     }
@@ -107,6 +112,12 @@ int cmd_list(const std::string& traces_dir) {
   }
   std::cout << "\nSupported ops (" << kOpCount << ", plus FX's getitem):\n";
   for (const OpDef* op : all_ops()) std::cout << "  " << op->name << "\n";
+  const CoreAtenCoverage core = core_aten_coverage();
+  std::cout << "\nCore ATen coverage: " << core.covered << " of " << core.total << " overloads\n  ("
+            << core.source << ")\n  not covered:";
+  for (size_t i = 0; i < core.missing.size(); ++i)
+    std::cout << (i % 4 == 0 ? "\n    " : "  ") << core.missing[i];
+  std::cout << "\n";
   return kExitOk;
 }
 
@@ -117,18 +128,34 @@ int no_traces(const std::vector<std::string>& args) {
   return kExitBadInput;
 }
 
-int cmd_validate(const std::vector<std::string>& traces) {
+// A trace with ops the harness cannot run is loaded with its graph cut around them, so the rest
+// is validated too; each cut node is reported, and the trace is invalid (exit 2) unless
+// `allow_cut` (--allow-cut), as `replay run` replays it.
+int cmd_validate(const std::vector<std::string>& traces, bool allow_cut) {
   auto files = expand_traces(traces);
   if (files.empty()) return no_traces(traces);
   int rc = kExitOk;
   for (const auto& t : files) {
     try {
-      Graph g = load_trace(t);
+      Graph g = load_trace(t, cut_options());
       std::string links;  // a backward's saved inputs: their forward, its outputs checked
       for (const ForwardOfSaved& f : forwards_of_saved_inputs(g))
         links += f.graph ? "; saved inputs from " + f.trace : "; forward " + f.path + " not found";
+      for (const CutNode& c : g.cut) {
+        const std::string line = t + ": " + c.describe() + " — `replay run` cuts the graph here";
+        if (allow_cut)
+          std::cout << "CUT     " << line << "\n";
+        else
+          std::cerr << "INVALID " << line << " (--allow-cut accepts it)\n";
+      }
+      if (!g.cut.empty() && !allow_cut) {
+        rc = kExitBadInput;
+        continue;
+      }
       std::cout << "OK      " << t << ": " << g.inputs.size() << " inputs, " << g.nodes.size()
-                << " nodes, " << g.outputs.size() << " outputs" << links << "\n";
+                << " nodes, " << g.outputs.size() << " outputs" << links
+                << (g.cut.empty() ? "" : "; " + std::to_string(g.cut.size()) + " node(s) cut")
+                << "\n";
     } catch (const TraceError& e) {
       std::cerr << "INVALID " << e.what() << "\n";
       rc = kExitBadInput;
@@ -204,8 +231,12 @@ bool parse_seed(const std::string& s, uint64_t& seed) {
 }
 
 int cmd_plan(const std::string& trace) {
-  Graph g = load_trace(trace);
-  std::cout << plan_to_json(g, make_plan(g, fusion_registry())).dump(2) << "\n";
+  Graph g = load_trace(trace, cut_options());
+  nlohmann::json j = plan_to_json(g, make_plan(g, fusion_registry()));
+  nlohmann::json cut = nlohmann::json::array();  // nodes cut out: ops the harness cannot run
+  for (const CutNode& c : g.cut) cut.push_back(to_json(c));
+  j["cut"] = cut;
+  std::cout << j.dump(2) << "\n";
   return kExitOk;
 }
 
@@ -215,6 +246,10 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
     std::printf("   ERROR (%s): %s\n",
                 t.error_kind == TraceResult::Error::kBadInput ? "bad input" : "runtime failure",
                 t.error.c_str());
+  for (const CutNode& c : t.cut_nodes)
+    std::printf("   GRAPH CUT: %s (the rest of the graph replays)\n", c.describe().c_str());
+  for (const auto& n : t.golden_not_compared)
+    std::printf("   reference vs PyTorch golden: not compared: %s\n", n.c_str());
   if (!t.not_replayed.empty()) {
     std::printf("   NOT REPLAYED: %s\n",
                 t.not_replayed.substr(t.not_replayed.find(':') + 2).c_str());
@@ -384,6 +419,10 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand("validate", "load and validate traces; exit 0 or 2");
   std::vector<std::string> vtraces;
   validate->add_option("traces", vtraces, "trace files or folders")->required();
+  bool allow_cut = false;
+  validate->add_flag("--allow-cut", allow_cut,
+                     "accept a trace with ops the harness cannot run (`replay run` cuts the "
+                     "graph around them; each is still listed)");
   auto* plan = app.add_subcommand("plan", "the fusion regions found in a trace, as JSON");
   std::string ptrace;
   plan->add_option("trace", ptrace, "trace file")->required();
@@ -496,7 +535,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*list) return cmd_list(traces_dir);
-    if (*validate) return cmd_validate(vtraces);
+    if (*validate) return cmd_validate(vtraces, allow_cut);
     if (*plan) return cmd_plan(ptrace);
     if (*compare) {
       CompareOptions opt;

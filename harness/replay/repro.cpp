@@ -304,7 +304,7 @@ std::string write_repro(const ReproRequest& req, const nlohmann::json& doc, cons
 }
 
 std::string make_repro(const ReproRequest& req) {
-  const Graph g = load_trace(req.trace_path);
+  const Graph g = load_trace(req.trace_path, cut_options());
   const Plan plan = make_plan(g, fusion_registry());
   region_cut(g, plan, req.region);  // a bad region fails before the reference runs
   const ReplayInputs in = make_replay_inputs(g, req.seed, forwards_of_saved_inputs(g));

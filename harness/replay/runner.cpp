@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "harness/measure/cupti_tracer.hpp"
 #include "harness/measure/timing.hpp"
@@ -25,10 +26,11 @@
 namespace replay {
 namespace {
 
-// Per value: whether it depends on a random op's draw (a hidden "#uniform" input).
-std::vector<bool> depends_on_draw(const Graph& g) {
+// Per value: whether it depends on one of the graph inputs `from` (a random op's hidden
+// "#uniform" draw, a cut node's output drawn from its stats).
+std::vector<bool> depends_on(const Graph& g, const std::vector<int>& from) {
   std::vector<bool> r(g.values.size(), false);
-  for (size_t v = 0; v < g.values.size(); ++v) r[v] = g.values[v].uniform;
+  for (int v : from) r[v] = true;
   for (const Node& n : g.nodes) {
     bool any = false;
     for (const auto& o : n.operands) any = any || (o.is_tensor() && r[o.value]);
@@ -395,8 +397,9 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     return tr;
   };
   try {
-    g = load_trace(path);
+    g = load_trace(path, cut_options());
     tr.name = g.name;
+    tr.cut_nodes = g.cut;
     plan = make_plan(g, fusion_registry());
     for (const auto& d : plan.dropped) {
       std::string nodes;
@@ -461,10 +464,30 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     tr.input_source = inputs.source;
     // Random ops draw from the run's seed, not PyTorch's generator: outputs that depend on a
     // draw cannot match the golden ones and are not compared with them (said in the report).
-    const std::vector<bool> random = depends_on_draw(g);
-    if (std::find(random.begin(), random.end(), true) != random.end())
+    std::vector<int> draws, cut_drawn;  // inputs whose values PyTorch's golden run did not see
+    for (int v : g.inputs) {
+      if (g.values[v].uniform) draws.push_back(v);
+      if (g.values[v].cut < 0) continue;
+      if (!inputs.golden.count(g.values[v].name)) {
+        cut_drawn.push_back(v);
+        continue;
+      }
+      for (auto& o : tr.cut_nodes[static_cast<size_t>(g.values[v].cut)].outputs)
+        o.golden = o.golden || o.value == g.values[v].name;
+    }
+    const std::vector<bool> random = depends_on(g, draws);
+    if (!draws.empty())
       tr.input_source += "; random ops drawn from seed " + std::to_string(opt.seed) +
                          " (the same draw for the reference and every GPU variant)";
+    // A cut node's outputs are drawn from their recorded stats, not PyTorch's values: golden
+    // outputs downstream of a cut are not compared (said in the report, never a silent pass).
+    const std::vector<bool> after_cut = depends_on(g, cut_drawn);
+    if (!cut_drawn.empty()) {
+      std::string names;
+      for (int v : cut_drawn) names += (names.empty() ? "" : ", ") + g.values[v].name;
+      tr.input_source += "; outputs " + names + " of cut nodes drawn from their stats (seed " +
+                         std::to_string(opt.seed) + ")";
+    }
     ref = run_reference(g, inputs.values);
     tr.reference_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
@@ -472,6 +495,16 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     for (int v : g.outputs) {
       if (random[v]) continue;
       auto it = inputs.golden.find(g.values[v].name);
+      if (after_cut[v] && it != inputs.golden.end()) {
+        std::set<std::string> ids;
+        for (int c : cut_drawn)
+          if (depends_on(g, {c})[v]) ids.insert(g.cut[g.values[c].cut].id);
+        std::string cuts;
+        for (const auto& id : ids) cuts += (cuts.empty() ? "'" : ", '") + id + "'";
+        tr.golden_not_compared.push_back(g.values[v].name + ": depends on cut node(s) " + cuts +
+                                         ", whose outputs were drawn from their stats");
+        continue;
+      }
       if (it != inputs.golden.end() &&
           (it->second.meta.shape != g.meta(v).shape || it->second.meta.dtype != g.meta(v).dtype))
         throw TraceError(g.golden->path, g.values[v].name,

@@ -273,6 +273,9 @@ std::string render_html(const RunResult& run) {
     }
     h += "<tr><td><a href='#" + html_escape(t.name) + "'>" + html_escape(t.name) + "</a></td><td>" +
          (t.error.empty() ? verdict_html(t.verdict()) : "<span class=failv>error</span>") +
+         (t.cut_nodes.empty() ? ""
+                              : " <span class=note>(graph cut at " +
+                                    std::to_string(t.cut_nodes.size()) + " node(s))</span>") +
          "</td><td>" + std::to_string(t.regions.size()) + "</td><td>" +
          (best > 0 ? num(best) + "×" : "–") + "</td></tr>";
   }
@@ -287,6 +290,12 @@ std::string render_html(const RunResult& run) {
                                                                      : "runtime failure") +
            "):</b> " + html_escape(t.error) + "</p>";
     if (!t.not_replayed.empty()) h += "<p class=note>" + html_escape(t.not_replayed) + "</p>";
+    // A cut graph is never a silent pass: the verdict covers the rest of the graph only.
+    for (const CutNode& c : t.cut_nodes)
+      h += "<p class=note><b>graph cut:</b> " + html_escape(c.describe()) +
+           " (the rest of the graph replayed; the verdict does not cover this node)</p>";
+    for (const auto& n : t.golden_not_compared)
+      h += "<p class=meta>reference vs PyTorch golden: not compared: " + html_escape(n) + "</p>";
     for (const auto& n : t.golden_check)
       h += "<p>reference vs PyTorch golden <code>" + html_escape(n.value) + "</code>: " +
            (n.pass() ? "<span class=pass>PASS</span>"

@@ -116,9 +116,16 @@ std::string render_markdown(const RunResult& r) {
     yes += y;
     no += n;
   }
+  size_t cut_traces = 0;
+  for (const auto& t : r.traces) cut_traces += t.cut_nodes.empty() ? 0 : 1;
   md += "\nOverall numerics: " +
         std::string(overall == Verdict::kFail ? "**FAIL**" : verdict_name(overall)) + " (" +
-        std::to_string(yes) + " comparisons made, " + std::to_string(no) + " not compared)\n";
+        std::to_string(yes) + " comparisons made, " + std::to_string(no) + " not compared)" +
+        (cut_traces ? "; " + std::to_string(cut_traces) +
+                          " trace(s) replayed with their graph cut around ops the harness "
+                          "cannot run (their verdicts cover the rest of the graph)"
+                    : std::string()) +
+        "\n";
 
   const auto& columns = variant_columns();
   for (const auto& t : r.traces) {
@@ -126,13 +133,24 @@ std::string render_markdown(const RunResult& r) {
     const auto [yes_t, no_t] = t.compared_and_not();
     md += "\n## " + t.name + " — " +
           (tv == Verdict::kFail ? "**FAIL**" : std::string(verdict_name(tv))) + " (" +
-          std::to_string(yes_t) + " compared, " + std::to_string(no_t) + " not compared)\n\n";
+          std::to_string(yes_t) + " compared, " + std::to_string(no_t) + " not compared)" +
+          (t.cut_nodes.empty()
+               ? ""
+               : " — graph cut at " + std::to_string(t.cut_nodes.size()) + " node(s)") +
+          "\n\n";
     md += "`" + t.file + "` — inputs: " + t.input_source + "\n";
     if (!t.error.empty())
       md += "\n**error** (" +
             std::string(t.error_kind == TraceResult::Error::kBadInput ? "bad input"
                                                                       : "runtime failure") +
             "): " + t.error + "\n";
+    // A cut graph is never a silent pass: every cut node is named, with where its outputs came
+    // from, and the verdict covers the rest of the graph only.
+    for (const CutNode& c : t.cut_nodes)
+      md += "\n- **graph cut**: " + c.describe() +
+            " (the rest of the graph replayed; the verdict does not cover this node)\n";
+    for (const auto& n : t.golden_not_compared)
+      md += "\n- reference vs PyTorch golden: not compared: " + n + "\n";
     for (const auto& n : t.golden_check)
       md += "\n- reference vs PyTorch golden `" + n.value +
             "`: " + (n.pass() ? "PASS" : "**FAIL** " + n.failure()) + " (rel_l2 " + sci(n.rel_l2) +

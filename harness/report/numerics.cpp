@@ -257,10 +257,57 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
   return r;
 }
 
+std::optional<HostTensor> ties_as_target(const Graph& g, int v, const HostTensor& got,
+                                         const HostTensor& target,
+                                         const std::map<int, HostTensor>& ref) {
+  const int p = g.values[v].producer;
+  if (p < 0) return std::nullopt;
+  const Node& n = g.nodes[p];
+  if ((n.op != Op::kTopk && n.op != Op::kSort) || n.outputs.size() < 2 || n.outputs[1] != v)
+    return std::nullopt;
+  const auto x_it = ref.find(n.operands[0].value);
+  if (x_it == ref.end() || got.data.size() != target.data.size()) return std::nullopt;
+  const HostTensor& x = x_it->second;
+  const Shape& xs = x.meta.shape;
+  const Shape& os = got.meta.shape;
+  int64_t outer = 1, len = 1, k = 1, inner = 1;
+  if (!xs.empty()) {
+    for (int64_t d = 0; d < n.dim; ++d) outer *= xs[d];
+    len = xs[n.dim];
+    k = os.at(n.dim);
+    for (size_t d = n.dim + 1; d < xs.size(); ++d) inner *= xs[d];
+  }
+  HostTensor out = got;
+  auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  std::vector<char> used(static_cast<size_t>(len));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t q = 0; q < inner; ++q) {
+      auto at = [&](int64_t j) { return (o * k + j) * inner + q; };
+      auto value = [&](double idx) {
+        return x.data[(o * len + static_cast<int64_t>(idx)) * inner + q];
+      };
+      std::fill(used.begin(), used.end(), 0);
+      bool valid = true;  // got's indices of this row: in range and distinct
+      for (int64_t j = 0; j < k && valid; ++j) {
+        const double i = got.data[at(j)];
+        valid = i >= 0 && i < len && i == std::floor(i) && !used[static_cast<size_t>(i)];
+        if (valid) used[static_cast<size_t>(i)] = 1;
+      }
+      if (!valid) continue;
+      for (int64_t j = 0; j < k; ++j) {
+        const double t = target.data[at(j)];
+        if (t >= 0 && t < len && same(value(got.data[at(j)]), value(t))) out.data[at(j)] = t;
+      }
+    }
+  return out;
+}
+
 NumericsResult check_value(const Graph& g, int v, const HostTensor& got, const HostTensor& target,
                            const std::map<int, HostTensor>& ref, const NumericsBounds& bounds) {
   std::optional<HostTensor> m;
   if (bounds.addend_ulps) m = addend_magnitude(g, ref, v);
+  if (auto tied = ties_as_target(g, v, got, target, ref))
+    return check_numerics(g.values[v].name, *tied, target, bounds, m ? &*m : nullptr);
   return check_numerics(g.values[v].name, got, target, bounds, m ? &*m : nullptr);
 }
 
@@ -290,9 +337,43 @@ bool exact_op(Op op) {
     case Op::kSliceScatter:
     case Op::kSelectScatter:
     case Op::kCopy:
+    case Op::kIndex:  // indexing ops that move elements without arithmetic
+    case Op::kGather:
+    case Op::kScatterSrc:
+    case Op::kScatterValue:
+    case Op::kEmbedding:
+    case Op::kConstantPadNd:
+    case Op::kTopk:
+    case Op::kSort:
+    case Op::kSortStable:
       return true;
     default:
       return false;
+  }
+}
+
+// The most terms an indexing op sums into one output element (0: it sums nothing): a cumsum's
+// row, a scatter_add's self plus the index's length along dim, an accumulating index_put's self
+// plus every value, an embedding backward's every index.
+int64_t indexing_sum_terms(const Graph& g, const Node& n) {
+  auto numel = [&](int operand) {
+    int64_t k = 1;
+    for (int64_t d : g.meta(n.operands.at(operand).value).shape) k *= d;
+    return k;
+  };
+  switch (n.op) {
+    case Op::kCumsum: {
+      const auto& s = g.meta(n.operands[0].value).shape;
+      return s.empty() ? 1 : s[n.dim];
+    }
+    case Op::kScatterAdd:
+      return 1 + g.meta(n.operands[1].value).shape[n.dim];
+    case Op::kIndexPut:
+      return n.flag ? 1 + numel(1) : 0;
+    case Op::kEmbeddingDenseBackward:
+      return numel(1);
+    default:
+      return 0;
   }
 }
 
@@ -338,8 +419,9 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     // terms (a tensorwise float8 scale's amax over 33M elements must not widen the bound of
     // everything downstream).
     const bool selects = n.op == Op::kAmax || n.op == Op::kAmin || n.op == Op::kMaxDim;
+    const int64_t indexing_terms = indexing_sum_terms(g, n);
     const bool sums = (def.kind == OpKind::kReduction && !selects) || def.kind == OpKind::kMatmul ||
-                      n.op == Op::kAdd || n.op == Op::kSub;
+                      n.op == Op::kAdd || n.op == Op::kSub || indexing_terms > 0;
     Path p;
     for (const auto& o : n.operands)
       if (o.is_tensor()) {
@@ -386,6 +468,7 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
       for (int64_t d : n.dims) terms *= shape.empty() ? 1 : shape[d];
       p.k = std::max(p.k, terms);
     }
+    p.k = std::max(p.k, indexing_terms);
     if (def.kind == OpKind::kMatmul) {  // a dot product of K terms per output element
       const bool with_bias = n.op == Op::kAddmm || n.op == Op::kBaddbmm;
       const auto& a = g.meta(n.operands.at(with_bias ? 1 : 0).value).shape;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -72,8 +73,19 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
                               const HostTensor& reference, const NumericsBounds& bounds,
                               const HostTensor* magnitude = nullptr);
 
+/// The indices output `v` of a topk or sort.default node, with every index of `got` that selects
+/// a value equal to the one `target`'s index selects (in the node's input, from `ref`) replaced by
+/// target's: PyTorch leaves the order of equal values unspecified for these ops (sort.stable's is
+/// defined and compared as is), so only an index that picks a different value is a mismatch. A
+/// row of `got` with an index out of range or repeated is left as is (and fails). std::nullopt
+/// for any other value, or when `ref` lacks the node's input.
+std::optional<HostTensor> ties_as_target(const Graph& g, int v, const HostTensor& got,
+                                         const HostTensor& target,
+                                         const std::map<int, HostTensor>& ref);
+
 /// check_numerics of value `v` of `g`: `got` against `target`, with the addend magnitudes from
-/// the reference values `ref` (addend_magnitude) where bounds.addend_ulps asks for them.
+/// the reference values `ref` (addend_magnitude) where bounds.addend_ulps asks for them; the
+/// indices of topk and sort.default compared up to the order of equal values (ties_as_target).
 NumericsResult check_value(const Graph& g, int v, const HostTensor& got, const HostTensor& target,
                            const std::map<int, HostTensor>& ref, const NumericsBounds& bounds);
 

@@ -122,6 +122,21 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
 
 }  // namespace
 
+nlohmann::json to_json(const CutNode& c) {
+  nlohmann::json outs = nlohmann::json::array();
+  for (const auto& o : c.outputs)
+    outs.push_back(
+        {{"value", o.value},
+         {"index", o.index},
+         {"stats",
+          {{"mean", o.stats.mean},
+           {"std", o.stats.std},
+           {"min", o.stats.min},
+           {"max", o.stats.max}}},
+         {"stats_source", o.golden ? "golden" : (o.recorded ? "recorded" : "synthetic")}});
+  return {{"node", c.id}, {"op", c.op}, {"reason", c.reason}, {"outputs", outs}};
+}
+
 nlohmann::json to_json(const RunResult& r) {
   nlohmann::json traces = nlohmann::json::array();
   for (const auto& t : r.traces) {
@@ -152,6 +167,10 @@ nlohmann::json to_json(const RunResult& r) {
                          {"verdict", verdict_name(t.verdict())},
                          {"dropped_matches", t.dropped_matches},
                          {"declined", t.declined}};
+    nlohmann::json cut = nlohmann::json::array();
+    for (const CutNode& c : t.cut_nodes) cut.push_back(to_json(c));
+    tj["cut_nodes"] = cut;
+    if (!t.golden_not_compared.empty()) tj["golden_not_compared"] = t.golden_not_compared;
     if (!t.not_replayed.empty()) tj["not_replayed"] = t.not_replayed;
     if (t.reference_s > 0) tj["reference_s"] = t.reference_s;
     if (t.reference_estimate_s > 0) tj["reference_estimate_s"] = t.reference_estimate_s;

@@ -105,6 +105,13 @@ struct TraceResult {
   /// estimated), from ReferenceFootprint (harness/replay/runner.hpp).
   double reference_estimate_s = 0;
   std::vector<NumericsResult> golden_check;  ///< reference vs PyTorch's golden outputs
+  /// Golden outputs that were not compared, and why: "<value>: depends on cut node(s) 'X', whose
+  /// outputs were drawn from their stats".
+  std::vector<std::string> golden_not_compared;
+  /// Nodes the loader cut out of the graph (ops the harness cannot run; workloads/ir/graph.hpp,
+  /// traces/SCHEMA.md "Cut nodes"): the rest of the graph replayed, their outputs drawn from
+  /// recorded stats. Every report names them; the verdict covers the rest of the graph only.
+  std::vector<CutNode> cut_nodes;
   /// Matches the plan did not take: "<fusion> on [node ids]: <reason>".
   std::vector<std::string> dropped_matches;
   /// Candidates a fusion's matcher rejected, and why: "<fusion> at node '<id>': <reason>".
@@ -128,5 +135,10 @@ struct RunResult {
 };
 
 nlohmann::json to_json(const RunResult& r);
+
+/// A cut node as results.json and `replay plan` write it: {"node", "op", "reason", "outputs":
+/// [{"value", "index", "stats": {mean, std, min, max}, "stats_source": "recorded" | "synthetic" |
+/// "golden" (the value was PyTorch's, from the golden file)}]}.
+nlohmann::json to_json(const CutNode& c);
 
 }  // namespace replay

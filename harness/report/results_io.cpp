@@ -267,6 +267,29 @@ TraceResult read_trace(const JNode& n) {
   for (const JNode& r : n.at("regions").items()) t.regions.push_back(read_region(r));
   t.dropped_matches = n.at("dropped_matches").strs();
   if (n.has("declined")) t.declined = n.at("declined").strs();  // results before issue 24: none
+  if (n.has("golden_not_compared")) t.golden_not_compared = n.at("golden_not_compared").strs();
+  if (n.has("cut_nodes"))
+    for (const JNode& c : n.at("cut_nodes").items()) {
+      CutNode cn;
+      cn.id = c.at("node").str();
+      cn.op = c.at("op").str();
+      cn.reason = c.at("reason").str();
+      for (const JNode& o : c.at("outputs").items()) {
+        CutNode::Output out;
+        out.value = o.at("value").str();
+        out.index = static_cast<int>(o.at("index").integer());
+        const JNode st = o.at("stats");
+        out.stats = {st.at("mean").num(), st.at("std").num(), st.at("min").num(),
+                     st.at("max").num()};
+        const JNode src = o.at("stats_source");
+        if (src.str() != "recorded" && src.str() != "synthetic" && src.str() != "golden")
+          src.fail("expected \"recorded\", \"synthetic\" or \"golden\", got \"" + src.str() + "\"");
+        out.recorded = src.str() != "synthetic";  // a golden value's stats were recorded too
+        out.golden = src.str() == "golden";
+        cn.outputs.push_back(out);
+      }
+      t.cut_nodes.push_back(std::move(cn));
+    }
   t.not_replayed = n.str_or("not_replayed", "");
   t.reference_s = n.num_or("reference_s", 0);
   t.reference_estimate_s = n.num_or("reference_estimate_s", 0);

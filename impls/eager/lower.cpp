@@ -8,6 +8,7 @@
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/eager/gemm.hpp"
+#include "impls/eager/indexing.hpp"
 #include "workloads/ops/op.hpp"
 #include "workloads/ops/promote.hpp"
 
@@ -187,6 +188,8 @@ EagerLaunch lower_node(const Graph& g, const Node& n, const std::vector<DeviceTe
       return lower_composite(n, static_cast<CompositeFn>(low.fn), in, out.at(0));
     case EagerLowering::kGenerated:
       return lower_random(n, in, out);
+    case EagerLowering::kIndexing:
+      return lower_indexing(g, n, static_cast<IndexingFn>(low.fn), in, out);
     case EagerLowering::kAlias:
       break;
   }

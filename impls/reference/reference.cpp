@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "workloads/ir/error.hpp"
 #include "workloads/ops/eigen_ref.hpp"
 #include "workloads/ops/op.hpp"
 
@@ -47,7 +48,13 @@ std::vector<HostTensor> evaluate(const Graph& g, const Node& n,
 
 std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
                                        const std::map<int, HostTensor>& vals) {
-  std::vector<HostTensor> out = evaluate(g, n, vals);
+  std::vector<HostTensor> out;
+  try {
+    out = evaluate(g, n, vals);
+  } catch (const TraceError& e) {  // a bad value (an index out of range): name the trace file
+    if (!e.file().empty()) throw;
+    throw TraceError(g.file, e.node(), e.detail());
+  }
   for (auto& t : out) round_inplace(t);
   return out;
 }

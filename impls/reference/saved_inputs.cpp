@@ -65,7 +65,7 @@ std::vector<ForwardOfSaved> forwards_of_saved_inputs(const Graph& g) {
   for (ForwardOfSaved& f : out) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(f.path, ec)) continue;
-    f.graph = load_trace(f.path);
+    f.graph = load_trace(f.path, cut_options());  // as `replay run` loads it
     check_links(g, f);
   }
   return out;

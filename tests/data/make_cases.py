@@ -126,3 +126,94 @@ for n in ln["nodes"]:
 ln["golden"]["file"] = "../../../traces/nanogpt_layernorm_fwd_2x8x1600.safetensors"
 os.makedirs(os.path.join(HERE, "numerics"), exist_ok=True)
 write("numerics", "golden_mismatch", ln)
+
+# --- cut: traces with ops the harness cannot run (traces/SCHEMA.md, "Cut nodes") ----------------
+# attention_after_layernorm: the bundled nanoGPT LayerNorm forward (PyTorch's golden tensors),
+# then a flash attention over its output as the CUDA capture records it: a tuple of 9 outputs, 5 of
+# them no tensor the format holds ({"opaque": ...}), read through getitem 0 (the attention output,
+# stats recorded on the tuple) and 1 (logsumexp, stats on the getitem), followed by ops the
+# harness runs; and an assert with no outputs. The golden file holds the LayerNorm's tensors,
+# logsumexp (a graph output: the cut output then takes PyTorch's value), lse_sum computed from it
+# (compared), and attn_residual, downstream of the attention output drawn from its stats (not
+# compared; its golden value is deliberately wrong, so comparing it would fail).
+import struct
+
+ln = json.load(open(os.path.join(HERE, "..", "..", "traces", "nanogpt_layernorm_fwd_2x8x1600.json")))
+B, T, H, D = 2, 8, 25, 64
+bf = lambda shape, stride=None: t(shape, "bfloat16", stride)
+sdpa_outs = [
+    dict(bf([B, H, T, D], [T * H * D, D, H * D, 1]), stats={"mean": 0.0, "std": 0.5, "min": -3.0, "max": 3.0}),
+    t([B, H, T], "float32", [H * T, T, 1]),
+    {"opaque": "None"}, {"opaque": "None"}, {"opaque": "int"}, {"opaque": "int"},
+    {"opaque": "torch.uint64[2]"}, {"opaque": "torch.uint64[]"},
+    bf([0], [1]),
+]
+cut_nodes = ln["nodes"] + [
+    node("q", "aten.view.default", [ref("convert_element_type_1"), [B, T, H, D]], [bf([B, T, H, D])]),
+    node("qt", "aten.permute.default", [ref("q"), [0, 2, 1, 3]], [bf([B, H, T, D], [T * H * D, D, H * D, 1])]),
+    node("_assert", "aten._assert_tensor_metadata.default", [ref("qt")], [], {"dtype": {"dtype": "bfloat16"}}),
+    node("sdpa", "aten._scaled_dot_product_flash_attention.default",
+         [ref("qt"), ref("qt"), ref("qt"), 0.0, True], sdpa_outs, {"scale": 0.125}),
+    {"id": "getitem_2", "op": "getitem", "args": [ref("sdpa"), 0],
+     "outputs": [bf([B, H, T, D], [T * H * D, D, H * D, 1])]},
+    {"id": "getitem_3", "op": "getitem", "args": [ref("sdpa"), 1],
+     "outputs": [dict(t([B, H, T], "float32", [H * T, T, 1]),
+                      stats={"mean": 2.0, "std": 0.25, "min": 1.0, "max": 3.0})]},
+    node("attn", "aten.permute.default", [ref("getitem_2"), [0, 2, 1, 3]], [bf([B, T, H, D])]),
+    node("attn_flat", "aten.view.default", [ref("attn"), [B, T, H * D]], [bf([B, T, H * D])]),
+    node("attn_residual", "aten.add.Tensor", [ref("attn_flat"), ref("convert_element_type_1")],
+         [bf([B, T, H * D])]),
+    node("lse_sum", "aten.sum.dim_IntList", [ref("getitem_3"), [2]], [t([B, H])]),
+]
+
+
+def read_st(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in hdr.items() if k != "__metadata__"}
+
+
+def write_st(path, tensors):
+    hdr, blobs, off = {}, [], 0
+    for k in sorted(tensors):
+        dt, shape, data = tensors[k]
+        hdr[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+st = read_st(os.path.join(HERE, "..", "..", "traces", "nanogpt_layernorm_fwd_2x8x1600.safetensors"))
+st["getitem_3"] = ("F32", [B, H, T], struct.pack("<f", 0.5) * (B * H * T))  # logsumexp, PyTorch's
+st["lse_sum"] = ("F32", [B, H], struct.pack("<f", 4.0) * (B * H))  # its sum over T = 8: exact
+st["attn_residual"] = ("BF16", [B, T, H * D], b"\x00\x00" * (B * T * H * D))  # wrong on purpose
+os.makedirs(os.path.join(HERE, "cut"), exist_ok=True)
+write_st(os.path.join(HERE, "cut", "attention_after_layernorm.safetensors"), st)
+write("cut", "attention_after_layernorm", trace(
+    "attention_after_layernorm", ln["inputs"], cut_nodes,
+    ["convert_element_type_1", "attn_residual", "lse_sum", "getitem_3"],
+    golden={"file": "attention_after_layernorm.safetensors", "tensors": sorted(st)}))
+
+# synthetic_stats: unknown ops whose outputs carry no stats: a float output drawn with mean 0,
+# std 1, an int64 output all zeros (so idx_plus is all ones).
+write("cut", "synthetic_stats", trace("synthetic_stats", x, [
+    node("mystery", "aten.mystery_op.default", [ref("x")], [t([4, 8])]),
+    node("y", "aten.neg.default", [ref("mystery")], [t([4, 8])]),
+    node("idx", "aten.mystery_index.default", [ref("x")], [t([4], "int64")]),
+    node("idx_plus", "aten.add.Tensor", [ref("idx"), 1], [t([4], "int64")])], ["y", "idx_plus"]))
+
+# bad: a cut that cannot be made (an output the graph reads has no metadata; no "outputs" at all)
+write("bad", "cut_output_without_metadata", trace("cut_output_without_metadata", x, [
+    node("flash", "aten._scaled_dot_product_flash_attention.default", [ref("x"), ref("x"), ref("x")],
+         [t([4, 8]), {"opaque": "int"}]),
+    {"id": "max_q", "op": "getitem", "args": [ref("flash"), 1]},
+    node("y", "aten.add.Tensor", [ref("x"), ref("max_q")], [t([4, 8])])], ["y"]))
+write("bad", "cut_without_outputs", trace("cut_without_outputs", x, [
+    {"id": "flash", "op": "aten._scaled_dot_product_flash_attention.default",
+     "args": [ref("x"), ref("x"), ref("x")], "kwargs": {}},
+    node("y", "aten.neg.default", [ref("x")], [t([4, 8])])], ["y"]))

@@ -10,6 +10,7 @@
 #include "impls/fusions/registry.hpp"
 #include "impls/reference/reference.hpp"
 #include "tests/unit/test_util.hpp"
+#include "workloads/ir/error.hpp"
 #include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/plan/canonical.hpp"
@@ -147,7 +148,9 @@ TEST(Canonical, CommutativeOperandsOrderedAndDeadNodesDropped) {
   const CanonicalGraph c = canonicalize(g);
   ASSERT_EQ(c.graph.nodes.size(), 3u);
   for (const Node& n : c.graph.nodes)  // the larger operand first; sub is not commutative
-    if (n.op == Op::kMul) EXPECT_EQ(c.graph.values[n.operands[0].value].name, "h") << n.id;
+    if (n.op == Op::kMul) {
+      EXPECT_EQ(c.graph.values[n.operands[0].value].name, "h") << n.id;
+    }
   // add of two same-size values: the later value first.
   EXPECT_EQ(c.graph.values[c.graph.nodes[2].operands[0].value].name, "hw");
   EXPECT_EQ(c.reordered, 2);
@@ -281,4 +284,44 @@ TEST(Canonical, DeclinesSayWhy) {
   EXPECT_EQ(p.declined[0].reason,
             "aten.var_mean.correction is not a keepdim float32 reduction over the last dim only");
   EXPECT_EQ(layernorm_plan(other).declined.size(), 0u);
+}
+
+TEST(Canonical, SameTensorInputsAreOneValue) {
+  // aot_autograd's default partitioner saves rsqrt and aten.alias(rsqrt) for the backward; the
+  // trace marks the second `same_as` the first (traces/capture/mark_same_as.py).
+  Graph g = load_trace(std::string(REPLAY_TRACES_DIR) +
+                       "/byog/llama_rmsnorm_default_train_bwd_2x8x256.json");
+  const int alias = g.find_value("alias"), rsqrt = g.find_value("rsqrt");
+  ASSERT_GE(alias, 0);
+  EXPECT_EQ(g.values[alias].same_as, rsqrt);
+  const auto in = generate_inputs(g, 3);
+  EXPECT_TRUE(same_bits(in.at(alias), in.at(rsqrt)));
+  const CanonicalGraph c = canonicalize(g);
+  for (const Node& n : c.graph.nodes)
+    for (const Operand& o : n.operands) EXPECT_NE(o.value, alias) << n.id << " reads the alias";
+  expect_reference_unchanged(g, c);
+}
+
+TEST(Canonical, SameAsMustNameAnEarlierInputOfTheSameLayout) {
+  json t = trace("same_as", {input("a", {4, 8}, "float32"), input("b", {4, 8}, "float32")},
+                 json::array({node("y", "aten.add.Tensor", {ref("a"), ref("b")},
+                                   {tensor({4, 8}, "float32")})}),
+                 {"y"});
+  t["inputs"][1]["same_as"] = "a";
+  EXPECT_EQ(parse_trace(t, "<ok>").values[1].same_as, 0);
+  json later = t;
+  later["inputs"][1].erase("same_as");
+  later["inputs"][0]["same_as"] = "b";
+  EXPECT_THROW(parse_trace(later, "<later>"), TraceError);
+  json shape = t;
+  shape["inputs"][1] = input("b", {8, 4}, "float32");
+  shape["inputs"][1]["same_as"] = "a";
+  try {
+    parse_trace(shape, "<shape>");
+    FAIL() << "a same_as input of another shape loaded";
+  } catch (const TraceError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"same_as\" input 'a' is float32[4, 8]"),
+              std::string::npos)
+        << e.what();
+  }
 }

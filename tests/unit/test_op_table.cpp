@@ -51,6 +51,9 @@ TEST(OpTable, EveryOpHasACompleteRow) {
         case EagerLowering::kComposite:
           count = static_cast<size_t>(CompositeFn::kCount);
           break;
+        case EagerLowering::kIndexing:
+          count = static_cast<size_t>(IndexingFn::kCount);
+          break;
         default:
           break;
       }

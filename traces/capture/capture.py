@@ -328,7 +328,8 @@ def self_test():
     an input and a None; the safetensors writers and readers on float8, bool and 0-dim tensors."""
     import operator
     import tempfile
-    from tracelib import _write_safetensors_by_hand, _read_safetensors_by_hand, read_safetensors
+    import types
+    from tracelib import _write_safetensors_by_hand, _read_safetensors_by_hand, read_safetensors, _val_meta
 
     g = torch.fx.Graph()
     x, w = g.placeholder("primals_1"), g.placeholder("primals_2")
@@ -346,8 +347,10 @@ def self_test():
 
     xs = [torch.randn(2, 3), torch.randn(2, 3)]
     Rec(gm).run(*xs)
+    _, node_stats = node_output_stats(gm, xs)
     trace, out_ids, ph_ids = build_trace(gm, "selftest", {}, ["x", m.name], [tensor_meta(t) for t in xs],
-                                         [value_stats(t) for t in xs], [{"role": "activation"}, None])
+                                         [value_stats(t) for t in xs], [{"role": "activation"}, None],
+                                         node_stats=node_stats)
     assert ph_ids == ["x", "primals_2"], ph_ids  # the wanted id is a node's name: the placeholder keeps its own
     assert out_ids[-1] is None and len(out_ids) == 6, out_ids
     outs = trace["outputs"]
@@ -358,7 +361,15 @@ def self_test():
         aliases[1]["args"] == [{"ref": gi.name}], aliases
     assert all(n.get("outputs") for n in trace["nodes"]), "every node carries outputs"
     assert trace["inputs"][0]["role"] == "activation"
-    print("build_trace: duplicate outputs, input outputs, None outputs, renamed inputs: ok")
+    vm_rec = next(n for n in trace["nodes"] if n["id"] == vm.name)  # stats on every node output
+    assert len(vm_rec["outputs"]) == 2 and all("stats" in o for o in vm_rec["outputs"]), vm_rec
+    # A result the format cannot hold (flash attention's None, max_q, uint64 RNG state) is opaque.
+    fake = types.SimpleNamespace(name="f", op="call_function", target=None, meta={
+        "val": (torch.zeros(2), None, 3, torch.zeros(2, dtype=torch.uint64))})
+    assert _val_meta(fake)[1:] == [{"opaque": "None"}, {"opaque": "int"}, {"opaque": "torch.uint64[2]"}], \
+        _val_meta(fake)
+    print("build_trace: duplicate outputs, input outputs, None outputs, renamed inputs, node output stats, "
+          "opaque results: ok")
 
     tensors = {"f8": torch.tensor([1.0, -2.0, 448.0]).to(torch.float8_e4m3fn),
                "f8b": torch.tensor([[1.0, 0.5]]).to(torch.float8_e5m2),

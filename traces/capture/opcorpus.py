@@ -166,6 +166,19 @@ class Ctx:
         assert t.storage_offset() == 0
         return self.add(t, desc)
 
+    def idx(self, shape, low, high, dtype=I64):
+        """An index tensor: integers uniform in [low, high)."""
+        v = torch.randint(low, high, tuple(shape), generator=self.gen).to(dtype).to(DEV)
+        return self.add(v, "index")
+
+    def perm_idx(self, shape, dim, size, dtype=I64, shift=0):
+        """An index tensor whose entries along `dim` are distinct in [0, size) (scatter without
+        duplicates: PyTorch leaves the winner of a duplicate undefined)."""
+        full = list(shape)
+        full[dim] = size
+        v = torch.rand(full, generator=self.gen).argsort(dim=dim).narrow(dim, 0, shape[dim]) + shift
+        return self.add(v.to(dtype).contiguous().to(DEV), "index, distinct along dim")
+
 
 class Case:
     def __init__(self, label, build, optional=False, raw=False):
@@ -936,6 +949,128 @@ def build_ops():
         scaled_mm_case("tensorwise e4m3 x e5m2 (grad GEMM)", 16, 32, 16, b_dt=E5M2),
         scaled_mm_case("tensorwise e5m2 x e4m3 (grad GEMM)", 16, 32, 16, a_dt=E5M2),
         scaled_mm_case("tensorwise use_fast_accum", 32, 48, 32, fast_accum=True, optional=True),
+    ]
+
+    # indexing (workloads/ops/indexing.cpp)
+    ops["aten.index.Tensor"] = [
+        C("float32 [5,4] rows by int64 [3]", lambda c: ([c.t([5, 4]), [c.idx([3], 0, 5)]], {})),
+        C("bfloat16 [4,6,3] (None, int64 [2,3]): in place", lambda c: ([c.t([4, 6, 3], BF16), [None, c.idx([2, 3], 0, 6)]], {})),
+        C("adjacent int64 [3] and [2,1] broadcast, replace in place",
+          lambda c: ([c.t([2, 5, 6, 3]), [None, c.idx([3], 0, 5), c.idx([2, 1], 0, 6)]], {})),
+        C("separated by None: advanced dims go first",
+          lambda c: ([c.t([4, 3, 5]), [c.idx([2, 2], 0, 4), None, c.idx([2], 0, 5)]], {})),
+        C("negative int64 indices", lambda c: ([c.t([6, 4]), [c.idx([5], -6, 6)]], {})),
+        C("int32 indices, transposed self", lambda c: ([c.t([6, 4], F32, None, "t"), [None, c.idx([3], 0, 4, I32)]], {})),
+        C("int64 self, 0-dim index", lambda c: ([c.t([5, 3], I64), [c.idx([], 0, 5)]], {})),
+        C("bfloat16 gather of rows (embedding-like), index [2,3]", lambda c: ([c.t([7, 8], BF16), [c.idx([2, 3], 0, 7)]], {})),
+    ]
+    ops["aten.index_put.default"] = [
+        C("float32 rows, distinct indices", lambda c: ([c.t([6, 4]), [c.perm_idx([3], 0, 6)], c.t([3, 4])], {})),
+        C("accumulate duplicates float32", lambda c: ([c.t([5, 4]), [c.idx([9], 0, 5)], c.t([9, 4])], {"accumulate": True})),
+        C("bfloat16 (None, int64), values broadcast [1]",
+          lambda c: ([c.t([3, 6], BF16), [None, c.perm_idx([4], 0, 6)], c.t([1], BF16)], {})),
+        C("two index tensors, accumulate, values [5]",
+          lambda c: ([c.t([4, 5]), [c.idx([5], 0, 4), c.idx([5], 0, 5)], c.t([5])], {"accumulate": True})),
+        C("int32 negative indices, distinct", lambda c: ([c.t([6, 3]), [c.perm_idx([4], 0, 6, I32, -6)], c.t([4, 3])], {})),
+        C("int64 self accumulate", lambda c: ([c.t([4, 3], I64), [c.idx([6], 0, 4)], c.t([6, 3], I64)], {"accumulate": True})),
+    ]
+    ops["aten.gather.default"] = [
+        C("float32 dim 1", lambda c: ([c.t([3, 5]), 1, c.idx([3, 4], 0, 5)], {})),
+        C("bfloat16 dim 0, index smaller than self", lambda c: ([c.t([6, 4], BF16), 0, c.idx([3, 2], 0, 6)], {})),
+        C("dim -1, [2,3,7] index [2,3,2]", lambda c: ([c.t([2, 3, 7]), -1, c.idx([2, 3, 2], 0, 7)], {})),
+        C("transposed self dim 0", lambda c: ([c.t([5, 4], F32, None, "t"), 0, c.idx([5, 4], 0, 5)], {})),
+        C("int64 self", lambda c: ([c.t([4, 6], I64), 1, c.idx([4, 6], 0, 6)], {})),
+        C("1-d", lambda c: ([c.t([8]), 0, c.idx([5], 0, 8)], {})),
+    ]
+    ops["aten.scatter.src"] = [
+        C("float32 dim 0, distinct", lambda c: ([c.t([5, 4]), 0, c.perm_idx([3, 4], 0, 5), c.t([3, 4])], {})),
+        C("bfloat16 dim -1, src larger than index", lambda c: ([c.t([3, 6], BF16), -1, c.perm_idx([3, 2], 1, 6), c.t([4, 5], BF16)], {})),
+        C("3-d dim 1", lambda c: ([c.t([2, 5, 3]), 1, c.perm_idx([2, 4, 3], 1, 5), c.t([2, 4, 3])], {})),
+        C("int64", lambda c: ([c.t([4, 5], I64), 1, c.perm_idx([4, 5], 1, 5), c.t([4, 5], I64)], {})),
+        C("transposed self", lambda c: ([c.t([5, 4], F32, None, "t"), 0, c.perm_idx([2, 4], 0, 5), c.t([2, 4])], {})),
+    ]
+    ops["aten.scatter.value"] = [
+        C("float32 dim 1, value 0.5 (duplicates write the same value)", lambda c: ([c.t([3, 5]), 1, c.idx([3, 4], 0, 5), 0.5], {})),
+        C("bfloat16 dim 0, value -inf", lambda c: ([c.t([5, 4], BF16), 0, c.idx([2, 4], 0, 5), NINF], {})),
+        C("int64 value 7", lambda c: ([c.t([4, 5], I64), -1, c.idx([4, 2], 0, 5), 7], {})),
+        C("3-d dim 2", lambda c: ([c.t([2, 3, 6]), 2, c.idx([2, 3, 3], 0, 6), 1.0], {})),
+    ]
+    ops["aten.scatter_add.default"] = [
+        C("float32 dim 0 with duplicates", lambda c: ([c.t([4, 5]), 0, c.idx([9, 5], 0, 4), c.t([9, 5])], {})),
+        C("float32 dim -1 with duplicates", lambda c: ([c.t([3, 4]), -1, c.idx([3, 10], 0, 4), c.t([3, 10])], {})),
+        C("bfloat16 dim 1, distinct", lambda c: ([c.t([3, 6], BF16), 1, c.perm_idx([3, 4], 1, 6), c.t([3, 4], BF16)], {})),
+        C("int64 duplicates", lambda c: ([c.t([3, 4], I64), 0, c.idx([6, 4], 0, 3), c.t([6, 4], I64)], {})),
+        C("src larger than index, 3-d dim 1",
+          lambda c: ([c.t([2, 3, 4]), 1, c.idx([2, 5, 3], 0, 3), c.t([2, 6, 4])], {})),
+    ]
+    ops["aten.embedding.default"] = [
+        C("float32 [10,8], indices [2,5]", lambda c: ([c.t([10, 8]), c.idx([2, 5], 0, 10)], {})),
+        C("bfloat16 [16,4], indices [7]", lambda c: ([c.t([16, 4], BF16), c.idx([7], 0, 16)], {})),
+        C("int32 indices", lambda c: ([c.t([6, 3]), c.idx([4], 0, 6, I32)], {})),
+        C("padding_idx 0 (forward unchanged)", lambda c: ([c.t([6, 3]), c.idx([2, 3], 0, 6), 0], {})),
+        C("transposed weight", lambda c: ([c.t([5, 6], F32, None, "t"), c.idx([3, 2], 0, 5)], {})),
+        C("0-dim index", lambda c: ([c.t([5, 4]), c.idx([], 0, 5)], {})),
+    ]
+    ops["aten.embedding_dense_backward.default"] = [
+        C("float32 grad [2,5,8], 10 weights, no padding", lambda c: ([c.t([2, 5, 8]), c.idx([2, 5], 0, 10), 10, -1, False], {})),
+        C("duplicates, padding_idx 1", lambda c: ([c.t([12, 4]), c.idx([12], 0, 4), 4, 1, False], {})),
+        C("scale_grad_by_freq", lambda c: ([c.t([3, 4, 6]), c.idx([3, 4], 0, 5), 5, -1, True], {})),
+        C("bfloat16 grad, distinct indices", lambda c: ([c.t([4, 8], BF16), c.perm_idx([4], 0, 6), 6, -1, False], {})),
+        C("int32 indices, scale_grad_by_freq and padding_idx 0",
+          lambda c: ([c.t([8, 3]), c.idx([8], 0, 3, I32), 3, 0, True], {})),
+    ]
+    ops["aten.constant_pad_nd.default"] = [
+        C("float32 last dim (1, 2)", lambda c: ([c.t([3, 5]), [1, 2]], {})),
+        C("bfloat16 two dims value -inf", lambda c: ([c.t([2, 3, 4], BF16), [1, 0, 2, 1], NINF], {})),
+        C("negative pads crop", lambda c: ([c.t([4, 6]), [-1, -2, 1, -1]], {})),
+        C("mixed crop and pad, value 1.5", lambda c: ([c.t([3, 5]), [-2, 3], 1.5], {})),
+        C("transposed input", lambda c: ([c.t([6, 4], F32, None, "t"), [0, 1, 2, 0]], {})),
+        C("int64 value 7", lambda c: ([c.t([3, 4], I64), [2, 2], 7], {})),
+        C("three dims", lambda c: ([c.t([2, 2, 3]), [1, 1, 0, 1, 1, 0]], {})),
+    ]
+    ops["aten.cumsum.default"] = [
+        C("float32 dim 1", lambda c: ([c.t([3, 7]), 1], {})),
+        C("bfloat16 dim -1", lambda c: ([c.t([4, 9], BF16), -1], {})),
+        C("dim 0, transposed", lambda c: ([c.t([6, 4], F32, None, "t"), 0], {})),
+        C("int64 (int64 result)", lambda c: ([c.t([3, 5], I64), 1], {})),
+        C("int32 (int64 result)", lambda c: ([c.t([8], I32), 0], {})),
+        C("bool (int64 result)", lambda c: ([c.t([2, 6], BOOL), 1], {})),
+        C("bfloat16 dtype float32", lambda c: ([c.t([3, 5], BF16), 1], {"dtype": F32})),
+        C("3-d dim 1 long row", lambda c: ([c.t([2, 300, 3]), 1], {})),
+    ]
+    for name in ("argmax", "argmin"):
+        ops[f"aten.{name}.default"] = [
+            C("float32 dim 1", lambda c: ([c.t([3, 7]), 1], {})),
+            C("ties: first index", lambda c: ([c.t([4, 9], F32, "halves"), -1], {})),
+            C("bfloat16 dim 0 keepdim", lambda c: ([c.t([5, 4], BF16), 0, True], {})),
+            C("dim None (flattened)", lambda c: ([c.t([3, 5])], {})),
+            C("dim None, transposed", lambda c: ([c.t([6, 4], F32, "halves", "t")], {})),
+            C("int64", lambda c: ([c.t([3, 5], I64), 1], {})),
+            C("special values (nan wins)", lambda c: ([c.t([10], F32, "specials"), 0], {})),
+        ]
+    ops["aten.topk.default"] = [
+        C("float32 k 3", lambda c: ([c.t([4, 9], F32, "distinct"), 3], {})),
+        C("bfloat16 k 2 dim 0 smallest", lambda c: ([c.t([7, 3], BF16, "distinct"), 2, 0, False], {})),
+        C("k = full dim", lambda c: ([c.t([3, 6], F32, "distinct"), 6], {})),
+        C("3-d dim 1", lambda c: ([c.t([2, 8, 3], F32, "distinct"), 4, 1], {})),
+        C("int64", lambda c: ([c.t([3, 7], I64, "distinct"), 2], {})),
+        C("transposed, k 1", lambda c: ([c.t([6, 4], F32, "distinct", "t"), 1], {})),
+        C("long row k 5", lambda c: ([c.t([2, 200], F32, "distinct"), 5], {})),
+    ]
+    ops["aten.sort.default"] = [
+        C("float32 distinct", lambda c: ([c.t([4, 9], F32, "distinct")], {})),
+        C("bfloat16 descending dim 0", lambda c: ([c.t([7, 3], BF16, "distinct"), 0, True], {})),
+        C("int64", lambda c: ([c.t([3, 6], I64, "distinct")], {})),
+        C("transposed dim -1", lambda c: ([c.t([6, 4], F32, "distinct", "t")], {})),
+        C("long row", lambda c: ([c.t([2, 300], F32, "distinct")], {})),
+    ]
+    ops["aten.sort.stable"] = [
+        C("ties, stable ascending", lambda c: ([c.t([4, 9], F32, "halves")], {"stable": True})),
+        C("ties, stable descending dim 0", lambda c: ([c.t([9, 3], F32, "halves")], {"stable": True, "dim": 0, "descending": True})),
+        C("bfloat16 ties", lambda c: ([c.t([3, 12], BF16, "halves")], {"stable": True, "dim": -1})),
+        C("int64 ties", lambda c: ([c.t([3, 10], I64, "small")], {"stable": True})),
+        C("special values (nan last)", lambda c: ([c.t([10], F32, "specials")], {"stable": True})),
+        C("special values descending (nan first)", lambda c: ([c.t([10], F32, "specials")], {"stable": True, "descending": True})),
     ]
     return ops
 

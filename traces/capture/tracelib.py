@@ -549,6 +549,7 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
             notes.append(f"input {p.name}: traced strides {traced.get('stride')}, PyTorch passed "
                          f"{s.meta.get('stride')} (the trace keeps the traced ones)")
     bw_extra = []
+    first_of_key = {}  # storage key -> the first saved input PyTorch passed that tensor as
     for i in range(len(bw_ph)):
         if is_tangent[i]:
             bw_extra.append({"role": "tangent"})
@@ -556,6 +557,11 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
             e = {"role": "saved"}
             if i in from_pos and fw_out_ids[from_pos[i]] is not None:
                 e["from"] = {"trace": fwd_name, "output": fw_out_ids[from_pos[i]]}
+            key = bw_args[i].key if bw_args[i].is_tensor else None
+            if key is not None and key in first_of_key:  # the same tensor twice (rsqrt, alias(rsqrt))
+                e["same_as"] = bw_ids[first_of_key[key]]
+            elif key is not None:
+                first_of_key[key] = i
             bw_extra.append(e)
     bsrc = dict(bwd_source)
     bsrc["forward_trace"] = fwd_name

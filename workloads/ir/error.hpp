@@ -15,9 +15,12 @@ class TraceError : public std::runtime_error {
   TraceError(std::string file, std::string node, const std::string& what)
       : std::runtime_error(format(file, node, what)),
         file_(std::move(file)),
-        node_(std::move(node)) {}
+        node_(std::move(node)),
+        detail_(what) {}
   const std::string& file() const { return file_; }
   const std::string& node() const { return node_; }
+  /// What was wrong, without the file and node (to rethrow with the file where it is known).
+  const std::string& detail() const { return detail_; }
 
  private:
   static std::string format(const std::string& file, const std::string& node,
@@ -26,7 +29,7 @@ class TraceError : public std::runtime_error {
     if (!node.empty()) s += ": node '" + node + "'";
     return s + ": " + what;
   }
-  std::string file_, node_;
+  std::string file_, node_, detail_;
 };
 
 }  // namespace replay

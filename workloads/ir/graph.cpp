@@ -1,6 +1,7 @@
 #include "workloads/ir/graph.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace replay {
 
@@ -65,6 +66,28 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
     s *= std::max<int64_t>(shape[i], 1);
   }
   return st;
+}
+
+std::string CutNode::describe() const {
+  std::string recorded, synthetic, golden;
+  for (const Output& o : outputs) {
+    if (o.golden) {
+      golden += (golden.empty() ? "" : ", ") + o.value;
+    } else if (o.recorded) {
+      recorded += (recorded.empty() ? "" : ", ") + o.value;
+    } else {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " (mean %g, std %g)", o.stats.mean, o.stats.std);
+      synthetic += (synthetic.empty() ? "" : ", ") + o.value + buf;
+    }
+  }
+  std::string line = "node '" + id + "': " + reason;
+  if (outputs.empty()) line += "; the graph reads none of its outputs";
+  if (!recorded.empty()) line += "; outputs " + recorded + " drawn from recorded stats";
+  if (!golden.empty()) line += "; outputs " + golden + " taken from the golden file";
+  if (!synthetic.empty())
+    line += "; outputs " + synthetic + " drawn from synthetic stats (none recorded)";
+  return line;
 }
 
 int Graph::find_value(const std::string& n) const {

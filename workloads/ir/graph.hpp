@@ -74,6 +74,14 @@ struct Value {
   /// the trace gives none) and, for a saved input, the forward output it is.
   std::string role;
   std::optional<ForwardOutputRef> from;
+  /// A graph input that is the same tensor as an earlier input (traces/SCHEMA.md "same_as":
+  /// aot_autograd's default partitioner saves `rsqrt` and `aten.alias(rsqrt)` for the backward):
+  /// that input's value index, else -1. Inputs are generated equal; the canonical form reads the
+  /// earlier one.
+  int same_as = -1;
+  /// A graph input that stands for an output of a node the loader cut out (an op the harness
+  /// cannot run): its index in Graph::cut; -1 otherwise.
+  int cut = -1;
 };
 
 /// A node operand: a tensor (value index) or a Python scalar.
@@ -121,6 +129,30 @@ struct GoldenRef {
   std::string prefix;  ///< key prefix of this graph's tensors in the file (op corpus: "c3/")
 };
 
+/// A node the loader cut out of the graph because the harness cannot run its op
+/// (LoadOptions::cut_unsupported; traces/SCHEMA.md, "Cut nodes"). It is not in Graph::nodes; each
+/// of its outputs that the graph reads became a graph input (Value::cut) drawn from the output's
+/// recorded statistics, so the rest of the graph replays.
+struct CutNode {
+  std::string id;      ///< the node's id in the trace
+  std::string op;      ///< its op as the trace names it, e.g.
+                       ///< "aten._scaled_dot_product_flash_attention.default"
+  std::string reason;  ///< why it was cut: "unsupported op 'aten.X'"
+  struct Output {
+    std::string value;      ///< the graph input it became (the getitem's id for a tuple's output)
+    int index = 0;          ///< which output of the node
+    ValueStats stats;       ///< what its values are drawn from
+    bool recorded = false;  ///< stats recorded by the capture; false: the synthetic default
+    /// Set by the runner: the value was taken from the golden file (a graph output PyTorch
+    /// returned), not drawn from the stats.
+    bool golden = false;
+  };
+  std::vector<Output> outputs;  ///< outputs the graph reads, in the order it first reads them
+  /// One line for the console and the reports: "node 'X': unsupported op 'aten.Y'; outputs a, b
+  /// drawn from recorded stats" (outputs without recorded stats: "drawn from synthetic stats").
+  std::string describe() const;
+};
+
 struct Graph {
   std::string name;
   std::string file;  ///< path it was loaded from
@@ -131,6 +163,7 @@ struct Graph {
   std::vector<int> inputs;   ///< value indices of graph inputs
   std::vector<int> outputs;  ///< value indices of graph outputs
   std::optional<GoldenRef> golden;
+  std::vector<CutNode> cut;  ///< nodes cut out (unsupported ops), in trace order; empty normally
 
   /// Value index by name, or -1.
   int find_value(const std::string& name) const;

@@ -18,6 +18,7 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
   for (int v : g.inputs) {
     if (std::find(skip.begin(), skip.end(), v) != skip.end()) continue;
     const Value& val = g.values[v];
+    if (val.same_as >= 0) continue;  // the same tensor as an earlier input: copied below
     const TensorMeta& layout = val.meta;
     const ValueStats st = val.stats.value_or(ValueStats{});
     for (int64_t s : layout.stride)
@@ -54,6 +55,9 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
       out[v] = strided_view(storage, layout);
     }
   }
+  for (int v : g.inputs)
+    if (g.values[v].same_as >= 0 && out.count(g.values[v].same_as))
+      out[v] = out.at(g.values[v].same_as);
   return out;
 }
 
@@ -69,11 +73,13 @@ ReplayInputs make_inputs(const Graph& g, uint64_t seed, const std::vector<int>& 
       in.golden[name.substr(g.golden->prefix.size())] = std::move(t);
   const std::map<int, HostTensor> drawn = generate_inputs(g, seed);  // random ops' draws
   for (int v : g.inputs) {
-    if (g.values[v].uniform) {
+    auto it = in.golden.find(g.values[v].name);
+    // A cut node's output (Value::cut): PyTorch's value where the golden file holds it (a graph
+    // output), else drawn from its stats like a generated input.
+    if (g.values[v].uniform || (g.values[v].cut >= 0 && it == in.golden.end())) {
       in.values[v] = drawn.at(v);
       continue;
     }
-    auto it = in.golden.find(g.values[v].name);
     if (it == in.golden.end())
       throw TraceError(g.golden->path, g.values[v].name, "golden file lacks this graph input");
     if (it->second.meta.shape != g.meta(v).shape || it->second.meta.dtype != g.meta(v).dtype)

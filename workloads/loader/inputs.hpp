@@ -22,7 +22,8 @@ namespace replay {
 /// Throws std::invalid_argument naming the input when a recorded stride is negative (its storage
 /// elements would not be numbered from 0). Inputs listed in `skip` (value indices) are left out:
 /// a backward's saved inputs that come from its forward's reference instead; each other input's
-/// values do not depend on what is skipped.
+/// values do not depend on what is skipped. An input marked `same_as` another gets that one's
+/// values (unless that one is skipped).
 std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
                                           const std::vector<int>& skip = {});
 
@@ -33,7 +34,9 @@ struct ReplayInputs {
   std::map<std::string, HostTensor> golden;  ///< every tensor of the golden sidecar (outputs too)
 };
 
-/// Golden inputs when `g` has a sidecar, else generate_inputs(g, seed). Throws TraceError naming
+/// Golden inputs when `g` has a sidecar, else generate_inputs(g, seed). With a sidecar, random
+/// ops' hidden inputs and the outputs of cut nodes (Value::cut) that the sidecar does not hold
+/// are generated from `seed` as generate_inputs does. Throws TraceError naming
 /// the sidecar and the input when the sidecar lacks a graph input or disagrees on its shape.
 /// `skip`: as generate_inputs (not used with golden inputs).
 ReplayInputs make_inputs(const Graph& g, uint64_t seed, const std::vector<int>& skip = {});

@@ -1,8 +1,10 @@
 #include "workloads/loader/trace_loader.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "workloads/ir/error.hpp"
 #include "workloads/ops/op.hpp"
@@ -14,7 +16,8 @@ using nlohmann::json;
 
 class Parser {
  public:
-  Parser(const json& doc, std::string file) : doc_(doc), file_(std::move(file)) {}
+  Parser(const json& doc, std::string file, LoadOptions opt)
+      : doc_(doc), file_(std::move(file)), opt_(opt) {}
 
   Graph parse() {
     if (!doc_.is_object()) fail("", "expected a JSON object at the top level");
@@ -32,6 +35,7 @@ class Parser {
       g_.world_size = ws.get<int>();
     }
     for (const auto& in : array_field(doc_, "inputs", "")) parse_input(in);
+    if (opt_.cut_unsupported) find_getitem_sources();
     for (const auto& n : array_field(doc_, "nodes", "")) {
       try {
         parse_node(n);
@@ -51,6 +55,12 @@ class Parser {
       g_.outputs.push_back(v);
     }
     if (g_.outputs.empty()) fail("", "expected at least one graph output");
+    if (!g_.cut.empty() && std::none_of(g_.outputs.begin(), g_.outputs.end(),
+                                        [&](int v) { return g_.values[v].producer >= 0; }))
+      fail(g_.cut[0].id, "unknown op '" + g_.cut[0].op +
+                             "' (see `replay list` for the supported ops); cutting the graph "
+                             "there leaves no graph output computed by a node the harness runs, "
+                             "so nothing of it would be replayed");
     if (doc_.contains("golden")) parse_golden(doc_["golden"]);
     return std::move(g_);
   }
@@ -133,7 +143,26 @@ class Parser {
     return m;
   }
 
+  ValueStats stats_of(const json& s, const std::string& node) const {
+    if (!s.is_object()) fail(node, "expected \"stats\" to be {mean, std, min, max}");
+    ValueStats st;
+    for (auto [key, dst] :
+         {std::pair{"mean", &st.mean}, {"std", &st.std}, {"min", &st.min}, {"max", &st.max}}) {
+      if (!s.contains(key) || !s[key].is_number())
+        fail(node, std::string("expected a number \"") + key + "\" in \"stats\"");
+      *dst = s[key].get<double>();
+    }
+    if (st.std < 0 || st.min > st.max) fail(node, "inconsistent \"stats\" (std < 0 or min > max)");
+    return st;
+  }
+
   int lookup(const std::string& name, const std::string& node) const {
+    if (auto c = cut_tuples_.find(name); c != cut_tuples_.end())
+      fail(node, "uses '" + name + "', a tuple of " + std::to_string(cut_outs_[c->second].size()) +
+                     " outputs of " + g_.cut[c->second].op +
+                     " (cut: unsupported op), as a tensor; select one "
+                     "with getitem");
+    if (auto o = opaque_.find(name); o != opaque_.end()) fail(node, o->second);
     if (auto t = tuples_.find(name); t != tuples_.end())
       fail(node, "uses '" + name + "', a tuple of " +
                      std::to_string(g_.nodes[t->second].outputs.size()) + " outputs of " +
@@ -147,7 +176,7 @@ class Parser {
 
   int add_value(const std::string& name, TensorMeta meta, int producer, int out_idx,
                 const std::string& node) {
-    if (names_.count(name) || tuples_.count(name)) fail(node, "duplicate id '" + name + "'");
+    if (taken(name)) fail(node, "duplicate id '" + name + "'");
     Value v;
     v.name = name;
     v.meta = std::move(meta);
@@ -164,18 +193,7 @@ class Parser {
     std::string id = str_field(in, "id", "");
     int v = add_value(id, meta_of(in, id), -1, 0, id);
     g_.values[v].graph_input = true;
-    if (in.contains("stats")) {
-      const auto& s = in["stats"];
-      ValueStats st;
-      for (auto [key, dst] :
-           {std::pair{"mean", &st.mean}, {"std", &st.std}, {"min", &st.min}, {"max", &st.max}}) {
-        if (!s.contains(key) || !s[key].is_number())
-          fail(id, std::string("expected a number \"") + key + "\" in \"stats\"");
-        *dst = s[key].get<double>();
-      }
-      if (st.std < 0 || st.min > st.max) fail(id, "inconsistent \"stats\" (std < 0 or min > max)");
-      g_.values[v].stats = st;
-    }
+    if (in.contains("stats")) g_.values[v].stats = stats_of(in["stats"], id);
     if (in.contains("role")) {
       if (!in["role"].is_string()) fail(id, "expected \"role\" to be a string");
       g_.values[v].role = in["role"].get<std::string>();
@@ -196,14 +214,32 @@ class Parser {
                      "': a trace name, not a path (the forward is <name>.json beside this file)");
       g_.values[v].from = ForwardOutputRef{trace, f["output"].get<std::string>()};
     }
+    if (in.contains("same_as")) {  // the same tensor as an earlier input
+      if (!in["same_as"].is_string()) fail(id, "expected \"same_as\" to be an input id");
+      const std::string other = in["same_as"].get<std::string>();
+      const int o = g_.find_value(other);
+      if (o < 0 || !g_.values[o].graph_input || o == v)
+        fail(id, "\"same_as\" names '" + other + "', which is not an earlier input");
+      const TensorMeta& a = g_.values[o].meta;
+      const TensorMeta& b = g_.values[v].meta;
+      if (a.shape != b.shape || a.stride != b.stride || a.dtype != b.dtype)
+        fail(id, "\"same_as\" input '" + other + "' is " + a.str() + " with strides " +
+                     shape_str(a.stride) + "; this input is " + b.str() + " with strides " +
+                     shape_str(b.stride));
+      g_.values[v].same_as = g_.values[o].same_as >= 0 ? g_.values[o].same_as : o;
+    }
     g_.inputs.push_back(v);
   }
 
   // FX's operator.getitem(tuple, k) on a multi-output node: an alias of its k-th output. The
   // tuple is the node's id; its outputs have no other name.
   void parse_getitem(const std::string& id, const json& j, const json& args, const json& kwargs) {
-    int node = -1;
+    int node = -1, cut = -1;
     ArgReader r(args, kwargs, file_, id, [&](const std::string& name) -> int {
+      if (auto c = cut_tuples_.find(name); c != cut_tuples_.end()) {
+        cut = c->second;
+        return -1;
+      }
       auto t = tuples_.find(name);
       if (t == tuples_.end()) {
         lookup(name, id);  // fails for an unknown name
@@ -213,33 +249,161 @@ class Parser {
       return -1;
     });
     r.tensor(0, nullptr);
-    const int nout = static_cast<int>(g_.nodes[node].outputs.size());
+    const int nout =
+        static_cast<int>(cut >= 0 ? cut_outs_[cut].size() : g_.nodes[node].outputs.size());
     const auto k = r.integer(1, nullptr, 0, nout - 1);
     r.finish();
-    if (names_.count(id) || tuples_.count(id)) fail(id, "duplicate id '" + id + "'");
+    if (taken(id)) fail(id, "duplicate id '" + id + "'");
+    if (cut >= 0) return getitem_of_cut(id, j, cut, static_cast<int>(k));
     const int v = g_.nodes[node].outputs[static_cast<size_t>(k)];
     // `outputs` is optional on a getitem (the selected output's metadata is the tuple node's);
     // when given it must describe the selected output: shape, dtype and, where recorded, the
     // strides of every dim longer than 1 (a size-1 dim's stride is arbitrary in PyTorch).
-    if (j.contains("outputs")) {
-      const json& outs = j["outputs"];
-      if (!outs.is_array() || outs.size() != 1)
-        fail(id, "expected \"outputs\" of a getitem to hold one tensor");
-      const TensorMeta m = meta_of(outs[0], id);
-      const TensorMeta& sel = g_.meta(v);
-      const std::string which = "output " + std::to_string(k) + " of '" + g_.nodes[node].id + "'";
-      if (m.shape != sel.shape || m.dtype != sel.dtype)
-        fail(id, "recorded output " + m.str() + " differs from " + which + ", " + sel.str());
-      if (outs[0].contains("stride"))
-        for (size_t d = 0; d < m.shape.size(); ++d)
-          if (m.shape[d] != 1 && m.stride[d] != sel.stride[d])
-            fail(id, "recorded output strides " + shape_str(m.stride) + " differ from those of " +
-                         which + ", " + shape_str(sel.stride));
-    }
+    check_getitem_outputs(id, j, v,
+                          "output " + std::to_string(k) + " of '" + g_.nodes[node].id + "'");
     names_[id] = v;
     // The selected output takes the getitem's id as its name (FX's name for it, the one golden
     // files and reports use), unless an earlier getitem named it already.
     if (g_.values[v].name == g_.nodes[node].id + "." + std::to_string(k)) g_.values[v].name = id;
+  }
+
+  void check_getitem_outputs(const std::string& id, const json& j, int v,
+                             const std::string& which) {
+    if (!j.contains("outputs")) return;
+    const json& outs = j["outputs"];
+    if (!outs.is_array() || outs.size() != 1)
+      fail(id, "expected \"outputs\" of a getitem to hold one tensor");
+    const TensorMeta m = meta_of(outs[0], id);
+    const TensorMeta& sel = g_.meta(v);
+    if (m.shape != sel.shape || m.dtype != sel.dtype)
+      fail(id, "recorded output " + m.str() + " differs from " + which + ", " + sel.str());
+    if (outs[0].contains("stride"))
+      for (size_t d = 0; d < m.shape.size(); ++d)
+        if (m.shape[d] != 1 && m.stride[d] != sel.stride[d])
+          fail(id, "recorded output strides " + shape_str(m.stride) + " differ from those of " +
+                       which + ", " + shape_str(sel.stride));
+  }
+
+  bool taken(const std::string& id) const {
+    return names_.count(id) || tuples_.count(id) || cut_tuples_.count(id) || opaque_.count(id);
+  }
+
+  // --- cutting unsupported ops (LoadOptions::cut_unsupported; traces/SCHEMA.md, "Cut nodes") ---
+
+  // Ids of the nodes some getitem reads: an unknown op with one recorded output is a tuple of one
+  // when a getitem selects from it, else a tensor.
+  void find_getitem_sources() {
+    if (!doc_.contains("nodes") || !doc_["nodes"].is_array()) return;
+    for (const auto& n : doc_["nodes"])
+      if (n.is_object() && n.value("op", json()) == "getitem" && n.contains("args") &&
+          n["args"].is_array() && !n["args"].empty() && n["args"][0].is_object() &&
+          n["args"][0].contains("ref") && n["args"][0]["ref"].is_string())
+        getitem_sources_.insert(n["args"][0]["ref"].get<std::string>());
+  }
+
+  // Tensor metadata is recorded for this output: an object with a shape (not the capture's
+  // {"opaque": ...} for a None, an int or a tensor of a dtype the format lacks).
+  static bool has_meta(const json& o) { return o.is_object() && o.contains("shape"); }
+
+  // Every {"ref": name} in a cut node's arguments must name an earlier value, as for any node.
+  void check_refs(const json& a, const std::string& id) const {
+    if (a.is_object() && a.contains("ref")) {
+      if (!a["ref"].is_string()) fail(id, "expected \"ref\" to be a value id (a string)");
+      const std::string name = a["ref"].get<std::string>();
+      if (!names_.count(name) && !tuples_.count(name) && !cut_tuples_.count(name) &&
+          !opaque_.count(name))
+        fail(id, "references '" + name + "', which is neither a graph input nor an earlier node");
+      return;
+    }
+    if (a.is_array() || a.is_object())
+      for (const auto& e : a) check_refs(e, id);
+  }
+
+  // A node whose op the harness does not know: cut out of the graph. Its outputs become graph
+  // inputs when the graph reads them (at once for a single tensor, at the getitem for a tuple).
+  void parse_cut(const std::string& id, const std::string& opname, const json& j, const json& args,
+                 const json& kwargs) {
+    const std::string unknown =
+        "unknown op '" + opname + "' (see `replay list` for the supported ops)";
+    check_refs(args, id);
+    check_refs(kwargs, id);
+    if (!j.contains("outputs") || !j["outputs"].is_array())
+      fail(id, unknown +
+                   ": the trace records no \"outputs\" for it, so the graph cannot be cut "
+                   "there (its outputs' shapes and dtypes are unknown)");
+    if (taken(id)) fail(id, "duplicate id '" + id + "'");
+    const json& outs = j["outputs"];
+    CutNode c;
+    c.id = id;
+    c.op = opname;
+    c.reason = "unsupported op '" + opname + "'";
+    const int ci = static_cast<int>(g_.cut.size());
+    g_.cut.push_back(std::move(c));
+    cut_outs_.push_back(outs);
+    if (outs.size() != 1 || getitem_sources_.count(id)) {
+      cut_tuples_[id] = ci;
+    } else if (has_meta(outs[0])) {
+      add_cut_value(ci, 0, id, outs[0], nullptr);
+    } else {
+      opaque_[id] = no_meta(ci, 0, id);
+    }
+  }
+
+  std::string no_meta(int ci, int k, const std::string& reader) const {
+    const CutNode& c = g_.cut[ci];
+    return "'" + reader + "' reads output " + std::to_string(k) + " of '" + c.id +
+           "', a node cut out of the graph (unknown op '" + c.op +
+           "'), and the trace records no tensor metadata for that output (" +
+           cut_outs_[ci][static_cast<size_t>(k)].dump() +
+           "), so the graph cannot be cut there: record the output's shape, stride and dtype "
+           "(traces/SCHEMA.md, \"Cut nodes\")";
+  }
+
+  // Output k of cut node ci, read as `name`: a graph input with the recorded metadata `entry`,
+  // drawn from its recorded stats (from `entry`, else from `alt`, the getitem's own record).
+  int add_cut_value(int ci, int k, const std::string& name, const json& entry, const json* alt) {
+    const TensorMeta m = meta_of(entry, name);
+    const int v = add_value(name, m, -1, k, name);
+    Value& val = g_.values[v];
+    val.graph_input = true;
+    val.cut = ci;
+    CutNode::Output o;
+    o.value = name;
+    o.index = k;
+    const json* st = entry.contains("stats")                             ? &entry["stats"]
+                     : alt && alt->is_object() && alt->contains("stats") ? &(*alt)["stats"]
+                                                                         : nullptr;
+    if (st) {
+      o.stats = stats_of(*st, name);
+      o.recorded = true;
+    } else if (!is_floating(m.dtype)) {
+      o.stats = ValueStats{0, 0, 0, 0};  // integers and bool: all zero (valid as any index)
+    }
+    val.stats = o.stats;
+    g_.cut[ci].outputs.push_back(o);
+    g_.inputs.push_back(v);
+    cut_values_[{ci, k}] = v;
+    return v;
+  }
+
+  void getitem_of_cut(const std::string& id, const json& j, int ci, int k) {
+    int v;
+    if (auto it = cut_values_.find({ci, k}); it != cut_values_.end()) {
+      v = it->second;  // a second getitem of the same output: an alias, as for any tuple
+    } else {
+      const json& entry = cut_outs_[ci][static_cast<size_t>(k)];
+      const json* own = j.contains("outputs") && j["outputs"].is_array() && j["outputs"].size() == 1
+                            ? &j["outputs"][0]
+                            : nullptr;
+      if (has_meta(entry))
+        v = add_cut_value(ci, k, id, entry, own);
+      else if (own && has_meta(*own))  // the getitem recorded what the tuple did not
+        v = add_cut_value(ci, k, id, *own, nullptr);
+      else
+        fail(id, no_meta(ci, k, id));
+    }
+    check_getitem_outputs(id, j, v, "output " + std::to_string(k) + " of '" + g_.cut[ci].id + "'");
+    names_[id] = v;
   }
 
   void parse_node(const json& j) {
@@ -252,7 +416,11 @@ class Parser {
       fail(id, "expected \"args\" to be a list and \"kwargs\" an object");
     if (opname == "getitem") return parse_getitem(id, j, args, kwargs);
     auto op = parse_op(opname);
-    if (!op) fail(id, "unknown op '" + opname + "' (see `replay list` for the supported ops)");
+    if (!op) {
+      if (!opt_.cut_unsupported)
+        fail(id, "unknown op '" + opname + "' (see `replay list` for the supported ops)");
+      return parse_cut(id, opname, j, args, kwargs);
+    }
     const OpDef& def = op_def(*op);
     const json& outs = array_field(j, "outputs", id);
 
@@ -357,15 +525,24 @@ class Parser {
 
   const json& doc_;
   std::string file_;
+  LoadOptions opt_;
   Graph g_;
   std::map<std::string, int> names_;   // id -> value index (getitem ids alias their source)
   std::map<std::string, int> tuples_;  // id of a multi-output node -> node index
+  // Cut nodes (unsupported ops): the recorded "outputs" of each (index in g_.cut), the tuples
+  // among them, the graph input made for each output read so far, and ids that name an output
+  // without tensor metadata (-> why reading it is an error).
+  std::vector<json> cut_outs_;
+  std::map<std::string, int> cut_tuples_;
+  std::map<std::pair<int, int>, int> cut_values_;
+  std::map<std::string, std::string> opaque_;
+  std::set<std::string> getitem_sources_;
 };
 
 }  // namespace
 
-Graph parse_trace(const json& doc, const std::string& file) {
-  return Parser(doc, file).parse();
+Graph parse_trace(const json& doc, const std::string& file, const LoadOptions& opt) {
+  return Parser(doc, file, opt).parse();
 }
 
 namespace {
@@ -400,7 +577,7 @@ void check_depth(std::string_view text, const std::string& file) {
 
 }  // namespace
 
-Graph parse_trace_text(std::string_view text, const std::string& file) {
+Graph parse_trace_text(std::string_view text, const std::string& file, const LoadOptions& opt) {
   check_depth(text, file);
   json doc;
   try {
@@ -409,13 +586,13 @@ Graph parse_trace_text(std::string_view text, const std::string& file) {
     throw TraceError(file, "", std::string("malformed JSON: ") + e.what());
   }
   try {
-    return parse_trace(doc, file);
+    return parse_trace(doc, file, opt);
   } catch (const json::exception& e) {  // a field of the wrong JSON type
     throw TraceError(file, "", std::string("unexpected JSON type: ") + e.what());
   }
 }
 
-Graph load_trace(const std::string& path) {
+Graph load_trace(const std::string& path, const LoadOptions& opt) {
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     throw TraceError(path, "", "not a regular file (a directory?)");
@@ -423,7 +600,7 @@ Graph load_trace(const std::string& path) {
   if (!f) throw TraceError(path, "", "cannot open the trace file (missing or unreadable)");
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   if (f.bad()) throw TraceError(path, "", "read error");
-  return parse_trace_text(text, path);
+  return parse_trace_text(text, path, opt);
 }
 
 }  // namespace replay

@@ -107,6 +107,24 @@ std::vector<int> ArgReader::tensor_list(size_t i, const char* kw) {
   return out;
 }
 
+std::vector<int> ArgReader::opt_tensor_list(size_t i, const char* kw) {
+  const json& a = require(i, kw);
+  if (!a.is_array())
+    fail("expected a list of optional tensors for " + describe(i, kw) + ", found " + a.dump());
+  std::vector<int> out;
+  for (const json& e : a) {
+    if (e.is_null()) {
+      out.push_back(-1);
+      continue;
+    }
+    if (!e.is_object() || !e.contains("ref") || !e["ref"].is_string())
+      fail("expected tensor references {\"ref\": id} or null in " + describe(i, kw) + ", found " +
+           e.dump());
+    out.push_back(lookup_(e["ref"].get<std::string>()));
+  }
+  return out;
+}
+
 std::optional<std::string> ArgReader::opt_string(size_t i, const char* kw) {
   const json* p = find(i, kw);
   if (!p || p->is_null()) return std::nullopt;

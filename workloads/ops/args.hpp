@@ -30,6 +30,8 @@ class ArgReader {
   int tensor(size_t i, const char* kw);
   /// A list of tensor references (required), e.g. cat's `tensors`.
   std::vector<int> tensor_list(size_t i, const char* kw);
+  /// A list of optional tensor references (required), e.g. index's `indices`: -1 for a null entry.
+  std::vector<int> opt_tensor_list(size_t i, const char* kw);
   /// A tensor or a Python number (required); a number keeps its Python type (int, float, bool)
   /// for type promotion.
   Operand operand(size_t i, const char* kw);

@@ -69,5 +69,21 @@ enum class ReduceFn : uint8_t {
 enum class GemmFn : uint8_t { kMm, kAddmm, kBmm, kBaddbmm, kScaledMm, kCount };
 /// Ops that copy their operands into views of the output (impls/eager/lower.cpp).
 enum class CompositeFn : uint8_t { kCat, kSliceScatter, kSelectScatter, kCopy, kCount };
+/// Indexing, scatter, scan and sort ops (impls/eager/indexing.cu).
+enum class IndexingFn : uint8_t {
+  kIndex,              // out = x[indices] (advanced indexing)
+  kIndexPut,           // out = x; out[indices] = values (or += with accumulate)
+  kGather,             // out[i] = x[i with dim replaced by index[i]]
+  kScatter,            // out = x; out[i with dim replaced by index[i]] = src[i] (or a value)
+  kScatterAdd,         // ... += src[i]
+  kEmbedding,          // out = weight[indices]
+  kEmbeddingBackward,  // grad_weight[indices[i]] += grad_output[i]
+  kConstantPad,        // out = x padded (or cropped) with a value
+  kCumsum,             // inclusive scan along dim
+  kArgmax,             // index of the first max (NaN counts as max)
+  kArgmin,
+  kSort,  // stable sort along dim: (values, int64 indices); topk keeps the first k
+  kCount
+};
 
 }  // namespace replay

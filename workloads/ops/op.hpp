@@ -21,7 +21,16 @@
 namespace replay {
 
 /// An op's family (one family file each, see op_id.hpp).
-enum class OpKind : uint8_t { kPointwise, kReduction, kView, kCreation, kCopy, kMatmul, kRandom };
+enum class OpKind : uint8_t {
+  kPointwise,
+  kReduction,
+  kView,
+  kCreation,
+  kCopy,
+  kMatmul,
+  kRandom,
+  kIndexing,
+};
 
 /// How the eager executor runs an op: a host-side alias (views; the row's `alias` gives the
 /// layout), one launch of a generic kernel with one of its functions, a GEMM (cuBLASLt), a
@@ -34,9 +43,10 @@ struct EagerLowering {
     kReduction,
     kGemm,
     kComposite,
-    kGenerated
+    kGenerated,
+    kIndexing,  ///< impls/eager/indexing.cu, one of IndexingFn
   } kernel = kAlias;
-  uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn or CompositeFn
+  uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn, CompositeFn or IndexingFn
 };
 constexpr EagerLowering eager_pointwise(PointwiseFn f) {
   return {EagerLowering::kPointwise, static_cast<uint8_t>(f)};
@@ -49,6 +59,9 @@ constexpr EagerLowering eager_gemm(GemmFn f) {
 }
 constexpr EagerLowering eager_composite(CompositeFn f) {
   return {EagerLowering::kComposite, static_cast<uint8_t>(f)};
+}
+constexpr EagerLowering eager_indexing(IndexingFn f) {
+  return {EagerLowering::kIndexing, static_cast<uint8_t>(f)};
 }
 constexpr EagerLowering eager_alias() {
   return {EagerLowering::kAlias, 0};
@@ -141,6 +154,7 @@ std::span<const OpDef> creation_op_rows();
 std::span<const OpDef> copy_op_rows();
 std::span<const OpDef> matmul_op_rows();
 std::span<const OpDef> random_op_rows();
+std::span<const OpDef> indexing_op_rows();
 
 /// Whether `rows` lists exactly the ops of `range`, in enum order (each family file
 /// static_asserts this on its table).

@@ -3,6 +3,7 @@
 //   pointwise  workloads/ops/pointwise.cpp
 //   reduction  workloads/ops/reduction.cpp
 //   view       workloads/ops/view.cpp
+//   indexing   workloads/ops/indexing.cpp (index, scatter, embedding, pad, cumsum, arg*, sort)
 // Each family is a contiguous range of the enum; the family file static_asserts that its rows
 // cover its range in order, so an op added here without a row does not compile (ggml's
 // GGML_OP_COUNT check, per family).
@@ -133,6 +134,22 @@ enum class Op : uint8_t {
   kRandLike,       // aten.rand_like.default(x, *, dtype=, ...)
   kBernoulliP,     // aten.bernoulli.p(x, p=0.5, *, generator=None)
   kNativeDropout,  // aten.native_dropout.default(x, p, train) -> (out, mask)
+  // indexing, scatter, scans and sorts (indexing.cpp)
+  kIndex,                   // aten.index.Tensor(x, indices)
+  kIndexPut,                // aten.index_put.default(x, indices, values, accumulate=False)
+  kGather,                  // aten.gather.default(x, dim, index, *, sparse_grad=False)
+  kScatterSrc,              // aten.scatter.src(x, dim, index, src)
+  kScatterValue,            // aten.scatter.value(x, dim, index, value)
+  kScatterAdd,              // aten.scatter_add.default(x, dim, index, src)
+  kEmbedding,               // aten.embedding.default(weight, indices, padding_idx=-1, ...)
+  kEmbeddingDenseBackward,  // aten.embedding_dense_backward.default(grad_output, indices, ...)
+  kConstantPadNd,           // aten.constant_pad_nd.default(x, pad, value=0)
+  kCumsum,                  // aten.cumsum.default(x, dim, *, dtype=None)
+  kArgmax,                  // aten.argmax.default(x, dim=None, keepdim=False)
+  kArgmin,                  // aten.argmin.default(x, dim=None, keepdim=False)
+  kTopk,                    // aten.topk.default(x, k, dim=-1, largest=True, sorted=True) -> 2
+  kSort,                    // aten.sort.default(x, dim=-1, descending=False) -> (values, indices)
+  kSortStable,              // aten.sort.stable(x, *, stable, dim=-1, descending=False) -> 2
   kCount
 };
 
@@ -153,9 +170,12 @@ inline constexpr OpRange kCreationOps{Op::kFull, Op::kIota};
 inline constexpr OpRange kCopyOps{Op::kCat, Op::kCopy};
 inline constexpr OpRange kMatmulOps{Op::kMm, Op::kScaledMm};
 inline constexpr OpRange kRandomOps{Op::kRand, Op::kNativeDropout};
+inline constexpr OpRange kIndexingOps{Op::kIndex, Op::kSortStable};
 /// Every family, in enum order.
-inline constexpr OpRange kOpFamilies[] = {kPointwiseOps, kCompareOps, kReductionOps, kViewOps,
-                                          kCreationOps,  kCopyOps,    kMatmulOps,    kRandomOps};
+inline constexpr OpRange kOpFamilies[] = {
+    kPointwiseOps, kCompareOps, kReductionOps, kViewOps,     kCreationOps,
+    kCopyOps,      kMatmulOps,  kRandomOps,    kIndexingOps,
+};
 constexpr bool families_tile() {
   size_t next = 0;
   for (const OpRange& r : kOpFamilies) {

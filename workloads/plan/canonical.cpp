@@ -162,6 +162,10 @@ CanonicalGraph canonicalize(const Graph& g) {
     return v;
   };
 
+  // Inputs that are the same tensor as an earlier input (Value::same_as): read the earlier one.
+  for (int v : g.inputs)
+    if (g.values[v].same_as >= 0) c.replaced_by[v] = g.values[v].same_as;
+
   // Identity and round-trip nodes: rewire their readers to the source; order commutative operands.
   std::vector<Node> nodes = g.nodes;
   std::vector<char> kept(nn, 1);

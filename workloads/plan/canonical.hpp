@@ -25,6 +25,9 @@
 //              tensor operand with more elements first, then the one produced later (IEEE addition
 //              and multiplication are commutative, so the result is the same bits);
 //   dead       a node none of whose outputs is read or returned;
+//   same input an input that is the same tensor as an earlier one (`same_as` in the trace: the
+//              default partitioner saves rsqrt and aten.alias(rsqrt) for the backward) is read
+//              as that one;
 //   outputs    graph outputs are resolved through removed nodes, so a value returned twice (once
 //              through an alias) or an input returned as an output is one value.
 #pragma once

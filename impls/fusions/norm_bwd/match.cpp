@@ -305,10 +305,23 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
           if (same(dwt.p, dw_sum)) xh_pick = xh, dwt_pick = dwt;
       }
       if (!xh_pick) continue;
-      why =
-          "dw = sum(dy * xhat) found, but no value of the graph equals dx = rstd * (g - ...) "
-          "with g = dy * w for a [C] weight w read with dy in a row sum, carried to a "
-          "down-cast that only the region reads";
+      {
+        auto name = [&](int atom) {
+          const int v = leaf_value(A, atom);
+          return v < 0 ? std::string("?")
+                       : "'" + g.values[v].name + "' (" + std::string(dtype_name(g.meta(v).dtype)) +
+                             ")";
+        };
+        const std::string xhat =
+            st.mode == NormBwdStats::kNormalized ? "the saved normalized " + name(st.x)
+            : st.mode == NormBwdStats::kSaved
+                ? "x " + name(st.x) + " normalized by the saved statistics"
+                : "x " + name(st.x) + " normalized by statistics recomputed from it";
+        why = "dw = sum(dy * xhat) found (dy " + name(dy) + ", xhat = " + xhat +
+              "), but no value of the graph equals dx = rstd * (g - ...) in terms of that xhat, "
+              "with g = dy * w for a [C] weight w read with dy in a row sum, carried to a "
+              "down-cast that only the region reads";
+      }
       // db: another anchor summing dy.
       int db_node = -1;
       for (int a : anchors) {
