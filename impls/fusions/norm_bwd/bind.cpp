@@ -105,26 +105,30 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       a.var_scale = static_cast<float>(p.cols / (p.cols - p.correction));
     }
   }
-  BoundTensor w = ctx.tensor(p.w);
-  if (flat_stride(w.layout, a.cols) != 1) {
-    b.unsupported = "weight '" + g.values[p.w].name + "' is not a contiguous [C]";
-    return b;
+  if (p.w >= 0) {  // else a norm without weight: a.w stays null (w = 1)
+    BoundTensor w = ctx.tensor(p.w);
+    if (flat_stride(w.layout, a.cols) != 1) {
+      b.unsupported = "weight '" + g.values[p.w].name + "' is not a contiguous [C]";
+      return b;
+    }
+    a.w = w.ptr;
+    a.w_dtype = w.layout.dtype;
   }
-  a.w = w.ptr;
-  a.w_dtype = w.layout.dtype;
   a.w_offset = static_cast<float>(p.w_offset);
   a.w_round = p.w_round;
   a.g_round = p.g_round;
   a.xhat_round = p.xhat_round;
   a.dwt_round = p.dwt_round;
-  BoundTensor dw = ctx.tensor(p.dw);
-  if (flat_stride(dw.layout, a.cols) != 1) {
-    b.unsupported = "dw is not a contiguous [C]";
-    return b;
+  if (p.dw >= 0) {  // else dx only: a.dw stays null, no column sums
+    BoundTensor dw = ctx.tensor(p.dw);
+    if (flat_stride(dw.layout, a.cols) != 1) {
+      b.unsupported = "dw is not a contiguous [C]";
+      return b;
+    }
+    a.dw = dw.ptr;
+    a.dw_dtype = dw.layout.dtype;
+    a.dw_round = p.dw_round;
   }
-  a.dw = dw.ptr;
-  a.dw_dtype = dw.layout.dtype;
-  a.dw_round = p.dw_round;
   if (p.db >= 0) {
     BoundTensor db = ctx.tensor(p.db);
     if (flat_stride(db.layout, a.cols) != 1) {

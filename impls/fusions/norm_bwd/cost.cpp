@@ -2,7 +2,8 @@
 // Bytes that must move: x and dy read once, dx written once, w and the saved statistics read
 // once, dw/db written once (= the region's external inputs and outputs; a recomputed rstd reads
 // nothing more; a dx epilogue add reads its other operand once, rows*cols*|dx|). FLOPs per element:
-// ~16 (xhat, g, two row sums, dx, two column sums) — memory- bound by two orders of magnitude on
+// ~16 (xhat, g, two row sums, dx, two column sums; dx only, without the weight and the column
+// sums: ~10) — memory-bound by two orders of magnitude on
 // Hopper, so the SOL is the byte term.
 #include "impls/fusions/norm_bwd/params.hpp"
 #include "workloads/plan/match_util.hpp"
@@ -15,7 +16,7 @@ Cost cost(const Graph& g, const Region& r) {
   io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   Cost c;
   c.bytes = value_bytes(g, io);
-  c.flops = 16.0 * static_cast<double>(p.rows) * static_cast<double>(p.cols);
+  c.flops = (p.dw >= 0 ? 16.0 : 10.0) * static_cast<double>(p.rows) * static_cast<double>(p.cols);
   return c;
 }
 
@@ -70,6 +71,7 @@ nlohmann::json describe(const Graph& g, const Region& r) {
     j["eps_tensor"] = name(p.eps_value);
     j["correction"] = p.correction;
   }
+  if (p.dw < 0) j["dx_only"] = true;  // no affine parameters: w = 1, no dw/db
   if (p.split_size > 0) j["split_size"] = p.split_size;
   return j;
 }

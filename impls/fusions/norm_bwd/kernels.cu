@@ -20,6 +20,8 @@
 // A dx epilogue add (the residual stream's other gradient, `tangent + dx.to(bf16)`) is read and
 // added in kernel 1's dx store, both variants: dx rounded to its dtype first, then the add in fp32,
 // rounded again. It does not touch dw/db, whose order of summation stays fixed.
+// dx only (a norm without affine parameters: no w, dw, db): both variants launch kernel 1 alone,
+// without the accumulators (kAcc false), with w_eff = 1 staged; no workspace, no kernels 2, 3.
 // Measured history and the split-size heuristic: TUNING.md (this folder).
 #include "impls/fusions/norm_bwd/kernels.hpp"
 
@@ -162,8 +164,8 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
   for (int i = 0; i < kStages - 1; ++i) issue(row + i * RPI, i);  // in flight during staging
   float nm, ns;
   load_stats(row, nm, ns);
-  for (int64_t c = threadIdx.x; c < a.cols; c += kBlock)
-    w_s[c] = round_as(load_elem<float>(a.w, c, a.w_dtype) + a.w_offset, a.w_round);
+  for (int64_t c = threadIdx.x; c < a.cols; c += kBlock)  // no weight: w = 1 (dy * 1 is exact)
+    w_s[c] = a.w ? round_as(load_elem<float>(a.w, c, a.w_dtype) + a.w_offset, a.w_round) : 1.f;
   float eps = a.eps;
   if (a.stats == NormBwdStats::kRecompute && a.eps_ptr)
     eps += load_elem<float>(a.eps_ptr, 0, a.eps_dtype);
@@ -636,7 +638,7 @@ std::string norm_bwd_supports(const NormBwdArgs& a) {
       return "weight or gradient dtype " + std::string(dtype_name(w));
   if (a.stats == NormBwdStats::kSaved && !a.rstd) return "no rstd";
   if (a.stats == NormBwdStats::kNormalized && !a.rstd) return "no rstd";
-  if (!a.w || !a.dw) return "no weight or dw";
+  if (!a.dw && a.db) return "db without dw";
   // sm_90 grants at most 227 KiB of shared memory per block (the static `red` array included).
   constexpr size_t kMaxSmem = 227 * 1024 - 1024;
   if (rows_smem(a, true) > kMaxSmem)
@@ -649,8 +651,9 @@ std::string norm_bwd_supports(const NormBwdArgs& a) {
 int64_t norm_bwd_default_split(const NormBwdArgs& a) {
   const NormBwdGeometry geo = norm_bwd_geometry(a);
   int sms = 0;
-  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(rows_kernel(a, true)),
-                                   geo.block_threads, rows_smem(a, true), &sms);
+  const bool acc = a.dw != nullptr;
+  const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(rows_kernel(a, acc)),
+                                   geo.block_threads, rows_smem(a, acc), &sms);
   const int64_t grid = int64_t(sms) * per_sm;
   int64_t split = (a.rows + grid - 1) / grid;
   split = (split + geo.rows_per_iter - 1) / geo.rows_per_iter * geo.rows_per_iter;
@@ -658,6 +661,7 @@ int64_t norm_bwd_default_split(const NormBwdArgs& a) {
 }
 
 size_t norm_bwd_workspace_bytes(const NormBwdArgs& a, NormBwdVariant v, int64_t split) {
+  if (!a.dw) return 0;  // dx only: no partials, no statistics for a column kernel
   int64_t parts = 0, stats = 0;
   if (v == NormBwdVariant::kOptimized) {
     parts = (a.rows + split - 1) / split;
@@ -674,25 +678,27 @@ void norm_bwd_optimized(const NormBwdArgs& a, int64_t split, void* workspace, cu
   if (split <= 0) throw std::invalid_argument("norm_bwd optimized: split size must be positive");
   const NormBwdGeometry geo = norm_bwd_geometry(a);
   const int64_t parts = (a.rows + split - 1) / split;
-  auto* pw = static_cast<float*>(workspace);
-  float* pb = a.db ? pw + parts * a.cols : nullptr;
-  RowsKernel k = rows_kernel(a, true);
-  const size_t smem = rows_smem(a, true);
+  const bool acc = a.dw != nullptr;  // dx only: no partials, no final sum
+  auto* pw = acc ? static_cast<float*>(workspace) : nullptr;
+  float* pb = acc && a.db ? pw + parts * a.cols : nullptr;
+  RowsKernel k = rows_kernel(a, acc);
+  const size_t smem = rows_smem(a, acc);
   int sms = 0;
   blocks_per_sm(reinterpret_cast<const void*>(k), geo.block_threads, smem, &sms);  // opt-in smem
   k<<<static_cast<unsigned>(parts), geo.block_threads, smem, s>>>(a, split, pw, pb, nullptr);
   REPLAY_CUDA_LAUNCH("norm_bwd_rows_kernel (optimized)");
-  launch_finalize(a, pw, pb, parts, s);
+  if (acc) launch_finalize(a, pw, pb, parts, s);
 }
 
 void norm_bwd_baseline(const NormBwdArgs& a, void* workspace, cudaStream_t s) {
   std::string why = norm_bwd_supports(a);
   if (!why.empty()) throw std::invalid_argument("norm_bwd baseline: " + why);
   const NormBwdGeometry geo = norm_bwd_geometry(a);
-  const ColShape c = col_shape(a);
-  auto* pw = static_cast<float*>(workspace);
-  float* pb = a.db ? pw + c.chunks * a.cols : nullptr;
-  float* stats = a.stats == NormBwdStats::kRecompute ? pw + 2 * c.chunks * a.cols : nullptr;
+  const bool cols = a.dw != nullptr;  // dx only: the row kernel alone
+  const ColShape c = cols ? col_shape(a) : ColShape{};
+  auto* pw = cols ? static_cast<float*>(workspace) : nullptr;
+  float* pb = cols && a.db ? pw + c.chunks * a.cols : nullptr;
+  float* stats = cols && a.stats == NormBwdStats::kRecompute ? pw + 2 * c.chunks * a.cols : nullptr;
   // dx: the same row kernel without the column sums, over a persistent grid.
   RowsKernel k = rows_kernel(a, false);
   const size_t smem = rows_smem(a, false);
@@ -706,6 +712,7 @@ void norm_bwd_baseline(const NormBwdArgs& a, void* workspace, cudaStream_t s) {
   k<<<static_cast<unsigned>(blocks), geo.block_threads, smem, s>>>(a, split, nullptr, nullptr,
                                                                    stats);
   REPLAY_CUDA_LAUNCH("norm_bwd_rows_kernel (baseline)");
+  if (!cols) return;
   switch (a.x_dtype) {
     case DType::kBFloat16:
       launch_cols<__nv_bfloat16>(a, c, stats, pw, pb, s);

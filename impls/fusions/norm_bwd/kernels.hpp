@@ -18,6 +18,9 @@
 //               partial row per block; a small kernel sums the partials in a fixed order and casts.
 //               x and dy are read once. Deterministic: no float atomics; the same split gives
 //               bit-identical dw/db.
+// dx only (a norm without affine parameters: w, dw and db null): g = dy (w = 1), no column sums;
+// both variants are then the row kernel alone over the same persistent grid — there is no column
+// reduction to fuse, so the baseline (what eager and Inductor run for it) is the same launch.
 // Both need x, dy and dx in one dtype (bf16, fp16 or fp32), 16-byte aligned rows, mean/rstd in
 // fp32; rows of at most 512 x 3 16-byte vectors for 16-bit types (12288 elements) and 512 x 4
 // for fp32 (8192 elements); every rounding flag bf16, fp16 or none (fp32).
@@ -61,7 +64,7 @@ struct NormBwdArgs {
   const void* eps_ptr = nullptr;  ///< 0-dim tensor holding eps (added to `eps`), or null
   DType eps_dtype = DType::kFloat32;
   float var_scale = 1;
-  const void* w = nullptr;  ///< [cols] contiguous
+  const void* w = nullptr;  ///< [cols] contiguous; null: w = 1 (w_offset, w_round unused)
   DType w_dtype = DType::kBFloat16;
   float w_offset = 0;  ///< x * (1 + w): 1
   DType w_round = DType::kFloat32, g_round = DType::kFloat32;
@@ -73,7 +76,8 @@ struct NormBwdArgs {
   /// [rows, cols] in x_dtype, row stride dx_add_row_stride. nullptr: dx alone.
   const void* dx_add = nullptr;
   int64_t dx_add_row_stride = 0;
-  void* dw = nullptr;  ///< [cols] contiguous; rounded to dw_round, stored as dw_dtype
+  void* dw = nullptr;  ///< [cols] contiguous; rounded to dw_round, stored as dw_dtype; null: dx
+                       ///< only (no column sums; db must be null too)
   DType dw_dtype = DType::kBFloat16, dw_round = DType::kFloat32;
   void* db = nullptr;  ///< optional [cols]
   DType db_dtype = DType::kBFloat16, db_round = DType::kFloat32;

@@ -17,14 +17,25 @@
 //      g = dy * w_eff (optionally rounded), w_eff = w + offset (optionally rounded)
 //    for a [C] leaf w and offset 0 or any constant the graph adds to w (x * (1 + w)).
 // 5. Each output extends through single-use converts, views, clones (the down-casts of dx, dw,
-//    db); the rounding it ends in is recorded.
-// 6. dx epilogue add (issue 24, the backward of a fused add-norm): when the only reader of dx is
+//    db); the rounding it ends in is recorded. The region is every node between the leaves and
+//    the outputs; every intermediate must stay private, and no node outside may read an output
+//    before the region's last node (the fused step runs there).
+// 6. dx only (a norm without affine parameters: OLMo's F.layer_norm(x, shape, None, None, eps),
+//    an RMSNorm without weight): after every dw anchor has been tried, the row reductions
+//    (sum or mean over the last dim) of [.., C] tensors that no region claims anchor a second
+//    pass. The anchor's summand must be dy * xhat for one of the statistics of step 2 (the
+//    candidates for rstd and mean also come from the values that read the anchor, since the
+//    RMSNorm decomposition sums g * x and multiplies by rstd^3 afterwards), and some value must
+//    equal step 4's dx with w = 1 (g = dy). Outputs: dx alone (Params::w, dw, db are -1).
+//    Declines: only for row sums that look like a norm backward's sum(g * xhat): the summand
+//    mentions exactly two [rows, cols] leaves and the anchor's readers mention a row statistic
+//    ([rows, 1] leaf or a recomputed rsqrt), and it is not a weighted norm's whose dw column sum
+//    step 2 already declined (that reason explains it). Every other row sum (softmax backward's
+//    sum(dy * y), a loss's row sums, the S1 = sum(g) half of a norm backward) is not reported.
+// 7. dx epilogue add (issue 24, the backward of a fused add-norm): when the only reader of dx is
 //    an aten.add.Tensor (alpha 1) with another [.., C] operand of dx's shape and dtype computed
 //    outside the region (the residual stream's gradient from its other readers), the add joins
 //    the region and its sum is exported as dx; an add that cannot be fused is declined with why.
-//    The region is every node between the leaves and the outputs; every intermediate must stay
-//    private, and no node outside may read an output before the region's last node (the fused step
-//    runs there).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -457,6 +468,223 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
   return std::nullopt;
 }
 
+// The row statistics a row-sum anchor can combine with: row leaves and rsqrt atoms of the summand
+// and of every element value that reads one of the anchor's rowsum atoms (dx itself).
+std::vector<int> dx_only_atoms(const Graph& g, const Algebra& A, int node, const Poly& summand) {
+  const Node& n = g.nodes[node];
+  std::set<int> sums;
+  for (int a : A.closure(*A.value(n.outputs[0])))
+    if (A.atom(a).kind == Atom::kRowSum) sums.insert(a);
+  std::set<int> atoms;
+  for (int a : A.closure(summand)) atoms.insert(a);
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    const int p = g.values[v].producer;
+    if (p <= node || !A.absorbed(static_cast<int>(v)) || !A.value(static_cast<int>(v))) continue;
+    if (A.classify(g.meta(static_cast<int>(v)).shape) != Cls::kElem) continue;
+    const auto cl = A.closure(*A.value(static_cast<int>(v)));
+    if (std::none_of(cl.begin(), cl.end(), [&](int a) { return sums.count(a) > 0; })) continue;
+    for (int a : cl)
+      if (A.atom(a).cls == Cls::kRow &&
+          (A.atom(a).kind == Atom::kLeaf || A.atom(a).kind == Atom::kRsqrt))
+        atoms.insert(a);
+  }
+  return {atoms.begin(), atoms.end()};
+}
+
+// Tries row reduction `node` as the sum(g * xhat) of a norm backward without affine parameters.
+// `report` is set when the anchor looks like one (see the header, step 6); `why` says how far
+// it got.
+std::optional<Found> try_dx_only(const Graph& g, Algebra& A, int node, bool dw_declined,
+                                 bool& report, std::string& why) {
+  report = false;
+  const Node& n = g.nodes[node];
+  const int in = n.operands[0].value;
+  if (!A.value(in) || !A.value(n.outputs[0]) || A.classify(g.meta(in).shape) != Cls::kElem)
+    return std::nullopt;
+  const Poly& summand = *A.value(in);
+  std::vector<int> elem;
+  for (int a : A.closure(summand))
+    if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kElem) elem.push_back(a);
+  if (elem.size() != 2) return std::nullopt;  // not sum(dy * xhat(x)): not reported
+  const auto atoms = dx_only_atoms(g, A, node, summand);
+  std::vector<int> rows;
+  for (int a : atoms)
+    if (A.atom(a).cls == Cls::kRow && A.atom(a).kind == Atom::kLeaf) rows.push_back(a);
+  const bool has_stat = std::any_of(atoms.begin(), atoms.end(), [&](int a) {
+    return A.atom(a).cls == Cls::kRow &&
+           (A.atom(a).kind == Atom::kLeaf || A.atom(a).kind == Atom::kRsqrt);
+  });
+  if (!has_stat) return std::nullopt;  // no row statistic near it: not reported
+  report = true;
+  if (rows.size() > 8) {
+    why = "dx only: " + std::to_string(rows.size()) +
+          " row leaves around the row sum; a norm backward reads at most mean and rstd (limit 8)";
+    return std::nullopt;
+  }
+  why =
+      "dx only: the row sum is not sum(dy * xhat) for a LayerNorm or RMSNorm xhat of its two "
+      "[rows, cols] leaves";
+  for (int a : A.closure(summand))
+    if (A.atom(a).kind == Atom::kLeaf && A.atom(a).cls == Cls::kCol) {
+      // A weighted norm backward: when a dw column sum was declined, that reason explains it.
+      report = !dw_declined;
+      why = "dx only: the row sum's summand mentions the [C] value '" +
+            g.values[A.atom(a).value].name +
+            "': a weighted norm whose dw is not computed here (a frozen weight) is not a norm "
+            "without affine parameters (w = 1)";
+    }
+  for (Stats st : stats_candidates(A, atoms)) {
+    for (int dy : elem) {
+      if (dy == st.x) continue;
+      const Poly DY = Poly::atom(dy);
+      auto t = A.mul(DY, st.xhat);
+      if (!t) continue;
+      // S2 = sum(g * xhat), or sum(g * xhat / rstd) (the RMSNorm decomposition sums g * x and
+      // multiplies by rstd^3 afterwards).
+      bool s2 = same(*t, summand);
+      if (!s2 && st.rstd.t.size() == 1 && st.rstd.t.begin()->second == 1) {
+        Poly inv;
+        Mono m = st.rstd.t.begin()->first;
+        for (auto& ae : m) ae.second = -ae.second;
+        inv.t[m] = 1;
+        auto u = A.mul(*t, inv);
+        s2 = u && same(*u, summand);
+      }
+      if (!s2) continue;
+      why =
+          "dx only: sum(dy * xhat) found, but no value of the graph equals dx = rstd * (dy - "
+          "[LayerNorm] mean(dy) - xhat * mean(dy * xhat)) (w = 1), carried to a down-cast that "
+          "only the region reads";
+      std::vector<int> rstd_opts = {st.rstd_atom};
+      if (st.mode == NormBwdStats::kNormalized) rstd_opts = rows;
+      std::vector<bool> ln_opts = {st.layernorm};
+      if (!st.ln_known) ln_opts = {true, false};
+      for (int r : rstd_opts) {
+        if (r < 0 && st.mode == NormBwdStats::kNormalized) continue;
+        const Poly rstd = st.mode == NormBwdStats::kNormalized ? Poly::atom(r) : st.rstd;
+        for (bool ln : ln_opts) {
+          auto E = expected_dx(A, rstd, DY, st.xhat, ln);
+          if (!E) continue;
+          std::vector<int> cands = A.values_equal(*E);
+          for (auto [tt, atom] : A.rounds_of(*E))
+            for (int v : A.values_equal(Poly::atom(atom))) cands.push_back(v);
+          std::sort(cands.begin(), cands.end(),
+                    [&](int a, int b) { return g.values[a].producer < g.values[b].producer; });
+          for (int v : cands) {
+            if (!A.absorbed(v)) continue;
+            auto [dx, dx_round] = extend(g, A, v, *E, DType::kFloat32);
+            if (dx < 0) continue;
+            Found f;
+            Params& p = f.p;
+            p.layernorm = ln;
+            p.stats = st.mode;
+            p.x = leaf_value(A, st.x);
+            p.dy = leaf_value(A, dy);
+            p.mean = leaf_value(A, st.mean_atom);
+            p.rstd = st.mode == NormBwdStats::kRecompute
+                         ? -1
+                         : leaf_value(A, st.mode == NormBwdStats::kNormalized ? r : st.rstd_atom);
+            p.eps_value = leaf_value(A, st.eps_atom);
+            p.eps = st.eps;
+            p.correction = st.correction;
+            p.dx = dx;
+            p.dx_round = dx_round;
+            p.rows = A.rows();
+            p.cols = A.cols();
+            f.anchors = {node};
+            return f;
+          }
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Checks the region of `outs` (private intermediates, convex); empty `why` when it is one.
+std::vector<int> checked_region(const Graph& g, const Algebra& A, const std::vector<int>& outs,
+                                std::string& why) {
+  std::vector<int> nodes = region_nodes(g, A, outs);
+  why.clear();
+  if (nodes.empty()) {
+    why = "the outputs found, but the nodes between them and their leaves do not form a region";
+    return nodes;
+  }
+  if (!intermediates_private(g, nodes, outs)) {
+    why = "an intermediate of the norm backward is read outside it (or returned)";
+    for (int ni : nodes)
+      for (int v : g.nodes[ni].outputs) {
+        if (std::find(outs.begin(), outs.end(), v) != outs.end()) continue;
+        for (int u : g.values[v].users)
+          if (std::find(nodes.begin(), nodes.end(), u) == nodes.end())
+            why = "intermediate '" + g.values[v].name +
+                  "' has a reader outside the region: node '" + g.nodes[u].id + "'";
+        if (g.values[v].graph_output)
+          why = "intermediate '" + g.values[v].name + "' is a graph output";
+      }
+    return nodes;
+  }
+  if (!convex(g, nodes, outs))
+    why = "a node outside the region reads an output before the region's last node";
+  return nodes;
+}
+
+}  // namespace
+
+namespace {
+
+// Step 6: row-reduction anchors no region claims, grouped by row shape.
+void match_dx_only(const Graph& g, Matches& out) {
+  const bool dw_declined = !out.declined.empty();
+  std::set<int> claimed;
+  for (const Region& r : out.regions) claimed.insert(r.nodes.begin(), r.nodes.end());
+  std::map<std::pair<int64_t, int64_t>, std::vector<int>> groups;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if ((n.op != Op::kSumDim && n.op != Op::kMeanDim) || n.operands.empty() ||
+        !n.operands[0].is_tensor() || n.outputs.size() != 1 || claimed.count(static_cast<int>(i)))
+      continue;
+    const auto& s = g.meta(n.operands[0].value).shape;
+    const int64_t rank = static_cast<int64_t>(s.size());
+    if (rank < 2 || n.dims.size() != 1 || n.dims[0] != rank - 1) continue;
+    const int64_t cols = s.back();
+    const int64_t rows = cols > 0 ? g.meta(n.operands[0].value).numel() / cols : 0;
+    if (rows >= 2 && cols >= 2) groups[{rows, cols}].push_back(static_cast<int>(i));
+  }
+  std::map<int, std::string> failed;  // anchor -> why (reported unless a region took it)
+  for (const auto& [shape, anchors] : groups) {
+    Algebra A(g, shape.first, shape.second);
+    for (int a : anchors) {
+      if (claimed.count(a)) continue;  // a region found at an earlier anchor took it
+      bool report = false;
+      std::string why;
+      auto f = try_dx_only(g, A, a, dw_declined, report, why);
+      if (f) {
+        std::vector<int> outs = {f->p.dx};
+        std::vector<int> nodes = checked_region(g, A, outs, why);
+        if (why.empty())
+          for (int ni : nodes)
+            if (claimed.count(ni)) {
+              why = "node '" + g.nodes[ni].id + "' belongs to another norm_bwd region";
+              break;
+            }
+        if (!why.empty()) {
+          why = "dx only: dx = '" + g.values[f->p.dx].name + "' found, but " + why;
+        } else {
+          claimed.insert(nodes.begin(), nodes.end());
+          out.regions.push_back(make_region(g, std::move(nodes), std::move(*f).p));
+          continue;
+        }
+      }
+      if (report)
+        failed[a] = "sum over the last dim of [" + std::to_string(shape.first) + ", " +
+                    std::to_string(shape.second) + "]: " + why;
+    }
+  }
+  for (const auto& [a, why] : failed)
+    if (!claimed.count(a)) out.decline(a, why);
+}
+
 }  // namespace
 
 void match(const Graph& g, Matches& out) {
@@ -539,6 +767,7 @@ void match(const Graph& g, Matches& out) {
         out.decline(a, "sum over the rows of [" + std::to_string(shape.first) + ", " +
                            std::to_string(shape.second) + "]: " + why);
   }
+  match_dx_only(g, out);
 }
 
 }  // namespace replay::norm_bwd

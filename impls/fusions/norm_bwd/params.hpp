@@ -24,7 +24,7 @@ struct Params {
   NormBwdStats stats = NormBwdStats::kSaved;
   int x = -1;   ///< [.., C] activations as the region reads them (or xhat for kNormalized)
   int dy = -1;  ///< [.., C] gradient of the norm's output
-  int w = -1;   ///< [C] weight
+  int w = -1;   ///< [C] weight; -1: none (a norm without affine parameters: w = 1, dx only)
   int mean = -1, rstd = -1;            ///< saved [.., 1] statistics (-1 when not read)
   int eps_value = -1;                  ///< kRecompute: a 0-dim eps tensor, or -1
   double eps = 0;                      ///< kRecompute: eps as a number (added to eps_value's)
@@ -34,7 +34,7 @@ struct Params {
   DType g_round = DType::kFloat32;     ///< dy * w rounded to
   DType xhat_round = DType::kFloat32;  ///< xhat rounded to, in the dw term only
   DType dwt_round = DType::kFloat32;   ///< the dw term dy * xhat rounded to
-  int dx = -1, dw = -1, db = -1;       ///< outputs (db -1: no bias)
+  int dx = -1, dw = -1, db = -1;       ///< outputs (db -1: no bias; dw, db -1: dx only)
   /// dx epilogue add (issue 24: the backward of a fused add-norm): the gradient of the residual
   /// stream h from its other readers, [.., C] in dx's dtype; the region then exports
   /// dx = rnd(rnd_dx(dx_norm) + dx_add) (the norm's dx rounded to its dtype first, the add in fp32

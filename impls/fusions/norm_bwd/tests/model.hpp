@@ -17,7 +17,7 @@
 namespace replay::test {
 
 struct NormBwdModelOut {
-  HostTensor dx, dw, db;  ///< db empty without a bias
+  HostTensor dx, dw, db;  ///< db empty without a bias; dw, db empty for dx only
 };
 
 inline float model_round(float v, DType t) {
@@ -33,10 +33,12 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
                                           int rows_per_iter) {
   const int64_t R = p.rows, C = p.cols;
   auto at = [&](int v) -> const HostData& { return values.at(v).data; };
-  const auto &x = at(p.x), &dy = at(p.dy), &w = at(p.w);
-  std::vector<float> weff(C);
-  for (int64_t c = 0; c < C; ++c)
-    weff[c] = model_round(static_cast<float>(w[c]) + static_cast<float>(p.w_offset), p.w_round);
+  const auto &x = at(p.x), &dy = at(p.dy);
+  std::vector<float> weff(C, 1.f);  // no weight (dx only): w = 1
+  if (p.w >= 0)
+    for (int64_t c = 0; c < C; ++c)
+      weff[c] =
+          model_round(static_cast<float>(at(p.w)[c]) + static_cast<float>(p.w_offset), p.w_round);
   float eps = static_cast<float>(p.eps);
   if (p.eps_value >= 0) eps += static_cast<float>(at(p.eps_value)[0]);
   const float var_scale = p.layernorm ? static_cast<float>(C / (C - p.correction)) : 1.f;
@@ -121,7 +123,7 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
     }
     return t;
   };
-  out.dw = finalize(part_w, p.dw, p.dw_round);
+  if (p.dw >= 0) out.dw = finalize(part_w, p.dw, p.dw_round);  // dx only: no column sums
   if (p.db >= 0) out.db = finalize(part_b, p.db, p.db_round);
   return out;
 }

@@ -1,9 +1,10 @@
 // Deliberately wrong norm_bwd launches: the real params (and so the real kernels) with one thing
 // wrong — x and dy swapped, LayerNorm taken as RMSNorm and back, the weight offset off by one,
 // the last row lost, dw and db swapped, mean and rstd swapped, eps off, the dx epilogue add
-// (the residual stream's other gradient) dropped. Each names the outputs it
-// must make FAIL the numerics check. Used by the CPU model tests (unit_model.cpp) and the GPU
-// tests (gpu_mutants.cpp): a wrong dx, dw or db is proven to be caught.
+// (the residual stream's other gradient) dropped, a dx-only LayerNorm's mean term dropped. Each
+// names the outputs it must make FAIL the numerics check. Used by the CPU model tests
+// (unit_model.cpp) and the GPU tests (gpu_mutants.cpp): a wrong dx, dw or db is proven to be
+// caught.
 #pragma once
 
 #include <functional>
@@ -29,8 +30,9 @@ inline std::vector<NormBwdMutant> norm_bwd_mutants() {
        true},
       {"kind_flipped", always, [](norm_bwd::Params& p) { p.layernorm = !p.layernorm; }, true, false,
        false},
-      {"weight_offset_plus_1", always, [](norm_bwd::Params& p) { p.w_offset += 1; }, true, false,
-       false},
+      // (without a weight, w_offset is unused: w = 1)
+      {"weight_offset_plus_1", [](const norm_bwd::Params& p) { return p.w >= 0; },
+       [](norm_bwd::Params& p) { p.w_offset += 1; }, true, false, false},
       {"lost_last_row", always, [](norm_bwd::Params& p) { p.rows -= 1; }, true, false, false},
       {"dw_db_swapped", [](const norm_bwd::Params& p) { return p.db >= 0; },
        [](norm_bwd::Params& p) { std::swap(p.dw, p.db); }, false, true, true},
@@ -44,6 +46,9 @@ inline std::vector<NormBwdMutant> norm_bwd_mutants() {
       // The dx epilogue add dropped: the residual stream's other gradient is lost.
       {"dropped_dx_add", [](const norm_bwd::Params& p) { return p.dx_add >= 0; },
        [](norm_bwd::Params& p) { p.dx_add = -1; }, true, false, false},
+      // dx only (no affine parameters): a LayerNorm's dx without its mean term - S1 / C
+      {"dx_only_dropped_s1", [](const norm_bwd::Params& p) { return p.dw < 0 && p.layernorm; },
+       [](norm_bwd::Params& p) { p.layernorm = false; }, true, false, false},
   };
 }
 

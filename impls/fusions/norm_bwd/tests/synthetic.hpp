@@ -16,6 +16,9 @@ struct NormBwdForm {
   std::string dtype = "bfloat16";
   bool layernorm = true;
   bool bias = true;  ///< LayerNorm: db is an output
+  /// false: no affine parameters (F.layer_norm(x, shape, None, None), RMSNorm without weight):
+  /// g = dy, dx is the only output (weight, bias, unit_offset, weight_after_downcast unused)
+  bool affine = true;
   /// "saved" (mean/rstd inputs), "recompute" (mean/rstd computed from x, eps a number),
   /// "recompute_eps_tensor" (eps a 0-dim float32 input), "normalized" (xhat and rstd inputs)
   std::string stats = "saved";
@@ -83,7 +86,7 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
 
   // Inputs.
   in("x", full, f.stats == "normalized" ? f32 : dt, 0.1, 1.0, -5, 5);
-  in("weight", col, dt, f.unit_offset ? 0.0 : 1.0, 0.1, -0.5, 1.5);
+  if (f.affine) in("weight", col, dt, f.unit_offset ? 0.0 : 1.0, 0.1, -0.5, 1.5);
   if (f.stats == "saved" && f.layernorm) in("mean", row, f32, 0.1, 0.03, -0.1, 0.3);
   if (f.stats == "saved" || f.stats == "normalized") in("rstd", row, f32, 1.0, 0.02, 0.9, 1.1);
   if (f.stats == "recompute_eps_tensor") in("eps", {}, f32, 1e-5, 0, 1e-5, 1e-5);
@@ -100,7 +103,7 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
     node("dy_sum", add, {test::ref("dy_a"), test::ref("dy_b")}, full, dt);
     dy = "dy_sum";
   }
-  if (!f.weight_after_downcast || (f.layernorm && f.bias) || f.dw_unrelated)
+  if (!f.weight_after_downcast || (f.layernorm && f.bias) || f.dw_unrelated || !f.affine)
     conv("dy32", dy, full, f32);
   conv("x32", "x", full, f32);
   // Statistics.
@@ -133,25 +136,29 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
     node("centered", sub, {test::ref("x32"), test::ref(mean)}, full, f32);
     bin("xhat", mul, test::ref("centered"), test::ref(rstd), full, f32);
     xhat = "xhat";
-  } else {
+  } else if (f.affine || f.dx_form != "inductor" || f.xhat_escapes) {
     bin("xhat", mul, test::ref("x32"), test::ref(rstd), full, f32);
     xhat = "xhat";
+  } else {  // RMSNorm without weight, Inductor form: dx reads x, not xhat (no dead node)
+    xhat = "x32";
   }
   // Weight and g.
   std::string w = "weight";
-  if (f.unit_offset) {
+  if (f.unit_offset && f.affine) {
     node("w1", "aten.add.Tensor", {test::ref("weight"), 1}, col, dt);
     w = "w1";
   }
   std::string g;
-  if (f.weight_after_downcast) {
+  if (!f.affine) {
+    g = "dy32";
+  } else if (f.weight_after_downcast) {
     bin("g_low", mul, test::ref(dy), test::ref(w), full, dt);
     conv("g", "g_low", full, f32);
   } else {
     conv("w32", w, col, f32);
     bin("g", mul, test::ref("dy32"), test::ref("w32"), full, f32);
   }
-  g = "g";
+  if (f.affine) g = "g";
   // dx.
   const double cdiv = f.dx_wrong_divisor ? C + 1 : C;
   if (!f.drop_dx) {
@@ -206,7 +213,7 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
     if (f.dx_add.empty()) outputs.push_back("dx");
   }
   // dw, db.
-  if (!f.drop_dw) {
+  if (!f.drop_dw && f.affine) {
     if (f.dw_unrelated) {
       conv("o32", "other", full, f32);
       bin("dwt", mul, test::ref("dy32"), test::ref("o32"), full, f32);
@@ -226,7 +233,7 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
     }
     outputs.push_back("dw");
   }
-  if (f.layernorm && f.bias) {
+  if (f.layernorm && f.bias && f.affine) {
     if (f.db_unrelated) {
       conv("ob32", "other", full, f32);
       node("db32", sum, {test::ref("ob32"), lead_dims}, col, f32);
@@ -245,7 +252,8 @@ inline nlohmann::json norm_bwd_trace(const NormBwdForm& f) {
   }
   std::string name = std::string("synthetic_") + (f.layernorm ? "layernorm" : "rmsnorm") + "_bwd_" +
                      f.stats + "_" + f.dx_form + "_" + std::to_string(f.cols) + "_" + dt +
-                     (f.dx_add.empty() ? "" : "_dx_add_" + f.dx_add);
+                     (f.dx_add.empty() ? "" : "_dx_add_" + f.dx_add) +
+                     (f.affine ? "" : "_noaffine");
   return {{"schema", "replay-trace/1"},
           {"name", name},
           {"source", {{"model", "synthetic"}, {"phase", "bwd"}}},

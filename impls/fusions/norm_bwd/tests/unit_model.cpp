@@ -53,7 +53,8 @@ std::map<int, HostTensor> model_outputs(const Graph& g, const norm_bwd::Params& 
                                         const std::map<int, HostTensor>& values, int64_t split,
                                         int rpi) {
   NormBwdModelOut o = run_norm_bwd_model(g, p, values, split, rpi);
-  std::map<int, HostTensor> m = {{p.dx, o.dx}, {p.dw, o.dw}};
+  std::map<int, HostTensor> m = {{p.dx, o.dx}};
+  if (p.dw >= 0) m[p.dw] = o.dw;
   if (p.db >= 0) m[p.db] = o.db;
   return m;
 }
