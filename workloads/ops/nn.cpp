@@ -405,7 +405,10 @@ std::pair<double, double> moments(const double* x, int64_t len) {
 std::vector<HostTensor> ref_layer_norm(const RefArgs& a) {
   const HostTensor& x = *a.in[0];
   const HostTensor *w = a.in[1], *b = a.in[2];
-  const auto [M, N] = layer_norm_rows(x.meta.shape, a.node.sizes, "native_layer_norm");
+  // No structured binding: the lambdas below capture M and N (clang before 16 refuses that).
+  const std::pair<int64_t, int64_t> rows_cols =
+      layer_norm_rows(x.meta.shape, a.node.sizes, "native_layer_norm");
+  const int64_t M = rows_cols.first, N = rows_cols.second;
   HostTensor y = make_host_tensor_for_overwrite(a.out[0].shape, a.out[0].dtype);
   HostTensor mean = make_host_tensor_for_overwrite(a.out[1].shape, a.out[1].dtype);
   HostTensor rstd = make_host_tensor_for_overwrite(a.out[2].shape, a.out[2].dtype);
@@ -431,7 +434,9 @@ std::vector<HostTensor> ref_layer_norm_backward(const RefArgs& a) {
   const HostTensor &gr = *a.in[0], &x = *a.in[1], &mean = *a.in[2], &rstd = *a.in[3];
   const HostTensor* w = a.in[4];
   const auto& mask = a.node.output_mask;
-  const auto [M, N] = layer_norm_rows(x.meta.shape, a.node.sizes, "native_layer_norm_backward");
+  const std::pair<int64_t, int64_t> rows_cols =
+      layer_norm_rows(x.meta.shape, a.node.sizes, "native_layer_norm_backward");
+  const int64_t M = rows_cols.first, N = rows_cols.second;
   HostTensor dx = make_host_tensor(mask[0] ? a.out[0].shape : Shape{0}, a.out[0].dtype);
   HostTensor dw = make_host_tensor(mask[1] ? a.out[1].shape : Shape{0}, a.out[1].dtype);
   HostTensor db = make_host_tensor(mask[2] ? a.out[2].shape : Shape{0}, a.out[2].dtype);
