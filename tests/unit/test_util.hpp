@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "workloads/ir/graph.hpp"
+#include "workloads/plan/plan.hpp"
 
 namespace replay::test {
 
@@ -38,6 +39,14 @@ inline std::vector<std::string> bundled_trace_names() {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+/// The reasons the plan declined candidates at node `id`, joined by "; " (empty: none).
+inline std::string declined_at(const Graph& g, const Plan& p, const std::string& id) {
+  std::string s;
+  for (const auto& d : p.declined)
+    if (g.nodes[d.node].id == id) s += d.reason + "; ";
+  return s;
 }
 
 inline nlohmann::json read_json(const std::string& path) {

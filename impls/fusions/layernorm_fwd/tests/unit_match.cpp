@@ -464,12 +464,6 @@ std::string addends(const Graph& g, const layernorm_fwd::Params& p) {
 }
 
 // The reasons the plan gives for declining candidates at node `id`.
-std::string declined_at(const Graph& g, const Plan& p, const std::string& id) {
-  std::string s;
-  for (const auto& d : p.declined)
-    if (g.nodes[d.node].id == id) s += d.reason + "; ";
-  return s;
-}
 
 }  // namespace
 

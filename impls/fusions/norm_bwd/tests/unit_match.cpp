@@ -495,17 +495,6 @@ TEST(NormBwdMatch, IntegerCastIsALeafNotAnIdentity) {
 
 // --- dx epilogue add (issue 24): the backward of a fused add-norm ------------------------------
 
-namespace {
-
-std::string declined_at(const Graph& g, const Plan& p, const std::string& id) {
-  std::string s;
-  for (const auto& d : p.declined)
-    if (g.nodes[d.node].id == id) s += d.reason + "; ";
-  return s;
-}
-
-}  // namespace
-
 // The add-norm backwards captured from user code (traces/byog/), both partitioners and shapes:
 // `add_3 = tangents_2 + dx.to(bf16)` (the gradient of h from its other reader plus the norm's dx)
 // joins the region, which reads tangents_2 and exports add_3 (and its alias, the region's tail).
