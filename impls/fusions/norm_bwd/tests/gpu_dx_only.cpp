@@ -6,6 +6,7 @@
 // (tests/mutants.hpp) that must make dx FAIL.
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/norm_bwd/params.hpp"
+#include "impls/fusions/norm_bwd/tests/edited_bind.hpp"
 #include "impls/fusions/norm_bwd/tests/mutants.hpp"
 #include "impls/fusions/norm_bwd/tests/synthetic.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
@@ -20,17 +21,6 @@ extern const FusionSpec norm_bwd;
 }
 
 namespace {
-
-// norm_bwd with its params edited before binding (a mutant).
-std::function<void(norm_bwd::Params&)> g_edit;
-
-Binding edited_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
-  Region m = r;
-  auto p = std::any_cast<norm_bwd::Params>(r.params);
-  if (g_edit) g_edit(p);
-  m.params = p;
-  return norm_bwd::bind(g, m, v, ctx);
-}
 
 // Runs `variant` of g (norm_bwd only, params edited by `edit`) on `inputs`; returns dx and
 // whether it passes the harness's check against `want`. The region must be dx only and fused.

@@ -7,6 +7,7 @@
 
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/norm_bwd/params.hpp"
+#include "impls/fusions/norm_bwd/tests/edited_bind.hpp"
 #include "impls/fusions/norm_bwd/tests/synthetic.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 #include "workloads/loader/safetensors.hpp"
@@ -20,17 +21,6 @@ extern const FusionSpec norm_bwd;
 }
 
 namespace {
-
-// norm_bwd with its params edited before binding (split size override).
-std::function<void(norm_bwd::Params&)> g_edit;
-
-Binding edited_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
-  Region m = r;
-  auto p = std::any_cast<norm_bwd::Params>(r.params);
-  if (g_edit) g_edit(p);
-  m.params = p;
-  return norm_bwd::bind(g, m, v, ctx);
-}
 
 // Runs `variant` of g (norm_bwd only, params edited by `edit`) on inputs from `seed`; every
 // graph output is checked against the reference. Returns the downloaded outputs.
