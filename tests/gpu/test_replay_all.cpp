@@ -36,17 +36,6 @@ const std::map<std::string, std::string> kKnownFallbacks = {
     {"byog/gemma3_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
     {"byog/gemma3_qk_norm_default_train_fwd_2x8x4x64", "output dtype differs from the input dtype"},
     {"byog/olmo2_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
-    // The default partitioner saves x already upcast to float32 beside a bfloat16 dy; the
-    // kernels take one dtype for x, dy and dx.
-    {"byog/olmo_layernorm_default_train_bwd_2x8x256",
-     "x, dy and dx dtypes differ (float32, bfloat16, bfloat16)"},
-    // The per-head norm's backward gets dy as a transposed [B, H, T, D] view.
-    {"byog/gemma3_qk_norm_mincut_train_bwd_2x8x4x64",
-     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
-    {"byog/qwen3_qk_norm_mincut_train_bwd_2x8x4x64",
-     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
-    {"byog/decoder/qwen3_decoder_layer_mincut_train_bwd_2x64x256",
-     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
 };
 
 // Every region runs fused, or the trace is a known gap that falls back for its stated reason.

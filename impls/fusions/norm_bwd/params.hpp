@@ -22,7 +22,11 @@ namespace replay::norm_bwd {
 struct Params {
   bool layernorm = true;  ///< LayerNorm (dx has the mean term), else RMSNorm
   NormBwdStats stats = NormBwdStats::kSaved;
-  int x = -1;   ///< [.., C] activations as the region reads them (or xhat for kNormalized)
+  int x = -1;  ///< [.., C] activations as the region reads them (or xhat for kNormalized)
+  /// [.., C] saved normalized value read by the dw term (dw = sum(rnd_dwt(dy * rnd_xhat(xs))))
+  /// instead of the xhat of x: aot_autograd's default partitioner saves `x * rstd` (bf16 in
+  /// Llama-style RMSNorms, fp32 in Gemma's) beside the fp32 x that dx reads; -1: dw uses xhat.
+  int xs = -1;
   int dy = -1;  ///< [.., C] gradient of the norm's output
   int w = -1;   ///< [C] weight; -1: none (a norm without affine parameters: w = 1, dx only)
   int mean = -1, rstd = -1;            ///< saved [.., 1] statistics (-1 when not read)

@@ -5,7 +5,8 @@
 // harness's own bounds: proof, without a GPU, that the params describe each graph's computation
 // (its roundings included) and that fp32 accumulation in this order stays within the bounds.
 // Not bit-exact with the GPU (nvcc contracts a * b + c into FMA). A dx epilogue add (dx_add) is
-// applied as the kernels' dx store does.
+// applied as the kernels' dx store does; a saved normalized value (Params::xs, the default
+// partitioner's form) replaces xhat in the dw term as the kernels read it.
 #pragma once
 
 #include <cmath>
@@ -96,7 +97,10 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
           dxv = round_to(out.dx.meta.dtype,
                          static_cast<float>(dxv) + static_cast<float>(at(p.dx_add)[r * C + c]));
         out.dx.data[r * C + c] = dxv;
-        const float t = model_round(d * model_round(xh, p.xhat_round), p.dwt_round);
+        // dw term: xhat, or the graph's saved normalized value (Params::xs), as the kernels read
+        // it.
+        const float xd = p.xs >= 0 ? static_cast<float>(at(p.xs)[r * C + c]) : xh;
+        const float t = model_round(d * model_round(xd, p.xhat_round), p.dwt_round);
         gw[grp * C + c] += t;
         gb[grp * C + c] += d;
       }
