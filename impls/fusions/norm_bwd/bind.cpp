@@ -57,7 +57,7 @@ bool row_maps(const std::vector<const TensorMeta*>& ts, int64_t rows, int64_t co
   }
   if (dims.size() > 3) return false;
   while (dims.size() < 3) dims.push_back(Dim{1, std::vector<int64_t>(strided.size(), 0)});
-  if (dims[0].n * dims[1].n * dims[2].n != rows) return false;
+  if (dims[0].n * dims[1].n * dims[2].n < rows) return false;  // rows beyond the tensors
   // dims[2] outermost (i0), dims[1] (i1, n1), dims[0] innermost (i2, n2).
   *n1 = dims[1].n;
   *n2 = dims[0].n;
@@ -138,6 +138,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
                          {"xhat", p.xhat_round},
                          {"dw term", p.dwt_round},
                          {"dx", p.dx_round},
+                         {"dx terms", p.dx_part_round},
                          {"dw", p.dw_round},
                          {"db", p.db_round}})
     if (t != DType::kFloat32 && t != DType::kFloat64 && !narrow(t)) {
@@ -192,6 +193,12 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.g_round = p.g_round;
   a.xhat_round = p.xhat_round;
   a.dwt_round = p.dwt_round;
+  a.recenter = p.recenter;
+  a.dx_part_round = narrow(p.dx_part_round) ? p.dx_part_round : DType::kFloat32;
+  if (p.recenter && !p.layernorm) {
+    b.unsupported = "a recentered xhat term in an RMSNorm backward";
+    return b;
+  }
   if (p.dw >= 0) {  // else dx only: a.dw stays null, no column sums
     BoundTensor dw = ctx.tensor(p.dw);
     if (flat_stride(dw.layout, a.cols) != 1) {

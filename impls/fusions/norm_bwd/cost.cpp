@@ -61,15 +61,15 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                         {"xhat", rnd(p.xhat_round)},
                         {"dw_term", rnd(p.dwt_round)},
                         {"dx", rnd(p.dx_round)},
+                        {"dx_terms", rnd(p.dx_part_round)},
                         {"dw", rnd(p.dw_round)},
                         {"db", rnd(p.db_round)}}},
                       {"dx", name(p.dx)},
                       {"dw", name(p.dw)},
                       {"db", name(p.db)}};
-  if (p.dx_add >= 0) j["dx_add"] = name(p.dx_add);
-  if (p.xs >= 0)
-    j["xs"] = name(
-        p.xs);  // the dw term reads the saved normalized value  // dx = rnd(rnd(dx_norm) + dx_add)
+  if (p.dx_add >= 0) j["dx_add"] = name(p.dx_add);  // dx = rnd(rnd(dx_norm) + dx_add)
+  if (p.xs >= 0) j["xs"] = name(p.xs);              // the dw term reads the saved normalized value
+  if (p.recenter) j["recenter"] = true;             // dx's xhat term recentered (Cohere)
   if (p.stats == NormBwdStats::kRecompute) {
     j["eps"] = p.eps;
     j["eps_tensor"] = name(p.eps_value);

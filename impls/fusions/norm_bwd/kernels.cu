@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
     }
     const float ms = -m * s;
     // Pass 1: S1 = sum(g), S2 = sum(g * xhat).
-    float p1[2] = {0.f, 0.f}, p2[2] = {0.f, 0.f};
+    float p1[2] = {0.f, 0.f}, p2[2] = {0.f, 0.f}, p3 = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
@@ -286,12 +286,16 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           const float xh = fmaf(xf[e + i], s, ms);
           p1[i % 2] += g;
           p2[i % 2] = fmaf(g, xh, p2[i % 2]);
+          p3 += xh;  // S3 (recenter only; unused otherwise)
         }
       }
     }
     const float2 S = group_sum2<G>(p1[0] + p1[1], p2[0] + p2[1], red);
-    // Pass 2: dx = rs * (g - (S1 + xhat * S2) / C); dw += rnd(dy * rnd(xhat or xs)); db += dy.
-    const float ca = rs, cb = -rs * S.y * inv_c, cc = a.layernorm ? -rs * S.x * inv_c : 0.f;
+    const float S3 = a.recenter ? group_sum2<G>(p3, 0.f, red).x : 0.f;  // uniform branch
+    // Pass 2: dx = rs * (g - (S1 + (xhat [- S3 / C]) * S2) / C); dw += rnd(dy * rnd(xhat or xs));
+    // db += dy.
+    const float ca = rs, cb = -rs * S.y * inv_c;
+    const float cc = (a.layernorm ? -rs * S.x * inv_c : 0.f) - cb * S3 * inv_c;
     T* dxr = static_cast<T*>(a.dx) + (valid ? row_off(a, a.dx_rows, row) : 0);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -317,7 +321,15 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           float g = df[e + i] * wv[i];
           if constexpr (kRound) g = round_as(g, a.g_round);
           const float xh = fmaf(xf[e + i], s, ms);
-          out[e + i] = fmaf(ca, g, fmaf(cb, xh, cc));
+          if constexpr (kRound) {  // T5: the two terms rounded apart before their sum
+            if (a.dx_part_round != DType::kFloat32)
+              out[e + i] =
+                  round_as(ca * g, a.dx_part_round) + round_as(fmaf(cb, xh, cc), a.dx_part_round);
+            else
+              out[e + i] = fmaf(ca, g, fmaf(cb, xh, cc));
+          } else {
+            out[e + i] = fmaf(ca, g, fmaf(cb, xh, cc));
+          }
           if constexpr (kAcc) {
             float xr = xh;
             if constexpr (NS > 0) xr = sf[e + i];  // the graph's saved normalized value
@@ -555,7 +567,8 @@ NormBwdGeometry geometry_of(int64_t nvec, DType t, bool fixed_vpt) {
 
 bool needs_round(const NormBwdArgs& a) {
   auto narrow = [](DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; };
-  return narrow(a.g_round) || narrow(a.xhat_round) || narrow(a.dwt_round);
+  return narrow(a.g_round) || narrow(a.xhat_round) || narrow(a.dwt_round) ||
+         narrow(a.dx_part_round);
 }
 
 using RowsKernel = void (*)(NormBwdArgs, int64_t, float*, float*, float*);

@@ -4,6 +4,8 @@
 //                                s = 1; mean/rstd saved by the forward, or recomputed from x)
 //   g    = rnd_g(dy * w_eff)    w_eff = rnd_w(w + w_offset), staged once per block
 //   dx   = rstd * (g - (S1 + xhat * S2) / cols)   S1 = sum(g) (LayerNorm only), S2 = sum(g * xhat)
+//          (recenter: xhat * S2 -> (xhat - S3 / cols) * S2, S3 = sum(xhat); dx_part_round: the
+//          terms rstd * g and the rest rounded apart before their sum, as T5's graph rounds)
 //   dw  += rnd_dwt(dy * rnd_xhat(xhat)),  db += dy                (column sums over the rows)
 // rnd_*: optional roundings to bfloat16/float16 where the captured graph materializes a narrow
 // value (Meta Llama and Hugging Face RMSNorm multiply by the weight after the down-cast, so g,
@@ -101,6 +103,10 @@ struct NormBwdArgs {
   float w_offset = 0;  ///< x * (1 + w): 1
   DType w_round = DType::kFloat32, g_round = DType::kFloat32;
   DType xhat_round = DType::kFloat32, dwt_round = DType::kFloat32;
+  /// LayerNorm: the xhat term of dx recentered, xhat - sum(xhat)/C (Params::recenter).
+  bool recenter = false;
+  /// dx = rnd(rnd_p(rstd * g) + rnd_p(rest)) (Params::dx_part_round); float32: not split.
+  DType dx_part_round = DType::kFloat32;
   void* dx = nullptr;  ///< [rows, cols], dtype dy_dtype, rows at dx_rows
   NormBwdRowMap dx_rows;
   /// dx epilogue add: when set, the kernels store rnd(rnd_dy(dx) + dx_add) (dx rounded to

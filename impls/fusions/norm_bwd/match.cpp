@@ -18,7 +18,10 @@
 // 4. dx: the first value equal to
 //      rstd * g - rstd/C * sum(g) [LayerNorm only] - rstd/C * xhat * sum(g * xhat),
 //      g = dy * w_eff (optionally rounded), w_eff = w + offset (optionally rounded)
-//    for a [C] leaf w and offset 0 or any constant the graph adds to w (x * (1 + w)).
+//    for a [C] leaf w and offset 0 or any constant the graph adds to w (x * (1 + w)); or that
+//    value with xhat recentered (LayerNorm: xhat - sum(xhat)/C, a two-pass LayerNorm's
+//    backward written term by term: Cohere), or its two terms rstd * g and the rest each rounded
+//    before their sum (T5LayerNorm).
 // 5. Each output extends through single-use converts, views, clones (the down-casts of dx, dw,
 //    db); the rounding it ends in is recorded. The region is every node between the leaves and
 //    the outputs; every intermediate must stay private, and no node outside may read an output
@@ -192,9 +195,11 @@ bool saved_by_forward(const Graph& g, int v) {
   return v >= 0 && g.values[v].producer < 0 && g.values[v].role == "saved";
 }
 
-// rstd * g - [LayerNorm] rstd/C * sum(g) - rstd/C * xhat * sum(g * xhat)
+// rstd * g - [LayerNorm] rstd/C * sum(g) - rstd/C * sum(g * xhat) * (xhat [- sum(xhat)/C when
+// recentered]). Recentered: a two-pass LayerNorm's backward written term by term (Cohere) takes the
+// mean of the xhat term too, which the saved mean makes no exact zero: the graph's value is kept.
 std::optional<Poly> expected_dx(Algebra& A, const Poly& rstd, const Poly& g, const Poly& xhat,
-                                bool layernorm) {
+                                bool layernorm, bool recenter = false) {
   const double inv_c = 1.0 / static_cast<double>(A.cols());
   auto rg = A.mul(rstd, g);
   auto gx = A.mul(g, xhat);
@@ -209,7 +214,42 @@ std::optional<Poly> expected_dx(Algebra& A, const Poly& rstd, const Poly& g, con
     if (!t1) return std::nullopt;
     dx = Algebra::add(dx, *t1, -inv_c);
   }
+  if (recenter) {
+    auto s3 = A.rowsum(xhat);
+    auto t3 = s3 ? A.mul(rstd, *s2) : std::nullopt;
+    if (t3) t3 = A.mul(*t3, *s3);
+    if (!t3) return std::nullopt;
+    dx = Algebra::add(dx, *t3, inv_c * inv_c);
+  }
   return dx;
+}
+
+// The forms dx may take in the graph: exact (or rounded once, extend()), recentered (LayerNorm),
+// and with its two terms rstd * g and the rest each rounded to t before their sum (T5LayerNorm
+// casts to the weight's dtype before the weight: dx = rnd(rnd_t(rstd * g) + rnd_t(rest))).
+struct DxForm {
+  Poly exact;
+  bool recenter = false;
+  DType part_round = DType::kFloat32;
+};
+
+std::vector<DxForm> dx_forms(Algebra& A, const Poly& rstd, const Poly& g, const Poly& xhat,
+                             bool layernorm) {
+  std::vector<DxForm> out;
+  for (bool rc : {false, true}) {
+    if (rc && !layernorm) continue;
+    auto E = expected_dx(A, rstd, g, xhat, layernorm, rc);
+    if (!E) continue;
+    out.push_back({*E, rc, DType::kFloat32});
+    auto rg = A.mul(rstd, g);
+    if (!rg) continue;
+    const Poly rest = Algebra::add(*E, *rg, -1);
+    for (auto [t, ra] : A.rounds_of(*rg)) {
+      const int rb = A.find_round(rest, t);
+      if (rb >= 0) out.push_back({Algebra::add(Poly::atom(ra), Poly::atom(rb)), rc, t});
+    }
+  }
+  return out;
 }
 
 // Follows single users through casts, clones and views that keep the class; returns the last
@@ -396,6 +436,24 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
                    : "") +
               ", with g = dy * w for a [C] weight w read with dy in a row sum, carried to a "
               "down-cast that only the region reads";
+        if (saved_xs) {  // name the x candidates, and the leaves dx may read beside them
+          std::string tried, other;
+          const auto near = dx_atoms(A, dy);
+          for (int a = 0; a < A.num_atoms(); ++a) {
+            if (A.atom(a).kind != Atom::kLeaf || A.atom(a).cls != Cls::kElem || a == dy ||
+                a == st.x)
+              continue;
+            std::string& list =
+                std::find(near.begin(), near.end(), a) != near.end() ? tried : other;
+            list += (list.empty() ? "" : ", ") + name(a);
+          }
+          why += "; x tried: " + (tried.empty() ? std::string("none") : tried);
+          if (!other.empty())
+            why += "; other [rows, cols] leaves of the graph, not read with dy in a row sum: " +
+                   other +
+                   " (a dx whose xhat term reads x through a second saved copy, e.g. in another "
+                   "dtype, is not taken: the kernels read one x)";
+        }
         why_saved |= saved_xs;
       }
       // db: another anchor summing dy.
@@ -444,70 +502,74 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
                   if (r < 0 && sd.mode == NormBwdStats::kNormalized) continue;
                   const Poly rstd = sd.mode == NormBwdStats::kNormalized ? Poly::atom(r) : sd.rstd;
                   for (bool ln : ln_opts) {
-                    auto E = expected_dx(A, rstd, gc.p, sd.xhat, ln);
-                    if (!E) continue;
-                    std::vector<int> cands = A.values_equal(*E);
-                    for (auto [t, atom] : A.rounds_of(*E))
-                      for (int v : A.values_equal(Poly::atom(atom))) cands.push_back(v);
-                    std::sort(cands.begin(), cands.end(), [&](int a, int b) {
-                      return g.values[a].producer < g.values[b].producer;
-                    });
-                    for (int v : cands) {
-                      if (!A.absorbed(v)) continue;
-                      auto [dx, dx_round] = extend(g, A, v, *E, DType::kFloat32);
-                      if (dx < 0) continue;
-                      const int dw_val = A.atom(cs).value;
-                      const DType cs_t = A.atom(cs).dtype;
-                      const DType first = cs_t == DType::kBFloat16 || cs_t == DType::kFloat16
-                                              ? cs_t
-                                              : DType::kFloat32;
-                      auto [dw, dw_round] = extend(g, A, dw_val, Poly::atom(cs), first);
-                      if (dw < 0) continue;
-                      int db = -1;
-                      DType db_round = DType::kFloat32;
-                      if (db_node >= 0) {
-                        const int dbs = A.colsum_atom(db_node);
-                        const DType bt = A.atom(dbs).dtype;
-                        auto e = extend(
-                            g, A, A.atom(dbs).value, Poly::atom(dbs),
-                            bt == DType::kBFloat16 || bt == DType::kFloat16 ? bt : DType::kFloat32);
-                        db = e.first;
-                        db_round = e.second;
-                        if (db < 0) continue;
+                    for (const DxForm& F : dx_forms(A, rstd, gc.p, sd.xhat, ln)) {
+                      const Poly* E = &F.exact;
+                      std::vector<int> cands = A.values_equal(*E);
+                      for (auto [t, atom] : A.rounds_of(*E))
+                        for (int v : A.values_equal(Poly::atom(atom))) cands.push_back(v);
+                      std::sort(cands.begin(), cands.end(), [&](int a, int b) {
+                        return g.values[a].producer < g.values[b].producer;
+                      });
+                      for (int v : cands) {
+                        if (!A.absorbed(v)) continue;
+                        auto [dx, dx_round] = extend(g, A, v, *E, DType::kFloat32);
+                        if (dx < 0) continue;
+                        const int dw_val = A.atom(cs).value;
+                        const DType cs_t = A.atom(cs).dtype;
+                        const DType first = cs_t == DType::kBFloat16 || cs_t == DType::kFloat16
+                                                ? cs_t
+                                                : DType::kFloat32;
+                        auto [dw, dw_round] = extend(g, A, dw_val, Poly::atom(cs), first);
+                        if (dw < 0) continue;
+                        int db = -1;
+                        DType db_round = DType::kFloat32;
+                        if (db_node >= 0) {
+                          const int dbs = A.colsum_atom(db_node);
+                          const DType bt = A.atom(dbs).dtype;
+                          auto e = extend(g, A, A.atom(dbs).value, Poly::atom(dbs),
+                                          bt == DType::kBFloat16 || bt == DType::kFloat16
+                                              ? bt
+                                              : DType::kFloat32);
+                          db = e.first;
+                          db_round = e.second;
+                          if (db < 0) continue;
+                        }
+                        Found f;
+                        Params& p = f.p;
+                        p.layernorm = ln;
+                        p.stats = sd.mode;
+                        p.x = leaf_value(A, sd.x);
+                        p.xs = saved_xs ? leaf_value(A, st.x) : -1;
+                        p.dy = leaf_value(A, dy);
+                        p.w = leaf_value(A, w);
+                        p.mean = leaf_value(A, sd.mean_atom);
+                        p.rstd =
+                            sd.mode == NormBwdStats::kRecompute
+                                ? -1
+                                : leaf_value(
+                                      A, sd.mode == NormBwdStats::kNormalized ? r : sd.rstd_atom);
+                        p.eps_value = leaf_value(A, sd.eps_atom);
+                        p.eps = sd.eps;
+                        p.correction = sd.correction;
+                        p.w_offset = off;
+                        p.w_round = we.round;
+                        p.g_round = gc.round;
+                        p.xhat_round = xh_pick->round;
+                        p.dwt_round = dwt_pick->round;
+                        p.dx = dx;
+                        p.dx_round = dx_round;
+                        p.recenter = F.recenter;
+                        p.dx_part_round = F.part_round;
+                        p.dw = dw;
+                        p.dw_round = dw_round;
+                        p.db = db;
+                        p.db_round = db_round;
+                        p.rows = A.rows();
+                        p.cols = A.cols();
+                        f.anchors = {dw_node};
+                        if (db_node >= 0) f.anchors.push_back(db_node);
+                        return f;
                       }
-                      Found f;
-                      Params& p = f.p;
-                      p.layernorm = ln;
-                      p.stats = sd.mode;
-                      p.x = leaf_value(A, sd.x);
-                      p.xs = saved_xs ? leaf_value(A, st.x) : -1;
-                      p.dy = leaf_value(A, dy);
-                      p.w = leaf_value(A, w);
-                      p.mean = leaf_value(A, sd.mean_atom);
-                      p.rstd =
-                          sd.mode == NormBwdStats::kRecompute
-                              ? -1
-                              : leaf_value(A,
-                                           sd.mode == NormBwdStats::kNormalized ? r : sd.rstd_atom);
-                      p.eps_value = leaf_value(A, sd.eps_atom);
-                      p.eps = sd.eps;
-                      p.correction = sd.correction;
-                      p.w_offset = off;
-                      p.w_round = we.round;
-                      p.g_round = gc.round;
-                      p.xhat_round = xh_pick->round;
-                      p.dwt_round = dwt_pick->round;
-                      p.dx = dx;
-                      p.dx_round = dx_round;
-                      p.dw = dw;
-                      p.dw_round = dw_round;
-                      p.db = db;
-                      p.db_round = db_round;
-                      p.rows = A.rows();
-                      p.cols = A.cols();
-                      f.anchors = {dw_node};
-                      if (db_node >= 0) f.anchors.push_back(db_node);
-                      return f;
                     }
                   }
                 }

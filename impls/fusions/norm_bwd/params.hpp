@@ -39,6 +39,13 @@ struct Params {
   DType xhat_round = DType::kFloat32;  ///< xhat rounded to, in the dw term only
   DType dwt_round = DType::kFloat32;   ///< the dw term dy * xhat rounded to
   int dx = -1, dw = -1, db = -1;       ///< outputs (db -1: no bias; dw, db -1: dx only)
+  /// LayerNorm: dx's xhat term recentered, rstd/C * S2 * (xhat - sum(xhat)/C) (a two-pass
+  /// LayerNorm's backward written term by term, Cohere's: the saved mean makes sum(xhat) no exact
+  /// zero, and the graph's value is kept).
+  bool recenter = false;
+  /// dx's two terms rstd * g and the rest each rounded to this dtype before their sum (T5LayerNorm
+  /// casts to the weight's dtype before the weight): dx = rnd_dx(rnd_p(rstd * g) + rnd_p(rest)).
+  DType dx_part_round = DType::kFloat32;
   /// dx epilogue add (issue 24: the backward of a fused add-norm): the gradient of the residual
   /// stream h from its other readers, [.., C] in dx's dtype; the region then exports
   /// dx = rnd(rnd_dx(dx_norm) + dx_add) (the norm's dx rounded to its dtype first, the add in fp32

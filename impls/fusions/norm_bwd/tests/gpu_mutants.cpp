@@ -56,7 +56,9 @@ std::vector<std::string> small_traces() {
                         "byog/olmo_layernorm_default_train_bwd_2x8x256",
                         "byog/qwen3_qk_norm_mincut_train_bwd_2x8x4x64",
                         "byog/qwen3_qk_norm_default_train_bwd_2x8x4x64",
-                        "byog/gemma3_qk_norm_default_train_bwd_2x8x4x64"})
+                        "byog/gemma3_qk_norm_default_train_bwd_2x8x4x64",
+                        "byog/t5_layernorm_mincut_train_bwd_2x8x256",
+                        "byog/cohere_layernorm_mincut_train_bwd_2x8x256"})
     out.push_back(n);
   return out;
 }

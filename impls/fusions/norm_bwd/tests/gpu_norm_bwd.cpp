@@ -397,8 +397,9 @@ TEST(NormBwdGpu, DxEpilogueAddBitIdenticalRunToRun) {
 
 // The default partitioner's forms (issue 24: a float32 x beside a bfloat16 dy and dx; dw reading
 // the saved normalized value, bf16 in Llama's RMSNorm, fp32 in Gemma's; OLMo's LayerNorm without
-// affine parameters) and the per-head norms (qk_norm: dy a transposed [B, H, T, D] view, rows
-// addressed through three strided row dims), small and realistic shapes: both variants fused,
+// affine parameters), the per-head norms (qk_norm: dy a transposed [B, H, T, D] view, rows
+// addressed through three strided row dims), T5's min-cut backward (dx's two terms rounded apart)
+// and Cohere's (a recentered xhat term), small and realistic shapes: both variants fused,
 // against the reference on fresh seeds and against PyTorch's outputs where the trace has them;
 // dw bit-identical run to run; the saved xhat replaced by dy (a kernel that ignored it would
 // pass) fails dw.
@@ -415,7 +416,11 @@ TEST(NormBwdGpu, DefaultPartitionAndPerHeadFormsMatchReference) {
                            "byog/qwen3_qk_norm_mincut_train_bwd_2x4096x32x128",
                            "byog/qwen3_qk_norm_default_train_bwd_2x8x4x64",
                            "byog/gemma3_qk_norm_mincut_train_bwd_2x8x4x64",
-                           "byog/gemma3_qk_norm_default_train_bwd_2x4096x32x128"}) {
+                           "byog/gemma3_qk_norm_default_train_bwd_2x4096x32x128",
+                           "byog/t5_layernorm_mincut_train_bwd_2x8x256",
+                           "byog/t5_layernorm_mincut_train_bwd_2x4096x4096",
+                           "byog/cohere_layernorm_mincut_train_bwd_2x8x256",
+                           "byog/cohere_layernorm_mincut_train_bwd_2x4096x4096"}) {
     Graph g = load_trace(trace_path(name));
     Plan plan = make_plan(g, fusion_registry());
     ASSERT_EQ(plan.regions.size(), 1u) << name;

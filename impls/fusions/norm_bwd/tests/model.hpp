@@ -80,19 +80,27 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
         s = rs;
       }
       const float ms = -m * s;
-      float S1 = 0, S2 = 0;
+      float S1 = 0, S2 = 0, S3 = 0;
       for (int64_t c = 0; c < C; ++c) {
         const float g1 = model_round(static_cast<float>(dr[c]) * weff[c], p.g_round);
         const float xh = std::fma(static_cast<float>(xr[c]), s, ms);
         S1 += g1;
         S2 = std::fma(g1, xh, S2);
+        S3 += xh;
       }
-      const float ca = rs, cb = -rs * S2 * inv_c, cc = p.layernorm ? -rs * S1 * inv_c : 0.f;
+      if (!p.recenter) S3 = 0;
+      const float ca = rs, cb = -rs * S2 * inv_c;
+      const float cc = (p.layernorm ? -rs * S1 * inv_c : 0.f) - cb * S3 * inv_c;
       for (int64_t c = 0; c < C; ++c) {
         const float d = static_cast<float>(dr[c]);
         const float g1 = model_round(d * weff[c], p.g_round);
         const float xh = std::fma(static_cast<float>(xr[c]), s, ms);
-        double dxv = round_to(out.dx.meta.dtype, std::fma(ca, g1, std::fma(cb, xh, cc)));
+        // dx_part_round (T5): the two terms rounded apart before their sum.
+        const float dx32 = p.dx_part_round == DType::kBFloat16 || p.dx_part_round == DType::kFloat16
+                               ? model_round(ca * g1, p.dx_part_round) +
+                                     model_round(std::fma(cb, xh, cc), p.dx_part_round)
+                               : std::fma(ca, g1, std::fma(cb, xh, cc));
+        double dxv = round_to(out.dx.meta.dtype, dx32);
         if (p.dx_add >= 0)  // the epilogue add: dx rounded first, then the fp32 add, rounded again
           dxv = round_to(out.dx.meta.dtype,
                          static_cast<float>(dxv) + static_cast<float>(at(p.dx_add)[r * C + c]));

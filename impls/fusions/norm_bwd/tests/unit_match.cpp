@@ -659,3 +659,52 @@ TEST(NormBwdMatch, DefaultPartitionWithAWrongDxIsDeclined) {
             std::string::npos)
       << p.declined[0].reason;
 }
+
+// T5LayerNorm's min-cut backward: dx = rnd(rnd(rstd * g) + rnd(rest)), the two terms rounded to
+// bf16 apart (T5 casts to the weight's dtype before the weight); Cohere's: a two-pass LayerNorm
+// whose backward recenters the xhat term (the saved mean makes sum(xhat) no exact zero). Their
+// default-partition captures save x twice (a bf16 and an fp32 copy; two centered copies): declined,
+// the reason naming both.
+TEST(NormBwdMatch, ByogT5AndCohereBackwards) {
+  for (const char* shape : {"2x8x256", "2x4096x4096"}) {
+    {
+      const std::string name = std::string("byog/t5_layernorm_mincut_train_bwd_") + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      ASSERT_EQ(p.regions.size(), 1u) << name;
+      EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size()) << name;
+      const auto& pr = params(p.regions[0]);
+      EXPECT_FALSE(pr.layernorm) << name;
+      EXPECT_EQ(pr.dx_part_round, bf16) << name;
+      EXPECT_EQ(pr.dx_round, bf16) << name;
+      EXPECT_FALSE(pr.recenter) << name;
+      EXPECT_EQ(name_of(g, pr.x), "hidden_states") << name;
+    }
+    {
+      const std::string name = std::string("byog/cohere_layernorm_mincut_train_bwd_") + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      ASSERT_EQ(p.regions.size(), 1u) << name;
+      EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size()) << name;
+      const auto& pr = params(p.regions[0]);
+      EXPECT_TRUE(pr.layernorm) << name;
+      EXPECT_TRUE(pr.recenter) << name;
+      EXPECT_EQ(pr.dx_part_round, f32) << name;
+      EXPECT_EQ(name_of(g, pr.mean), "mean") << name;
+      EXPECT_EQ(pr.db, -1) << name;
+      EXPECT_EQ(p.regions[0].fusion->describe(g, p.regions[0])["recenter"], true) << name;
+    }
+    for (const std::string m : {"t5", "cohere"}) {
+      const std::string name = "byog/" + m + "_layernorm_default_train_bwd_" + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      EXPECT_TRUE(p.regions.empty()) << name;
+      ASSERT_FALSE(p.declined.empty()) << name;
+      const std::string& why = p.declined[0].reason;
+      EXPECT_NE(why.find("second saved copy"), std::string::npos) << why;
+      EXPECT_NE(why.find(m == "t5" ? "'convert_element_type' (float32)" : "'sub' (float32)"),
+                std::string::npos)
+          << why;
+    }
+  }
+}

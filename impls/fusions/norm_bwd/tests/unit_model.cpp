@@ -131,8 +131,8 @@ std::vector<std::string> byog_add_norm_bwd() {
 }
 
 // The small default-partition backwards of traces/byog/ (with PyTorch's tensors): a float32 x
-// beside a bfloat16 dy and dx, dw reading the saved normalized value (Params::xs); and the
-// per-head norms (qk_norm), whose dy is a transposed view.
+// beside a bfloat16 dy and dx, dw reading the saved normalized value (Params::xs); the per-head
+// norms (qk_norm), whose dy is a transposed view; T5's and Cohere's min-cut backwards.
 std::vector<std::string> byog_default_norm_bwd() {
   std::vector<std::string> out;
   for (const char* m : {"llama_rmsnorm", "mistral_rmsnorm", "qwen2_rmsnorm", "qwen3_rmsnorm",
@@ -142,6 +142,9 @@ std::vector<std::string> byog_default_norm_bwd() {
   for (const char* m : {"qwen3_qk_norm", "gemma3_qk_norm"})
     for (const char* part : {"default", "mincut"})
       out.push_back(std::string("byog/") + m + "_" + part + "_train_bwd_2x8x4x64");
+  // T5 (dx's two terms rounded apart) and Cohere (recentered xhat term), min-cut.
+  out.push_back("byog/t5_layernorm_mincut_train_bwd_2x8x256");
+  out.push_back("byog/cohere_layernorm_mincut_train_bwd_2x8x256");
   return out;
 }
 
