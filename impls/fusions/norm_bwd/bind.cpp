@@ -10,6 +10,18 @@ bool narrow(DType t) {
   return t == DType::kBFloat16 || t == DType::kFloat16;
 }
 
+// Row stride of m seen as [numel / cols, cols] with a contiguous last dim, whatever its shape
+// ([B, T, H * D] for rows of D), or -1.
+int64_t flat_rows_stride(const TensorMeta& m, int64_t cols) {
+  if (cols <= 0 || m.numel() % cols) return -1;
+  const int64_t rows = m.numel() / cols;
+  auto st = view_strides(m.shape, m.stride, {rows, cols});
+  if (!st || (*st)[1] != 1) return -1;
+  return rows == 1 ? cols : (*st)[0];
+}
+
+}  // namespace
+
 // Row maps (kernels.hpp, NormBwdRowMap) of tensors read or written as [rows, cols]: plain rows
 // when every one is [rows, cols] with a contiguous last dim (row_stride). Else the others (a
 // per-head norm's dy read through permute(0, 2, 1, 3), its dx before the contiguous copy) must
@@ -22,7 +34,7 @@ bool row_maps(const std::vector<const TensorMeta*>& ts, int64_t rows, int64_t co
   std::vector<int64_t> plain(ts.size());
   std::vector<size_t> strided;
   for (size_t i = 0; i < ts.size(); ++i) {
-    plain[i] = row_stride(*ts[i], cols);
+    plain[i] = flat_rows_stride(*ts[i], cols);
     *maps[i] = NormBwdRowMap{};
     maps[i]->s[0] = plain[i];
     if (plain[i] < 0) strided.push_back(i);
@@ -72,8 +84,6 @@ bool row_maps(const std::vector<const TensorMeta*>& ts, int64_t rows, int64_t co
     for (int j = 0; j < 3; ++j) maps[strided[k]]->s[j] = dims[2 - j].s[k];
   return true;
 }
-
-}  // namespace
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
@@ -195,10 +205,6 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.dwt_round = p.dwt_round;
   a.recenter = p.recenter;
   a.dx_part_round = narrow(p.dx_part_round) ? p.dx_part_round : DType::kFloat32;
-  if (p.recenter && !p.layernorm) {
-    b.unsupported = "a recentered xhat term in an RMSNorm backward";
-    return b;
-  }
   if (p.dw >= 0) {  // else dx only: a.dw stays null, no column sums
     BoundTensor dw = ctx.tensor(p.dw);
     if (flat_stride(dw.layout, a.cols) != 1) {

@@ -110,9 +110,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // Row r's first element in a tensor laid out by m (NormBwdRowMap).
 __device__ __forceinline__ int64_t row_off(const NormBwdArgs& a, const NormBwdRowMap& m,
                                            int64_t r) {
-  if (a.row_n1 == 1 && a.row_n2 == 1) return r * m.s[0];  // plain rows (uniform branch)
-  const int64_t i2 = r % a.row_n2, q = r / a.row_n2;
-  return (q / a.row_n1) * m.s[0] + (q % a.row_n1) * m.s[1] + i2 * m.s[2];
+  return norm_bwd_row_offset(a.row_n1, a.row_n2, m, r);
 }
 
 // 16-byte vectors of U per 16-byte vector of T (the kernels' column unit is one vector of dy):

@@ -66,6 +66,15 @@ struct NormBwdRowMap {
   int64_t s[3] = {0, 0, 0};
 };
 
+/// Row r's first element in a tensor laid out by m, rows over dims [.., n1, n2] (host and
+/// device: the kernels address every row through it).
+__host__ __device__ inline int64_t norm_bwd_row_offset(int64_t n1, int64_t n2,
+                                                       const NormBwdRowMap& m, int64_t r) {
+  if (n1 == 1 && n2 == 1) return r * m.s[0];  // plain rows (a uniform branch in the kernels)
+  const int64_t i2 = r % n2, q = r / n2;
+  return (q / n1) * m.s[0] + (q % n1) * m.s[1] + i2 * m.s[2];
+}
+
 struct NormBwdArgs {
   int64_t rows = 0, cols = 0;
   /// Row dims n1, n2 (NormBwdRowMap); 1, 1 for plain rows.

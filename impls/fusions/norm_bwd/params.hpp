@@ -58,6 +58,14 @@ struct Params {
   int64_t split_size = 0;
 };
 
+/// Row maps (kernels.hpp, NormBwdRowMap) of tensors `ts` read or written as [rows, cols] (the
+/// binder's): plain rows when each is [rows, cols] with a contiguous last dim; else the others
+/// must share one shape [.., cols] (contiguous last dim) whose leading dims, merged where every
+/// one of them allows it, come down to at most 3 (n0, n1, n2) covering `rows`, and a plain tensor
+/// with row stride s gets (n1 * n2 * s, n2 * s, s). Sets *n1, *n2 and maps[i]; false: no map.
+bool row_maps(const std::vector<const TensorMeta*>& ts, int64_t rows, int64_t cols, int64_t* n1,
+              int64_t* n2, const std::vector<NormBwdRowMap*>& maps);
+
 void match(const Graph& g, Matches& out);
 Cost cost(const Graph& g, const Region& r);
 nlohmann::json describe(const Graph& g, const Region& r);

@@ -708,3 +708,39 @@ TEST(NormBwdMatch, ByogT5AndCohereBackwards) {
     }
   }
 }
+
+// The binder's row maps for a per-head norm (qk_norm): x and dx contiguous [B, T, H, D], dy the
+// transposed view permute(0, 2, 1, 3) of a [B, H, T, D] tangent, a saved value [B, T, H * D].
+// Every row r = (b, t, h) of every tensor starts where its own strides put it, through the
+// offset function the kernels use; a layout whose leading dims do not merge into 3 has no map.
+TEST(NormBwdBind, RowMapsAddressEveryRowOfAPerHeadNorm) {
+  const int64_t B = 2, T = 8, H = 4, D = 64;
+  TensorMeta x{{B, T, H, D}, {T * H * D, H * D, D, 1}, bf16};
+  TensorMeta dy{{B, T, H, D}, {H * T * D, D, T * D, 1}, bf16};
+  TensorMeta dx = x;
+  TensorMeta xs{{B, T, H * D}, {T * H * D, H * D, 1}, f32};
+  NormBwdRowMap mx, mdy, mdx, mxs;
+  int64_t n1 = 0, n2 = 0;
+  ASSERT_TRUE(
+      norm_bwd::row_maps({&x, &dy, &dx, &xs}, B * T * H, D, &n1, &n2, {&mx, &mdy, &mdx, &mxs}));
+  EXPECT_EQ(n1, T);
+  EXPECT_EQ(n2, H);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t r = (b * T + t) * H + h;
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mx, r), b * x.stride[0] + t * x.stride[1] + h * D);
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mdy, r),
+                  b * dy.stride[0] + t * dy.stride[1] + h * dy.stride[2])
+            << r;
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mdx, r), r * D);
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mxs, r), r * D);
+      }
+  // Plain rows: one stride, n1 = n2 = 1.
+  ASSERT_TRUE(norm_bwd::row_maps({&x, &dx}, B * T * H, D, &n1, &n2, {&mx, &mdx}));
+  EXPECT_EQ(n1 * n2, 1);
+  EXPECT_EQ(norm_bwd_row_offset(n1, n2, mx, 37), 37 * D);
+  // Four leading dims that no stride merges: no map (the binder declines with its reason).
+  TensorMeta y{{2, 3, 4, 5, 16}, {16, 2 * 16, 2 * 3 * 16, 2 * 3 * 4 * 16, 1}, bf16};
+  EXPECT_FALSE(norm_bwd::row_maps({&y, &y}, 2 * 3 * 4 * 5, 16, &n1, &n2, {&mx, &mdx}));
+}
