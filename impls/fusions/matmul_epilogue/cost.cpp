@@ -1,0 +1,103 @@
+// matmul_epilogue cost and description.
+// Bytes that must move: each operand read once, the bias once, each region output written once
+// (the result, and the GEMM outputs a training forward saves) = the region's external inputs and
+// outputs. FLOPs: 2 M N K per GEMM (tensor cores; the epilogue's ~10 FLOP per element is noise
+// beside it). At 4096-class shapes the FLOP term bounds the SOL by two orders of magnitude; at the
+// small shapes of the golden traces the bytes do.
+#include "impls/fusions/matmul_epilogue/params.hpp"
+#include "workloads/ops/matmul.hpp"
+#include "workloads/plan/match_util.hpp"
+
+namespace replay::matmul_epilogue {
+
+Cost cost(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  std::vector<int> io = r.inputs;
+  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
+  Cost c;
+  c.bytes = value_bytes(g, io);
+  c.flops = matmul_flops(g, g.nodes[g.values[p.gemm.out].producer]);
+  if (p.up.node >= 0) c.flops += matmul_flops(g, g.nodes[g.values[p.up.out].producer]);
+  return c;
+}
+
+namespace {
+nlohmann::json gemm_json(const Graph& g, const Gemm& m) {
+  nlohmann::json j = {{"node", g.nodes[g.values[m.out].producer].id},
+                      {"a", g.values[m.a].name},
+                      {"a_layout", g.meta(m.a).str()},
+                      {"b", g.values[m.b].name},
+                      {"b_layout", g.meta(m.b).stride.size() == 2 && g.meta(m.b).stride[0] == 1
+                                       ? "column-major (a transposed [N, K] weight: cuBLASLt's "
+                                         "transpose flag)"
+                                       : "row-major [K, N]"},
+                      {"out", g.values[m.out].name},
+                      {"exported", m.exported}};
+  if (m.bias >= 0) j["bias"] = g.values[m.bias].name;
+  return j;
+}
+
+// What the optimized variant runs for these params (the plan says which epilogue and why).
+std::string optimized_plan(const Params& p) {
+  std::string s;
+  const bool bias = p.gemm.bias >= 0;
+  const bool more = p.add_bias >= 0 || p.has_act_step || p.up.node >= 0;
+  if (p.up.node >= 0)
+    s = "two cuBLASLt GEMMs (gate, up) writing their outputs in the graph's dtype, then one fused "
+        "pointwise kernel reading each once: act(gate) * up. Not one GEMM over concatenated "
+        "weights: W_gate and W_up are separate tensors, so that would copy both per replay";
+  else if (bias && !more)
+    s = "one cuBLASLt matmul with CUBLASLT_EPILOGUE_BIAS, output dtype direct";
+  else
+    s = std::string("one cuBLASLt matmul") + (bias ? " with CUBLASLT_EPILOGUE_BIAS" : "") +
+        " writing the pre-activation in the graph's dtype, then one fused pointwise kernel "
+        "reading it once";
+  if (p.has_act_step && (p.act == Act::kGeluErf || p.act == Act::kGeluTanh))
+    s += std::string(". No CUBLASLT_EPILOGUE_GELU(_AUX)_BIAS: ") +
+         (p.act == Act::kGeluErf ? "cuBLASLt's GELU is the tanh approximation, the graph's the "
+                                   "erf form; and "
+                                 : "") +
+         "the graph applies GELU to the pre-activation rounded to " +
+         std::string(dtype_name(p.gemm_dtype)) +
+         ", cuBLASLt to its float32 value (TUNING.md: one-ulp flips on most elements, past the "
+         "bounds)";
+  if (p.add_bias >= 0)
+    s += ". The bias of mm + add is added after the graph's rounding of the mm output (not "
+         "CUBLASLT_EPILOGUE_BIAS, which rounds once)";
+  return s;
+}
+
+}  // namespace
+
+nlohmann::json describe(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  nlohmann::json d = {{"M", p.M},
+                      {"N", p.N},
+                      {"K", p.K},
+                      {"dtype", dtype_name(p.gemm_dtype)},
+                      {"gemm", gemm_json(g, p.gemm)},
+                      {"out", g.values[p.out].name},
+                      {"optimized", optimized_plan(p)}};
+  nlohmann::json epi = nlohmann::json::array();
+  if (p.gemm.bias >= 0) epi.push_back({{"op", "bias (addmm)"}, {"value", g.values[p.gemm.bias].name}});
+  if (p.add_bias >= 0)
+    epi.push_back({{"op", "bias (add)"},
+                   {"value", g.values[p.add_bias].name},
+                   {"round", dtype_name(p.add_round)}});
+  if (p.has_act_step) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (int v : p.act_values) ops.push_back(g.nodes[g.values[v].producer].id);
+    epi.push_back({{"op", p.act == Act::kNone ? "cast" : act_name(p.act)},
+                   {"round", dtype_name(p.act_round)},
+                   {"nodes", ops}});
+  }
+  if (p.up.node >= 0) {
+    epi.push_back({{"op", "gate: mul by the up projection"}, {"round", dtype_name(p.gate_round)}});
+    d["up"] = gemm_json(g, p.up);
+    d["shared_input"] = p.shared_input;
+  }
+  d["epilogue"] = epi;
+  return d;
+}
+
+}  // namespace replay::matmul_epilogue
