@@ -125,6 +125,31 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   };
 
   EpiMat z, up, y;
+  EpiMat res;
+  if (p.residual >= 0) {
+    res = as_rows(ctx.tensor(p.residual), M, N);
+    if (!res.ptr) {
+      b.unsupported = "residual '" + g.values[p.residual].name + "' is not a contiguous [.., N]";
+      return b;
+    }
+  }
+  // mm + residual, the GEMM output private: one cuBLASLt matmul with the residual as C.
+  if (optimized && p.residual >= 0 && p.gemm.bias < 0 && !p.gemm.exported) {
+    y = as_rows(ctx.tensor(p.out), M, N);
+    if (!y.ptr) {
+      b.unsupported = "result '" + g.values[p.out].name + "' is not a contiguous [.., N]";
+      return b;
+    }
+    MatmulOperands mo;
+    BoundTensor ta = ctx.tensor(p.gemm.a), tb = ctx.tensor(p.gemm.b);
+    mo.a = device_tensor(ta.ptr, ta.layout);
+    mo.b = device_tensor(tb.ptr, tb.layout);
+    mo.d = dev2(y, M, N);
+    mo.c = dev2(res, M, N);
+    EagerLaunch l = prepare_matmul(g.nodes[g.values[p.gemm.out].producer].id, mo);
+    b.launch = [l](const LaunchContext& c) { l(c.stream); };
+    return b;
+  }
   if (!gemm_out(p.gemm, z) || !add_gemm(p.gemm, z)) return b;
   if (p.up.node >= 0 && (!gemm_out(p.up, up) || !add_gemm(p.up, up))) return b;
   if (p.out != p.gemm.out) {
@@ -140,7 +165,11 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     const void* add_bias = nullptr;
     DType add_dtype = dt;
     if (p.add_bias >= 0 && !vector_of(p.add_bias, add_bias, add_dtype)) return b;
-    if (optimized) {  // one kernel, every step
+    e.res = res;
+    if (p.residual >= 0) {  // GEMM output, then one kernel adding the residual (both variants)
+      e.y = y;
+      steps.push_back({{}, e, false});
+    } else if (optimized) {  // one kernel, every step
       e.bias = add_bias;
       e.bias_dtype = add_dtype;
       e.bias_round = p.add_round;

@@ -42,7 +42,13 @@ std::string optimized_plan(const Params& p) {
   std::string s;
   const bool bias = p.gemm.bias >= 0;
   const bool more = p.add_bias >= 0 || p.has_act_step || p.up.node >= 0;
-  if (p.up.node >= 0)
+  if (p.residual >= 0 && !bias && !p.gemm.exported)
+    s = "one cuBLASLt matmul with the residual as its C (beta = 1): cuBLASLt rounds the product to "
+        "the output dtype before adding C, as the graph's mm + add does";
+  else if (p.residual >= 0)
+    s = std::string("one cuBLASLt matmul") + (bias ? " with CUBLASLT_EPILOGUE_BIAS" : "") +
+        " writing the GEMM output the graph exports, then one kernel adding the residual";
+  else if (p.up.node >= 0)
     s = "two cuBLASLt GEMMs (gate, up) writing their outputs in the graph's dtype, then one fused "
         "pointwise kernel reading each once: act(gate) * up. Not one GEMM over concatenated "
         "weights: W_gate and W_up are separate tensors, so that would copy both per replay";
@@ -84,6 +90,8 @@ nlohmann::json describe(const Graph& g, const Region& r) {
     epi.push_back({{"op", "bias (add)"},
                    {"value", g.values[p.add_bias].name},
                    {"round", dtype_name(p.add_round)}});
+  if (p.residual >= 0)
+    epi.push_back({{"op", "residual add"}, {"value", g.values[p.residual].name}});
   if (p.has_act_step) {
     nlohmann::json ops = nlohmann::json::array();
     for (int v : p.act_values) ops.push_back(g.nodes[g.values[v].producer].id);

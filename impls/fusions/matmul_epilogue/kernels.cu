@@ -72,6 +72,7 @@ __global__ void epilogue_kernel(EpilogueArgs a) {
       if (a.mid.ptr) store_elem<float>(a.mid.ptr, m * a.mid.ld + n, a.mid.dtype, v);
     }
     if (a.up.ptr) v = v * load_elem<float>(a.up.ptr, m * a.up.ld + n, a.up.dtype);
+    if (a.res.ptr) v = v + load_elem<float>(a.res.ptr, m * a.res.ld + n, a.res.dtype);
     store_elem<float>(a.y.ptr, m * a.y.ld + n, a.y.dtype, v);
   }
 }

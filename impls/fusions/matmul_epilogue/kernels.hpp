@@ -33,6 +33,7 @@ struct EpiMat {
 ///   if bias:  v = round(bias_round, v + bias[n]);  if pre.ptr: pre[m, n] = v
 ///   if act_step: v = round(act_round, act(v));       if mid.ptr: mid[m, n] = v
 ///   if up.ptr: v = round(y.dtype, v * up[m, n])
+///   if res.ptr: v = v + res[m, n]               (a residual add)
 ///   y[m, n] = round(y.dtype, v)
 /// A step that is off is skipped. bias is a unit-stride [N] vector. Dtypes: float32, bfloat16,
 /// float16.
@@ -48,6 +49,7 @@ struct EpilogueArgs {
   DType act_round = DType::kFloat32;
   EpiMat mid;  ///< optional: the value after the activation, written
   EpiMat up;   ///< optional: the gating operand
+  EpiMat res;  ///< optional: the residual added last
   EpiMat y;
 };
 

@@ -6,6 +6,8 @@
 //   [view]                                       z as [.., N] (a `view`/`reshape` of the 3-D
 //                                                activations' result), same elements
 //   [add(., bias)]                               mm only: a [N] bias added by an aten.add
+//   | [add(., residual)]                         or a residual of z's shape and dtype (then the
+//                                                region ends there)
 //   [f(.)]                                       a chain of pointwise ops of that one value and
 //                                                Python scalars (converts, mul, add, erf, tanh,
 //                                                exp, neg, div, pow, sigmoid, ...), computed in
@@ -359,13 +361,20 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
       const Node& a = g.nodes[u];
       const int other = other_tensor(a, cur);
       const bool cur_first = a.operands[0].value == cur;
-      if (other >= 0 && other != cur) {
+      const TensorMeta& mc = g.meta(cur);
+      if (other >= 0 && other != cur && a.alpha == 1 && g.meta(other).shape == mc.shape &&
+          g.meta(other).dtype == p.gemm_dtype && g.meta(a.outputs[0]).dtype == p.gemm_dtype) {
+        p.residual = other;  // a residual of z's own shape and dtype
+        tail.push_back(u);
+        cur = a.outputs[0];
+      } else if (other >= 0 && other != cur) {
         const TensorMeta& mb = g.meta(other);
         if (!is_row_vector(mb, p.N) || (!cur_first && a.alpha != 1) ||
             (cur_first && a.alpha != 1)) {
           out.decline(root, "the add after the GEMM reads " + vname(g, other) + " " + mb.str() +
                                 " with alpha " + std::to_string(a.alpha) +
-                                ": not a [" + std::to_string(p.N) + "] bias");
+                                ": neither a [" + std::to_string(p.N) +
+                                "] bias nor a residual of the GEMM's shape and dtype");
         } else {
           p.add_bias = other;
           p.add_round = g.meta(a.outputs[0]).dtype;
@@ -376,8 +385,8 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
     }
   }
   // The activation / cast chain; one that cannot be taken is declined with its reason, and the GEMM
-  // (with its bias) is still fused alone.
-  Chain chain = find_chain(g, cur);
+  // (with its bias) is still fused alone. Nothing after a residual add.
+  Chain chain = p.residual < 0 ? find_chain(g, cur) : Chain{};
   if (chain.nodes.empty() && !chain.why_not.empty())
     out.decline(root, "epilogue not fused: " + chain.why_not);
   if (!chain.nodes.empty()) {
@@ -388,7 +397,7 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
     tail.insert(tail.end(), chain.nodes.begin(), chain.nodes.end());
     cur = g.nodes[chain.nodes.back()].outputs[0];
   }
-  if (p.add_bias < 0 && !p.has_act_step) tail.clear();  // a reshape alone is no step
+  if (p.add_bias < 0 && p.residual < 0 && !p.has_act_step) tail.clear();  // a reshape alone
   // Gating: cur * up, up another GEMM's [M, N] output.
   if (p.has_act_step && !g.values[cur].graph_output && g.values[cur].users.size() == 1) {
     const int m = g.values[cur].users[0];
@@ -405,7 +414,7 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
       cur = mul.outputs[0];
     }
   }
-  if (p.gemm.bias < 0 && p.add_bias < 0 && !p.has_act_step) {
+  if (p.gemm.bias < 0 && p.add_bias < 0 && p.residual < 0 && !p.has_act_step) {
     return;  // a plain mm: nothing to fuse (a chain that was not taken said why)
   }
   if (tail.empty()) {  // addmm alone: z itself is the result

@@ -37,6 +37,7 @@ struct Gemm {
 ///   v = round(add_round, v + add_bias[n])              when add_bias >= 0 (mm + add)
 ///   v = round(act_round, act(v))                       when act != kNone (or the cast alone)
 ///   v = round(gate_round, v * up.out)                  when up.node >= 0 (gating)
+///   v = round(dtype, v + residual)                     when residual >= 0
 ///   out = v
 struct Params {
   Gemm gemm;  ///< the GEMM (the gate projection when gated)
@@ -47,6 +48,10 @@ struct Params {
   Act act = Act::kNone;  ///< the activation (kNone: only casts, or nothing after the bias)
   bool has_act_step = false;  ///< a pointwise chain (activation or cast) follows
   DType act_round = DType::kBFloat16;
+  /// A residual added last by an aten.add (alpha 1): [.., N] of the GEMM's shape and dtype, the
+  /// sum in that dtype (the residual stream: o_proj / down_proj + hidden_states); -1: none. No
+  /// activation or gating with it.
+  int residual = -1;
   Gemm up;  ///< the up projection multiplied in (node -1: no gating)
   DType gate_round = DType::kBFloat16;
   bool shared_input = false;  ///< gate and up read the same activations (x W_gate, x W_up)

@@ -21,6 +21,7 @@ struct LinearForm {
   bool leak_inner = false;        ///< return an intermediate of the activation chain too
   int64_t bias_rows = 0;          ///< > 0: the bias is [bias_rows, N] (a wrong shape)
   bool alias_gemm = false;        ///< an aten.alias of the GEMM output between it and its view
+  bool residual = false;          ///< add a [B, T, N] residual after the GEMM (act must be "none")
 };
 
 inline nlohmann::json linear_trace(const LinearForm& f) {
@@ -70,6 +71,12 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
   if (f.bias == "add") {
     nodes.push_back(node("add_bias", "aten.add.Tensor", {test::ref(cur), test::ref("bias")}, {tensor(y3, dt)}));
     cur = "add_bias";
+  }
+  if (f.residual) {
+    inputs.push_back(in("residual", y3, 0.0, 1.0));
+    nodes.push_back(
+        node("add_res", "aten.add.Tensor", {test::ref(cur), test::ref("residual")}, {tensor(y3, dt)}));
+    cur = "add_res";
   }
   json outputs = json::array();
   auto f32 = [&](const std::string& id, const char* op, json args) {

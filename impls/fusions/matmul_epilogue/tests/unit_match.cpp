@@ -133,7 +133,8 @@ TEST(MatmulEpilogueMatch, BackwardGraphsHoldNoForwardEpilogue) {
     for (const Region& r : p.regions) {
       // Any region found must be a real epilogue (a bias or pointwise step).
       const auto& pr = params(r);
-      EXPECT_TRUE(pr.gemm.bias >= 0 || pr.add_bias >= 0 || pr.has_act_step) << trace;
+      EXPECT_TRUE(pr.gemm.bias >= 0 || pr.add_bias >= 0 || pr.residual >= 0 || pr.has_act_step)
+          << trace;
     }
   }
 }
@@ -161,7 +162,7 @@ TEST_P(MatmulEpilogueForms, Matches) {
   EXPECT_EQ(pr.N, c.form.N);
   EXPECT_EQ(pr.K, c.form.C);
   EXPECT_EQ(name(g, pr.gemm.b), c.form.weight == "linear" ? "permute" : "weight");
-  EXPECT_EQ(pr.gemm.exported, c.form.save_pre);
+  if (c.form.act != "none") EXPECT_EQ(pr.gemm.exported, c.form.save_pre);
   EXPECT_EQ(name(g, pr.out), c.form.act == "none" ? (c.form.bias == "add" ? "add_bias" : "gemm")
                                                   : "y");
 }
@@ -231,7 +232,7 @@ TEST(MatmulEpilogueMatch, DeclinesABiasOfTheWrongShape) {
   Graph g2 = parse_trace(linear_trace(f), "<add>");
   Plan p2 = plan_of(g2);
   EXPECT_TRUE(p2.regions.empty());
-  EXPECT_NE(declined_at(g2, p2, "gemm").find("not a [96] bias"), std::string::npos)
+  EXPECT_NE(declined_at(g2, p2, "gemm").find("neither a [96] bias nor a residual"), std::string::npos)
       << declined_at(g2, p2, "gemm");
 }
 
@@ -251,4 +252,54 @@ TEST(MatmulEpilogueMatch, ActReferenceIsTheTorchFormulas) {
   EXPECT_NEAR(act_reference(Act::kSilu, 1.0), 0.7310585786300049, 1e-15);
   // erf and tanh GELU differ (by ~1.5e-4 at 1): the matcher tells them apart.
   EXPECT_GT(std::abs(act_reference(Act::kGeluErf, 1.0) - act_reference(Act::kGeluTanh, 1.0)), 1e-4);
+}
+
+TEST(MatmulEpilogueMatch, ResidualAdd) {
+  LinearForm f = form("linear", "none", "none");
+  f.residual = true;
+  Graph g = parse_trace(linear_trace(f), "<res>");
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  const auto& r = params(p.regions[0]);
+  EXPECT_EQ(name(g, r.residual), "residual");
+  EXPECT_EQ(name(g, r.out), "add_res");
+  EXPECT_FALSE(r.has_act_step);
+  json d = p.regions[0].fusion->describe(g, p.regions[0]);
+  EXPECT_NE(d["optimized"].get<std::string>().find("residual as its C"), std::string::npos);
+}
+
+TEST(MatmulEpilogueMatch, LlamaAndQwen3DecoderLayers) {
+  // Mincut forwards: o_proj + residual, the SwiGLU gate/up pair, down_proj + residual. The
+  // default partitioner also saves a view of the gate projection, which the region cannot write.
+  for (const char* model : {"llama", "qwen3"}) {
+    for (const char* part : {"mincut", "default"}) {
+      const std::string trace =
+          std::string("byog/decoder/") + model + "_decoder_layer_" + part + "_train_fwd_2x64x256";
+      LoadOptions opt;
+      opt.cut_unsupported = true;  // attention is cut (workloads/plan/MATCHING.md, "cuts")
+      Graph g = load_trace(trace_path(trace), opt);
+      Plan p = plan_of(g);
+      int gated = 0, residual = 0;
+      for (const Region& r : p.regions) {
+        gated += params(r).up.node >= 0;
+        residual += params(r).residual >= 0;
+      }
+      EXPECT_EQ(residual, 2) << trace;
+      if (std::string(part) == "mincut") {
+        EXPECT_EQ(gated, 1) << trace;
+      } else {
+        EXPECT_EQ(gated, 0) << trace;
+        EXPECT_NE(declined_at(g, p, "mm_4").find("is a graph output the fused step does not write"),
+                  std::string::npos)
+            << declined_at(g, p, "mm_4");
+      }
+    }
+  }
+  // Backward: dx of the gated pair is the sum of two GEMM outputs, the second GEMM + add a
+  // residual form.
+  Graph g = load_trace(trace_path("llama_swiglu_mlp_train_bwd_2x8x64x176"));
+  Plan p = plan_of(g);
+  int residual = 0;
+  for (const Region& r : p.regions) residual += params(r).residual >= 0;
+  EXPECT_GE(residual, 1);
 }
