@@ -258,10 +258,10 @@ __global__ void scaled_epilogue_kernel(ScaledEpilogue e) {
 
 // What one cuBLASLt call computes, on our side: d = a @ b (+ epilogue), batch-strided.
 struct GemmSpec {
-  Mat a, b, d;                      // a [batch, M, K], b [batch, K, N], d [batch, M, N] row-major
-  Stored la, lb;                    // how a and b are read (stored(a), stored(b))
-  int64_t ldd = 1;                  // d's row stride
-  const void* c = nullptr;          // cuBLASLt's C when it is not D (c_dtype, row stride ldc)
+  Mat a, b, d;              // a [batch, M, K], b [batch, K, N], d [batch, M, N] row-major
+  Stored la, lb;            // how a and b are read (stored(a), stored(b))
+  int64_t ldd = 1;          // d's row stride
+  const void* c = nullptr;  // cuBLASLt's C when it is not D (c_dtype, row stride ldc)
   int64_t ldc = 1;
   DType c_dtype = DType::kFloat32;  // cuBLASLt's C (= D pointer) type
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -355,8 +355,7 @@ struct LtCall {
     const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
     const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
     return cublasLtMatmul(handle, desc.get(), alpha, A, la.get(), B, lb.get(), beta, C ? C : D,
-                          lc.get(), D,
-                          ld.get(), &algo, workspace, kWorkspaceBytes, s);
+                          lc.get(), D, ld.get(), &algo, workspace, kWorkspaceBytes, s);
   }
 };
 

@@ -152,16 +152,26 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   }
   if (!gemm_out(p.gemm, z) || !add_gemm(p.gemm, z)) return b;
   if (p.up.node >= 0 && (!gemm_out(p.up, up) || !add_gemm(p.up, up))) return b;
+  const int64_t EN = p.split_halves ? N / 2 : N;  // the epilogue's columns
   if (p.out != p.gemm.out) {
-    y = as_rows(ctx.tensor(p.out), M, N);
+    y = as_rows(ctx.tensor(p.out), M, EN);
     if (!y.ptr) {
       b.unsupported = "result '" + g.values[p.out].name + "' is not a contiguous [.., N]";
       return b;
     }
     EpilogueArgs e;
     e.M = M;
-    e.N = N;
+    e.N = EN;
     e.z = z;
+    if (p.split_halves) {  // gate and up: the two halves of the one GEMM output
+      auto half = [&](int h) {
+        EpiMat m = z;
+        m.ptr = static_cast<char*>(z.ptr) + static_cast<size_t>(h * EN) * dtype_size(z.dtype);
+        return m;
+      };
+      e.z = half(p.gate_half);
+      up = half(1 - p.gate_half);
+    }
     const void* add_bias = nullptr;
     DType add_dtype = dt;
     if (p.add_bias >= 0 && !vector_of(p.add_bias, add_bias, add_dtype)) return b;
@@ -176,18 +186,18 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       e.act_step = p.has_act_step;
       e.act = p.act;
       e.act_round = p.act_round;
-      if (p.up.node >= 0) e.up = up;
+      if (p.up.node >= 0 || p.split_halves) e.up = up;
       e.y = y;
       steps.push_back({{}, e, false});
     } else {  // one kernel per step, each result through memory
-      EpiMat cur = z;
+      EpiMat cur = e.z;
       auto step_out = [&](DType t, bool last) {
-        return last ? y : EpiMat{ctx.workspace(mn * dtype_size(t)), t, N};
+        return last ? y : EpiMat{ctx.workspace(static_cast<size_t>(M * EN) * dtype_size(t)), t, EN};
       };
       if (add_bias) {
         EpilogueArgs s;
         s.M = M;
-        s.N = N;
+        s.N = EN;
         s.z = cur;
         s.bias = add_bias;
         s.bias_dtype = add_dtype;
@@ -199,19 +209,19 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       if (p.has_act_step) {
         EpilogueArgs s;
         s.M = M;
-        s.N = N;
+        s.N = EN;
         s.z = cur;
         s.act_step = true;
         s.act = p.act;
         s.act_round = p.act_round;
-        s.y = step_out(p.act_round, p.up.node < 0);
+        s.y = step_out(p.act_round, p.up.node < 0 && !p.split_halves);
         cur = s.y;
         steps.push_back({{}, s, false});
       }
-      if (p.up.node >= 0) {
+      if (p.up.node >= 0 || p.split_halves) {
         EpilogueArgs s;
         s.M = M;
-        s.N = N;
+        s.N = EN;
         s.z = cur;
         s.up = up;
         s.y = y;

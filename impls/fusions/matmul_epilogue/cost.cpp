@@ -48,6 +48,9 @@ std::string optimized_plan(const Params& p) {
   else if (p.residual >= 0)
     s = std::string("one cuBLASLt matmul") + (bias ? " with CUBLASLT_EPILOGUE_BIAS" : "") +
         " writing the GEMM output the graph exports, then one kernel adding the residual";
+  else if (p.split_halves)
+    s = "one cuBLASLt GEMM over the fused gate/up weight (as the model stores it), then one fused "
+        "pointwise kernel reading each half of its output once: act(gate) * up";
   else if (p.up.node >= 0)
     s = "two cuBLASLt GEMMs (gate, up) writing their outputs in the graph's dtype, then one fused "
         "pointwise kernel reading each once: act(gate) * up. Not one GEMM over concatenated "
@@ -85,7 +88,8 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                       {"out", g.values[p.out].name},
                       {"optimized", optimized_plan(p)}};
   nlohmann::json epi = nlohmann::json::array();
-  if (p.gemm.bias >= 0) epi.push_back({{"op", "bias (addmm)"}, {"value", g.values[p.gemm.bias].name}});
+  if (p.gemm.bias >= 0)
+    epi.push_back({{"op", "bias (addmm)"}, {"value", g.values[p.gemm.bias].name}});
   if (p.add_bias >= 0)
     epi.push_back({{"op", "bias (add)"},
                    {"value", g.values[p.add_bias].name},
@@ -99,6 +103,11 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                    {"round", dtype_name(p.act_round)},
                    {"nodes", ops}});
   }
+  if (p.split_halves)
+    epi.push_back(
+        {{"op", std::string("gate: mul by the other half of the GEMM output (gate half ") +
+                    std::to_string(p.gate_half) + ")"},
+         {"round", dtype_name(p.gate_round)}});
   if (p.up.node >= 0) {
     epi.push_back({{"op", "gate: mul by the up projection"}, {"round", dtype_name(p.gate_round)}});
     d["up"] = gemm_json(g, p.up);

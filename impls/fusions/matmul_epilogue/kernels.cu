@@ -83,7 +83,8 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream) {
   const int64_t total = a.M * a.N;
   if (total == 0) return;
   constexpr int kThreads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 132 * 16));
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 132 * 16));
   epilogue_kernel<<<blocks, kThreads, 0, stream>>>(a);
   REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel");
 }

@@ -16,6 +16,8 @@
 //                                                points: GELU (erf), GELU (tanh), SiLU, or a cast
 //   [mul(., up)]                                 gating: up a second GEMM's [M, N] output (through
 //                                                a view and an exact upcast)
+//   | split(z) -> f(half) * other half           gating within one GEMM over fused gate/up
+//                                                weights (Phi-3's gate_up_proj)
 // and is taken when it has at least a bias or a step after the GEMM (a plain mm is eager's
 // business). The GEMM outputs may be read outside (training forwards save them); every other
 // intermediate must be private to the region, and every outside reader of a region output must
@@ -256,7 +258,8 @@ Chain find_chain(const Graph& g, int src) {
       act = classify(g, pre, src);
       if (!act)
         why = "the pointwise chain after the GEMM (" + std::to_string(pre.size()) +
-              " ops ending in " + vname(g, sink) + ") is none of GELU (erf), GELU (tanh), SiLU or a cast";
+              " ops ending in " + vname(g, sink) +
+              ") is none of GELU (erf), GELU (tanh), SiLU or a cast";
       else if (*act == Act::kNone && !casts_only)
         why = "the pointwise chain after the GEMM ending in " + vname(g, sink) +
               " computes the identity through math ops, not casts";
@@ -299,8 +302,8 @@ std::string leak(const Graph& g, const std::vector<int>& nodes, const std::vecto
         return "intermediate " + vname(g, v) + " is a graph output the fused step does not write";
       for (int u : g.values[v].users)
         if (!in.count(u))
-          return "intermediate " + vname(g, v) + " is also read by node '" + g.nodes[u].id +
-                 "' (" + std::string(op_name(g.nodes[u].op)) +
+          return "intermediate " + vname(g, v) + " is also read by node '" + g.nodes[u].id + "' (" +
+                 std::string(op_name(g.nodes[u].op)) +
                  ") outside the region, and the fused step does not write it";
     }
   return "";
@@ -326,14 +329,64 @@ bool trace_up(const Graph& g, int w, int mul, int64_t M, int64_t N, DType dt, Ge
       return true;
     }
     if (single_user(g, w) != reader) return false;
-    const bool upcast = n.op == Op::kConvertElementType &&
-                        promote_types(g.meta(n.operands[0].value).dtype, n.dtype) ==
-                            std::optional<DType>(n.dtype);
+    const bool upcast =
+        n.op == Op::kConvertElementType &&
+        promote_types(g.meta(n.operands[0].value).dtype, n.dtype) == std::optional<DType>(n.dtype);
     const bool reshape = is_reshape(n.op) && g.meta(n.outputs[0]).shape.back() == N;
     if (!upcast && !reshape) return false;
     nodes.push_back(p);
     w = n.operands[0].value;
     reader = p;
+  }
+  return false;
+}
+
+// Phi-3's fused gate_up_proj: `v` ([.., N], the GEMM output or its reshape) split in two halves
+// along its last dim (aten.split / split_with_sizes), act(half i) * half 1-i (the up half through
+// an exact upcast at most). Fills p (split_halves, gate_half, act, out) and appends the nodes.
+bool match_split(const Graph& g, int v, Params& p, std::vector<int>& nodes) {
+  if (p.gemm.bias >= 0 || p.N % 2 != 0) return false;
+  const auto& shape = g.meta(v).shape;
+  for (int si : g.values[v].users) {
+    const Node& s = g.nodes[si];
+    if ((s.op != Op::kSplit && s.op != Op::kSplitWithSizes) || s.outputs.size() != 2) continue;
+    std::vector<int64_t> half = shape;
+    half.back() = p.N / 2;
+    if (g.meta(s.outputs[0]).shape != half || g.meta(s.outputs[1]).shape != half) continue;
+    for (int gh = 0; gh < 2; ++gh) {
+      const int gate = s.outputs[gh], upv = s.outputs[1 - gh];
+      Chain c = find_chain(g, gate);
+      if (c.nodes.empty() || c.act == Act::kNone) continue;
+      const int sink = g.nodes[c.nodes.back()].outputs[0];
+      const int m = single_user(g, sink);
+      if (m < 0 || g.nodes[m].op != Op::kMul) continue;
+      int w = other_tensor(g.nodes[m], sink);
+      std::vector<int> up_nodes;
+      if (w >= 0 && w != upv) {  // through an exact upcast of the up half
+        const int pc = g.values[w].producer;
+        if (pc < 0 || g.nodes[pc].op != Op::kConvertElementType ||
+            g.nodes[pc].operands[0].value != upv || single_user(g, w) != m ||
+            promote_types(g.meta(upv).dtype, g.nodes[pc].dtype) !=
+                std::optional<DType>(g.nodes[pc].dtype))
+          continue;
+        up_nodes.push_back(pc);
+      } else if (w != upv) {
+        continue;
+      }
+      p.split_halves = true;
+      p.gate_half = gh;
+      p.has_act_step = true;
+      p.act = c.act;
+      p.act_round = g.meta(sink).dtype;
+      for (int ni : c.nodes) p.act_values.push_back(g.nodes[ni].outputs[0]);
+      p.gate_round = g.meta(g.nodes[m].outputs[0]).dtype;
+      p.out = g.nodes[m].outputs[0];
+      nodes.push_back(si);
+      nodes.insert(nodes.end(), c.nodes.begin(), c.nodes.end());
+      nodes.insert(nodes.end(), up_nodes.begin(), up_nodes.end());
+      nodes.push_back(m);
+      return true;
+    }
   }
   return false;
 }
@@ -352,8 +405,11 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
   int cur = reshape >= 0 ? g.nodes[reshape].outputs[0] : v;
   std::vector<int> tail;  // the reshape, when a step follows
   if (reshape >= 0) tail.push_back(reshape);
+  // Fused gate/up weights: z split in two halves along N, act(one) * the other.
+  const bool split = match_split(g, cur, p, tail);
+  if (split) cur = p.out;
   // mm + add of a [N] bias.
-  if (p.gemm.bias < 0) {
+  if (!split && p.gemm.bias < 0) {
     int u = -1;  // the one aten.add reading cur
     for (int r : g.values[cur].users)
       if (g.nodes[r].op == Op::kAdd && r != u) u = u < 0 ? r : -2;
@@ -372,8 +428,8 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
         if (!is_row_vector(mb, p.N) || (!cur_first && a.alpha != 1) ||
             (cur_first && a.alpha != 1)) {
           out.decline(root, "the add after the GEMM reads " + vname(g, other) + " " + mb.str() +
-                                " with alpha " + std::to_string(a.alpha) +
-                                ": neither a [" + std::to_string(p.N) +
+                                " with alpha " + std::to_string(a.alpha) + ": neither a [" +
+                                std::to_string(p.N) +
                                 "] bias nor a residual of the GEMM's shape and dtype");
         } else {
           p.add_bias = other;
@@ -386,7 +442,7 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
   }
   // The activation / cast chain; one that cannot be taken is declined with its reason, and the GEMM
   // (with its bias) is still fused alone. Nothing after a residual add.
-  Chain chain = p.residual < 0 ? find_chain(g, cur) : Chain{};
+  Chain chain = p.residual < 0 && !split ? find_chain(g, cur) : Chain{};
   if (chain.nodes.empty() && !chain.why_not.empty())
     out.decline(root, "epilogue not fused: " + chain.why_not);
   if (!chain.nodes.empty()) {
@@ -397,16 +453,16 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
     tail.insert(tail.end(), chain.nodes.begin(), chain.nodes.end());
     cur = g.nodes[chain.nodes.back()].outputs[0];
   }
-  if (p.add_bias < 0 && p.residual < 0 && !p.has_act_step) tail.clear();  // a reshape alone
+  if (p.add_bias < 0 && p.residual < 0 && !p.has_act_step && !split) tail.clear();
   // Gating: cur * up, up another GEMM's [M, N] output.
-  if (p.has_act_step && !g.values[cur].graph_output && g.values[cur].users.size() == 1) {
+  if (!split && p.has_act_step && !g.values[cur].graph_output && g.values[cur].users.size() == 1) {
     const int m = g.values[cur].users[0];
     const Node& mul = g.nodes[m];
     const int w = mul.op == Op::kMul ? other_tensor(mul, cur) : -1;
     std::vector<int> up_nodes;
     if (w >= 0 && w != cur && g.meta(mul.outputs[0]).numel() == p.M * p.N &&
-        trace_up(g, w, m, p.M, p.N, p.gemm_dtype, p.up, up_nodes) &&
-        !claimed_up.count(p.up.node) && p.up.node != root) {
+        trace_up(g, w, m, p.M, p.N, p.gemm_dtype, p.up, up_nodes) && !claimed_up.count(p.up.node) &&
+        p.up.node != root) {
       p.gate_round = g.meta(mul.outputs[0]).dtype;
       p.shared_input = p.up.a == p.gemm.a;
       tail.insert(tail.end(), up_nodes.begin(), up_nodes.end());
@@ -423,10 +479,11 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
     nodes.insert(nodes.end(), tail.begin(), tail.end());
     p.out = cur;
   }
-  if (!g.meta(p.out).is_contiguous() || g.meta(p.out).numel() != p.M * p.N) {
+  const int64_t out_cols = p.split_halves ? p.N / 2 : p.N;
+  if (!g.meta(p.out).is_contiguous() || g.meta(p.out).numel() != p.M * out_cols) {
     out.decline(root, "the result " + vname(g, p.out) + " " + g.meta(p.out).str() +
                           " is not a contiguous [" + std::to_string(p.M) + ", " +
-                          std::to_string(p.N) + "]");
+                          std::to_string(out_cols) + "]");
     return;
   }
   std::vector<int> exported{p.gemm.out, p.out};
@@ -444,10 +501,10 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
                               "' before the region's last node '" + g.nodes[anchor].id + "'");
         return;
       }
-  p.gemm.exported = g.values[p.gemm.out].graph_output ||
-                    std::any_of(g.values[p.gemm.out].users.begin(),
-                                g.values[p.gemm.out].users.end(),
-                                [&](int u) { return !in.count(u); });
+  p.gemm.exported =
+      g.values[p.gemm.out].graph_output ||
+      std::any_of(g.values[p.gemm.out].users.begin(), g.values[p.gemm.out].users.end(),
+                  [&](int u) { return !in.count(u); });
   if (p.up.node >= 0) {
     p.up.exported = g.values[p.up.out].graph_output ||
                     std::any_of(g.values[p.up.out].users.begin(), g.values[p.up.out].users.end(),
@@ -477,7 +534,8 @@ void match(const Graph& g, Matches& out) {
   std::set<int> claimed_up;  // up projections already taken by a gated region
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
     const Op op = g.nodes[i].op;
-    if ((op == Op::kMm || op == Op::kAddmm) && !claimed_up.count(i)) match_gemm(g, i, claimed_up, out);
+    if ((op == Op::kMm || op == Op::kAddmm) && !claimed_up.count(i))
+      match_gemm(g, i, claimed_up, out);
   }
 }
 

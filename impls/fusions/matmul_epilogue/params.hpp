@@ -45,7 +45,7 @@ struct Params {
   DType gemm_dtype = DType::kBFloat16;  ///< operands' and output's dtype (bf16, f16 or f32)
   int add_bias = -1;                    ///< bias added by an aten.add after an mm, [N]; -1: none
   DType add_round = DType::kBFloat16;
-  Act act = Act::kNone;  ///< the activation (kNone: only casts, or nothing after the bias)
+  Act act = Act::kNone;       ///< the activation (kNone: only casts, or nothing after the bias)
   bool has_act_step = false;  ///< a pointwise chain (activation or cast) follows
   DType act_round = DType::kBFloat16;
   /// A residual added last by an aten.add (alpha 1): [.., N] of the GEMM's shape and dtype, the
@@ -53,9 +53,14 @@ struct Params {
   /// activation or gating with it.
   int residual = -1;
   Gemm up;  ///< the up projection multiplied in (node -1: no gating)
+  /// Gating within one GEMM over fused gate/up weights (Phi-3's gate_up_proj): the GEMM's
+  /// [M, N] output is split in two [M, N/2] halves along N, act(half gate_half) * the other half;
+  /// the result is [M, N/2].
+  bool split_halves = false;
+  int gate_half = 0;
   DType gate_round = DType::kBFloat16;
-  bool shared_input = false;  ///< gate and up read the same activations (x W_gate, x W_up)
-  int out = -1;               ///< the region's final value, [.., N] (M * N elements, contiguous)
+  bool shared_input = false;    ///< gate and up read the same activations (x W_gate, x W_up)
+  int out = -1;                 ///< the region's final value, [.., N] (M * N elements, contiguous)
   std::vector<int> act_values;  ///< outputs of the activation chain's nodes (for describe)
 };
 

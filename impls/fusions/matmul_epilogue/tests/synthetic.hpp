@@ -35,7 +35,8 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
     return t;
   };
   auto node = [](const std::string& id, const char* op, json args, json outs) {
-    return json{{"id", id}, {"op", op}, {"args", args}, {"kwargs", json::object()}, {"outputs", outs}};
+    return json{
+        {"id", id}, {"op", op}, {"args", args}, {"kwargs", json::object()}, {"outputs", outs}};
   };
   const std::vector<int64_t> x3{f.B, f.T, f.C}, x2{M, f.C}, y2{M, f.N}, y3{f.B, f.T, f.N};
   json inputs = {in("x", x3, 0.0, 1.0)};
@@ -53,29 +54,33 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
   }
   const bool has_bias = f.bias != "none";
   if (has_bias)
-    inputs.push_back(in("bias", f.bias_rows > 0 ? std::vector<int64_t>{f.bias_rows, f.N}
-                                                : std::vector<int64_t>{f.N},
-                        0.0, 0.5));
+    inputs.push_back(
+        in("bias",
+           f.bias_rows > 0 ? std::vector<int64_t>{f.bias_rows, f.N} : std::vector<int64_t>{f.N},
+           0.0, 0.5));
   if (f.bias == "addmm")
-    nodes.push_back(
-        node("gemm", "aten.addmm.default", {test::ref("bias"), test::ref("view"), test::ref(w)}, {tensor(y2, dt)}));
+    nodes.push_back(node("gemm", "aten.addmm.default",
+                         {test::ref("bias"), test::ref("view"), test::ref(w)}, {tensor(y2, dt)}));
   else
-    nodes.push_back(node("gemm", "aten.mm.default", {test::ref("view"), test::ref(w)}, {tensor(y2, dt)}));
+    nodes.push_back(
+        node("gemm", "aten.mm.default", {test::ref("view"), test::ref(w)}, {tensor(y2, dt)}));
   std::string z = "gemm";
   if (f.alias_gemm) {
-    nodes.push_back(node("gemm_alias", "aten.alias.default", {test::ref("gemm")}, {tensor(y2, dt)}));
+    nodes.push_back(
+        node("gemm_alias", "aten.alias.default", {test::ref("gemm")}, {tensor(y2, dt)}));
     z = "gemm_alias";
   }
   nodes.push_back(node("view_1", "aten.view.default", {test::ref(z), y3}, {tensor(y3, dt)}));
   std::string cur = "view_1";
   if (f.bias == "add") {
-    nodes.push_back(node("add_bias", "aten.add.Tensor", {test::ref(cur), test::ref("bias")}, {tensor(y3, dt)}));
+    nodes.push_back(
+        node("add_bias", "aten.add.Tensor", {test::ref(cur), test::ref("bias")}, {tensor(y3, dt)}));
     cur = "add_bias";
   }
   if (f.residual) {
     inputs.push_back(in("residual", y3, 0.0, 1.0));
-    nodes.push_back(
-        node("add_res", "aten.add.Tensor", {test::ref(cur), test::ref("residual")}, {tensor(y3, dt)}));
+    nodes.push_back(node("add_res", "aten.add.Tensor", {test::ref(cur), test::ref("residual")},
+                         {tensor(y3, dt)}));
     cur = "add_res";
   }
   json outputs = json::array();
@@ -95,7 +100,8 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
       f32("c3", "aten.mul.Tensor", {test::ref("cube"), 0.044715});
       f32("inner", "aten.add.Tensor", {test::ref("up"), test::ref("c3")});
       f32("scaled", "aten.mul.Tensor", {test::ref("inner"), 0.7978845608028654});
-      f32("erf", "aten.tanh.default", {test::ref("scaled")});  // "erf": the inner node leak_inner returns
+      f32("erf", "aten.tanh.default",
+          {test::ref("scaled")});  // "erf": the inner node leak_inner returns
       f32("one_plus", "aten.add.Tensor", {test::ref("erf"), 1});
       f32("half", "aten.mul.Tensor", {test::ref("up"), 0.5});
       f32("act", "aten.mul.Tensor", {test::ref("half"), test::ref("one_plus")});
@@ -103,8 +109,8 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
       f32("erf", "aten.sigmoid.default", {test::ref("up")});
       f32("act", "aten.mul.Tensor", {test::ref("up"), test::ref("erf")});
     }
-    nodes.push_back(
-        node("y", "prims.convert_element_type.default", {test::ref("act"), {{"dtype", dt}}}, {tensor(y3, dt)}));
+    nodes.push_back(node("y", "prims.convert_element_type.default",
+                         {test::ref("act"), {{"dtype", dt}}}, {tensor(y3, dt)}));
     outputs.push_back("y");
     if (f.leak_inner) outputs.push_back("erf");
   } else {

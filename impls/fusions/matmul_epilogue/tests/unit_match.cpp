@@ -10,8 +10,8 @@
 
 using namespace replay;
 using namespace replay::test;
-using replay::matmul_epilogue::Act;
 using nlohmann::json;
+using replay::matmul_epilogue::Act;
 
 namespace replay::fusions {
 extern const FusionSpec matmul_epilogue;
@@ -163,8 +163,8 @@ TEST_P(MatmulEpilogueForms, Matches) {
   EXPECT_EQ(pr.K, c.form.C);
   EXPECT_EQ(name(g, pr.gemm.b), c.form.weight == "linear" ? "permute" : "weight");
   if (c.form.act != "none") EXPECT_EQ(pr.gemm.exported, c.form.save_pre);
-  EXPECT_EQ(name(g, pr.out), c.form.act == "none" ? (c.form.bias == "add" ? "add_bias" : "gemm")
-                                                  : "y");
+  EXPECT_EQ(name(g, pr.out),
+            c.form.act == "none" ? (c.form.bias == "add" ? "add_bias" : "gemm") : "y");
 }
 
 LinearForm form(std::string weight, std::string bias, std::string act, bool save_pre = false) {
@@ -179,10 +179,12 @@ LinearForm form(std::string weight, std::string bias, std::string act, bool save
 INSTANTIATE_TEST_SUITE_P(
     All, MatmulEpilogueForms,
     ::testing::Values(
-        FormCase{"linear_addmm_erf", form("linear", "addmm", "gelu_erf"), Act::kGeluErf, true, false},
+        FormCase{"linear_addmm_erf", form("linear", "addmm", "gelu_erf"), Act::kGeluErf, true,
+                 false},
         FormCase{"conv1d_addmm_tanh", form("conv1d", "addmm", "gelu_tanh", true), Act::kGeluTanh,
                  true, false},
-        FormCase{"linear_mm_add_erf", form("linear", "add", "gelu_erf"), Act::kGeluErf, false, true},
+        FormCase{"linear_mm_add_erf", form("linear", "add", "gelu_erf"), Act::kGeluErf, false,
+                 true},
         FormCase{"conv1d_mm_add_none", form("conv1d", "add", "none"), Act::kNone, false, true},
         FormCase{"linear_mm_silu", form("linear", "none", "silu", true), Act::kSilu, false, false},
         FormCase{"linear_addmm_none", form("linear", "addmm", "none"), Act::kNone, true, false}),
@@ -232,7 +234,8 @@ TEST(MatmulEpilogueMatch, DeclinesABiasOfTheWrongShape) {
   Graph g2 = parse_trace(linear_trace(f), "<add>");
   Plan p2 = plan_of(g2);
   EXPECT_TRUE(p2.regions.empty());
-  EXPECT_NE(declined_at(g2, p2, "gemm").find("neither a [96] bias nor a residual"), std::string::npos)
+  EXPECT_NE(declined_at(g2, p2, "gemm").find("neither a [96] bias nor a residual"),
+            std::string::npos)
       << declined_at(g2, p2, "gemm");
 }
 

@@ -90,7 +90,8 @@ double bf16(double v) {
 }  // namespace
 
 TEST(MatmulEpilogueNumerics, FusedKernelArithmeticPasses) {
-  for (auto [act, a] : {std::pair{"gelu_erf", Act::kGeluErf}, std::pair{"gelu_tanh", Act::kGeluTanh}}) {
+  for (auto [act, a] :
+       {std::pair{"gelu_erf", Act::kGeluErf}, std::pair{"gelu_tanh", Act::kGeluTanh}}) {
     Sim s = simulate("addmm", act, 7);
     const HostTensor& pre = s.ref.at(s.g.find_value("gemm"));
     const auto r = verdict(s, "y", [&](int64_t m, int64_t n) {
