@@ -358,14 +358,16 @@ bool match_split(const Graph& g, int v, Params& p, std::vector<int>& nodes) {
       Chain c = find_chain(g, gate);
       if (c.nodes.empty() || c.act == Act::kNone) continue;
       const int sink = g.nodes[c.nodes.back()].outputs[0];
-      const int m = single_user(g, sink);
-      if (m < 0 || g.nodes[m].op != Op::kMul) continue;
+      int m = -1;  // the one mul reading the activation (it may be saved too: declined later)
+      for (int u : g.values[sink].users)
+        if (g.nodes[u].op == Op::kMul && u != m) m = m < 0 ? u : -2;
+      if (m < 0) continue;
       int w = other_tensor(g.nodes[m], sink);
       std::vector<int> up_nodes;
       if (w >= 0 && w != upv) {  // through an exact upcast of the up half
         const int pc = g.values[w].producer;
         if (pc < 0 || g.nodes[pc].op != Op::kConvertElementType ||
-            g.nodes[pc].operands[0].value != upv || single_user(g, w) != m ||
+            g.nodes[pc].operands[0].value != upv ||
             promote_types(g.meta(upv).dtype, g.nodes[pc].dtype) !=
                 std::optional<DType>(g.nodes[pc].dtype))
           continue;

@@ -1,7 +1,8 @@
 // matmul_epilogue on the GPU: both variants against the float64 reference on the bundled linear /
 // MLP traces and on synthetic forms (the harness's own verdict, every graph output, fresh seeds);
 // and mutants that must FAIL it: the bias dropped, GELU tanh for erf, the weight read without its
-// transpose.
+// transpose. The decoder layers are left to `replay run` (their deep GEMM chains exceed the
+// bounds on some seeds in every variant, eager included: tests/gpu/test_replay_all.cpp).
 #include <functional>
 
 #include "impls/fusions/binding.hpp"
@@ -28,7 +29,6 @@ struct GpuCase {
 
 Graph bundled(const std::string& trace) {
   LoadOptions opt;
-  opt.cut_unsupported = true;  // the decoder layers' attention
   return load_trace(trace_path(trace), opt);
 }
 
@@ -54,8 +54,10 @@ std::vector<GpuCase> cases() {
         "nanogpt_mlp_gelu_tanh_train_fwd_2x8x64", "nanogpt_mlp_gelu_tanh_train_fwd_8x1024x1600",
         "nanogpt_mlp_train_bwd_2x8x64", "llama_swiglu_mlp_train_fwd_2x8x64x176",
         "llama_swiglu_mlp_train_bwd_2x8x64x176", "linear_fp32_train_fwd_2x8x64x32",
-        "byog/decoder/llama_decoder_layer_mincut_train_fwd_2x64x256",
-        "byog/decoder/qwen3_decoder_layer_mincut_train_fwd_2x64x256"})
+        "byog/linear/phi3_mlp_mincut_train_fwd_2x8x128",
+        "byog/linear/gemma_mlp_mincut_train_fwd_2x8x128",
+        "byog/linear/bert_intermediate_mincut_train_fwd_2x8x128",
+        "byog/linear/llama_mlp_mincut_train_bwd_2x8x128"})
     out.push_back({t, [t] { return bundled(t); }});
   const std::pair<const char*, LinearForm> forms[] = {
       {"synthetic_linear_addmm_gelu_erf", synth("linear", "addmm", "gelu_erf", false)},
@@ -86,7 +88,21 @@ TEST_P(MatmulEpilogueGpu, PassesNumerics) {
   int regions = 0;
   for (const Region& r : plan.regions) regions += r.fusion == &fusions::matmul_epilogue;
   ASSERT_GT(regions, 0) << c.name << ": no matmul_epilogue region";
-  for (uint64_t seed : {41u, 42u}) expect_variant_matches(g, variant, seed);
+  const auto bounds = default_value_bounds(g);
+  for (uint64_t seed : {41u, 42u}) {
+    auto ref = run_reference(g, generate_inputs(g, seed));
+    GpuProgram prog(g, plan, variant, ref, nullptr);
+    expect_fused_where_available(plan, prog, variant, c.name);
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    for (int v : g.outputs) {  // check_value: an add's addend magnitudes, as the harness does
+      const auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                                   output_bounds(g, plan, bounds, v));
+      EXPECT_TRUE(res.pass()) << c.name << " " << variant << " seed " << seed << " "
+                              << g.values[v].name << ": " << res.failure();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, MatmulEpilogueGpu,
