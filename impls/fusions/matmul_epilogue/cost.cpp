@@ -1,9 +1,10 @@
 // matmul_epilogue cost and description.
 // Bytes that must move: each operand read once, the bias once, each region output written once
 // (the result, and the GEMM outputs a training forward saves) = the region's external inputs and
-// outputs. FLOPs: 2 M N K per GEMM (tensor cores; the epilogue's ~10 FLOP per element is noise
-// beside it). At 4096-class shapes the FLOP term bounds the SOL by two orders of magnitude; at the
-// small shapes of the golden traces the bytes do.
+// outputs. FLOPs: 2 M N K per GEMM, by matmul class (Cost::matmul_flops: "bf16", "fp32", ...,
+// against the run's measured peak of that class; the epilogue's ~10 FLOP per element is noise
+// beside it, counted in neither). At 4096-class shapes the FLOP term bounds the SOL; at the small
+// shapes of the golden traces the bytes do.
 #include "impls/fusions/matmul_epilogue/params.hpp"
 #include "workloads/ops/matmul.hpp"
 #include "workloads/plan/match_util.hpp"
@@ -16,8 +17,12 @@ Cost cost(const Graph& g, const Region& r) {
   io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   Cost c;
   c.bytes = value_bytes(g, io);
-  c.flops = matmul_flops(g, g.nodes[g.values[p.gemm.out].producer]);
-  if (p.up.node >= 0) c.flops += matmul_flops(g, g.nodes[g.values[p.up.out].producer]);
+  for (const Gemm* gm : {&p.gemm, &p.up}) {
+    if (gm->out < 0) continue;
+    const Node& n = g.nodes[g.values[gm->out].producer];
+    c.flops += matmul_flops(g, n);
+    c.matmul_flops[matmul_class(g, n)] += matmul_flops(g, n);
+  }
   return c;
 }
 

@@ -52,7 +52,7 @@ struct Params {
   /// sum in that dtype (the residual stream: o_proj / down_proj + hidden_states); -1: none. No
   /// activation or gating with it.
   int residual = -1;
-  Gemm up;  ///< the up projection multiplied in (node -1: no gating)
+  Gemm up;  ///< the up projection multiplied in (node and out -1: no gating)
   /// Gating within one GEMM over fused gate/up weights (Phi-3's gate_up_proj): the GEMM's
   /// [M, N] output is split in two [M, N/2] halves along N, act(half gate_half) * the other half;
   /// the result is [M, N/2].

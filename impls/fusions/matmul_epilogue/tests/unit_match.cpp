@@ -77,6 +77,7 @@ TEST(MatmulEpilogueMatch, NanoGPTMlpGeluErfAndBiasOnly) {
     // Cost: the GEMM's FLOPs and every input and output once.
     const Cost c = fc->fusion->cost(g, *fc);
     EXPECT_DOUBLE_EQ(c.flops, 2.0 * f.M * f.N * f.K);
+    EXPECT_EQ(c.matmul_flops, (std::map<std::string, double>{{"bf16", 2.0 * f.M * f.N * f.K}}));
   }
 }
 
@@ -121,6 +122,7 @@ TEST(MatmulEpilogueMatch, Float32LinearWithOutputCast) {
   EXPECT_EQ(r.act, Act::kNone);
   EXPECT_EQ(r.act_round, DType::kBFloat16);
   EXPECT_FALSE(r.gemm.exported);
+  EXPECT_EQ(p.regions[0].fusion->cost(g, p.regions[0]).matmul_flops.count("fp32"), 1u);
   EXPECT_EQ(name(g, r.out), "convert_element_type_2");
 }
 
