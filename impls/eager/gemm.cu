@@ -258,11 +258,9 @@ __global__ void scaled_epilogue_kernel(ScaledEpilogue e) {
 
 // What one cuBLASLt call computes, on our side: d = a @ b (+ epilogue), batch-strided.
 struct GemmSpec {
-  Mat a, b, d;              // a [batch, M, K], b [batch, K, N], d [batch, M, N] row-major
-  Stored la, lb;            // how a and b are read (stored(a), stored(b))
-  int64_t ldd = 1;          // d's row stride
-  const void* c = nullptr;  // cuBLASLt's C when it is not D (c_dtype, row stride ldc)
-  int64_t ldc = 1;
+  Mat a, b, d;                      // a [batch, M, K], b [batch, K, N], d [batch, M, N] row-major
+  Stored la, lb;                    // how a and b are read (stored(a), stored(b))
+  int64_t ldd = 1;                  // d's row stride
   DType c_dtype = DType::kFloat32;  // cuBLASLt's C (= D pointer) type
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   double alpha = 1, beta = 0;
@@ -283,7 +281,6 @@ struct LtCall {
   LayoutPtr la, lb, lc, ld;  // cuBLASLt's A (our b), B (our a), C, D
   const void* A = nullptr;
   const void* B = nullptr;
-  const void* C = nullptr;  // D when null
   void* D = nullptr;
   bool f64 = false;
   float alpha_f = 1, beta_f = 0;
@@ -354,8 +351,8 @@ struct LtCall {
     ++g_counters.matmuls;
     const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
     const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
-    return cublasLtMatmul(handle, desc.get(), alpha, A, la.get(), B, lb.get(), beta, C ? C : D,
-                          lc.get(), D, ld.get(), &algo, workspace, kWorkspaceBytes, s);
+    return cublasLtMatmul(handle, desc.get(), alpha, A, la.get(), B, lb.get(), beta, D, lc.get(), D,
+                          ld.get(), &algo, workspace, kWorkspaceBytes, s);
   }
 };
 
@@ -410,8 +407,7 @@ std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
   // Our a [M, K]: row-major -> stored [K, M] (op N); column-major -> stored [M, K] (op T).
   c->lb = g.la.col_major ? make_layout(*c, g.a.dtype, M, K, g.la.ld, batch, g.a.bstride)
                          : make_layout(*c, g.a.dtype, K, M, g.la.ld, batch, g.a.bstride);
-  c->lc = make_layout(*c, g.c_dtype, N, M, g.c ? g.ldc : g.ldd, batch, g.d.bstride);
-  c->C = g.c;
+  c->lc = make_layout(*c, g.c_dtype, N, M, g.ldd, batch, g.d.bstride);
   c->ld = make_layout(*c, g.d.dtype, N, M, g.ldd, batch, g.d.bstride);
   c->A = g.b.ptr;
   c->B = g.a.ptr;
@@ -426,7 +422,6 @@ std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
   c->align_a = alignment(g.b.ptr, bytes(g.b));
   c->align_b = alignment(g.a.ptr, bytes(g.a));
   c->align_d = alignment(g.d.ptr, bytes(g.d));
-  if (g.c) c->align_d = std::min(c->align_d, alignment(g.c, 0));
   c->key += "|al" + std::to_string(c->align_a) + "," + std::to_string(c->align_b) + "," +
             std::to_string(c->align_d);
   if (g.scale_a || g.scale_b) {  // cuBLASLt's A is our b: its scale is scale_b, and vice versa
@@ -797,10 +792,8 @@ EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
   }
   if (M == 0 || N == 0) return [](cudaStream_t) {};
   if (K == 0) {  // an empty sum: the bias, or 0
-    plan->pre.push_back({as_tensor(d),
-                         m.c.ptr ? broadcast_as(m.c, {1, M, N})
-                                 : (m.bias ? broadcast_as(bias_t, {1, M, N}) : DeviceTensor{}),
-                         1});
+    plan->pre.push_back(
+        {as_tensor(d), m.bias ? broadcast_as(bias_t, {1, M, N}) : DeviceTensor{}, 1});
     return [plan](cudaStream_t s) { plan->run(s); };
   }
   Stage st;
@@ -816,16 +809,6 @@ EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
     if (N > 1 && m.bias_stride != 1) fail("the bias must have unit stride");
     g.bias = m.bias;
     g.bias_dtype = m.bias_dtype;
-  }
-  if (m.c.ptr) {
-    const Mat c = as_mat(m.c);
-    if (m.bias || m.c.ndim != 2 || c.rows != M || c.cols != N || c.dtype != d.dtype ||
-        !(c.cstride == 1 || N == 1) || !(c.rstride >= N || M == 1))
-      fail("c must be a row-major [M, N] of the output's dtype, without a bias");
-    if (g.d.ptr != d.ptr) fail("c needs a row-major output");
-    g.c = c.ptr;
-    g.ldc = M == 1 ? N : c.rstride;
-    g.beta = 1;
   }
   st.call = build_call(name, g);
   plan->direct = std::move(st);

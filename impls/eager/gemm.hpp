@@ -71,16 +71,11 @@ EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
 ///    (any row stride), else computed into a temporary and copied.
 ///  - bias: a [N] vector of d's dtype (unit stride, or N == 1): CUBLASLT_EPILOGUE_BIAS,
 ///    d = round(acc + bias) with one rounding (PyTorch's gemm_and_bias); nullptr: no epilogue.
-///  - c: optional (null ptr: none), [M, N] of d's dtype with a unit column stride: cuBLASLt's C
-///    with beta = 1, d = acc + c. For a bfloat16/float16 d cuBLASLt rounds acc to d's dtype before
-///    adding c (measured, see plan_matmul in gemm.cu): d = round(round(acc) + c), which is what a
-///    graph's mm followed by an aten.add of a residual computes. Not together with a bias.
 /// Float32 operands accumulate in float32 without TF32. `name` names the call in errors.
 /// Throws std::invalid_argument for ranks, shapes or dtypes outside this; the launch throws
 /// RuntimeFailure with the cuBLASLt status as lower_gemm's does.
 struct MatmulOperands {
   DeviceTensor a, b, d;
-  DeviceTensor c;  ///< optional residual (ptr null: none)
   const void* bias = nullptr;
   DType bias_dtype = DType::kFloat32;
   int64_t bias_stride = 1;

@@ -2,7 +2,7 @@
 // prepare_matmul) and the epilogue kernel (kernels.hpp).
 //
 //   optimized: GEMM (CUBLASLT_EPILOGUE_BIAS for addmm, the graph's dtype direct) [+ the up GEMM]
-//              [+ one fused kernel: bias of mm + add, activation, gating, casts]
+//              [+ one fused kernel: bias of mm + add, activation, gating, casts, residual]
 //   baseline:  GEMM without epilogue (float32 output when addmm's bias follows) [+ the up GEMM]
 //              + one kernel per step: bias, activation, gating
 // Both compute what the graph computes with its roundings (the GEMM output rounded to its dtype,
@@ -132,23 +132,6 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       b.unsupported = "residual '" + g.values[p.residual].name + "' is not a contiguous [.., N]";
       return b;
     }
-  }
-  // mm + residual, the GEMM output private: one cuBLASLt matmul with the residual as C.
-  if (optimized && p.residual >= 0 && p.gemm.bias < 0 && !p.gemm.exported) {
-    y = as_rows(ctx.tensor(p.out), M, N);
-    if (!y.ptr) {
-      b.unsupported = "result '" + g.values[p.out].name + "' is not a contiguous [.., N]";
-      return b;
-    }
-    MatmulOperands mo;
-    BoundTensor ta = ctx.tensor(p.gemm.a), tb = ctx.tensor(p.gemm.b);
-    mo.a = device_tensor(ta.ptr, ta.layout);
-    mo.b = device_tensor(tb.ptr, tb.layout);
-    mo.d = dev2(y, M, N);
-    mo.c = dev2(res, M, N);
-    EagerLaunch l = prepare_matmul(g.nodes[g.values[p.gemm.out].producer].id, mo);
-    b.launch = [l](const LaunchContext& c) { l(c.stream); };
-    return b;
   }
   if (!gemm_out(p.gemm, z) || !add_gemm(p.gemm, z)) return b;
   if (p.up.node >= 0 && (!gemm_out(p.up, up) || !add_gemm(p.up, up))) return b;

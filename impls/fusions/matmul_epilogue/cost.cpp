@@ -47,12 +47,11 @@ std::string optimized_plan(const Params& p) {
   std::string s;
   const bool bias = p.gemm.bias >= 0;
   const bool more = p.add_bias >= 0 || p.has_act_step || p.up.node >= 0;
-  if (p.residual >= 0 && !bias && !p.gemm.exported)
-    s = "one cuBLASLt matmul with the residual as its C (beta = 1): cuBLASLt rounds the product to "
-        "the output dtype before adding C, as the graph's mm + add does";
-  else if (p.residual >= 0)
+  if (p.residual >= 0)
     s = std::string("one cuBLASLt matmul") + (bias ? " with CUBLASLT_EPILOGUE_BIAS" : "") +
-        " writing the GEMM output the graph exports, then one kernel adding the residual";
+        " writing the GEMM output in the graph's dtype, then one kernel adding the residual. Not "
+        "cuBLASLt's C with beta = 1: it does not round the product before adding C as the graph "
+        "does (H200: rel_l2 2.7e-3 against a bound of 5.1e-4)";
   else if (p.split_halves)
     s = "one cuBLASLt GEMM over the fused gate/up weight (as the model stores it), then one fused "
         "pointwise kernel reading each half of its output once: act(gate) * up";
