@@ -72,8 +72,8 @@ std::string optimized_plan(const Params& p) {
                                  : "") +
          "the graph applies GELU to the pre-activation rounded to " +
          std::string(dtype_name(p.gemm_dtype)) +
-         ", cuBLASLt to its float32 value (TUNING.md: one-ulp flips on most elements, past the "
-         "bounds)";
+         ", cuBLASLt to its float32 value (TUNING.md: its arithmetic fails the numerics "
+         "bounds in a CPU simulation)";
   if (p.add_bias >= 0)
     s += ". The bias of mm + add is added after the graph's rounding of the mm output (not "
          "CUBLASLT_EPILOGUE_BIAS, which rounds once)";
