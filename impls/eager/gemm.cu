@@ -763,6 +763,58 @@ EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
   return [plan](cudaStream_t s) { plan->run(s); };
 }
 
+EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("matmul " + name + ": " + what);
+  };
+  if (m.a.ndim != 2 || m.b.ndim != 2 || m.d.ndim != 2) fail("a, b and d must be 2-D");
+  const Mat a = as_mat(m.a), b = as_mat(m.b), d = as_mat(m.d);
+  const int64_t M = d.rows, N = d.cols, K = a.cols;
+  if (a.rows != M || b.rows != K || b.cols != N)
+    fail("shapes [" + std::to_string(a.rows) + ", " + std::to_string(K) + "] @ [" +
+         std::to_string(b.rows) + ", " + std::to_string(b.cols) + "] -> [" + std::to_string(M) +
+         ", " + std::to_string(N) + "] do not fit");
+  if (!is_16bit_or_32bit_float(a.dtype) || b.dtype != a.dtype ||
+      !(d.dtype == a.dtype || d.dtype == DType::kFloat32))
+    fail(std::string("dtypes ") + std::string(dtype_name(a.dtype)) + " @ " +
+         std::string(dtype_name(b.dtype)) + " -> " + std::string(dtype_name(d.dtype)) +
+         " (needs one 16- or 32-bit float dtype, the output that or float32)");
+  if (m.bias && m.bias_dtype != d.dtype) fail("the bias must have the output's dtype");
+  auto plan = std::make_shared<GemmPlan>();
+  plan->node = name;
+  DeviceTensor bias_t;
+  if (m.bias) {
+    bias_t.ptr = const_cast<void*>(m.bias);
+    bias_t.dtype = m.bias_dtype;
+    bias_t.ndim = 1;
+    bias_t.shape[0] = N;
+    bias_t.stride[0] = N == 1 ? 1 : m.bias_stride;
+  }
+  if (M == 0 || N == 0) return [](cudaStream_t) {};
+  if (K == 0) {  // an empty sum: the bias, or 0
+    plan->pre.push_back(
+        {as_tensor(d), m.bias ? broadcast_as(bias_t, {1, M, N}) : DeviceTensor{}, 1});
+    return [plan](cudaStream_t s) { plan->run(s); };
+  }
+  Stage st;
+  GemmSpec g;
+  const auto any = [](const Mat&, Stored) { return true; };
+  std::tie(g.a, g.la) = prepare_operand(*plan, a, any, false);
+  std::tie(g.b, g.lb) = prepare_operand(*plan, b, any, false);
+  g.compute = CUBLAS_COMPUTE_32F;
+  g.d = prepare_output(*plan, d, st.post);
+  g.ldd = row_stride(g.d);
+  g.c_dtype = g.d.dtype;
+  if (m.bias) {
+    if (N > 1 && m.bias_stride != 1) fail("the bias must have unit stride");
+    g.bias = m.bias;
+    g.bias_dtype = m.bias_dtype;
+  }
+  st.call = build_call(name, g);
+  plan->direct = std::move(st);
+  return [plan](cudaStream_t s) { plan->run(s); };
+}
+
 GemmCounters gemm_counters() {
   return g_counters;
 }

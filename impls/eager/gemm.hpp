@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "impls/eager/kernels.hpp"
@@ -60,6 +61,26 @@ namespace replay {
 /// CUBLAS_STATUS_NOT_SUPPORTED when no algorithm fits) or the CUDA error.
 EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
                        const std::vector<DeviceTensor>& out);
+
+/// One cuBLASLt matmul for a fusion (impls/fusions/matmul_epilogue): d = a @ b (+ bias), through
+/// the same handles, workspace, algorithm cache and operand layouts as lower_gemm.
+///  - a [M, K], b [K, N]: 2-D, one dtype (bfloat16, float16, float32), each row- or column-major
+///    (a `t`/`permute` of a [N, K] weight is a column-major b, read through cuBLASLt's transpose
+///    flag); any other layout is copied first, as lower_gemm does.
+///  - d [M, N]: a's dtype, or float32 for 16-bit operands (the accumulator, unrounded); row-major
+///    (any row stride), else computed into a temporary and copied.
+///  - bias: a [N] vector of d's dtype (unit stride, or N == 1): CUBLASLT_EPILOGUE_BIAS,
+///    d = round(acc + bias) with one rounding (PyTorch's gemm_and_bias); nullptr: no epilogue.
+/// Float32 operands accumulate in float32 without TF32. `name` names the call in errors.
+/// Throws std::invalid_argument for ranks, shapes or dtypes outside this; the launch throws
+/// RuntimeFailure with the cuBLASLt status as lower_gemm's does.
+struct MatmulOperands {
+  DeviceTensor a, b, d;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::kFloat32;
+  int64_t bias_stride = 1;
+};
+EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m);
 
 /// What the GEMM launches of this process did so far (for tests and logs).
 struct GemmCounters {

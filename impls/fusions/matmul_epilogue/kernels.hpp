@@ -1,0 +1,60 @@
+// matmul_epilogue kernels: the pointwise epilogue that follows a cuBLASLt GEMM when cuBLASLt's own
+// epilogues cannot compute it with the graph's roundings (see TUNING.md): one fused kernel reading
+// each GEMM output once (optimized), or the same steps one kernel each (baseline). The GEMMs
+// themselves are impls/eager/gemm.hpp's prepare_matmul.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "workloads/ir/dtype.hpp"
+
+namespace replay::matmul_epilogue {
+
+/// The activation of the epilogue, computed in float32 (erff, tanhf, expf).
+enum class Act : uint8_t {
+  kNone,      ///< no activation (casts only)
+  kGeluErf,   ///< 0.5 x (1 + erf(x / sqrt 2)): nn.GELU(), F.gelu
+  kGeluTanh,  ///< 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GPT-2 gelu_new, Gemma
+  kSilu,      ///< x / (1 + exp(-x)) = x * sigmoid(x): Llama, Qwen, Mistral
+};
+const char* act_name(Act a);
+
+/// One row-major [M, N] matrix operand (row stride `ld` elements, unit column stride).
+struct EpiMat {
+  void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t ld = 0;
+};
+
+/// Per element (m, n) of [M, N], in float32 (rounded to each step's dtype, as the graph does):
+///   v = z[m, n]
+///   if bias:  v = round(bias_round, v + bias[n]);  if pre.ptr: pre[m, n] = v
+///   if act_step: v = round(act_round, act(v));       if mid.ptr: mid[m, n] = v
+///   if up.ptr: v = round(y.dtype, v * up[m, n])
+///   if res.ptr: v = v + res[m, n]               (a residual add)
+///   y[m, n] = round(y.dtype, v)
+/// A step that is off is skipped. bias is a unit-stride [N] vector. Dtypes: float32, bfloat16,
+/// float16.
+struct EpilogueArgs {
+  int64_t M = 0, N = 0;
+  EpiMat z;
+  const void* bias = nullptr;
+  DType bias_dtype = DType::kFloat32;
+  DType bias_round = DType::kFloat32;
+  EpiMat pre;  ///< optional: the value after the bias, written (the exported pre-activation)
+  bool act_step = false;
+  Act act = Act::kNone;
+  DType act_round = DType::kFloat32;
+  EpiMat mid;  ///< optional: the value after the activation, written
+  EpiMat up;   ///< optional: the gating operand
+  EpiMat res;  ///< optional: the residual added last
+  EpiMat y;
+};
+
+/// Enqueues the epilogue on `stream`: one grid-stride kernel, one element per thread iteration.
+/// Throws CudaError on a launch failure.
+void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream);
+
+}  // namespace replay::matmul_epilogue

@@ -1,0 +1,76 @@
+// matmul_epilogue: a GEMM (aten.mm / aten.addmm, 2-D operands in any row- or column-major layout:
+// nn.Linear's `t`/`permute` of a [out, in] weight, GPT-2 Conv1D's [in, out] weight, activations
+// flattened by a `view`) and the pointwise epilogue model code writes after it: a bias (addmm's
+// self, or an aten.add of a [N] vector), an activation (GELU in its erf and tanh forms, SiLU, as
+// decomposed pointwise chains, recognized by value), gating by a second GEMM of the same shape
+// (Llama/Gemma MLPs: act(x W_gate) * (x W_up)) and the casts around them (issue 26). This header
+// holds the fusion's typed params and entry points; the FusionSpec row is in spec.cpp.
+//
+//   params.hpp  this file       match.cpp  structural matcher     cost.cpp  bytes, FLOPs, describe
+//   kernels.*   the fused pointwise epilogue kernel   bind.cpp  params -> cuBLASLt + kernel args
+//   TUNING.md   method and measurements   tests/  matcher tests (unit_*.cpp), GPU tests (gpu_*.cpp)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "impls/fusions/matmul_epilogue/kernels.hpp"
+#include "workloads/plan/fusion_spec.hpp"
+
+namespace replay::matmul_epilogue {
+
+/// One GEMM of the region: out [M, N] = a [M, K] @ b [K, N] (+ bias [N] for addmm).
+struct Gemm {
+  /// Node index of the aten.mm / aten.addmm in the canonical graph the matcher saw (-1: none);
+  /// on the captured graph (cost, describe, bind) it is the producer of `out`.
+  int node = -1;
+  int a = -1;     ///< value index of the [M, K] operand as the GEMM reads it (a view, any layout)
+  int b = -1;     ///< value index of the [K, N] operand (a `t`/`permute` view of [N, K], or [K, N])
+  int bias = -1;  ///< addmm's self, a [N] vector (beta = alpha = 1), -1 for mm
+  int out = -1;   ///< value index of the GEMM's output [M, N] (the graph rounds it to its dtype)
+  bool exported = false;  ///< `out` is read outside the region (saved for the backward)
+};
+
+/// A matched region. Value indices, not names. What the epilogue computes per element, in float32
+/// with the graph's roundings (each `round` is a cast to that dtype):
+///   v = gemm.out                                       (addmm: round(acc + bias), one rounding)
+///   v = round(add_round, v + add_bias[n])              when add_bias >= 0 (mm + add)
+///   v = round(act_round, act(v))                       when act != kNone (or the cast alone)
+///   v = round(gate_round, v * up.out)                  when up.node >= 0 (gating)
+///   v = round(dtype, v + residual)                     when residual >= 0
+///   out = v
+struct Params {
+  Gemm gemm;  ///< the GEMM (the gate projection when gated)
+  int64_t M = 0, N = 0, K = 0;
+  DType gemm_dtype = DType::kBFloat16;  ///< operands' and output's dtype (bf16, f16 or f32)
+  int add_bias = -1;                    ///< bias added by an aten.add after an mm, [N]; -1: none
+  DType add_round = DType::kBFloat16;
+  Act act = Act::kNone;       ///< the activation (kNone: only casts, or nothing after the bias)
+  bool has_act_step = false;  ///< a pointwise chain (activation or cast) follows
+  DType act_round = DType::kBFloat16;
+  /// A residual added last by an aten.add (alpha 1): [.., N] of the GEMM's shape and dtype, the
+  /// sum in that dtype (the residual stream: o_proj / down_proj + hidden_states); -1: none. No
+  /// activation or gating with it.
+  int residual = -1;
+  Gemm up;  ///< the up projection multiplied in (node and out -1: no gating)
+  /// Gating within one GEMM over fused gate/up weights (Phi-3's gate_up_proj): the GEMM's
+  /// [M, N] output is split in two [M, N/2] halves along N, act(half gate_half) * the other half;
+  /// the result is [M, N/2].
+  bool split_halves = false;
+  int gate_half = 0;
+  DType gate_round = DType::kBFloat16;
+  bool shared_input = false;    ///< gate and up read the same activations (x W_gate, x W_up)
+  int out = -1;                 ///< the region's final value, [.., N] (M * N elements, contiguous)
+  std::vector<int> act_values;  ///< outputs of the activation chain's nodes (for describe)
+};
+
+void match(const Graph& g, Matches& out);
+Cost cost(const Graph& g, const Region& r);
+nlohmann::json describe(const Graph& g, const Region& r);
+Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
+
+/// Evaluates x -> act(x) in double: GELU erf 0.5 x (1 + erf(x / sqrt 2)), GELU tanh
+/// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), SiLU x / (1 + exp(-x)), identity for kNone.
+double act_reference(Act act, double x);
+
+}  // namespace replay::matmul_epilogue

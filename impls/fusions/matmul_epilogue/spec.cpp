@@ -1,0 +1,29 @@
+// The matmul_epilogue row of the fusion registry.
+#include "impls/fusions/matmul_epilogue/params.hpp"
+
+namespace replay::fusions {
+namespace {
+
+constexpr VariantSpec kVariants[] = {
+    {"baseline", Role::kBaseline,
+     "cuBLASLt GEMM without epilogue (float32 output when a bias follows), then one pointwise "
+     "kernel per epilogue step (bias, activation, gating)"},
+    {"optimized", Role::kOptimized,
+     "cuBLASLt GEMM with CUBLASLT_EPILOGUE_BIAS and the output dtype direct; what the graph "
+     "rounds in between (GELU, SiLU gating) in one fused kernel reading each GEMM output once"},
+};
+
+}  // namespace
+
+extern const FusionSpec matmul_epilogue = {
+    "matmul_epilogue",
+    "GEMM + epilogue: bias, GELU (erf, tanh), SiLU/GELU gating, casts (nn.Linear, GPT-2 Conv1D, "
+    "Llama/Gemma MLPs) through cuBLASLt",
+    kVariants,
+    matmul_epilogue::match,
+    matmul_epilogue::cost,
+    matmul_epilogue::describe,
+    matmul_epilogue::bind,
+};
+
+}  // namespace replay::fusions

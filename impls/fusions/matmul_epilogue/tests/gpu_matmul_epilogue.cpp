@@ -1,0 +1,209 @@
+// matmul_epilogue on the GPU: both variants against the float64 reference on the bundled linear /
+// MLP traces and on synthetic forms (the harness's own verdict, every graph output, fresh seeds);
+// and mutants that must FAIL it: the bias dropped, GELU tanh for erf, the weight read without its
+// transpose. The decoder layers are left to `replay run` (their deep GEMM chains exceed the
+// bounds on some seeds in every variant, eager included: tests/gpu/test_replay_all.cpp).
+#include <functional>
+
+#include "impls/fusions/binding.hpp"
+#include "impls/fusions/matmul_epilogue/params.hpp"
+#include "impls/fusions/matmul_epilogue/tests/synthetic.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+namespace replay::fusions {
+extern const FusionSpec matmul_epilogue;
+}
+
+using namespace replay;
+using namespace replay::test;
+using replay::matmul_epilogue::Act;
+
+namespace {
+
+struct GpuCase {
+  std::string name;
+  std::function<Graph()> load;
+};
+
+Graph bundled(const std::string& trace) {
+  LoadOptions opt;
+  return load_trace(trace_path(trace), opt);
+}
+
+LinearForm synth(std::string weight, std::string bias, std::string act, bool save_pre,
+                 bool residual = false) {
+  LinearForm f;
+  f.B = 4;
+  f.T = 64;
+  f.C = 256;
+  f.N = 384;
+  f.weight = weight;
+  f.bias = bias;
+  f.act = act;
+  f.save_pre = save_pre;
+  f.residual = residual;
+  return f;
+}
+
+std::vector<GpuCase> cases() {
+  std::vector<GpuCase> out;
+  for (const char* t :
+       {"nanogpt_mlp_train_fwd_2x8x64", "nanogpt_mlp_train_fwd_8x1024x1600",
+        "nanogpt_mlp_gelu_tanh_train_fwd_2x8x64", "nanogpt_mlp_gelu_tanh_train_fwd_8x1024x1600",
+        "nanogpt_mlp_train_bwd_2x8x64", "llama_swiglu_mlp_train_fwd_2x8x64x176",
+        "llama_swiglu_mlp_train_bwd_2x8x64x176", "linear_fp32_train_fwd_2x8x64x32",
+        "byog/linear/phi3_mlp_mincut_train_fwd_2x8x128",
+        "byog/linear/gemma_mlp_mincut_train_fwd_2x8x128",
+        "byog/linear/bert_intermediate_mincut_train_fwd_2x8x128",
+        "byog/linear/llama_mlp_mincut_train_bwd_2x8x128"})
+    out.push_back({t, [t] { return bundled(t); }});
+  const std::pair<const char*, LinearForm> forms[] = {
+      {"synthetic_linear_addmm_gelu_erf", synth("linear", "addmm", "gelu_erf", false)},
+      {"synthetic_conv1d_addmm_gelu_tanh_saved", synth("conv1d", "addmm", "gelu_tanh", true)},
+      {"synthetic_linear_mm_add_gelu_erf", synth("linear", "add", "gelu_erf", true)},
+      {"synthetic_linear_mm_silu", synth("linear", "none", "silu", false)},
+      {"synthetic_linear_mm_residual", synth("linear", "none", "none", false, true)},
+      {"synthetic_conv1d_addmm_residual", synth("conv1d", "addmm", "none", false, true)},
+  };
+  for (const auto& [n, f] : forms) {
+    const LinearForm form = f;
+    const std::string name = n;
+    out.push_back({name, [form, name] { return parse_trace(linear_trace(form), name); }});
+  }
+  return out;
+}
+
+class MatmulEpilogueGpu : public ::testing::TestWithParam<std::tuple<size_t, std::string>> {};
+
+}  // namespace
+
+TEST_P(MatmulEpilogueGpu, PassesNumerics) {
+  REQUIRE_GPU();
+  const auto& [ci, variant] = GetParam();
+  const GpuCase c = cases()[ci];
+  Graph g = c.load();
+  const Plan plan = make_plan(g, fusion_registry());
+  int regions = 0;
+  for (const Region& r : plan.regions) regions += r.fusion == &fusions::matmul_epilogue;
+  ASSERT_GT(regions, 0) << c.name << ": no matmul_epilogue region";
+  const auto bounds = default_value_bounds(g);
+  for (uint64_t seed : {41u, 42u}) {
+    auto ref = run_reference(g, generate_inputs(g, seed));
+    GpuProgram prog(g, plan, variant, ref, nullptr);
+    expect_fused_where_available(plan, prog, variant, c.name);
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    for (int v : g.outputs) {  // check_value: an add's addend magnitudes, as the harness does
+      const auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                                   output_bounds(g, plan, bounds, v));
+      EXPECT_TRUE(res.pass()) << c.name << " " << variant << " seed " << seed << " "
+                              << g.values[v].name << ": " << res.failure();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, MatmulEpilogueGpu,
+                         ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
+                                            ::testing::Values("baseline", "optimized")),
+                         [](const auto& info) {
+                           return test_name(cases()[std::get<0>(info.param)].name + "_" +
+                                            std::get<1>(info.param));
+                         });
+
+// --- mutants ----------------------------------------------------------------------------------
+
+namespace {
+
+// A BindContext that hands out the GEMM's weight operand as if it were row-major [K, N] (the
+// transpose flag forgotten): the [N, K] weight's bytes read as the wrong matrix.
+class UntransposedWeight : public BindContext {
+ public:
+  UntransposedWeight(BindContext& in, int b) : in_(in), b_(b) {}
+  BoundTensor tensor(int value) override {
+    BoundTensor t = in_.tensor(value);
+    if (value == b_) t.layout.stride = contiguous_strides(t.layout.shape);
+    return t;
+  }
+  void* workspace(size_t bytes) override { return in_.workspace(bytes); }
+
+ private:
+  BindContext& in_;
+  int b_;
+};
+
+enum class Mutant { kBiasDropped, kTanhForErf, kUntransposedWeight };
+Mutant g_mutant = Mutant::kBiasDropped;
+
+Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  Region m = r;
+  auto p = std::any_cast<matmul_epilogue::Params>(r.params);
+  if (g_mutant == Mutant::kBiasDropped) p.gemm.bias = -1;
+  if (g_mutant == Mutant::kTanhForErf && p.act == Act::kGeluErf) p.act = Act::kGeluTanh;
+  m.params = p;
+  if (g_mutant == Mutant::kUntransposedWeight) {
+    UntransposedWeight w(ctx, p.gemm.b);
+    return matmul_epilogue::bind(g, m, v, w);
+  }
+  return matmul_epilogue::bind(g, m, v, ctx);
+}
+
+// Runs `variant` with the mutant on `g` (this fusion alone) and expects the first region's
+// result to FAIL the numerics check, seeds 41 and 42.
+void expect_mutant_fails(const Graph& g, Mutant mu, const std::string& variant) {
+  g_mutant = mu;
+  FusionSpec spec = fusions::matmul_epilogue;
+  spec.bind = mutant_bind;
+  const FusionSpec* only[] = {&spec};
+  Plan plan = make_plan(g, only);
+  ASSERT_FALSE(plan.regions.empty());
+  const auto& p = std::any_cast<const matmul_epilogue::Params&>(plan.regions[0].params);
+  const auto bounds = default_value_bounds(g);
+  for (uint64_t seed : {41u, 42u}) {
+    auto ref = run_reference(g, generate_inputs(g, seed));
+    GpuProgram prog(g, plan, variant, ref, nullptr);
+    ASSERT_EQ(prog.fallback_reason(0), "") << "the mutant must run the fused path";
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    const auto res = check_numerics(g.values[p.out].name, prog.download(p.out, nullptr),
+                                    ref.at(p.out), bounds[p.out]);
+    EXPECT_FALSE(res.pass()) << g.name << " " << variant << ": the mutant passed";
+  }
+}
+
+}  // namespace
+
+TEST(MatmulEpilogueMutant, BiasDroppedFails) {
+  REQUIRE_GPU();
+  for (const char* variant : {"baseline", "optimized"}) {
+    expect_mutant_fails(bundled("nanogpt_mlp_train_fwd_2x8x64"), Mutant::kBiasDropped, variant);
+    LinearForm f = synth("conv1d", "addmm", "none", false);
+    expect_mutant_fails(parse_trace(linear_trace(f), "bias"), Mutant::kBiasDropped, variant);
+  }
+}
+
+TEST(MatmulEpilogueMutant, GeluTanhForErfFails) {
+  REQUIRE_GPU();
+  // [1024, 512] x [512, 1024]: the two GELUs differ by less than a bf16 ulp (1.5e-4 at 1), so a
+  // tiny output's handful of flips would be no evidence (unit_numerics.cpp, on the CPU).
+  LinearForm f = synth("linear", "addmm", "gelu_erf", true);
+  f.B = 4;
+  f.T = 256;
+  f.C = 512;
+  f.N = 1024;
+  for (const char* variant : {"baseline", "optimized"})
+    expect_mutant_fails(parse_trace(linear_trace(f), "tanh_for_erf"), Mutant::kTanhForErf, variant);
+}
+
+TEST(MatmulEpilogueMutant, UntransposedWeightFails) {
+  REQUIRE_GPU();
+  for (const char* variant : {"baseline", "optimized"}) {
+    expect_mutant_fails(bundled("nanogpt_mlp_train_fwd_2x8x64"), Mutant::kUntransposedWeight,
+                        variant);
+    expect_mutant_fails(bundled("llama_swiglu_mlp_train_fwd_2x8x64x176"),
+                        Mutant::kUntransposedWeight, variant);
+  }
+}
