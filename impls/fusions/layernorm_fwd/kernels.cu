@@ -522,31 +522,23 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   }
 }
 
-template <typename T, int VPT, int WARPS, bool ADD>
+// One kernel per epilogue shape (its own register allocation: the generic body, which also
+// writes the exported intermediates, needs more registers than the compiled shapes and must not
+// make them spill).
+template <typename T, int VPT, int WARPS, bool ADD, EpiKind K>
 __global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS, ADD))
-    norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
+    norm_fwd_persistent_kernel(NormFwdArgs a) {
   constexpr int RPB = kOptThreads / (32 * WARPS);
   __shared__ float red[RPB][4];
   extern __shared__ uint4 w_smem[];  // [n_weights][cols] of T, filled by norm_rows
   void* w0 = w_smem;
   const void* w1 = reinterpret_cast<const T*>(w_smem) + a.cols;
-  switch (kind) {  // uniform: one body per epilogue shape
-    case EpiKind::kIdentity:
-      return norm_rows<T, VPT, WARPS, EpiKind::kIdentity, ADD>(a, w0, w1, red);
-    case EpiKind::kScale:
-      return norm_rows<T, VPT, WARPS, EpiKind::kScale, ADD>(a, w0, w1, red);
-    case EpiKind::kAffine:
-      return norm_rows<T, VPT, WARPS, EpiKind::kAffine, ADD>(a, w0, w1, red);
-    case EpiKind::kRoundScale:
-      return norm_rows<T, VPT, WARPS, EpiKind::kRoundScale, ADD>(a, w0, w1, red);
-    default:
-      return norm_rows<T, VPT, WARPS, EpiKind::kGeneric, ADD>(a, w0, w1, red);
-  }
+  norm_rows<T, VPT, WARPS, K, ADD>(a, w0, w1, red);
 }
 
-template <typename T, int VPT, int WARPS, bool ADD>
-void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
-  auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS, ADD>;
+template <typename T, int VPT, int WARPS, bool ADD, EpiKind K>
+void launch_shape(const NormFwdArgs& a, cudaStream_t stream) {
+  auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS, ADD, K>;
   const size_t smem = size_t(a.n_weights) * size_t(a.cols) * sizeof(T);
   // Occupancy is a host query of several µs: computed once per (instantiation, smem size), so that
   // a timed launch costs only the launch.
@@ -569,8 +561,24 @@ void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
   const int grid =
       static_cast<int>(std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)));
   if (grid == 0) return;
-  kernel<<<grid, kOptThreads, smem, stream>>>(a, classify_epilogue(a));
+  kernel<<<grid, kOptThreads, smem, stream>>>(a);
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
+}
+
+template <typename T, int VPT, int WARPS, bool ADD>
+void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
+  switch (classify_epilogue(a)) {
+    case EpiKind::kIdentity:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kIdentity>(a, stream);
+    case EpiKind::kScale:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kScale>(a, stream);
+    case EpiKind::kAffine:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kAffine>(a, stream);
+    case EpiKind::kRoundScale:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kRoundScale>(a, stream);
+    default:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kGeneric>(a, stream);
+  }
 }
 
 template <typename T, int WARPS, bool ADD>

@@ -822,8 +822,9 @@ TEST(LayerNormFwdMatch, EveryBundledNormForwardFusesAndBinds) {
       for (const auto& d : p.declined)
         ADD_FAILURE() << stem << ": '" << g.nodes[d.node].id << "' declined: " << d.reason;
       for (size_t i = 0; i < g.nodes.size(); ++i)
-        if (g.nodes[i].op == Op::kVarMean || g.nodes[i].op == Op::kMeanDim)
+        if (g.nodes[i].op == Op::kVarMean || g.nodes[i].op == Op::kMeanDim) {
           EXPECT_GE(p.node_region[i], 0) << stem << ": '" << g.nodes[i].id << "' not fused";
+        }
       for (const Region& r : p.regions) {
         ++regions;
         for (const VariantSpec& v : r.fusion->variants) {
