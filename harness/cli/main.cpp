@@ -20,6 +20,7 @@
 #include "harness/cli/exit_codes.hpp"
 #include "harness/measure/gpu_state.hpp"
 #include "harness/measure/timing.hpp"
+#include "harness/replay/ceilings.hpp"
 #include "harness/replay/repro.hpp"
 #include "harness/replay/runner.hpp"
 #include "harness/replay/variants.hpp"
@@ -265,7 +266,8 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
                 n.value.c_str(), n.pass() ? "PASS" : ("FAIL " + n.failure()).c_str(), n.rel_l2,
                 n.max_ulp_err);
   for (const auto& r : t.regions) {
-    std::printf("   %s\n", r.label.c_str());
+    const std::string sol = r.sol_terms(c).describe();
+    std::printf("   %s%s%s\n", r.label.c_str(), sol.empty() ? "" : ": ", sol.c_str());
     for (const auto& v : r.variants) {
       std::printf("     %-10s ", v.variant.name.c_str());
       if (v.timed())
@@ -339,6 +341,18 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
         gpu = std::make_unique<GpuSession>();
         run.environment.update(gpu->environment());
         run.ceilings.copy_gbps = gpu->bandwidth_gbps();
+        if (opt.matmul_ceilings) {
+          const auto peaks =
+              measure_matmul_peaks(gpu->launch_context().stream, gpu->l2(), opt.rule);
+          set_matmul_ceilings(peaks, run.ceilings);
+          std::fprintf(stderr, "matmul ceilings (TFLOP/s):");
+          for (const auto& p : peaks)
+            if (p.tflops > 0)
+              std::fprintf(stderr, " %s %.0f", p.cls.c_str(), p.tflops);
+            else
+              std::fprintf(stderr, " %s not measured (%s)", p.cls.c_str(), p.error.c_str());
+          std::fprintf(stderr, "\n");
+        }
         run.run_info["l2_flush_bytes"] = gpu->l2().bytes();
         run.run_info["gpu_state_start"] = gpu_state(0);
         if (run.run_info["gpu_state_start"].contains("driver_version"))
@@ -521,6 +535,10 @@ int main(int argc, char** argv) {
                 "do not write a reproducer bundle (OUT/repro/) for each numerics failure");
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
+  bool no_matmul_ceilings = false;
+  run->add_flag("--no-matmul-ceilings", no_matmul_ceilings,
+                "do not measure the matmul peaks at the start (about 2 s); SOL then has no matmul "
+                "term");
   run->add_option("--reference-budget", opt.reference_budget_s,
                   "seconds: a trace whose float64 reference is estimated to take longer on this "
                   "machine is not replayed (0: no limit)")
@@ -588,6 +606,7 @@ int main(int argc, char** argv) {
         }
       }
       opt.cupti = !no_cupti;
+      opt.matmul_ceilings = !no_matmul_ceilings;
       if (!no_repro) opt.repro_dir = (fs::path(out_dir) / "repro").string();
       if (!shard_spec.empty()) {
         try {

@@ -104,6 +104,11 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan) {
   std::vector<int> io = g.inputs;
   io.insert(io.end(), g.outputs.begin(), g.outputs.end());
   whole.cost.bytes = value_bytes(g, io);
+  for (const Node& n : g.nodes)
+    if (const double fl = matmul_flops(g, n); fl > 0) {
+      whole.cost.flops += fl;
+      whole.cost.matmul_flops[matmul_class(g, n)] += fl;
+    }
   rows.push_back(whole);
   for (size_t r = 0; r < plan.regions.size(); ++r) {
     const Region& reg = plan.regions[r];

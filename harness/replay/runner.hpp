@@ -37,6 +37,9 @@ struct RunOptions {
   /// than this on this machine is not replayed (the report says why, with the estimate); 0: no
   /// limit. Seconds.
   double reference_budget_s = 60;
+  /// Measure the matmul ceilings (harness/replay/ceilings.hpp) at the start of the run, so GEMM
+  /// work enters SOL (about 2 s); false: SOL has no matmul term.
+  bool matmul_ceilings = true;
 };
 
 class L2Flush;

@@ -258,6 +258,11 @@ std::string render_html(const RunResult& run) {
        " · seed " + std::to_string(run.seed);
   if (run.ceilings.copy_gbps > 0)
     h += " · copy bandwidth " + num(run.ceilings.copy_gbps, 0) + " GB/s (the SOL denominator)";
+  if (!run.ceilings.matmul_tflops.empty()) {
+    h += " · matmul peaks (TFLOP/s):";
+    for (const auto& [cls, tf] : run.ceilings.matmul_tflops)
+      h += " " + html_escape(cls) + " " + num(tf, 0);
+  }
   if (run.run_info.is_object() && run.run_info.contains("started_utc"))
     h += " · started " + html_escape(run.run_info.value("started_utc", std::string()));
   h += "</p>";
@@ -309,6 +314,9 @@ std::string render_html(const RunResult& run) {
       h += "<h3>" + html_escape(row.label) + "</h3><p class=meta>SOL bytes " +
            num(row.cost.bytes / 1e6) + " MB";
       if (run.ceilings.copy_gbps > 0) h += " → SOL time " + num(row.sol_us(run.ceilings)) + " µs";
+      if (const SolTerms st = row.sol_terms(run.ceilings);
+          st.matmul_us > 0 || !st.unmeasured.empty())
+        h += " (" + html_escape(st.describe()) + ")";
       if (row.copy_us > 0) h += " · a device copy of the same bytes: " + num(row.copy_us) + " µs";
       h += "</p>" + time_chart(row) + timeline_chart(row) + variant_table(row, run.ceilings);
     }

@@ -108,6 +108,13 @@ std::string render_markdown(const RunResult& r) {
   if (r.ceilings.copy_gbps > 0)
     md += "- measured copy bandwidth (device-to-device, read + write): " +
           fmt_num(r.ceilings.copy_gbps, 0) + " GB/s; SOL = bytes that must move / this bandwidth\n";
+  if (!r.ceilings.matmul_tflops.empty()) {
+    md += "- measured matmul peaks (TFLOP/s):";
+    for (const auto& [cls, tf] : r.ceilings.matmul_tflops) md += " " + cls + " " + fmt_num(tf, 0);
+    md += "; " + r.ceilings.matmul_problem +
+          ". A region's SOL is the largest of its memory term and its matmul term (FLOPs / peak, "
+          "summed over its GEMMs)\n";
+  }
   if (!r.gpu_note.empty()) md += "\n> **" + r.gpu_note + "**\n";
   const Verdict overall = r.verdict();
   int yes = 0, no = 0;
@@ -167,6 +174,8 @@ std::string render_markdown(const RunResult& r) {
       md += "SOL bytes: " + fmt_num(reg.cost.bytes / 1e6, 2) + " MB";
       if (r.ceilings.copy_gbps > 0)
         md += " → SOL time " + fmt_num(reg.sol_us(r.ceilings), 2) + " µs";
+      if (const SolTerms st = reg.sol_terms(r.ceilings); st.matmul_us > 0 || !st.unmeasured.empty())
+        md += " (" + st.describe() + ")";
       if (reg.copy_us > 0)
         md += "; a device copy of the same bytes, timed the same way: " + fmt_num(reg.copy_us, 2) +
               " µs";

@@ -1,6 +1,7 @@
 #include "harness/report/results.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace replay {
 
@@ -10,12 +11,52 @@ Verdict VariantResult::verdict() const {
   return v;
 }
 
-double RegionResult::sol_us(const Ceilings& c) const {
-  double t = 0;
-  if (c.copy_gbps > 0) t = std::max(t, cost.bytes / (c.copy_gbps * 1e3));  // GB/s = 1e3 bytes/µs
-  if (c.matmul_tflops > 0) t = std::max(t, cost.flops / (c.matmul_tflops * 1e6));
-  if (c.bus_gbps > 0) t = std::max(t, cost.comm_bytes / (c.bus_gbps * 1e3));
+double SolTerms::sol_us() const {
+  return std::max({memory_us, matmul_us, comm_us});
+}
+
+std::string SolTerms::bound() const {
+  if (sol_us() <= 0) return "";
+  if (matmul_us >= memory_us && matmul_us >= comm_us) return "matmul";
+  return comm_us > memory_us ? "comm" : "memory";
+}
+
+std::string SolTerms::describe() const {
+  if (sol_us() <= 0 && unmeasured.empty()) return "";
+  auto us = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f µs", v);
+    return std::string(b);
+  };
+  std::string s = "SOL " + us(sol_us());
+  if (!bound().empty()) s += ", bound by " + bound();
+  std::string terms;
+  if (memory_us > 0) terms += "memory " + us(memory_us);
+  if (matmul_us > 0) terms += (terms.empty() ? "" : ", ") + std::string("matmul ") + us(matmul_us);
+  if (comm_us > 0) terms += (terms.empty() ? "" : ", ") + std::string("comm ") + us(comm_us);
+  if (!terms.empty()) s += " (" + terms + ")";
+  for (const auto& c : unmeasured)
+    s += "; no " + c + " matmul peak measured: its FLOPs not counted";
+  return s;
+}
+
+SolTerms RegionResult::sol_terms(const Ceilings& c) const {
+  SolTerms t;
+  if (c.copy_gbps > 0) t.memory_us = cost.bytes / (c.copy_gbps * 1e3);  // GB/s = 1e3 bytes/µs
+  for (const auto& [cls, flops] : cost.matmul_flops) {
+    if (flops <= 0) continue;
+    const auto it = c.matmul_tflops.find(cls);
+    if (it == c.matmul_tflops.end() || it->second <= 0)
+      t.unmeasured.push_back(cls);
+    else
+      t.matmul_us += flops / (it->second * 1e6);  // TFLOP/s = 1e6 FLOP/µs
+  }
+  if (c.bus_gbps > 0) t.comm_us = cost.comm_bytes / (c.bus_gbps * 1e3);
   return t;
+}
+
+double RegionResult::sol_us(const Ceilings& c) const {
+  return sol_terms(c).sol_us();
 }
 
 double RegionResult::sol_pct(double median_us, const Ceilings& c) const {
@@ -54,6 +95,13 @@ Verdict RunResult::verdict() const {
 }
 
 namespace {
+
+nlohmann::json sol_terms_json(const SolTerms& t) {
+  nlohmann::json j = {
+      {"memory", t.memory_us}, {"matmul", t.matmul_us}, {"comm", t.comm_us}, {"bound", t.bound()}};
+  if (!t.unmeasured.empty()) j["matmul_unmeasured"] = t.unmeasured;
+  return j;
+}
 
 nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const Ceilings& c) {
   nlohmann::json j = {{"variant", v.variant.name}};
@@ -152,8 +200,10 @@ nlohmann::json to_json(const RunResult& r) {
                          {"cost",
                           {{"bytes", reg.cost.bytes},
                            {"flops", reg.cost.flops},
-                           {"comm_bytes", reg.cost.comm_bytes}}},
+                           {"comm_bytes", reg.cost.comm_bytes},
+                           {"matmul_FLOP", reg.cost.matmul_flops}}},
                          {"sol_us", reg.sol_us(r.ceilings)},
+                         {"sol_terms_us", sol_terms_json(reg.sol_terms(r.ceilings))},
                          {"copy_us", reg.copy_us},
                          {"variants", vs}});
     }
@@ -188,6 +238,7 @@ nlohmann::json to_json(const RunResult& r) {
           {"ceilings",
            {{"copy_GBps", r.ceilings.copy_gbps},
             {"matmul_TFLOPs", r.ceilings.matmul_tflops},
+            {"matmul_problem", r.ceilings.matmul_problem},
             {"bus_GBps", r.ceilings.bus_gbps}}},
           {"gpu_note", r.gpu_note},
           {"verdict", verdict_name(r.verdict())},

@@ -2,6 +2,7 @@
 // here, Markdown in markdown.hpp) only read them.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,11 +19,30 @@ namespace replay {
 /// Schema string of results.json.
 inline constexpr const char* kResultsSchema = "replay-results/2";
 
-/// Hardware ceilings the run measured on its device; 0 where not measured.
+/// Hardware ceilings the run measured on its device; 0 (or absent) where not measured.
 struct Ceilings {
-  double copy_gbps = 0;      ///< device-to-device copy bandwidth, read + write, GB/s
-  double matmul_tflops = 0;  ///< dense matmul peak, TFLOP/s
-  double bus_gbps = 0;       ///< interconnect bus bandwidth, GB/s
+  double copy_gbps = 0;  ///< device-to-device copy bandwidth, read + write, GB/s
+  /// Dense matmul peak by matmul class (matmul_class(), workloads/ops/matmul.hpp), TFLOP/s: the
+  /// median of a large square GEMM through the eager cuBLASLt path (harness/replay/ceilings.hpp).
+  std::map<std::string, double> matmul_tflops;
+  std::string matmul_problem;  ///< how the matmul peaks were measured (shapes, timing), or empty
+  double bus_gbps = 0;         ///< interconnect bus bandwidth, GB/s
+};
+
+/// A region's speed-of-light time split into its terms, µs (0 where the ceiling is unmeasured).
+struct SolTerms {
+  double memory_us = 0;  ///< Cost::bytes / copy bandwidth
+  double matmul_us = 0;  ///< sum over classes of Cost::matmul_flops / that class's peak
+  double comm_us = 0;    ///< Cost::comm_bytes / bus bandwidth
+  /// Matmul classes the region has FLOPs of but the run measured no peak for (their time is not
+  /// in matmul_us).
+  std::vector<std::string> unmeasured;
+  double sol_us() const;
+  /// The term that bounds the region: "memory", "matmul" or "comm"; "" when all are 0.
+  std::string bound() const;
+  /// One line for the reports, e.g. "SOL 1234.5 µs, bound by matmul (memory 80.1 µs, matmul
+  /// 1234.5 µs)"; the unmeasured classes named; "" when no term was measured.
+  std::string describe() const;
 };
 
 /// One variant (reference, eager, or a fusion variant) of one region or of the whole trace.
@@ -82,6 +102,8 @@ struct RegionResult {
   std::vector<VariantResult> variants;
   /// Speed-of-light time, µs: max over the terms whose ceiling was measured (Cost).
   double sol_us(const Ceilings& c) const;
+  /// The terms of sol_us and which one bounds it.
+  SolTerms sol_terms(const Ceilings& c) const;
   /// % of speed-of-light of a median time: sol_us / time.
   double sol_pct(double median_us, const Ceilings& c) const;
   /// The variant with this role (the first), or nullptr.

@@ -243,6 +243,17 @@ VariantResult read_variant(const JNode& v) {
   return r;
 }
 
+// {"key": number, ...}
+std::map<std::string, double> read_number_map(const JNode& n) {
+  if (!n.j.is_object()) n.fail("expected an object of numbers");
+  std::map<std::string, double> m;
+  for (const auto& [k, v] : n.j.items()) {
+    if (!v.is_number()) n.fail("expected a number at key '" + k + "'");
+    m[k] = v.get<double>();
+  }
+  return m;
+}
+
 RegionResult read_region(const JNode& n) {
   RegionResult r;
   r.label = n.at("label").str();
@@ -253,6 +264,7 @@ RegionResult read_region(const JNode& n) {
   r.cost.bytes = c.at("bytes").num();
   r.cost.flops = c.at("flops").num();
   r.cost.comm_bytes = c.at("comm_bytes").num();
+  if (c.has("matmul_FLOP")) r.cost.matmul_flops = read_number_map(c.at("matmul_FLOP"));
   r.copy_us = n.at("copy_us").num();
   for (const JNode& v : n.at("variants").items()) r.variants.push_back(read_variant(v));
   return r;
@@ -331,7 +343,10 @@ RunResult results_from_json(const nlohmann::json& j, const std::string& file) {
   r.seed = root.at("seed").uinteger();
   const JNode c = root.at("ceilings");
   r.ceilings.copy_gbps = c.at("copy_GBps").num();
-  r.ceilings.matmul_tflops = c.at("matmul_TFLOPs").num();
+  // Before the per-class peaks, matmul_TFLOPs was one number, never measured (0).
+  if (const JNode m = c.at("matmul_TFLOPs"); !m.j.is_number())
+    r.ceilings.matmul_tflops = read_number_map(m);
+  r.ceilings.matmul_problem = c.str_or("matmul_problem", "");
   r.ceilings.bus_gbps = c.at("bus_GBps").num();
   r.gpu_note = root.at("gpu_note").str();
   for (const JNode& t : root.at("traces").items()) r.traces.push_back(read_trace(t));

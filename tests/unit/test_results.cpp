@@ -75,12 +75,40 @@ TEST(Results, SolPercent) {
 
 TEST(Results, SolIsTheLargestMeasuredTerm) {
   RegionResult r;
-  r.cost = {100e6, 2e12, 0};  // 25 µs of bytes at 4000 GB/s; 2 TFLOP
+  r.cost = {100e6, 2e12, 0};  // 25 µs of bytes at 4000 GB/s
+  r.cost.matmul_flops = {{"bf16", 2e12}};
   Ceilings c;
   c.copy_gbps = 4000;
   EXPECT_DOUBLE_EQ(r.sol_us(c), 25.0);  // no matmul peak measured: the FLOP term is left out
-  c.matmul_tflops = 1000;               // 2e12 FLOP at 1000 TFLOP/s = 2000 µs
+  EXPECT_EQ(r.sol_terms(c).bound(), "memory");
+  EXPECT_EQ(r.sol_terms(c).unmeasured, std::vector<std::string>{"bf16"});
+  c.matmul_tflops["fp16"] = 1000;  // another class's peak does not count for bf16 FLOPs
+  EXPECT_DOUBLE_EQ(r.sol_us(c), 25.0);
+  c.matmul_tflops["bf16"] = 1000;  // 2e12 FLOP at 1000 TFLOP/s = 2000 µs
   EXPECT_DOUBLE_EQ(r.sol_us(c), 2000.0);
+  EXPECT_EQ(r.sol_terms(c).bound(), "matmul");
+  EXPECT_TRUE(r.sol_terms(c).unmeasured.empty());
+  r.cost.comm_bytes = 1e10;  // 10 GB at 2000 GB/s = 5000 µs
+  c.bus_gbps = 2000;
+  EXPECT_DOUBLE_EQ(r.sol_us(c), 5000.0);
+  EXPECT_EQ(r.sol_terms(c).bound(), "comm");
+}
+
+// GEMMs of several classes run one after the other on the tensor cores: their times add.
+TEST(Results, MatmulTermsOfSeveralClassesAdd) {
+  RegionResult r;
+  r.cost.bytes = 1e6;
+  r.cost.matmul_flops = {{"bf16", 1e12}, {"float8_rowwise", 2e12}};
+  Ceilings c;
+  c.copy_gbps = 4000;
+  c.matmul_tflops = {{"bf16", 500}, {"float8_rowwise", 1000}};  // 2000 µs + 2000 µs
+  const SolTerms t = r.sol_terms(c);
+  EXPECT_DOUBLE_EQ(t.matmul_us, 4000.0);
+  EXPECT_DOUBLE_EQ(t.memory_us, 0.25);
+  EXPECT_EQ(t.describe(), "SOL 4000.0 µs, bound by matmul (memory 0.2 µs, matmul 4000.0 µs)");
+  c.matmul_tflops.erase("bf16");
+  EXPECT_DOUBLE_EQ(r.sol_terms(c).matmul_us, 2000.0);
+  EXPECT_NE(r.sol_terms(c).describe().find("no bf16 matmul peak measured"), std::string::npos);
 }
 
 TEST(Results, JsonCarriesSchemaSamplesAndVerdicts) {

@@ -58,7 +58,9 @@ RunResult rich_run() {
   run.environment = {{"device", "NVIDIA H100 80GB HBM3"}, {"git_revision", "abc"}};
   run.run_info = {{"started_utc", "2026-11-22T15:00:00Z"}, {"modes", {"cold", "hot", "graph"}}};
   run.seed = (uint64_t(1) << 63) + 5;
-  run.ceilings = {3050.5, 989.0, 0};
+  run.ceilings.copy_gbps = 3050.5;
+  run.ceilings.matmul_tflops = {{"bf16", 701.5}, {"float8_rowwise", 1228.0}};
+  run.ceilings.matmul_problem = "square GEMMs (bf16 8192^3)";
   run.gpu_note = "a note";
   TraceResult t;
   t.name = "nanogpt_layernorm_fwd_16x1024x1600";
@@ -73,6 +75,7 @@ RunResult rich_run() {
   whole.region = -1;
   whole.nodes = {"n1", "n2", "n3"};
   whole.cost = {104.9e6, 0, 0};
+  whole.cost.matmul_flops = {{"bf16", 2e12}, {"fp64", 1e9}};
   whole.copy_us = 40.2;
   VariantResult ref;
   ref.variant = {VariantInfo::kReference, "reference"};
@@ -159,6 +162,9 @@ TEST(ResultsIo, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_EQ(vs[1].host_steps[0].waited, 0u);
   EXPECT_TRUE(vs[0].host_steps.empty());
   EXPECT_EQ(back.traces[0].reference_estimate_s, 1.5);
+  EXPECT_EQ(back.ceilings.matmul_tflops.at("float8_rowwise"), 1228.0);
+  EXPECT_EQ(back.ceilings.matmul_problem, "square GEMMs (bf16 8192^3)");
+  EXPECT_EQ(back.traces[0].regions[0].cost.matmul_flops.at("bf16"), 2e12);
   EXPECT_EQ(back.traces[1].error_kind, TraceResult::Error::kBadInput);
   EXPECT_EQ(back.verdict(), Verdict::kFail);  // recomputed from the numerics read back
 }
@@ -174,6 +180,22 @@ TEST(ResultsIo, SchemaOneIsRead) {
     for (const auto& row : t.regions)
       for (const auto& v : row.variants) timed += v.timed();
   EXPECT_GT(timed, 0u);
+}
+
+// Before the per-class matmul peaks, ceilings.matmul_TFLOPs was one number (never measured) and
+// costs had no matmul_FLOP: such files still read, with no matmul term.
+TEST(ResultsIo, ScalarMatmulCeilingOfEarlierRunsReadsAsUnmeasured) {
+  nlohmann::json j = to_json(rich_run());
+  j["ceilings"]["matmul_TFLOPs"] = 0;
+  j["ceilings"].erase("matmul_problem");
+  j["traces"][0]["regions"][0]["cost"].erase("matmul_FLOP");
+  const RunResult r = results_from_json(j, "r.json");
+  EXPECT_TRUE(r.ceilings.matmul_tflops.empty());
+  EXPECT_TRUE(r.traces[0].regions[0].cost.matmul_flops.empty());
+  j["ceilings"]["matmul_TFLOPs"] = {{"bf16", "fast"}};
+  EXPECT_NE(error_of(j).find("/ceilings/matmul_TFLOPs: expected a number at key 'bf16'"),
+            std::string::npos)
+      << error_of(j);
 }
 
 TEST(ResultsIo, ErrorsNameTheFileThePathAndWhatWasExpected) {

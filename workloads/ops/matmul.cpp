@@ -312,6 +312,27 @@ double matmul_flops(const Graph& g, const Node& n) {
   return 2.0 * static_cast<double>(g.meta(n.outputs.at(0)).numel()) * K;
 }
 
+std::string matmul_class(const Graph& g, const Node& n) {
+  if (n.op < kMatmulOps.first || n.op > kMatmulOps.last) return "";
+  if (n.op == Op::kScaledMm) {
+    const int64_t scale_a = g.meta(n.operands.at(2).value).numel();
+    return scale_a > 1 ? "float8_rowwise" : "float8_tensorwise";
+  }
+  const size_t a = n.op == Op::kAddmm || n.op == Op::kBaddbmm ? 1 : 0;
+  switch (g.meta(n.operands.at(a).value).dtype) {
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kFloat64:
+      return "fp64";
+    default:
+      return "";
+  }
+}
+
 double reference_gemm_gflops() {
   static const double rate = [] {
     use_all_threads();

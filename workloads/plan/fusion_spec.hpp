@@ -12,6 +12,9 @@
 #include <string_view>
 #include <vector>
 
+#include <map>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "workloads/ir/graph.hpp"
@@ -20,13 +23,18 @@
 namespace replay {
 
 /// Work a region must do at least: the speed-of-light terms. SOL time = max(bytes / copy
-/// bandwidth, flops / matmul peak, comm_bytes / bus bandwidth), each term counted only where the
-/// run measured its ceiling.
+/// bandwidth, sum over matmul classes of matmul_flops / that class's matmul peak, comm_bytes / bus
+/// bandwidth), each term counted only where the run measured its ceiling
+/// (RegionResult::sol_terms, harness/report/results.hpp).
 struct Cost {
   double bytes = 0;       ///< device-memory bytes that must move (each input read once, each
                           ///< output written once), bytes
-  double flops = 0;       ///< floating-point operations, FLOP
+  double flops = 0;       ///< floating-point operations of every kind (informational), FLOP
   double comm_bytes = 0;  ///< bytes each rank must send over the interconnect, bytes
+  /// Tensor-core work by matmul class (matmul_class(), workloads/ops/matmul.hpp: "bf16", "fp16",
+  /// "fp32", "fp64", "float8_tensorwise", "float8_rowwise"), FLOP: the GEMMs run one after the
+  /// other on the same units, so their times at the class peaks add up.
+  std::map<std::string, double> matmul_flops;
 };
 
 enum class Role : uint8_t {

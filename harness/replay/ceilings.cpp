@@ -1,0 +1,158 @@
+#include "harness/replay/ceilings.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "impls/cuda/cuda_check.hpp"
+#include "impls/eager/gemm.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+namespace replay {
+namespace {
+
+bool is_float8(const std::string& cls) {
+  return cls.rfind("float8_", 0) == 0;
+}
+
+DType operand_dtype(const std::string& cls) {
+  if (cls == "bf16") return DType::kBFloat16;
+  if (cls == "fp16") return DType::kFloat16;
+  if (cls == "fp32") return DType::kFloat32;
+  if (cls == "fp64") return DType::kFloat64;
+  if (is_float8(cls)) return DType::kFloat8E4M3;
+  throw std::invalid_argument("unknown matmul class '" + cls +
+                              "' (expected one of bf16, fp16, "
+                              "fp32, fp64, float8_tensorwise, float8_rowwise)");
+}
+
+// A device buffer of `meta`'s storage filled with a tiled block of N(0, sd) values (scales: 1).
+DeviceBuffer filled(const TensorMeta& meta, double sd, cudaStream_t s) {
+  const size_t esize = dtype_size(meta.dtype);
+  const size_t bytes = static_cast<size_t>(meta.storage_elems()) * esize;
+  DeviceBuffer buf(std::max<size_t>(bytes, 16));
+  constexpr size_t kBlock = size_t{1} << 20;  // bytes of distinct values, tiled over the buffer
+  const size_t block = std::min(bytes, kBlock) / esize * esize;
+  std::vector<unsigned char> host(block);
+  std::mt19937_64 rng(1234 + bytes);
+  std::normal_distribution<double> nd(0.0, sd);
+  for (size_t i = 0; i < block / esize; ++i)
+    store_as(meta.dtype, sd > 0 ? nd(rng) : 1.0, &host[i * esize]);
+  for (size_t off = 0; off < bytes; off += block)
+    REPLAY_CUDA(cudaMemcpyAsync(static_cast<char*>(buf.get()) + off, host.data(),
+                                std::min(block, bytes - off), cudaMemcpyHostToDevice, s));
+  REPLAY_CUDA(cudaStreamSynchronize(s));
+  return buf;
+}
+
+}  // namespace
+
+const std::vector<std::string>& matmul_peak_classes() {
+  static const std::vector<std::string> k = {
+      "bf16", "fp16", "fp32", "fp64", "float8_tensorwise", "float8_rowwise"};
+  return k;
+}
+
+int64_t matmul_peak_size(const std::string& cls) {
+  if (cls == "fp64") return 2048;
+  if (cls == "fp32") return 4096;
+  operand_dtype(cls);  // throws for an unknown class
+  return 8192;
+}
+
+std::string matmul_peak_trace(const std::string& cls, int64_t size) {
+  const std::string dt(dtype_name(operand_dtype(cls)));
+  const int64_t n = size;
+  auto tensor = [&](const char* id, std::vector<int64_t> shape, std::vector<int64_t> stride,
+                    const std::string& dtype) {
+    return nlohmann::json{
+        {"id", id}, {"shape", shape}, {"stride", stride}, {"dtype", dtype}, {"role", "activation"}};
+  };
+  nlohmann::json inputs = nlohmann::json::array(
+      {tensor("a", {n, n}, {n, 1}, dt), tensor("b", {n, n}, {1, n}, dt)});  // b column-major
+  nlohmann::json node = {{"id", "out"}, {"kwargs", nlohmann::json::object()}};
+  if (is_float8(cls)) {
+    const bool rowwise = cls == "float8_rowwise";
+    inputs.push_back(rowwise ? tensor("scale_a", {n, 1}, {1, 1}, "float32")
+                             : tensor("scale_a", {}, {}, "float32"));
+    inputs.push_back(rowwise ? tensor("scale_b", {1, n}, {n, 1}, "float32")
+                             : tensor("scale_b", {}, {}, "float32"));
+    node["op"] = "aten._scaled_mm.default";
+    node["args"] = {{{"ref", "a"}}, {{"ref", "b"}}, {{"ref", "scale_a"}}, {{"ref", "scale_b"}}};
+    node["kwargs"] = {{"out_dtype", {{"dtype", "bfloat16"}}}};
+    node["outputs"] = {{{"shape", {n, n}}, {"stride", {n, 1}}, {"dtype", "bfloat16"}}};
+  } else {
+    node["op"] = "aten.mm.default";
+    node["args"] = {{{"ref", "a"}}, {{"ref", "b"}}};
+    node["outputs"] = {{{"shape", {n, n}}, {"stride", {n, 1}}, {"dtype", dt}}};
+  }
+  const nlohmann::json doc = {{"schema", "replay-trace/1"},
+                              {"name", "matmul_peak_" + cls},
+                              {"source", {{"model", "matmul ceiling"}, {"phase", "fwd"}}},
+                              {"world_size", 1},
+                              {"inputs", inputs},
+                              {"nodes", {node}},
+                              {"outputs", {"out"}}};
+  return doc.dump();
+}
+
+std::vector<MatmulPeak> measure_matmul_peaks(cudaStream_t s, L2Flush& l2, const StopRule& rule) {
+  std::vector<MatmulPeak> out;
+  for (const std::string& cls : matmul_peak_classes()) {
+    MatmulPeak p;
+    p.cls = cls;
+    p.m = p.n = p.k = matmul_peak_size(cls);
+    try {
+      const Graph g = parse_trace_text(matmul_peak_trace(cls, p.m), "<matmul ceiling " + cls + ">");
+      const Node& node = g.nodes.at(0);
+      std::vector<DeviceBuffer> bufs;
+      std::vector<DeviceTensor> in;
+      for (const Operand& op : node.operands) {
+        if (op.none) {
+          in.emplace_back();
+          continue;
+        }
+        const TensorMeta& meta = g.meta(op.value);
+        const bool scale = meta.numel() != p.m * p.k;
+        bufs.push_back(filled(meta, scale ? 0.0 : 1.0, s));
+        in.push_back(device_tensor(bufs.back().get(), meta));
+      }
+      const TensorMeta& om = g.meta(node.outputs.at(0));
+      DeviceBuffer obuf(static_cast<size_t>(om.storage_elems()) * dtype_size(om.dtype));
+      const EagerLaunch launch = lower_gemm(node, in, {device_tensor(obuf.get(), om)});
+      launch(s);  // the algorithm query and cuBLASLt's first-launch work, outside the timing
+      REPLAY_CUDA(cudaStreamSynchronize(s));
+      const Timing t = time_cold(launch, s, l2, rule);
+      p.median_us = summarize(t.samples_us).median;
+      p.tflops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) *
+                 static_cast<double>(p.k) / (p.median_us * 1e6);
+    } catch (const std::exception& e) {
+      const cudaError_t sticky = cudaDeviceSynchronize();
+      if (sticky != cudaSuccess && cudaDeviceSynchronize() != cudaSuccess) throw;
+      p.error = e.what();
+      p.median_us = p.tflops = 0;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+void set_matmul_ceilings(const std::vector<MatmulPeak>& peaks, Ceilings& c) {
+  std::string measured, failed;
+  for (const MatmulPeak& p : peaks) {
+    if (p.tflops > 0) {
+      c.matmul_tflops[p.cls] = p.tflops;
+      measured += (measured.empty() ? "" : ", ") + p.cls + " " + std::to_string(p.m) + "^3";
+    } else {
+      failed += "; " + p.cls + " not measured: " + p.error;
+    }
+  }
+  c.matmul_problem = "square GEMMs through the eager cuBLASLt path (" + measured +
+                     "; mat2 column-major, float8 with a bfloat16 output), cold L2, median" +
+                     failed;
+}
+
+}  // namespace replay
