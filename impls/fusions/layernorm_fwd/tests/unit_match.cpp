@@ -807,13 +807,15 @@ TEST(LayerNormFwdMatch, ExportsAndDeclinesOfIntermediates) {
   }
 }
 
-// Every bundled forward with a norm (traces/, traces/byog/ at both shapes, the decoder layers)
-// fuses it: each row reduction the matcher tries is in a region, nothing is declined, and both
-// variants bind every region as recorded (strides, dtypes, exports): no eager fallback.
+// Every bundled forward with a norm (traces/, traces/byog/ at both shapes, the decoder layers;
+// the linear and rotary captures have none, and nothing there may be declined either) fuses it:
+// each row reduction the matcher tries is in a region, nothing is declined, and both variants bind
+// every region as recorded (strides, dtypes, exports): no eager fallback.
 TEST(LayerNormFwdMatch, EveryBundledNormForwardFusesAndBinds) {
   namespace fs = std::filesystem;
   int traces = 0, regions = 0;
-  for (const char* sub : {"", "byog", "byog/decoder"}) {
+  for (const char* sub : {"", "byog", "byog/decoder", "byog/linear", "byog/rope"}) {
+    if (!fs::is_directory(fs::path(REPLAY_TRACES_DIR) / sub)) continue;
     for (const auto& e : fs::directory_iterator(fs::path(REPLAY_TRACES_DIR) / sub)) {
       const std::string stem = e.path().stem().string();
       if (e.path().extension() != ".json" || stem.find("_fwd_") == std::string::npos) continue;
