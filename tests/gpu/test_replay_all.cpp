@@ -31,13 +31,6 @@ std::vector<std::string> bundled_traces() {
 // Captured graphs whose region runs eagerly in the fused variants, and why: the gaps this suite
 // tracks (a trace that starts to fuse fails here until it leaves the list).
 const std::map<std::string, std::string> kKnownFallbacks = {
-    // The default partitioner saves the float32 normalized value (the region's output) for the
-    // backward; the kernels write the output in x's dtype (bfloat16).
-    {"byog/gemma_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
-    {"byog/gemma2_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
-    {"byog/gemma3_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
-    {"byog/gemma3_qk_norm_default_train_fwd_2x8x4x64", "output dtype differs from the input dtype"},
-    {"byog/olmo2_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
     // The default partitioner saves x already upcast to float32 beside a bfloat16 dy; the
     // kernels take one dtype for x, dy and dx.
     {"byog/olmo_layernorm_default_train_bwd_2x8x256",
