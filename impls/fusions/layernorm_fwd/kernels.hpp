@@ -10,18 +10,24 @@
 //               flight while a row is computed; weights staged once per block in shared memory.
 // Training forwards also export what the backward saves: both variants write mean and rstd
 // (fp32 per row; the baseline from its statistics kernel, the optimized one from the same
-// persistent kernel) and the upcast x (fp32, from the pass that reads x) when asked to.
+// persistent kernel) and the upcast x (fp32, from the pass that reads x) when asked to. Graphs
+// split by aot_autograd's default partitioner save intermediates too: x - mean, the fp32
+// normalized value, an epilogue step's result (row exports, each written in its own dtype from
+// the registers that hold it, in the pass that writes y) and the [C] weight as the epilogue uses
+// it (Gemma's fp32 1 + w: written once, by the first block). An epilogue step's result selects
+// the generic (run-time) epilogue.
 // With a residual add prologue (h = x + residual, rounded to x's dtype, also returned), both
 // variants compute the statistics and the normalization on the rounded h: the optimized kernel
 // loads the x and residual rows, adds, rounds, writes h with the same 16-byte stores and keeps h in
 // registers; the baseline runs a separate elementwise add kernel writing h, then its two kernels
 // read h.
-// Both need x, y and the weights in one dtype (bf16, fp16 or fp32), 16-byte aligned rows; the
-// optimized one also a row of at most 8192 bf16 (4096 fp32) elements. Otherwise the region runs
-// eagerly and the report says why.
+// Both need x and the weights in one dtype (bf16, fp16 or fp32), y and the row exports in
+// fp32, bf16 or fp16, 16-byte aligned rows; the optimized one also a row of at most 8192 bf16
+// (4096 fp32) elements. Otherwise the region runs eagerly and the report says why.
 // Bytes that must move: rows*C*(sizeof x + sizeof y) + C*sizeof(w) per weight, + rows*4 per
 // exported statistic, + rows*C*4 for an exported upcast x, + rows*C*sizeof x for a residual and
-// again for an exported h.
+// again for an exported h, + rows*C*sizeof(export) per row export, + C*sizeof(export) per weight
+// export.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +41,10 @@ namespace replay {
 
 constexpr int kNormMaxEpilogue = 4;
 constexpr int kNormMaxWeights = 2;
+constexpr int kNormMaxExports = 4;
+/// Stages of the row chain an export is taken at (epilogue step k's result: stage k >= 0).
+constexpr int kStageCentered = -2;    ///< x - mean in fp32 (LayerNorm; RMSNorm: x itself)
+constexpr int kStageNormalized = -1;  ///< (x - mean) * rstd or x * rstd, fp32
 
 enum class NormKind : uint8_t { kLayerNorm, kRMSNorm };
 enum class EpilogueOp : uint8_t { kRound, kMul, kAdd };
@@ -43,6 +53,24 @@ struct NormEpilogueStep {
   EpilogueOp op = EpilogueOp::kRound;
   DType dtype = DType::kFloat32;  ///< result is rounded to this dtype
   int weight = -1;                ///< kMul/kAdd: index into NormFwdArgs::w
+};
+
+/// An intermediate of the row chain written beside y: [rows, cols] in `dtype` (float32, bfloat16
+/// or float16; the value rounded to it), row stride `row_stride` elements (16-byte aligned rows).
+struct NormRowExport {
+  void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t row_stride = 0;
+  int stage = kStageNormalized;  ///< kStageCentered, kStageNormalized, or after epilogue step k
+};
+
+/// An epilogue weight written once, [cols] contiguous in `dtype`: w[weight] upcast, or with
+/// `offset`: round(w_offset_dtype, w + w_offset) (what the epilogue multiplies by), converted.
+struct NormWeightExport {
+  void* ptr = nullptr;
+  DType dtype = DType::kFloat32;
+  int weight = 0;  ///< index into NormFwdArgs::w
+  bool offset = false;
 };
 
 /// Problem description shared by both variants. x is [rows, cols] with row stride x_row_stride
@@ -82,6 +110,7 @@ struct NormFwdArgs {
   NormEpilogueStep epilogue[kNormMaxEpilogue];
   int n_epilogue = 0;
   void* out = nullptr;
+  /// y's dtype: x's, or any of float32, bfloat16, float16 (a region ending at a float32 value).
   DType out_dtype = DType::kBFloat16;
   int64_t out_row_stride = 0;
   /// Saved for the backward (training forwards); nullptr: not written. mean (LayerNorm only) and
@@ -93,6 +122,12 @@ struct NormFwdArgs {
   int64_t rstd_stride = 1;
   float* x32_out = nullptr;
   int64_t x32_row_stride = 0;
+  /// Intermediates a default-partitioner forward saves (x - mean, the fp32 normalized value, an
+  /// epilogue step's result; Gemma's fp32 1 + w), each in its own dtype, in the same pass.
+  NormRowExport row_exports[kNormMaxExports];
+  int n_row_exports = 0;
+  NormWeightExport weight_exports[kNormMaxWeights];
+  int n_weight_exports = 0;
 };
 
 /// Which kernel a support query is about.

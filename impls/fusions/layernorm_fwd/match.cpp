@@ -32,6 +32,12 @@ bool contains(const std::vector<int>& v, int x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+// The one node reading `v` when it has exactly one reader; `v` may also be a graph output (the
+// region then exports it). -1 otherwise.
+int sole_reader(const Graph& g, int v) {
+  return g.values[v].users.size() == 1 ? g.values[v].users[0] : -1;
+}
+
 // The one node reading `v` that `is` accepts, or -1 when none or several do. Other readers are
 // allowed here (the caller decides whether `v` may be exported).
 template <typename Pred>
@@ -96,18 +102,23 @@ bool is_row_reduction(const Graph& g, const Node& n) {
 
 // The [C] operand `w` of epilogue node `reader`, traced back through single-use exact upcasts and
 // at most one add of a Python scalar (the weight's offset) to the tensor the kernel reads; the
-// nodes passed are appended to `nodes`.
+// nodes passed are appended to `nodes`. A value passed that is also a graph output (the default
+// partitioner saves Gemma's fp32 1 + w) is exported: `exports` lists it, before or after the
+// offset.
 struct WeightSrc {
   int value = -1;
   double offset = 0;
   DType offset_dtype = DType::kFloat32;
+  std::vector<std::pair<int, bool>> exports;  ///< (value, after the offset)
 };
 WeightSrc trace_weight(const Graph& g, int w, int reader, std::vector<int>& nodes) {
-  WeightSrc ws{w};
+  WeightSrc ws;
+  ws.value = w;
   bool has_offset = false;
+  std::vector<int> passed;  // values traced through, nearest the reader first
   for (int depth = 0; depth < 4; ++depth) {
     const int p = g.values[ws.value].producer;
-    if (p < 0 || single_user(g, ws.value) != reader) break;
+    if (p < 0 || sole_reader(g, ws.value) != reader) break;
     const Node& n = g.nodes[p];
     if (n.op == Op::kConvertElementType &&
         exact_convert(g.meta(n.operands[0].value).dtype, n.dtype)) {
@@ -124,8 +135,16 @@ WeightSrc trace_weight(const Graph& g, int w, int reader, std::vector<int>& node
     } else {
       break;
     }
+    passed.push_back(n.outputs[0]);
     nodes.push_back(p);
     reader = p;
+  }
+  // Values passed before (nearer the reader than) the offset add hold w + offset.
+  bool after_offset = has_offset;
+  for (int v : passed) {
+    if (g.values[v].graph_output) ws.exports.emplace_back(v, after_offset);
+    const int p = g.values[v].producer;
+    if (g.nodes[p].op == Op::kAdd) after_offset = false;
   }
   return ws;
 }
@@ -238,6 +257,7 @@ bool try_match(const Graph& g, int root, Matches& out) {
   int src = r.operands[0].value;  // fp32 activations
   int normalized = -1;            // value: (x - mean) * rstd, or x * rstd
   int mean = -1, rstd = -1;
+  std::vector<int> centered_values;  // x - mean (LayerNorm): exported where read outside
   EpsMatch em;
   double correction = 0;
   NormKind kind = NormKind::kLayerNorm;
@@ -257,9 +277,10 @@ bool try_match(const Graph& g, int root, Matches& out) {
     });
     if (sub < 0) return out.decline(root, "no single `x - mean` reads the mean");
     const int centered = g.nodes[sub].outputs[0];
-    const int mul = single_user(g, centered);
+    const int mul = sole_reader(g, centered);
     if (mul < 0 || g.nodes[mul].op != Op::kMul || other_tensor(g.nodes[mul], centered) != rstd)
       return out.decline(root, "`x - mean` is not read only by a multiply with rstd");
+    centered_values.push_back(centered);
     nodes.insert(nodes.end(), {sub, mul});
     normalized = g.nodes[mul].outputs[0];
     kind = NormKind::kLayerNorm;
@@ -309,7 +330,11 @@ bool try_match(const Graph& g, int root, Matches& out) {
         if (mul < 0) return out.decline(root, "rstd is not read by a multiply with x - mean");
         const int other = other_tensor(g.nodes[mul], rstd);
         nodes.insert(nodes.begin(), {mp, cp});
-        if (other != centered) nodes.push_back(g.values[other].producer);
+        centered_values.push_back(centered);
+        if (other != centered) {
+          nodes.push_back(g.values[other].producer);
+          centered_values.push_back(other);
+        }
         nodes.push_back(mul);
         normalized = g.nodes[mul].outputs[0];
       }
@@ -339,11 +364,14 @@ bool try_match(const Graph& g, int root, Matches& out) {
   if (g.meta(normalized).dtype != DType::kFloat32)
     return out.decline(root, "the normalized value is not float32");
 
-  // Epilogue chain.
+  // Epilogue chain. A link the graph also returns (the default partitioner saves the fp32
+  // normalized value, or Llama's bf16 one) is exported at its stage.
   std::vector<EpilogueStep> epilogue;
+  std::vector<RowExport> row_exports;
+  std::vector<WeightExport> weight_exports;
   int cur = normalized;
   for (int k = 0; k < kNormMaxEpilogue; ++k) {
-    int u = single_user(g, cur);
+    int u = sole_reader(g, cur);
     if (u < 0) break;
     const Node& n = g.nodes[u];
     const TensorMeta& om = g.meta(n.outputs[0]);
@@ -354,14 +382,32 @@ bool try_match(const Graph& g, int root, Matches& out) {
       int w = other_tensor(n, cur);
       if (w < 0 || w == cur || g.meta(w).numel() != cols || g.meta(w).shape.back() != cols) break;
       const WeightSrc ws = trace_weight(g, w, u, nodes);
+      for (auto [v, after_offset] : ws.exports)
+        weight_exports.push_back({v, static_cast<int>(epilogue.size()), after_offset});
       epilogue.push_back({n.op == Op::kMul ? EpilogueOp::kMul : EpilogueOp::kAdd, om.dtype,
                           ws.value, ws.offset, ws.offset_dtype});
     } else {
       break;
     }
+    // cur's stage: the last step's result, or (no step yet) kStageNormalized.
+    if (g.values[cur].graph_output)
+      row_exports.push_back({cur, static_cast<int>(epilogue.size()) - 2});
     nodes.push_back(u);
     cur = n.outputs[0];
   }
+  static_assert(kStageNormalized == -1, "the stage of the normalized value precedes step 0");
+  std::vector<RowExport> centered_exports;  // first in the chain
+  for (int c : centered_values)
+    if (read_outside(g, c, nodes)) centered_exports.push_back({c, kStageCentered});
+  row_exports.insert(row_exports.begin(), centered_exports.begin(), centered_exports.end());
+  if (row_exports.size() > static_cast<size_t>(kNormMaxExports))
+    return out.decline(root, std::to_string(row_exports.size()) +
+                                 " intermediates of the row are exported (the kernels write at "
+                                 "most " +
+                                 std::to_string(kNormMaxExports) + ")");
+  if (weight_exports.size() > static_cast<size_t>(kNormMaxWeights))
+    return out.decline(root, "more than " + std::to_string(kNormMaxWeights) +
+                                 " values of the weights' chains are exported");
 
   // The upcast of the activations joins the region; when something outside reads x32, the region
   // exports it, provided that reader runs after the region (else the region reads x32 instead).
@@ -394,6 +440,8 @@ bool try_match(const Graph& g, int root, Matches& out) {
   std::vector<int> exported = {cur};
   for (int v : {mean, rstd, x32, h})
     if (v >= 0) exported.push_back(v);
+  for (const RowExport& e : row_exports) exported.push_back(e.value);
+  for (const WeightExport& e : weight_exports) exported.push_back(e.value);
   if (std::string why = private_violation(g, nodes, exported); !why.empty())
     return out.decline(root, why);
   for (int v : exported)
@@ -417,6 +465,8 @@ bool try_match(const Graph& g, int root, Matches& out) {
   p.residual = residual;
   p.h = h >= 0 && read_outside(g, h, nodes) ? h : -1;
   p.h_round = h_round;
+  p.row_exports = std::move(row_exports);
+  p.weight_exports = std::move(weight_exports);
   out.regions.push_back(make_region(g, std::move(nodes), std::move(p)));
   return true;
 }
@@ -424,10 +474,21 @@ bool try_match(const Graph& g, int root, Matches& out) {
 }  // namespace
 
 void match(const Graph& g, Matches& out) {
+  const size_t regions0 = out.regions.size(), declined0 = out.declined.size();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Op op = g.nodes[i].op;
     if (op == Op::kVarMean || op == Op::kMeanDim) try_match(g, static_cast<int>(i), out);
   }
+  // A candidate root that another candidate's region claims is fused, not declined: the row mean
+  // of a two-pass LayerNorm (Cohere: mean((x - mean(x))^2)) is tried as a root first and found
+  // not to average a square, then joins the region matched from the variance's mean.
+  std::vector<int> claimed;
+  for (size_t r = regions0; r < out.regions.size(); ++r)
+    claimed.insert(claimed.end(), out.regions[r].nodes.begin(), out.regions[r].nodes.end());
+  out.declined.erase(std::remove_if(out.declined.begin() + static_cast<long>(declined0),
+                                    out.declined.end(),
+                                    [&](const Decline& d) { return contains(claimed, d.node); }),
+                     out.declined.end());
 }
 
 }  // namespace replay::layernorm_fwd

@@ -27,6 +27,24 @@ struct EpilogueStep {
   DType offset_dtype = DType::kFloat32;
 };
 
+/// An intermediate of the row chain that something outside the region reads (the default
+/// partitioner saves them for the backward), written by the kernels in its own dtype.
+struct RowExport {
+  int value = -1;  ///< [.., C] like x
+  /// Where in the chain: kStageCentered (x - mean, LayerNorm), kStageNormalized (before the
+  /// epilogue), or k >= 0: the result of epilogue step k.
+  int stage = kStageNormalized;
+};
+
+/// A value of an epilogue weight's chain (its exact upcasts, its offset add) that something
+/// outside the region reads, e.g. Gemma's float32 `1 + w` saved for the backward: [C], written once
+/// by the kernels in its own dtype.
+struct WeightExport {
+  int value = -1;
+  int step = -1;        ///< the epilogue step whose weight it is
+  bool offset = false;  ///< after the weight's offset add (true) or before it (an exact upcast)
+};
+
 /// A matched region. Value indices, not names.
 struct Params {
   NormKind kind = NormKind::kLayerNorm;
@@ -52,6 +70,8 @@ struct Params {
   int mean = -1;  ///< LayerNorm: the row means, [.., 1] float32 (var_mean's second output)
   int rstd = -1;  ///< rsqrt(var + eps) or rsqrt(mean(x^2) + eps), [.., 1] float32
   int x32 = -1;   ///< the upcast x, [.., C] float32 (its convert is in the region)
+  std::vector<RowExport> row_exports;        ///< at most kNormMaxExports, in chain order
+  std::vector<WeightExport> weight_exports;  ///< at most kNormMaxWeights
 };
 
 void match(const Graph& g, Matches& out);

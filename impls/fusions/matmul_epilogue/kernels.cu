@@ -4,7 +4,11 @@
 // MB) and writes the product (235 MB): ~0.15 ms beside ~2.8 ms of the two GEMMs (2 x 1.9 TFLOP at
 // ~700 TFLOP/s); the unfused chain (eager: upcast, neg, exp, add, div, downcast, mul) moves ~10x
 // that. GELU after nanoGPT's c_fc at [8192, 6400]: 105 MB read + 105 MB written, ~0.05 ms.
-// Memory-bound: one element per thread iteration, grid-stride, enough blocks to fill the GPU.
+// Memory-bound, so every access is 16 bytes wide where the layout allows it (N and every row
+// stride multiples of 8 elements, 16-byte aligned bases: the vector kernel, 8 elements per thread
+// iteration; a float32 operand moves as two 16-byte accesses); otherwise one element per thread
+// iteration (the scalar kernel). Both grid-stride over enough blocks to fill the GPU and compute
+// the same float32 steps in the same order, so they give bit-identical results.
 #include "impls/fusions/matmul_epilogue/kernels.hpp"
 
 #include <algorithm>
@@ -57,18 +61,114 @@ __device__ __forceinline__ float act_f(Act a, float x) {
   }
 }
 
+// The element chain of kernels.hpp for one value v at column n, shared by both kernels.
+struct Chain {
+  const EpilogueArgs& a;
+  __device__ __forceinline__ float bias_step(float v, float b) const {
+    return round_to(a.bias_round, v + b);
+  }
+  __device__ __forceinline__ float act_step(float v) const {
+    return round_to(a.act_round, act_f(a.act, v));
+  }
+};
+
+constexpr int kV = 8;  // elements per vector
+
+// 8 consecutive elements of a float32/bfloat16/float16 matrix at element offset `i` (a multiple of
+// 8; the base 16-byte aligned), widened to float exactly as load_elem does.
+__device__ __forceinline__ void load8(const void* base, int64_t i, DType t, float (&v)[kV]) {
+  if (t == DType::kFloat32) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+    const float4 x = p[0], y = p[1];
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    return;
+  }
+  const uint4 r = *reinterpret_cast<const uint4*>(static_cast<const char*>(base) + i * 2);
+  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const auto lo = static_cast<unsigned short>(w[k] & 0xffffu);
+    const auto hi = static_cast<unsigned short>(w[k] >> 16);
+    if (t == DType::kBFloat16) {
+      v[2 * k] = __bfloat162float(__ushort_as_bfloat16(lo));
+      v[2 * k + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
+    } else {
+      v[2 * k] = __half2float(__ushort_as_half(lo));
+      v[2 * k + 1] = __half2float(__ushort_as_half(hi));
+    }
+  }
+}
+
+// Rounds 8 floats to t (nearest even, as store_elem) and stores them at element offset `i`.
+__device__ __forceinline__ void store8(void* base, int64_t i, DType t, const float (&v)[kV]) {
+  if (t == DType::kFloat32) {
+    float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
+    p[0] = make_float4(v[0], v[1], v[2], v[3]);
+    p[1] = make_float4(v[4], v[5], v[6], v[7]);
+    return;
+  }
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    unsigned short lo, hi;
+    if (t == DType::kBFloat16) {
+      lo = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k]));
+      hi = __bfloat16_as_ushort(__float2bfloat16_rn(v[2 * k + 1]));
+    } else {
+      lo = __half_as_ushort(__float2half_rn(v[2 * k]));
+      hi = __half_as_ushort(__float2half_rn(v[2 * k + 1]));
+    }
+    w[k] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  *reinterpret_cast<uint4*>(static_cast<char*>(base) + i * 2) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__global__ void epilogue_vec_kernel(EpilogueArgs a) {
+  const int64_t nv = a.N / kV, total = a.M * nv;
+  const Chain c{a};
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / nv, n = (i - m * nv) * kV;
+    float v[kV], t[kV];
+    load8(a.z.ptr, m * a.z.ld + n, a.z.dtype, v);
+    if (a.bias) {
+      load8(a.bias, n, a.bias_dtype, t);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) v[k] = c.bias_step(v[k], t[k]);
+      if (a.pre.ptr) store8(a.pre.ptr, m * a.pre.ld + n, a.pre.dtype, v);
+    }
+    if (a.act_step) {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) v[k] = c.act_step(v[k]);
+      if (a.mid.ptr) store8(a.mid.ptr, m * a.mid.ld + n, a.mid.dtype, v);
+    }
+    if (a.up.ptr) {
+      load8(a.up.ptr, m * a.up.ld + n, a.up.dtype, t);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) v[k] = v[k] * t[k];
+    }
+    if (a.res.ptr) {
+      load8(a.res.ptr, m * a.res.ld + n, a.res.dtype, t);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) v[k] = v[k] + t[k];
+    }
+    store8(a.y.ptr, m * a.y.ld + n, a.y.dtype, v);
+  }
+}
+
 __global__ void epilogue_kernel(EpilogueArgs a) {
   const int64_t total = a.M * a.N;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t m = i / a.N, n = i - m * a.N;
     float v = load_elem<float>(a.z.ptr, m * a.z.ld + n, a.z.dtype);
+    const Chain c{a};
     if (a.bias) {
-      v = round_to(a.bias_round, v + load_elem<float>(a.bias, n, a.bias_dtype));
+      v = c.bias_step(v, load_elem<float>(a.bias, n, a.bias_dtype));
       if (a.pre.ptr) store_elem<float>(a.pre.ptr, m * a.pre.ld + n, a.pre.dtype, v);
     }
     if (a.act_step) {
-      v = round_to(a.act_round, act_f(a.act, v));
+      v = c.act_step(v);
       if (a.mid.ptr) store_elem<float>(a.mid.ptr, m * a.mid.ld + n, a.mid.dtype, v);
     }
     if (a.up.ptr) v = v * load_elem<float>(a.up.ptr, m * a.up.ld + n, a.up.dtype);
@@ -77,15 +177,48 @@ __global__ void epilogue_kernel(EpilogueArgs a) {
   }
 }
 
+bool vec_dtype(DType t) {
+  return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
+bool vec_ok(const EpiMat& x) {
+  return !x.ptr ||
+         (vec_dtype(x.dtype) && x.ld % kV == 0 && reinterpret_cast<uintptr_t>(x.ptr) % 16 == 0);
+}
+
+int device_sms() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    REPLAY_CUDA(cudaGetDevice(&dev));
+    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
 }  // namespace
 
-void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream) {
+bool epilogue_vectorized(const EpilogueArgs& a) {
+  return a.N % kV == 0 && vec_ok(a.z) && vec_ok(a.pre) && vec_ok(a.mid) && vec_ok(a.up) &&
+         vec_ok(a.res) && vec_ok(a.y) &&
+         (!a.bias || (vec_dtype(a.bias_dtype) && reinterpret_cast<uintptr_t>(a.bias) % 16 == 0));
+}
+
+void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector) {
   const int64_t total = a.M * a.N;
   if (total == 0) return;
   constexpr int kThreads = 256;
-  const int blocks =
-      static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 132 * 16));
-  epilogue_kernel<<<blocks, kThreads, 0, stream>>>(a);
+  const int64_t cap = static_cast<int64_t>(device_sms()) * 8;  // 8 resident blocks of 256 per SM
+  if (allow_vector && epilogue_vectorized(a)) {
+    const int64_t work = total / kV;
+    epilogue_vec_kernel<<<static_cast<int>(
+                              std::min<int64_t>((work + kThreads - 1) / kThreads, cap)),
+                          kThreads, 0, stream>>>(a);
+    REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_vec_kernel");
+    return;
+  }
+  epilogue_kernel<<<static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, cap)),
+                    kThreads, 0, stream>>>(a);
   REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel");
 }
 

@@ -53,8 +53,14 @@ struct EpilogueArgs {
   EpiMat y;
 };
 
-/// Enqueues the epilogue on `stream`: one grid-stride kernel, one element per thread iteration.
-/// Throws CudaError on a launch failure.
-void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream);
+/// True when the epilogue takes the vector kernel: N and every row stride multiples of 8
+/// elements, every base (and bias) 16-byte aligned, every dtype float32, bfloat16 or float16.
+bool epilogue_vectorized(const EpilogueArgs& a);
+
+/// Enqueues the epilogue on `stream`: one grid-stride kernel, 8 elements per thread iteration with
+/// 16-byte accesses when epilogue_vectorized(a), else one element per iteration; both compute the
+/// same float32 steps (bit-identical results); `allow_vector` false forces the scalar kernel (the
+/// test that proves the two agree). Throws RuntimeFailure on a launch failure.
+void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector = true);
 
 }  // namespace replay::matmul_epilogue

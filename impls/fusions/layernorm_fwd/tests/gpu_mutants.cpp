@@ -1,9 +1,10 @@
 // Deliberately wrong layernorm_fwd kernels: the real baseline and optimized kernels launched with
 // wrong arguments (eps off, biased variance, a dropped affine step or weight offset, the last row
 // not computed; with a residual add prologue, the residual dropped or the statistics taken on the
-// unrounded sum), on inference and training forwards and the add-norms of traces/byog/.
-// Each must FAIL the numerics check on every norm trace it applies to; the same kernels with the
-// right arguments PASS (tests/gpu/test_replay_all.cpp).
+// unrounded sum; the saved intermediates of a default-partitioner forward taken at the wrong stage,
+// Gemma's saved 1 + w without its offset), on inference and training forwards and the byog
+// captures. Each must FAIL the numerics check of some output on every norm trace it applies to; the
+// same kernels with the right arguments PASS (tests/gpu/test_replay_all.cpp).
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/layernorm_fwd/params.hpp"
 #include "impls/fusions/registry.hpp"
@@ -45,6 +46,14 @@ bool has_residual(const layernorm_fwd::Params& p) {
 bool rounds_h(const layernorm_fwd::Params& p) {
   return p.residual >= 0 && (p.h_round == DType::kBFloat16 || p.h_round == DType::kFloat16);
 }
+bool has_row_exports(const layernorm_fwd::Params& p) {
+  return !p.row_exports.empty();
+}
+bool exports_offset_weight(const layernorm_fwd::Params& p) {
+  for (const auto& e : p.weight_exports)
+    if (e.offset) return true;
+  return false;
+}
 bool has_offset(const layernorm_fwd::Params& p) {
   for (const auto& s : p.epilogue)
     if (s.offset != 0) return true;
@@ -78,6 +87,18 @@ const Mutant kMutants[] = {
     {"h_unrounded", rounds_h, [](layernorm_fwd::Params& p) { p.h_round = DType::kFloat32; },
      "the baseline's add kernel stores h in x's dtype and its norm kernels read it back: they "
      "cannot see an unrounded h"},
+    // A default-partitioner forward's saved intermediates taken at the wrong place in the chain:
+    // the normalized value before its rstd multiply, x - mean after it, a step's result before it.
+    {"export_stage_shifted", has_row_exports,
+     [](layernorm_fwd::Params& p) {
+       for (auto& e : p.row_exports)
+         e.stage = e.stage == kStageCentered ? kStageNormalized : e.stage - 1;
+     }},
+    // Gemma's saved fp32 1 + w written as w.
+    {"weight_export_without_offset", exports_offset_weight,
+     [](layernorm_fwd::Params& p) {
+       for (auto& e : p.weight_exports) e.offset = false;
+     }},
 };
 
 // The mutant being bound (a FusionSpec's bind is a plain function pointer).
@@ -121,11 +142,19 @@ TEST_P(LayerNormFwdMutant, Fails) {
     ASSERT_EQ(prog.fallback_reason(0), "") << "the mutant must run the fused kernel";
     prog.poison_outputs(nullptr);
     prog.run_all(LaunchContext{});
-    const int out = g.outputs[0];
-    auto r =
-        check_numerics("y", prog.download(out, nullptr), ref.at(out), default_value_bounds(g)[out]);
-    EXPECT_FALSE(r.pass()) << trace << " " << variant << " " << g_mutant->name << " passed: rel_l2 "
-                           << r.rel_l2 << " bound " << r.bounds.max_rel_l2;
+    // Some output must fail: y, or the exported value the mutant writes wrongly.
+    const auto bounds = default_value_bounds(g);
+    std::string passed;
+    bool all_pass = true;
+    for (int out : g.outputs) {
+      auto r =
+          check_numerics(g.values[out].name, prog.download(out, nullptr), ref.at(out), bounds[out]);
+      all_pass &= r.pass();
+      passed += g.values[out].name + " rel_l2 " + std::to_string(r.rel_l2) + " (bound " +
+                std::to_string(r.bounds.max_rel_l2) + "); ";
+    }
+    EXPECT_FALSE(all_pass) << trace << " " << variant << " " << g_mutant->name
+                           << " passed: " << passed;
   }
 }
 
@@ -140,7 +169,10 @@ INSTANTIATE_TEST_SUITE_P(
                                          "byog/llama_add_rmsnorm_mincut_train_fwd_2x8x256",
                                          "byog/llama_add_rmsnorm_default_train_fwd_2x8x256",
                                          "byog/gpt2_add_layernorm_mincut_train_fwd_2x8x256",
-                                         "byog/gpt2_add_layernorm_default_train_fwd_2x8x256"),
+                                         "byog/gpt2_add_layernorm_default_train_fwd_2x8x256",
+                                         "byog/gemma_rmsnorm_default_train_fwd_2x8x256",
+                                         "byog/olmo2_rmsnorm_default_train_fwd_2x8x256",
+                                         "byog/cohere_layernorm_default_train_fwd_2x8x256"),
                        ::testing::Values("baseline", "optimized")),
     [](const auto& info) {
       return test_name(std::string(kMutants[std::get<0>(info.param)].name) + "_" +

@@ -158,17 +158,14 @@ INSTANTIATE_TEST_SUITE_P(
       return test_name(std::get<0>(info.param) + "_" + std::get<1>(info.param));
     });
 
-// The add-norm forwards captured through torch.compile from user code (traces/byog/), both
-// partitioners: both variants against the reference on fresh seeds, fused, every output checked
-// (y, h and its alias, the saved statistics); the small shapes also on PyTorch's own tensors.
-class ByogAddNormFwd : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ByogAddNormFwd, BothVariantsMatchReference) {
-  REQUIRE_GPU();
-  Graph g = load_trace(trace_path(GetParam()));
+// The norm forwards captured through torch.compile from user code (traces/byog/): both variants
+// against the reference on fresh seeds, fused, every output checked (y, h and its alias, the saved
+// statistics and intermediates); the small shapes also on PyTorch's own tensors.
+namespace {
+void expect_byog_forward(const std::string& name) {
+  Graph g = load_trace(trace_path(name));
   Plan plan = make_plan(g, fusion_registry());
   ASSERT_EQ(plan.regions.size(), 1u);
-  ASSERT_GE(std::any_cast<const layernorm_fwd::Params&>(plan.regions[0].params).residual, 0);
   const uint64_t seeds = g.golden ? 5 : 1;  // the realistic shapes' reference takes a while
   for (uint64_t seed = 1; seed <= seeds; ++seed)
     for (const char* variant : {"baseline", "optimized"}) expect_variant_matches(g, variant, seed);
@@ -191,6 +188,21 @@ TEST_P(ByogAddNormFwd, BothVariantsMatchReference) {
     }
   }
 }
+}  // namespace
+
+// The add-norms, both partitioners.
+class ByogAddNormFwd : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ByogAddNormFwd, BothVariantsMatchReference) {
+  REQUIRE_GPU();
+  {
+    Graph g = load_trace(trace_path(GetParam()));
+    Plan plan = make_plan(g, fusion_registry());
+    ASSERT_EQ(plan.regions.size(), 1u);
+    ASSERT_GE(std::any_cast<const layernorm_fwd::Params&>(plan.regions[0].params).residual, 0);
+  }
+  expect_byog_forward(GetParam());
+}
 
 INSTANTIATE_TEST_SUITE_P(Traces, ByogAddNormFwd,
                          ::testing::Values("byog/llama_add_rmsnorm_mincut_train_fwd_2x8x256",
@@ -199,4 +211,33 @@ INSTANTIATE_TEST_SUITE_P(Traces, ByogAddNormFwd,
                                            "byog/gpt2_add_layernorm_default_train_fwd_2x8x256",
                                            "byog/llama_add_rmsnorm_mincut_train_fwd_2x4096x4096",
                                            "byog/gpt2_add_layernorm_default_train_fwd_2x4096x4096"),
+                         [](const auto& info) { return test_name(info.param); });
+
+// The default partitioner's forwards that save intermediates (the fp32 normalized value beside the
+// bf16 y, Gemma's fp32 1 + w, Cohere's x - mean and fp32 weight): every one is written by both
+// variants, in its own dtype.
+class ByogSavedIntermediatesFwd : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ByogSavedIntermediatesFwd, BothVariantsMatchReference) {
+  REQUIRE_GPU();
+  {
+    Graph g = load_trace(trace_path(GetParam()));
+    Plan plan = make_plan(g, fusion_registry());
+    ASSERT_EQ(plan.regions.size(), 1u);
+    ASSERT_FALSE(
+        std::any_cast<const layernorm_fwd::Params&>(plan.regions[0].params).row_exports.empty());
+  }
+  expect_byog_forward(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, ByogSavedIntermediatesFwd,
+                         ::testing::Values("byog/gemma_rmsnorm_default_train_fwd_2x8x256",
+                                           "byog/gemma2_rmsnorm_default_train_fwd_2x8x256",
+                                           "byog/gemma3_rmsnorm_default_train_fwd_2x8x256",
+                                           "byog/gemma3_qk_norm_default_train_fwd_2x8x4x64",
+                                           "byog/olmo2_rmsnorm_default_train_fwd_2x8x256",
+                                           "byog/cohere_layernorm_default_train_fwd_2x8x256",
+                                           "byog/llama_rmsnorm_default_train_fwd_2x8x256",
+                                           "byog/gemma_rmsnorm_default_train_fwd_2x4096x4096",
+                                           "byog/cohere_layernorm_default_train_fwd_2x4096x4096"),
                          [](const auto& info) { return test_name(info.param); });

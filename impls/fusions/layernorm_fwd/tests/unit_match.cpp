@@ -1,6 +1,7 @@
 // The layernorm_fwd matcher: finds LayerNorm and RMSNorm structurally, and nothing elsewhere.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 
 #include "harness/report/numerics.hpp"
@@ -121,9 +122,10 @@ TEST(LayerNormFwdMatch, NothingInAGraphWithoutThePattern) {
 }
 
 TEST(LayerNormFwdMatch, RejectsWhenAnIntermediateEscapes) {
-  // The kernels write y and what a training forward saves (mean, rstd, x32), nothing else: a
-  // region whose variance, var + eps or centered x is read outside is not claimed.
-  for (const char* escapes : {"getitem", "add", "sub"}) {
+  // The kernels write y, what a training forward saves (mean, rstd, x32) and the row chain's
+  // intermediates (ExportsAndDeclinesOfIntermediates), nothing else: a region whose variance or
+  // var + eps is read outside is not claimed.
+  for (const char* escapes : {"getitem", "add"}) {
     json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
     t.erase("golden");
     t["outputs"].push_back(escapes);
@@ -448,6 +450,25 @@ TEST(LayerNormFwdMatch, BothVariantsBindEveryTrainingForm) {
   }
 }
 
+namespace {
+
+std::vector<std::string> row_export_names(const Graph& g, const layernorm_fwd::Params& p) {
+  std::vector<std::string> out;
+  for (const auto& e : p.row_exports)
+    out.push_back(g.values[e.value].name + "@" + std::to_string(e.stage));
+  return out;
+}
+
+std::vector<std::string> weight_export_names(const Graph& g, const layernorm_fwd::Params& p) {
+  std::vector<std::string> out;
+  for (const auto& e : p.weight_exports)
+    out.push_back(g.values[e.value].name + "@" + std::to_string(e.step) +
+                  (e.offset ? "+offset" : ""));
+  return out;
+}
+
+}  // namespace
+
 // --- residual add prologue (issue 24): h = x + residual before the norm, h returned ----------
 
 namespace {
@@ -486,11 +507,15 @@ TEST(LayerNormFwdMatch, ByogAddNormFusesTheResidualAdd) {
         EXPECT_EQ(pr.kind,
                   model == "gpt2_add_layernorm" ? NormKind::kLayerNorm : NormKind::kRMSNorm)
             << name;
-        // The add (and its alias) are the region's; only the default partition's Llama weight
-        // multiply runs eagerly (its input, the bf16 normalized x, is also returned).
+        // The add (and its alias) are the region's, and so is every other node: the default
+        // partition's Llama returns the bf16 normalized x (the weight multiply's input), which
+        // the region exports after its rounding step.
         EXPECT_GE(p.node_region[g.values[g.find_value("add")].producer], 0) << name;
-        EXPECT_EQ(std::count(p.node_region.begin(), p.node_region.end(), -1),
-                  model == "llama_add_rmsnorm" && part == "default" ? 1 : 0)
+        EXPECT_EQ(std::count(p.node_region.begin(), p.node_region.end(), -1), 0) << name;
+        EXPECT_EQ(row_export_names(g, pr),
+                  model == "llama_add_rmsnorm" && part == "default"
+                      ? std::vector<std::string>{"convert_element_type_1@0"}
+                      : std::vector<std::string>{})
             << name;
         EXPECT_EQ(declined_at(g, p, "add"), "") << name;
         std::set<std::string> ins;
@@ -512,6 +537,7 @@ TEST(LayerNormFwdMatch, ByogAddNormFusesTheResidualAdd) {
         double extra = (pr.x32 >= 0 ? 2 * xr : 0) + (pr.mean >= 0 ? pr.rows * 4 : 0) + pr.rows * 4;
         for (const auto& st : pr.epilogue)
           if (st.weight >= 0) extra += static_cast<double>(pr.cols * 2);
+        for (const auto& e : pr.row_exports) extra += static_cast<double>(g.meta(e.value).nbytes());
         EXPECT_EQ(bytes, 4 * xr + extra) << name;
       }
     }
@@ -627,4 +653,190 @@ TEST(LayerNormFwdMatch, StatisticsOfTheUnroundedSumAreCaught) {
       EXPECT_FALSE(r.pass()) << name << " seed " << seed << ": rel_l2 " << r.rel_l2;
     }
   }
+}
+
+// --- default-partitioner forwards: intermediates saved for the backward (issue 24) -----------
+
+// aot_autograd's default partitioner saves what the backward reads as the forward computed it:
+// the fp32 normalized value (Gemma, Gemma 2/3, OLMo 2, the per-head norm of Gemma 3), Gemma's
+// fp32 1 + w, Cohere's x - mean (twice: two identical subs) and its fp32 weight. The region
+// still covers the whole norm and exports each of them in its own dtype; both variants bind.
+TEST(LayerNormFwdMatch, ByogDefaultForwardsExportTheirIntermediates) {
+  struct Case {
+    const char* model;
+    NormKind kind;
+    std::vector<std::string> rows;     // value@stage (-2 centered, -1 normalized, k step k)
+    std::vector<std::string> weights;  // value@step(+offset)
+  };
+  const Case cases[] = {
+      {"gemma_rmsnorm", NormKind::kRMSNorm, {"mul@-1"}, {"add_1@0+offset"}},
+      {"gemma2_rmsnorm", NormKind::kRMSNorm, {"mul@-1"}, {"add_1@0+offset"}},
+      {"gemma3_rmsnorm", NormKind::kRMSNorm, {"mul@-1"}, {"add_1@0+offset"}},
+      {"gemma3_qk_norm", NormKind::kRMSNorm, {"mul@-1"}, {"add_1@0+offset"}},
+      {"olmo2_rmsnorm", NormKind::kRMSNorm, {"mul@-1"}, {}},
+      {"cohere_layernorm",
+       NormKind::kLayerNorm,
+       {"sub@-2", "sub_1@-2", "mul@-1"},
+       {"convert_element_type_1@0"}},
+  };
+  for (const Case& c : cases) {
+    const bool per_head = std::string(c.model).find("qk_norm") != std::string::npos;
+    for (const std::string shape :
+         {per_head ? "2x8x4x64" : "2x8x256", per_head ? "2x4096x32x128" : "2x4096x4096"}) {
+      const std::string name = std::string("byog/") + c.model + "_default_train_fwd_" + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      ASSERT_EQ(p.regions.size(), 1u) << name;
+      EXPECT_TRUE(p.declined.empty()) << name << ": " << p.declined[0].reason;
+      const Region& r = p.regions[0];
+      const auto& pr = params(r);
+      EXPECT_EQ(pr.kind, c.kind) << name;
+      EXPECT_EQ(row_export_names(g, pr), c.rows) << name;
+      EXPECT_EQ(weight_export_names(g, pr), c.weights) << name;
+      // Every node but the per-head norm's views (q as [B, T, H, D], y permuted) is the region's.
+      EXPECT_EQ(std::count(p.node_region.begin(), p.node_region.end(), -1), per_head ? 2 : 0)
+          << name;
+      // y is bf16, as x; the exported intermediates float32.
+      EXPECT_EQ(g.meta(pr.out).dtype, DType::kBFloat16) << name;
+      for (const auto& e : pr.row_exports) EXPECT_EQ(g.meta(e.value).dtype, DType::kFloat32);
+      std::set<std::string> outs;
+      for (int v : r.outputs) outs.insert(g.values[v].name);
+      for (const auto& e : pr.row_exports) EXPECT_TRUE(outs.count(g.values[e.value].name));
+      for (const auto& e : pr.weight_exports) EXPECT_TRUE(outs.count(g.values[e.value].name));
+      // Cost: x read, y written (bf16), each row export written (fp32), the weight read (bf16),
+      // the weight export written (fp32), the saved statistics (fp32 per row) and x32 if saved.
+      const double elems = static_cast<double>(pr.rows * pr.cols);
+      const double want =
+          elems * (2 + 2 + 4.0 * static_cast<double>(pr.row_exports.size())) +
+          static_cast<double>(pr.cols) * (2 + 4.0 * static_cast<double>(pr.weight_exports.size())) +
+          (pr.rstd >= 0 ? 4.0 * static_cast<double>(pr.rows) : 0) +
+          (pr.mean >= 0 ? 4.0 * static_cast<double>(pr.rows) : 0) + (pr.x32 >= 0 ? 4 * elems : 0);
+      EXPECT_EQ(r.fusion->cost(g, r).bytes, want) << name;
+      json d = r.fusion->describe(g, r);
+      EXPECT_EQ(d["saved"]["rows"].size(), c.rows.size()) << name;
+      for (const VariantSpec& v : r.fusion->variants) {
+        FakeBuffers ctx(g);
+        Binding b = r.fusion->bind(g, r, v, ctx);
+        EXPECT_EQ(b.unsupported, "") << name << " " << v.name;
+        EXPECT_TRUE(b.launch) << name << " " << v.name;
+      }
+    }
+  }
+}
+
+// The same models through Inductor's min-cut partitioner: nothing but y and the statistics leaves
+// the region (the backward recomputes the rest), so nothing is exported; Cohere's two-pass
+// LayerNorm is one region from the upcast to y, exporting its mean and rstd.
+TEST(LayerNormFwdMatch, ByogMincutForwardsExportNoIntermediates) {
+  for (const char* model : {"gemma_rmsnorm", "gemma2_rmsnorm", "gemma3_rmsnorm", "olmo2_rmsnorm",
+                            "cohere_layernorm", "gemma3_qk_norm"}) {
+    const bool per_head = std::string(model).find("qk_norm") != std::string::npos;
+    const std::string name =
+        std::string("byog/") + model + "_mincut_train_fwd_" + (per_head ? "2x8x4x64" : "2x8x256");
+    Graph g = load_trace(trace_path(name));
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << name;
+    const auto& pr = params(p.regions[0]);
+    EXPECT_TRUE(pr.row_exports.empty()) << name;
+    EXPECT_TRUE(pr.weight_exports.empty()) << name;
+    if (std::string(model) == "cohere_layernorm") {
+      EXPECT_EQ(pr.kind, NormKind::kLayerNorm);
+      EXPECT_EQ(name_of(g, pr.mean), "mean");
+      EXPECT_EQ(name_of(g, pr.rstd), "rsqrt");
+      EXPECT_EQ(name_of(g, pr.x), "hidden_states");
+      EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size()) << name;
+      EXPECT_DOUBLE_EQ(pr.eps, 1e-5);
+    }
+  }
+}
+
+// An exported intermediate is exported at its place in the chain; what the kernels cannot write
+// still declines, with its reason: the variance or var + eps read outside (not a value of the
+// row chain), the normalized value read by a second node (the chain cannot continue through it).
+TEST(LayerNormFwdMatch, ExportsAndDeclinesOfIntermediates) {
+  {  // nanoGPT's centered x returned: exported at kStageCentered, the region still whole.
+    json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+    t.erase("golden");
+    t["outputs"].push_back("sub");
+    Graph g = parse_trace(t, "<centered>");
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u);
+    EXPECT_EQ(row_export_names(g, params(p.regions[0])),
+              std::vector<std::string>{"sub@" + std::to_string(kStageCentered)});
+    EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size());
+  }
+  {  // the weight multiply's result returned: exported after epilogue step 0 (w * xhat).
+    json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+    t.erase("golden");
+    t["outputs"].push_back("mul_1");
+    Graph g = parse_trace(t, "<step0>");
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u);
+    EXPECT_EQ(row_export_names(g, params(p.regions[0])), std::vector<std::string>{"mul_1@0"});
+  }
+  for (const char* escapes : {"getitem", "add"}) {
+    json t = read_json(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
+    t.erase("golden");
+    t["outputs"].push_back(escapes);
+    Graph g = parse_trace(t, "<escape>");
+    Plan p = plan_of(g);
+    EXPECT_TRUE(p.regions.empty()) << escapes;
+    EXPECT_NE(declined_at(g, p, "var_mean").find("the variance is not read only by"),
+              std::string::npos)
+        << escapes << ": " << declined_at(g, p, "var_mean");
+  }
+  {  // the normalized value read by the epilogue and by a second node: y stops there.
+    json t = read_json(trace_path("byog/gemma_rmsnorm_default_train_fwd_2x8x256"));
+    t.erase("golden");
+    t["nodes"].push_back({{"id", "late"},
+                          {"op", "aten.mul.Tensor"},
+                          {"args", {ref("mul"), 2.0}},
+                          {"kwargs", json::object()},
+                          {"outputs", {tensor({2, 8, 256}, "float32")}}});
+    t["outputs"].push_back("late");
+    Graph g = parse_trace(t, "<two-readers>");
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u);
+    const auto& pr = params(p.regions[0]);
+    EXPECT_EQ(name_of(g, pr.out), "mul");  // the region ends at the fp32 normalized value
+    EXPECT_TRUE(pr.row_exports.empty());
+    for (const VariantSpec& v : p.regions[0].fusion->variants) {  // y in fp32 beside bf16 x
+      FakeBuffers ctx(g);
+      EXPECT_EQ(p.regions[0].fusion->bind(g, p.regions[0], v, ctx).unsupported, "") << v.name;
+    }
+  }
+}
+
+// Every bundled forward with a norm (traces/, traces/byog/ at both shapes, the decoder layers;
+// the linear and rotary captures have none, and nothing there may be declined either) fuses it:
+// each row reduction the matcher tries is in a region, nothing is declined, and both variants bind
+// every region as recorded (strides, dtypes, exports): no eager fallback.
+TEST(LayerNormFwdMatch, EveryBundledNormForwardFusesAndBinds) {
+  namespace fs = std::filesystem;
+  int traces = 0, regions = 0;
+  for (const char* sub : {"", "byog", "byog/decoder", "byog/linear", "byog/rope"}) {
+    if (!fs::is_directory(fs::path(REPLAY_TRACES_DIR) / sub)) continue;
+    for (const auto& e : fs::directory_iterator(fs::path(REPLAY_TRACES_DIR) / sub)) {
+      const std::string stem = e.path().stem().string();
+      if (e.path().extension() != ".json" || stem.find("_fwd_") == std::string::npos) continue;
+      Graph g = load_trace(e.path().string(), cut_options());
+      Plan p = plan_of(g);
+      for (const auto& d : p.declined)
+        ADD_FAILURE() << stem << ": '" << g.nodes[d.node].id << "' declined: " << d.reason;
+      for (size_t i = 0; i < g.nodes.size(); ++i)
+        if (g.nodes[i].op == Op::kVarMean || g.nodes[i].op == Op::kMeanDim) {
+          EXPECT_GE(p.node_region[i], 0) << stem << ": '" << g.nodes[i].id << "' not fused";
+        }
+      for (const Region& r : p.regions) {
+        ++regions;
+        for (const VariantSpec& v : r.fusion->variants) {
+          FakeBuffers ctx(g);
+          EXPECT_EQ(r.fusion->bind(g, r, v, ctx).unsupported, "") << stem << " " << v.name;
+        }
+      }
+      traces += !p.regions.empty();
+    }
+  }
+  EXPECT_GE(traces, 100);  // 28 in traces/, 76 in byog/, 4 decoder layers
+  EXPECT_GE(regions, traces);
 }

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/matmul_epilogue/kernels.hpp"
 #include "impls/fusions/matmul_epilogue/params.hpp"
 #include "impls/fusions/matmul_epilogue/tests/synthetic.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
@@ -19,6 +20,10 @@ extern const FusionSpec matmul_epilogue;
 using namespace replay;
 using namespace replay::test;
 using replay::matmul_epilogue::Act;
+using replay::matmul_epilogue::act_name;
+using replay::matmul_epilogue::epilogue_vectorized;
+using replay::matmul_epilogue::EpilogueArgs;
+using replay::matmul_epilogue::launch_epilogue;
 
 namespace {
 
@@ -206,4 +211,78 @@ TEST(MatmulEpilogueMutant, UntransposedWeightFails) {
     expect_mutant_fails(bundled("llama_swiglu_mlp_train_fwd_2x8x64x176"),
                         Mutant::kUntransposedWeight, variant);
   }
+}
+
+// The vector kernel (16-byte accesses) and the scalar kernel compute the same float32 chain: on
+// every chain shape (bias with an exported pre-activation, each activation with its export,
+// gating, residual; bf16 and float32 operands) their outputs are bit-identical.
+TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
+  REQUIRE_GPU();
+  const int64_t M = 96, N = 264;  // N % 8 == 0: vectorizable
+  auto mat = [&](DType t) {
+    return std::make_pair(DeviceBuffer(static_cast<size_t>(M * N) * dtype_size(t)), t);
+  };
+  auto fill = [&](const DeviceBuffer& b, DType t, uint64_t seed) {
+    std::vector<unsigned char> h(b.bytes());
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < h.size() / dtype_size(t); ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      store_as(t, (static_cast<double>(x % 20001) - 10000.0) / 2500.0, &h[i * dtype_size(t)]);
+    }
+    ASSERT_EQ(cudaMemcpy(b.get(), h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  };
+  for (DType zt : {DType::kBFloat16, DType::kFloat32})
+    for (Act act : {Act::kNone, Act::kGeluErf, Act::kGeluTanh, Act::kSilu})
+      for (int extra = 0; extra < 3; ++extra) {  // 0: bias + pre; 1: gating; 2: residual
+        auto z = mat(zt), up = mat(DType::kBFloat16), res = mat(DType::kBFloat16);
+        DeviceBuffer bias(static_cast<size_t>(N) * 2);
+        fill(z.first, zt, 1);
+        fill(up.first, DType::kBFloat16, 2);
+        fill(res.first, DType::kBFloat16, 3);
+        {
+          std::vector<unsigned char> h(bias.bytes());
+          for (int64_t n = 0; n < N; ++n)
+            store_as(DType::kBFloat16, 0.01 * (n % 37) - 0.2, &h[n * 2]);
+          ASSERT_EQ(cudaMemcpy(bias.get(), h.data(), h.size(), cudaMemcpyHostToDevice),
+                    cudaSuccess);
+        }
+        std::vector<std::vector<unsigned char>> outs;
+        for (bool vec : {true, false}) {
+          auto y = mat(DType::kBFloat16), pre = mat(DType::kBFloat16), mid = mat(DType::kBFloat16);
+          EpilogueArgs a;
+          a.M = M, a.N = N;
+          a.z = {z.first.get(), zt, N};
+          if (extra == 0) {
+            a.bias = bias.get(), a.bias_dtype = DType::kBFloat16, a.bias_round = DType::kBFloat16;
+            a.pre = {pre.first.get(), DType::kBFloat16, N};
+          }
+          if (act != Act::kNone) {
+            a.act_step = true, a.act = act, a.act_round = DType::kBFloat16;
+            a.mid = {mid.first.get(), DType::kBFloat16, N};
+          }
+          if (extra == 1) a.up = {up.first.get(), DType::kBFloat16, N};
+          if (extra == 2) a.res = {res.first.get(), DType::kBFloat16, N};
+          a.y = {y.first.get(), DType::kBFloat16, N};
+          ASSERT_TRUE(epilogue_vectorized(a));
+          launch_epilogue(a, nullptr, vec);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<unsigned char> h(3 * y.first.bytes());
+          for (int k = 0; k < 3; ++k) {
+            const DeviceBuffer& b = k == 0 ? y.first : k == 1 ? pre.first : mid.first;
+            ASSERT_EQ(
+                cudaMemcpy(h.data() + k * b.bytes(), b.get(), b.bytes(), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+          }
+          outs.push_back(std::move(h));
+        }
+        EXPECT_EQ(outs[0], outs[1])
+            << "z " << dtype_name(zt) << ", " << act_name(act) << ", extra " << extra;
+      }
+  // A row stride that is not a multiple of 8 takes the scalar kernel.
+  EpilogueArgs odd;
+  odd.M = 2, odd.N = 8;
+  DeviceBuffer b(64);
+  odd.z = {b.get(), DType::kBFloat16, 12};
+  odd.y = {b.get(), DType::kBFloat16, 8};
+  EXPECT_FALSE(epilogue_vectorized(odd));
 }
