@@ -31,8 +31,8 @@ std::vector<std::string> bundled_traces() {
 // Captured graphs whose region runs eagerly in the fused variants, and why: the gaps this suite
 // tracks (a trace that starts to fuse fails here until it leaves the list).
 const std::map<std::string, std::string> kKnownFallbacks = {
-    // None at present: the forwards (layernorm_fwd) and the backwards (norm_bwd) of every bundled
-    // norm capture fuse.
+    // None at present: every region of the bundled norm captures runs fused (T5's and Cohere's
+    // default-partition backwards have no region: norm_bwd declines them with its reason).
 };
 
 // Every region runs fused, or the trace is a known gap that falls back for its stated reason.
