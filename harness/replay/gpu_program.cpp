@@ -159,7 +159,19 @@ bool GpuProgram::add_fused_step(int r) {
     fallback_[r] = "fusion " + std::string(reg.fusion->name) + " has no variant '" + variant_ + "'";
     return false;
   }
-  for (int out : reg.outputs) alloc(out, dense_layout(g_.meta(out)));
+  for (int out : reg.outputs) {
+    // A tail identity that records another dense layout of the same tensor (a contiguous clone
+    // of a strided value: a per-head norm's dx) passes this buffer on as that value, and later
+    // views of it expect that layout: the output is allocated so (binders read the actual
+    // strides).
+    TensorMeta m = dense_layout(g_.meta(out));
+    for (const TailAlias& t : reg.tail) {
+      if (t.source != out) continue;
+      const TensorMeta& tm = g_.meta(g_.nodes[t.node].outputs.at(0));
+      if (tm.shape == m.shape && tm.dtype == m.dtype) m = dense_layout(tm);
+    }
+    alloc(out, m);
+  }
   Binder ctx(*this);
   Binding b = reg.fusion->bind(g_, reg, *v, ctx);
   if (!b.launch) {

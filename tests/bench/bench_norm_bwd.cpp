@@ -109,6 +109,7 @@ void run(benchmark::State& state, std::shared_ptr<Fixture> fx, size_t row, std::
       a.rows = p.rows;
       a.cols = p.cols;
       a.x_dtype = fx->graph.meta(p.x).dtype;
+      a.dy_dtype = fx->graph.meta(p.dy).dtype;
       const int64_t rpi = norm_bwd_geometry(a).rows_per_iter;
       int64_t eff = split > 0 ? split : norm_bwd_default_split(a);
       eff = (eff + rpi - 1) / rpi * rpi;
@@ -130,6 +131,7 @@ void register_fixture(std::shared_ptr<Fixture> fx) {
     NormBwdArgs a;
     a.cols = p.cols;
     a.x_dtype = fx->graph.meta(p.x).dtype;
+    a.dy_dtype = fx->graph.meta(p.dy).dtype;
     const int64_t rpi = norm_bwd_geometry(a).rows_per_iter;
     const std::string base = fx->graph.name + "/region" + std::to_string(rr.region) + "/";
     auto add = [&](const std::string& name, const std::string& variant, int64_t split) {

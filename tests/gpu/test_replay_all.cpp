@@ -31,17 +31,8 @@ std::vector<std::string> bundled_traces() {
 // Captured graphs whose region runs eagerly in the fused variants, and why: the gaps this suite
 // tracks (a trace that starts to fuse fails here until it leaves the list).
 const std::map<std::string, std::string> kKnownFallbacks = {
-    // The default partitioner saves x already upcast to float32 beside a bfloat16 dy; the
-    // kernels take one dtype for x, dy and dx.
-    {"byog/olmo_layernorm_default_train_bwd_2x8x256",
-     "x, dy and dx dtypes differ (float32, bfloat16, bfloat16)"},
-    // The per-head norm's backward gets dy as a transposed [B, H, T, D] view.
-    {"byog/gemma3_qk_norm_mincut_train_bwd_2x8x4x64",
-     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
-    {"byog/qwen3_qk_norm_mincut_train_bwd_2x8x4x64",
-     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
-    {"byog/decoder/qwen3_decoder_layer_mincut_train_bwd_2x64x256",
-     "x, dy or dx rows are not [rows, cols] with a contiguous last dim"},
+    // None at present: every region of the bundled norm captures runs fused (T5's and Cohere's
+    // default-partition backwards have no region: norm_bwd declines them with its reason).
 };
 
 // Every region runs fused, or the trace is a known gap that falls back for its stated reason.

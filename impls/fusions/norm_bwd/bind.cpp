@@ -10,7 +10,80 @@ bool narrow(DType t) {
   return t == DType::kBFloat16 || t == DType::kFloat16;
 }
 
+// Row stride of m seen as [numel / cols, cols] with a contiguous last dim, whatever its shape
+// ([B, T, H * D] for rows of D), or -1.
+int64_t flat_rows_stride(const TensorMeta& m, int64_t cols) {
+  if (cols <= 0 || m.numel() % cols) return -1;
+  const int64_t rows = m.numel() / cols;
+  auto st = view_strides(m.shape, m.stride, {rows, cols});
+  if (!st || (*st)[1] != 1) return -1;
+  return rows == 1 ? cols : (*st)[0];
+}
+
 }  // namespace
+
+// Row maps (kernels.hpp, NormBwdRowMap) of tensors read or written as [rows, cols]: plain rows
+// when every one is [rows, cols] with a contiguous last dim (row_stride). Else the others (a
+// per-head norm's dy read through permute(0, 2, 1, 3), its dx before the contiguous copy) must
+// share one shape [.., cols] with a contiguous last dim, and their leading dims, merged where
+// every one of them allows it, must come down to at most 3 (n0, n1, n2) with a stride each; a
+// plain tensor with row stride s then has strides (n1 * n2 * s, n2 * s, s). False: no map.
+bool row_maps(const std::vector<const TensorMeta*>& ts, int64_t rows, int64_t cols, int64_t* n1,
+              int64_t* n2, const std::vector<NormBwdRowMap*>& maps) {
+  *n1 = *n2 = 1;
+  std::vector<int64_t> plain(ts.size());
+  std::vector<size_t> strided;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    plain[i] = flat_rows_stride(*ts[i], cols);
+    *maps[i] = NormBwdRowMap{};
+    maps[i]->s[0] = plain[i];
+    if (plain[i] < 0) strided.push_back(i);
+  }
+  if (strided.empty()) return true;
+  const Shape& shape = ts[strided[0]]->shape;
+  if (shape.empty() || shape.back() != cols) return false;
+  for (size_t i : strided)
+    if (ts[i]->shape != shape || ts[i]->stride.size() != shape.size() || ts[i]->stride.back() != 1)
+      return false;
+  // Leading dims (size > 1) from the innermost out, merged into the group inside them when every
+  // strided tensor allows it.
+  struct Dim {
+    int64_t n;
+    std::vector<int64_t> s;  // per strided tensor
+  };
+  std::vector<Dim> dims;  // innermost first
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    Dim dim{shape[d], {}};
+    for (size_t i : strided) dim.s.push_back(ts[i]->stride[d]);
+    if (!dims.empty()) {
+      Dim& in = dims.back();
+      bool merge = true;
+      for (size_t k = 0; k < strided.size(); ++k) merge &= dim.s[k] == in.s[k] * in.n;
+      if (merge) {
+        in.n *= dim.n;
+        continue;
+      }
+    }
+    dims.push_back(dim);
+  }
+  if (dims.size() > 3) return false;
+  while (dims.size() < 3) dims.push_back(Dim{1, std::vector<int64_t>(strided.size(), 0)});
+  if (dims[0].n * dims[1].n * dims[2].n < rows) return false;  // rows beyond the tensors
+  // dims[2] outermost (i0), dims[1] (i1, n1), dims[0] innermost (i2, n2).
+  *n1 = dims[1].n;
+  *n2 = dims[0].n;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (plain[i] >= 0) {
+      maps[i]->s[0] = *n1 * *n2 * plain[i];
+      maps[i]->s[1] = *n2 * plain[i];
+      maps[i]->s[2] = plain[i];
+    }
+  }
+  for (size_t k = 0; k < strided.size(); ++k)
+    for (int j = 0; j < 3; ++j) maps[strided[k]]->s[j] = dims[2 - j].s[k];
+  return true;
+}
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
@@ -27,35 +100,45 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   BoundTensor x = ctx.tensor(p.x), dy = ctx.tensor(p.dy), dx = ctx.tensor(p.dx);
   a.x = x.ptr;
   a.x_dtype = x.layout.dtype;
-  a.x_row_stride = row_stride(x.layout, a.cols);
   a.dy = dy.ptr;
-  a.dy_row_stride = row_stride(dy.layout, a.cols);
+  a.dy_dtype = dy.layout.dtype;
   a.dx = dx.ptr;
-  a.dx_row_stride = row_stride(dx.layout, a.cols);
-  if (a.x_row_stride < 0 || a.dy_row_stride < 0 || a.dx_row_stride < 0) {
-    b.unsupported = "x, dy or dx rows are not [rows, cols] with a contiguous last dim";
-    return b;
-  }
+  std::vector<const TensorMeta*> metas = {&x.layout, &dy.layout, &dx.layout};
+  std::vector<NormBwdRowMap*> maps = {&a.x_rows, &a.dy_rows, &a.dx_rows};
+  BoundTensor add, xs;
   if (p.dx_add >= 0) {  // dx epilogue add: the other gradient of the residual stream
-    BoundTensor o = ctx.tensor(p.dx_add);
-    a.dx_add = o.ptr;
-    a.dx_add_row_stride = row_stride(o.layout, a.cols);
-    if (o.layout.dtype != dx.layout.dtype || a.dx_add_row_stride < 0) {
+    add = ctx.tensor(p.dx_add);
+    a.dx_add = add.ptr;
+    if (add.layout.dtype != dx.layout.dtype) {
       b.unsupported = "the tensor added to dx, '" + g.values[p.dx_add].name + "', is " +
-                      o.layout.str() +
-                      " (needs dx's dtype, [rows, cols] with a contiguous last dim)";
+                      add.layout.str() + " (needs dx's dtype)";
       return b;
     }
+    metas.push_back(&add.layout);
+    maps.push_back(&a.dx_add_rows);
   }
-  if (dy.layout.dtype != a.x_dtype || dx.layout.dtype != a.x_dtype) {
-    b.unsupported = "x, dy and dx dtypes differ (" + std::string(dtype_name(a.x_dtype)) + ", " +
-                    std::string(dtype_name(dy.layout.dtype)) + ", " +
+  if (p.xs >= 0) {  // the saved normalized value of the dw term
+    xs = ctx.tensor(p.xs);
+    a.xs = xs.ptr;
+    a.xs_dtype = xs.layout.dtype;
+    metas.push_back(&xs.layout);
+    maps.push_back(&a.xs_rows);
+  }
+  if (!row_maps(metas, a.rows, a.cols, &a.row_n1, &a.row_n2, maps)) {
+    b.unsupported =
+        "x, dy, dx (or the saved xhat, the tensor added to dx) rows are neither [rows, cols] with "
+        "a contiguous last dim nor views of one shape whose leading dims merge into at most 3 "
+        "strided dims";
+    return b;
+  }
+  if (dx.layout.dtype != a.dy_dtype) {
+    b.unsupported = "dy and dx dtypes differ (" + std::string(dtype_name(a.dy_dtype)) + ", " +
                     std::string(dtype_name(dx.layout.dtype)) + ")";
     return b;
   }
-  if (narrow(p.dx_round) && p.dx_round != a.x_dtype) {
+  if (narrow(p.dx_round) && p.dx_round != a.dy_dtype) {
     b.unsupported = "dx rounded to " + std::string(dtype_name(p.dx_round)) + " but stored as " +
-                    std::string(dtype_name(a.x_dtype));
+                    std::string(dtype_name(a.dy_dtype));
     return b;
   }
   // The kernels round to bf16 or fp16 (or not at all, fp32); a graph rounding an intermediate to
@@ -65,6 +148,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
                          {"xhat", p.xhat_round},
                          {"dw term", p.dwt_round},
                          {"dx", p.dx_round},
+                         {"dx terms", p.dx_part_round},
                          {"dw", p.dw_round},
                          {"db", p.db_round}})
     if (t != DType::kFloat32 && t != DType::kFloat64 && !narrow(t)) {
@@ -119,6 +203,8 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.g_round = p.g_round;
   a.xhat_round = p.xhat_round;
   a.dwt_round = p.dwt_round;
+  a.recenter = p.recenter;
+  a.dx_part_round = narrow(p.dx_part_round) ? p.dx_part_round : DType::kFloat32;
   if (p.dw >= 0) {  // else dx only: a.dw stays null, no column sums
     BoundTensor dw = ctx.tensor(p.dw);
     if (flat_stride(dw.layout, a.cols) != 1) {

@@ -1,10 +1,11 @@
 // norm_bwd cost and description.
 // Bytes that must move: x and dy read once, dx written once, w and the saved statistics read
 // once, dw/db written once (= the region's external inputs and outputs; a recomputed rstd reads
-// nothing more; a dx epilogue add reads its other operand once, rows*cols*|dx|). FLOPs per element:
-// ~16 (xhat, g, two row sums, dx, two column sums; dx only, without the weight and the column
-// sums: ~10) — memory-bound by two orders of magnitude on
-// Hopper, so the SOL is the byte term.
+// nothing more; a dx epilogue add reads its other operand once, rows*cols*|dx|; a saved
+// normalized value read by the dw term (the default partitioner's form), rows*cols*|xs|). FLOPs per
+// element: ~16 (xhat, g, two row sums, dx, two column sums; dx only, without the weight and the
+// column sums: ~10) — memory-bound by two orders of magnitude on Hopper, so the SOL is the byte
+// term.
 #include "impls/fusions/norm_bwd/params.hpp"
 #include "workloads/plan/match_util.hpp"
 
@@ -60,12 +61,15 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                         {"xhat", rnd(p.xhat_round)},
                         {"dw_term", rnd(p.dwt_round)},
                         {"dx", rnd(p.dx_round)},
+                        {"dx_terms", rnd(p.dx_part_round)},
                         {"dw", rnd(p.dw_round)},
                         {"db", rnd(p.db_round)}}},
                       {"dx", name(p.dx)},
                       {"dw", name(p.dw)},
                       {"db", name(p.db)}};
   if (p.dx_add >= 0) j["dx_add"] = name(p.dx_add);  // dx = rnd(rnd(dx_norm) + dx_add)
+  if (p.xs >= 0) j["xs"] = name(p.xs);              // the dw term reads the saved normalized value
+  if (p.recenter) j["recenter"] = true;             // dx's xhat term recentered (Cohere)
   if (p.stats == NormBwdStats::kRecompute) {
     j["eps"] = p.eps;
     j["eps_tensor"] = name(p.eps_value);

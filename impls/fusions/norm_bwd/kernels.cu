@@ -107,19 +107,46 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Row r's first element in a tensor laid out by m (NormBwdRowMap).
+__device__ __forceinline__ int64_t row_off(const NormBwdArgs& a, const NormBwdRowMap& m,
+                                           int64_t r) {
+  return norm_bwd_row_offset(a.row_n1, a.row_n2, m, r);
+}
+
+// 16-byte vectors of U per 16-byte vector of T (the kernels' column unit is one vector of dy):
+// 1 for U = T, 2 for a float32 x or saved xhat beside a 16-bit dy, 0 for U = void (not read).
+template <typename U, typename T>
+constexpr int parts_of() {
+  if constexpr (std::is_void_v<U>)
+    return 0;
+  else
+    return static_cast<int>(sizeof(U) / sizeof(T));
+}
+
+// Unpacks the NP 16-byte vectors of U at p[0..NP) into f (NP * Vec<U>::kElems elements).
+template <typename U, int NP>
+__device__ __forceinline__ void unpack_parts(const uint4* const* p, float* f) {
+#pragma unroll
+  for (int q = 0; q < NP; ++q) Vec<U>::unpack(*p[q], f + q * Vec<U>::kElems);
+}
+
 // Dynamic shared memory of the row kernel: w_eff [cols] fp32, then the ring
-// [kStages][2 (x, dy)][VPT][block] of 16-byte vectors; the final partial sums [RPI][cols] reuse
-// the ring.
+// [kStages][K][VPT][block] of 16-byte vectors, K = x's parts + 1 (dy) + the saved xhat's parts;
+// the final partial sums [RPI][cols] reuse the ring.
 __host__ __device__ constexpr size_t ring_offset(int64_t cols) {
   return (static_cast<size_t>(cols) * sizeof(float) + 15) / 16 * 16;
 }
 
-template <typename T, int G, int VPT, bool kAcc, bool kRound>
+// T: dy and dx; TX: x (T, or float beside a 16-bit T); TS: the saved xhat of the dw term (void:
+// none, dw uses xhat; only with kAcc).
+template <typename T, typename TX, typename TS, int G, int VPT, bool kAcc, bool kRound>
 __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
     norm_bwd_rows_kernel(NormBwdArgs a, int64_t split, float* part_dw, float* part_db,
                          float* stats_out) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
+  constexpr int NX = parts_of<TX, T>(), NS = parts_of<TS, T>(), K = NX + 1 + NS;
+  static_assert(NX >= 1 && (NS == 0 || kAcc), "x at least as wide as dy; xs only with dw");
   constexpr int kBlock = block_of(G);
   constexpr int RPI = kBlock / G;  // rows per block iteration
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -131,24 +158,38 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
   const int64_t r0 = int64_t(blockIdx.x) * split;
   const int64_t r1 = min(r0 + split, a.rows);
   const float inv_c = 1.f / float(a.cols);
-  // This thread's slot k of tensor t (0: x, 1: dy) in stage st.
-  auto slot = [&](int st, int t, int k) -> uint4* {
-    return ring + ((st * 2 + t) * VPT + k) * kBlock + threadIdx.x;
+  // This thread's slot k of part j (0 .. NX-1: x, NX: dy, NX+1 ..: xs) in stage st.
+  auto slot = [&](int st, int j, int k) -> uint4* {
+    return ring + ((st * K + j) * VPT + k) * kBlock + threadIdx.x;
   };
   auto issue = [&](int64_t row, int st) {
     const bool ok = row < r1;
-    const uint4* xr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) +
-                                                     (ok ? row : r0) * a.x_row_stride);
-    const uint4* dr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.dy) +
-                                                     (ok ? row : r0) * a.dy_row_stride);
+    const int64_t rr = ok ? row : r0;
+    const uint4* xr =
+        reinterpret_cast<const uint4*>(static_cast<const TX*>(a.x) + row_off(a, a.x_rows, rr));
+    const uint4* dr =
+        reinterpret_cast<const uint4*>(static_cast<const T*>(a.dy) + row_off(a, a.dy_rows, rr));
+    const uint4* sr = nullptr;
+    if constexpr (NS > 0)
+      sr = reinterpret_cast<const uint4*>(static_cast<const TS*>(a.xs) + row_off(a, a.xs_rows, rr));
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
       const bool in = ok && v < nvec;
-      cp_async16(slot(st, 0, k), xr + (in ? v : 0), in);
-      cp_async16(slot(st, 1, k), dr + (in ? v : 0), in);
+#pragma unroll
+      for (int q = 0; q < NX; ++q) cp_async16(slot(st, q, k), xr + (in ? v * NX + q : 0), in);
+      cp_async16(slot(st, NX, k), dr + (in ? v : 0), in);
+#pragma unroll
+      for (int q = 0; q < NS; ++q)
+        cp_async16(slot(st, NX + 1 + q, k), sr + (in ? v * NS + q : 0), in);
     }
     cp_async_commit();
+  };
+  auto unpack_x = [&](int st, int k, float* f) {
+    const uint4* p[NX];
+#pragma unroll
+    for (int q = 0; q < NX; ++q) p[q] = slot(st, q, k);
+    unpack_parts<TX, NX>(p, f);
   };
   auto load_stats = [&](int64_t row, float& m, float& s) {
     m = 0.f;
@@ -196,7 +237,7 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float f[E];
-        V::unpack(*slot(st, 0, k), f);  // zero-filled past the row
+        unpack_x(st, k, f);  // zero-filled past the row
 #pragma unroll
         for (int e = 0; e < E; ++e) s1 += f[e];
       }
@@ -205,7 +246,7 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
       for (int k = 0; k < VPT; ++k) {
         const bool in = tid + k * G < nvec;
         float f[E];
-        V::unpack(*slot(st, 0, k), f);
+        unpack_x(st, k, f);
 #pragma unroll
         for (int e = 0; e < E; ++e) {
           const float d = in ? f[e] - mean : 0.f;
@@ -223,14 +264,14 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
     }
     const float ms = -m * s;
     // Pass 1: S1 = sum(g), S2 = sum(g * xhat).
-    float p1[2] = {0.f, 0.f}, p2[2] = {0.f, 0.f};
+    float p1[2] = {0.f, 0.f}, p2[2] = {0.f, 0.f}, p3 = 0.f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
       if (v >= nvec) continue;
       float xf[E], df[E];
-      V::unpack(*slot(st, 0, k), xf);
-      V::unpack(*slot(st, 1, k), df);
+      unpack_x(st, k, xf);
+      V::unpack(*slot(st, NX, k), df);
       const float4* w4 = reinterpret_cast<const float4*>(w_s + v * E);
 #pragma unroll
       for (int e = 0; e < E; e += 4) {
@@ -243,20 +284,31 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           const float xh = fmaf(xf[e + i], s, ms);
           p1[i % 2] += g;
           p2[i % 2] = fmaf(g, xh, p2[i % 2]);
+          p3 += xh;  // S3 (recenter only; unused otherwise)
         }
       }
     }
     const float2 S = group_sum2<G>(p1[0] + p1[1], p2[0] + p2[1], red);
-    // Pass 2: dx = rs * (g - (S1 + xhat * S2) / C); dw += rnd(dy * rnd(xhat)); db += dy.
-    const float ca = rs, cb = -rs * S.y * inv_c, cc = a.layernorm ? -rs * S.x * inv_c : 0.f;
-    T* dxr = static_cast<T*>(a.dx) + (valid ? row : 0) * a.dx_row_stride;
+    const float S3 = a.recenter ? group_sum2<G>(p3, 0.f, red).x : 0.f;  // uniform branch
+    // Pass 2: dx = rs * (g - (S1 + (xhat [- S3 / C]) * S2) / C); dw += rnd(dy * rnd(xhat or xs));
+    // db += dy.
+    const float ca = rs, cb = -rs * S.y * inv_c;
+    const float cc = (a.layernorm ? -rs * S.x * inv_c : 0.f) - cb * S3 * inv_c;
+    T* dxr = static_cast<T*>(a.dx) + (valid ? row_off(a, a.dx_rows, row) : 0);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
       if (v >= nvec) continue;
       float xf[E], df[E], out[E];
-      V::unpack(*slot(st, 0, k), xf);
-      V::unpack(*slot(st, 1, k), df);
+      unpack_x(st, k, xf);
+      V::unpack(*slot(st, NX, k), df);
+      float sf[NS > 0 ? E : 1];
+      if constexpr (NS > 0) {
+        const uint4* p[NS > 0 ? NS : 1];
+#pragma unroll
+        for (int q = 0; q < NS; ++q) p[q] = slot(st, NX + 1 + q, k);
+        unpack_parts<std::conditional_t<NS == 0, T, TS>, NS>(p, sf);
+      }
       const float4* w4 = reinterpret_cast<const float4*>(w_s + v * E);
 #pragma unroll
       for (int e = 0; e < E; e += 4) {
@@ -267,9 +319,18 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           float g = df[e + i] * wv[i];
           if constexpr (kRound) g = round_as(g, a.g_round);
           const float xh = fmaf(xf[e + i], s, ms);
-          out[e + i] = fmaf(ca, g, fmaf(cb, xh, cc));
+          if constexpr (kRound) {  // T5: the two terms rounded apart before their sum
+            if (a.dx_part_round != DType::kFloat32)
+              out[e + i] =
+                  round_as(ca * g, a.dx_part_round) + round_as(fmaf(cb, xh, cc), a.dx_part_round);
+            else
+              out[e + i] = fmaf(ca, g, fmaf(cb, xh, cc));
+          } else {
+            out[e + i] = fmaf(ca, g, fmaf(cb, xh, cc));
+          }
           if constexpr (kAcc) {
             float xr = xh;
+            if constexpr (NS > 0) xr = sf[e + i];  // the graph's saved normalized value
             if constexpr (kRound) xr = round_as(xr, a.xhat_round);
             float t = df[e + i] * xr;
             if constexpr (kRound) t = round_as(t, a.dwt_round);
@@ -283,11 +344,11 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
         if (a.dx_add) {  // dx epilogue add: rnd(rnd(dx) + other), as the graph rounds
           float o[E];
           V::unpack(__ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(a.dx_add) +
-                                                          row * a.dx_add_row_stride) +
+                                                          row_off(a, a.dx_add_rows, row)) +
                            v),
                     o);
 #pragma unroll
-          for (int e = 0; e < E; ++e) out[e] = round_as(out[e], a.x_dtype) + o[e];
+          for (int e = 0; e < E; ++e) out[e] = round_as(out[e], a.dy_dtype) + o[e];
         }
         __stcs(reinterpret_cast<uint4*>(dxr) + v, V::pack(out));
       }
@@ -332,14 +393,16 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
 // ---------------------------------------------------------------------------------------------
 // Kernel 2 (baseline): column sums over a chunk of rows. Block: vt threads across 16-byte
 // vectors of a column tile x (256 / vt) row lanes; partials summed over the lanes in lane order.
+// With a saved xhat (TS not void) it reads dy and xs only.
 constexpr int kColThreads = 256;
 
-template <typename T, bool kRound>
+template <typename T, typename TX, typename TS, bool kRound>
 __global__ void __launch_bounds__(kColThreads)
     norm_bwd_cols_kernel(NormBwdArgs a, const float* stats, int vt, int64_t rows_per_chunk,
                          float* part_dw, float* part_db) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
+  constexpr int NX = parts_of<TX, T>(), NS = parts_of<TS, T>();
   __shared__ float buf[kColThreads * E];
   const int tx = threadIdx.x % vt, ty = threadIdx.x / vt, lanes = kColThreads / vt;
   const int nvec = static_cast<int>(a.cols / E);
@@ -354,21 +417,31 @@ __global__ void __launch_bounds__(kColThreads)
 #pragma unroll 4
     for (int64_t row = r0 + ty; row < r1; row += lanes) {
       float xf[E], df[E];
-      V::unpack(
-          __ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride) +
-                 v),
-          xf);
       V::unpack(__ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(a.dy) +
-                                                      row * a.dy_row_stride) +
+                                                      row_off(a, a.dy_rows, row)) +
                        v),
                 df);
       float m = 0.f, s = 1.f;
-      if (a.stats == NormBwdStats::kRecompute) {
-        m = stats[row];
-        s = stats[a.rows + row];
-      } else if (a.stats == NormBwdStats::kSaved) {
-        if (a.mean) m = __ldg(a.mean + row * a.mean_stride);
-        s = __ldg(a.rstd + row * a.rstd_stride);
+      if constexpr (NS > 0) {  // the saved normalized value: xhat = xs
+        using U = std::conditional_t<NS == 0, T, TS>;
+        const uint4* sr = reinterpret_cast<const uint4*>(static_cast<const U*>(a.xs) +
+                                                         row_off(a, a.xs_rows, row));
+#pragma unroll
+        for (int q = 0; q < NS; ++q)
+          Vec<U>::unpack(__ldcs(sr + v * NS + q), xf + q * Vec<U>::kElems);
+      } else {
+        const uint4* xr =
+            reinterpret_cast<const uint4*>(static_cast<const TX*>(a.x) + row_off(a, a.x_rows, row));
+#pragma unroll
+        for (int q = 0; q < NX; ++q)
+          Vec<TX>::unpack(__ldcs(xr + v * NX + q), xf + q * Vec<TX>::kElems);
+        if (a.stats == NormBwdStats::kRecompute) {
+          m = stats[row];
+          s = stats[a.rows + row];
+        } else if (a.stats == NormBwdStats::kSaved) {
+          if (a.mean) m = __ldg(a.mean + row * a.mean_stride);
+          s = __ldg(a.rstd + row * a.rstd_stride);
+        }
       }
       const float ms = -m * s;
 #pragma unroll
@@ -450,6 +523,10 @@ int elems_of(DType t) {
   return t == DType::kFloat32 ? 4 : 8;
 }
 
+int bytes_of(DType t) {
+  return t == DType::kFloat32 ? 4 : 2;
+}
+
 int pow2ceil(int64_t n) {
   int p = 1;
   while (p < n) p *= 2;
@@ -459,19 +536,28 @@ int pow2ceil(int64_t n) {
 // Vectors per thread: at most 3 for 16-bit types (24 elements: the dw/db accumulators, the row and
 // the prefetched next row then fit the 128-register cap of 2 blocks of 256 threads per SM; 4
 // spilled up to 500 bytes), at most 4 for fp32 (16 elements). The group is the smallest power of
-// two that holds the row, so a thread holds max_vpt/2 < vpt <= max_vpt vectors.
+// two that holds the row, so a thread holds max_vpt/2 < vpt <= max_vpt vectors. The mixed forms
+// (a float32 x beside a bfloat16 dy, or a saved xhat) are instantiated at max_vpt only (fewer
+// kernels; a thread then may own one vector past the row, which it skips).
 constexpr int kMinGroup = 8, kMaxGroup = 512;
 
 int max_vpt(DType t) {
   return t == DType::kFloat32 ? 4 : 3;
 }
 
-NormBwdGeometry geometry_of(int64_t nvec, DType t) {
+// x wider than dy, or a saved xhat read by the dw term.
+bool mixed(const NormBwdArgs& a) {
+  return a.x_dtype != a.dy_dtype || a.xs != nullptr;
+}
+
+NormBwdGeometry geometry_of(int64_t nvec, DType t, bool fixed_vpt) {
   NormBwdGeometry g;
   const int mv = max_vpt(t);
   g.threads_per_row = std::clamp(pow2ceil((nvec + mv - 1) / mv), kMinGroup, kMaxGroup);
   g.vectors_per_thread =
-      std::max<int>(mv - 1, static_cast<int>((nvec + g.threads_per_row - 1) / g.threads_per_row));
+      fixed_vpt ? mv
+                : std::max<int>(
+                      mv - 1, static_cast<int>((nvec + g.threads_per_row - 1) / g.threads_per_row));
   g.block_threads = block_of(g.threads_per_row);
   g.rows_per_iter = g.block_threads / g.threads_per_row;
   return g;
@@ -479,65 +565,108 @@ NormBwdGeometry geometry_of(int64_t nvec, DType t) {
 
 bool needs_round(const NormBwdArgs& a) {
   auto narrow = [](DType t) { return t == DType::kBFloat16 || t == DType::kFloat16; };
-  return narrow(a.g_round) || narrow(a.xhat_round) || narrow(a.dwt_round);
+  return narrow(a.g_round) || narrow(a.xhat_round) || narrow(a.dwt_round) ||
+         narrow(a.dx_part_round);
 }
 
 using RowsKernel = void (*)(NormBwdArgs, int64_t, float*, float*, float*);
 
-template <typename T, int G, int VPT>
+template <typename T, typename TX, typename TS, int G, int VPT>
 RowsKernel pick_rows(bool acc, bool round) {
-  if (acc)
-    return round ? norm_bwd_rows_kernel<T, G, VPT, true, true>
-                 : norm_bwd_rows_kernel<T, G, VPT, true, false>;
-  return round ? norm_bwd_rows_kernel<T, G, VPT, false, true>
-               : norm_bwd_rows_kernel<T, G, VPT, false, false>;
-}
-
-template <typename T, int G>
-RowsKernel pick_vpt(int vpt, bool acc, bool round) {
-  if constexpr (std::is_same_v<T, float>)
-    return vpt == 3 ? pick_rows<T, G, 3>(acc, round) : pick_rows<T, G, 4>(acc, round);
+  if constexpr (!std::is_void_v<TS>)  // a saved xhat is read by the dw term only
+    return round ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, true>
+                 : norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, false>;
+  else if (acc)
+    return round ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, true>
+                 : norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, false>;
   else
-    return vpt == 2 ? pick_rows<T, G, 2>(acc, round) : pick_rows<T, G, 3>(acc, round);
+    return round ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, false, true>
+                 : norm_bwd_rows_kernel<T, TX, TS, G, VPT, false, false>;
 }
 
-template <typename T>
+template <typename T, typename TX, typename TS, int G>
+RowsKernel pick_vpt(int vpt, bool acc, bool round) {
+  if constexpr (!std::is_same_v<T, TX> || !std::is_void_v<TS>)
+    return pick_rows<T, TX, TS, G, 3>(acc, round);  // mixed forms: max_vpt only
+  else if constexpr (std::is_same_v<T, float>)
+    return vpt == 3 ? pick_rows<T, TX, TS, G, 3>(acc, round)
+                    : pick_rows<T, TX, TS, G, 4>(acc, round);
+  else
+    return vpt == 2 ? pick_rows<T, TX, TS, G, 2>(acc, round)
+                    : pick_rows<T, TX, TS, G, 3>(acc, round);
+}
+
+template <typename T, typename TX = T, typename TS = void>
 RowsKernel pick_group(int g, int vpt, bool acc, bool round) {
   switch (g) {
     case 8:
-      return pick_vpt<T, 8>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 8>(vpt, acc, round);
     case 16:
-      return pick_vpt<T, 16>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 16>(vpt, acc, round);
     case 32:
-      return pick_vpt<T, 32>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 32>(vpt, acc, round);
     case 64:
-      return pick_vpt<T, 64>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 64>(vpt, acc, round);
     case 128:
-      return pick_vpt<T, 128>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 128>(vpt, acc, round);
     case 256:
-      return pick_vpt<T, 256>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 256>(vpt, acc, round);
     default:
-      return pick_vpt<T, 512>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 512>(vpt, acc, round);
   }
+}
+
+// The dtype combination of x, dy and the saved xhat the kernels are instantiated for; empty when
+// supported (norm_bwd_supports reports the reason).
+std::string combo_unsupported(const NormBwdArgs& a) {
+  const DType t = a.dy_dtype;
+  if (t != DType::kBFloat16 && t != DType::kFloat16 && t != DType::kFloat32)
+    return "dy dtype " + std::string(dtype_name(t)) + " (needs bfloat16, float16 or float32)";
+  if (a.x_dtype != t && !(a.x_dtype == DType::kFloat32 && t == DType::kBFloat16))
+    return "x " + std::string(dtype_name(a.x_dtype)) + " beside dy " + std::string(dtype_name(t)) +
+           " (the kernels take x in dy's dtype, or a float32 x beside a bfloat16 dy)";
+  if (a.xs) {
+    if (!a.dw) return "a saved xhat without dw";
+    if (a.x_dtype != DType::kFloat32 || t != DType::kBFloat16 ||
+        (a.xs_dtype != DType::kBFloat16 && a.xs_dtype != DType::kFloat32))
+      return "saved xhat " + std::string(dtype_name(a.xs_dtype)) + " beside x " +
+             std::string(dtype_name(a.x_dtype)) + " and dy " + std::string(dtype_name(t)) +
+             " (the kernels take a bfloat16 or float32 saved xhat beside a float32 x and a "
+             "bfloat16 dy, the default partitioner's form)";
+  }
+  return "";
 }
 
 RowsKernel rows_kernel(const NormBwdArgs& a, bool acc) {
   const NormBwdGeometry geo = norm_bwd_geometry(a);
   const bool round = needs_round(a);
-  switch (a.x_dtype) {
+  const int g = geo.threads_per_row, v = geo.vectors_per_thread;
+  if (a.x_dtype == DType::kFloat32 && a.dy_dtype == DType::kBFloat16) {
+    if (acc && a.xs && a.xs_dtype == DType::kBFloat16)
+      return pick_group<__nv_bfloat16, float, __nv_bfloat16>(g, v, acc, round);
+    if (acc && a.xs) return pick_group<__nv_bfloat16, float, float>(g, v, acc, round);
+    return pick_group<__nv_bfloat16, float>(g, v, acc, round);
+  }
+  switch (a.dy_dtype) {
     case DType::kBFloat16:
-      return pick_group<__nv_bfloat16>(geo.threads_per_row, geo.vectors_per_thread, acc, round);
+      return pick_group<__nv_bfloat16>(g, v, acc, round);
     case DType::kFloat16:
-      return pick_group<__half>(geo.threads_per_row, geo.vectors_per_thread, acc, round);
+      return pick_group<__half>(g, v, acc, round);
     default:
-      return pick_group<float>(geo.threads_per_row, geo.vectors_per_thread, acc, round);
+      return pick_group<float>(g, v, acc, round);
   }
 }
 
-size_t rows_smem(const NormBwdArgs& a, bool) {
+// 16-byte ring vectors per dy vector: x's parts, dy, and (acc) the saved xhat's parts.
+int ring_parts(const NormBwdArgs& a, bool acc) {
+  const int d = bytes_of(a.dy_dtype);
+  return bytes_of(a.x_dtype) / d + 1 + (acc && a.xs ? bytes_of(a.xs_dtype) / d : 0);
+}
+
+size_t rows_smem(const NormBwdArgs& a, bool acc) {
   const NormBwdGeometry geo = norm_bwd_geometry(a);
-  return ring_offset(a.cols) +
-         size_t(kStages) * 2 * geo.vectors_per_thread * geo.block_threads * sizeof(uint4);
+  return ring_offset(a.cols) + size_t(kStages) * ring_parts(a, acc) * geo.vectors_per_thread *
+                                   geo.block_threads * sizeof(uint4);
 }
 
 struct DeviceInfo {
@@ -583,15 +712,15 @@ struct ColShape {
 };
 
 ColShape col_shape(const NormBwdArgs& a) {
-  const int64_t nvec = a.cols / elems_of(a.x_dtype);
+  const int64_t nvec = a.cols / elems_of(a.dy_dtype);
   ColShape c;
   c.vt = 32;  // the largest power of two <= 32 dividing nvec, at least 8
   while (c.vt > 8 && nvec % c.vt) c.vt /= 2;
   c.tiles = (nvec + c.vt - 1) / c.vt;
   const int lanes = kColThreads / c.vt;
   int sms = 0;
-  blocks_per_sm(reinterpret_cast<const void*>(norm_bwd_cols_kernel<float, false>), kColThreads, 0,
-                &sms);
+  blocks_per_sm(reinterpret_cast<const void*>(norm_bwd_cols_kernel<float, float, void, false>),
+                kColThreads, 0, &sms);
   // About 8 blocks per SM in all; each chunk a multiple of the row lanes.
   const int64_t want = std::max<int64_t>(1, int64_t(sms) * 8 / c.tiles);
   c.chunks = std::clamp<int64_t>((a.rows + lanes - 1) / lanes, 1, want);
@@ -601,10 +730,11 @@ ColShape col_shape(const NormBwdArgs& a) {
   return c;
 }
 
-template <typename T>
+template <typename T, typename TX = T, typename TS = void>
 void launch_cols(const NormBwdArgs& a, const ColShape& c, const float* stats, float* pw, float* pb,
                  cudaStream_t s) {
-  auto k = needs_round(a) ? norm_bwd_cols_kernel<T, true> : norm_bwd_cols_kernel<T, false>;
+  auto k = needs_round(a) ? norm_bwd_cols_kernel<T, TX, TS, true>
+                          : norm_bwd_cols_kernel<T, TX, TS, false>;
   k<<<dim3(static_cast<unsigned>(c.tiles), static_cast<unsigned>(c.chunks)), kColThreads, 0, s>>>(
       a, stats, c.vt, c.rows_per_chunk, pw, pb);
   REPLAY_CUDA_LAUNCH("norm_bwd_cols_kernel");
@@ -613,21 +743,27 @@ void launch_cols(const NormBwdArgs& a, const ColShape& c, const float* stats, fl
 }  // namespace
 
 NormBwdGeometry norm_bwd_geometry(const NormBwdArgs& a) {
-  return geometry_of(a.cols / elems_of(a.x_dtype), a.x_dtype);
+  return geometry_of(a.cols / elems_of(a.dy_dtype), a.dy_dtype, mixed(a));
 }
 
 std::string norm_bwd_supports(const NormBwdArgs& a) {
   if (a.rows <= 0 || a.cols <= 0) return "empty rows";
-  const DType t = a.x_dtype;
-  if (t != DType::kBFloat16 && t != DType::kFloat16 && t != DType::kFloat32)
-    return "x dtype " + std::string(dtype_name(t)) + " (needs bfloat16, float16 or float32)";
+  if (a.row_n1 < 1 || a.row_n2 < 1) return "row dims n1, n2 must be positive";
+  if (std::string why = combo_unsupported(a); !why.empty()) return why;
+  const DType t = a.dy_dtype;
   const int64_t e = elems_of(t);
-  if (a.cols % e || a.x_row_stride % e || a.dy_row_stride % e || a.dx_row_stride % e)
+  // Every row start 16-byte aligned: each tensor's strides in whole 16-byte vectors of its dtype.
+  auto rows_ok = [](const NormBwdRowMap& m, DType d) {
+    const int64_t n = elems_of(d);
+    return m.s[0] % n == 0 && m.s[1] % n == 0 && m.s[2] % n == 0;
+  };
+  if (a.cols % e || !rows_ok(a.x_rows, a.x_dtype) || !rows_ok(a.dy_rows, t) ||
+      !rows_ok(a.dx_rows, t) || (a.xs && !rows_ok(a.xs_rows, a.xs_dtype)))
     return "row length or stride not a multiple of a 16-byte vector";
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!aligned(a.x) || !aligned(a.dy) || !aligned(a.dx))
-    return "x, dy or dx is not 16-byte aligned";
-  if (a.dx_add && (!aligned(a.dx_add) || a.dx_add_row_stride % e))
+  if (!aligned(a.x) || !aligned(a.dy) || !aligned(a.dx) || (a.xs && !aligned(a.xs)))
+    return "x, dy, dx or the saved xhat is not 16-byte aligned";
+  if (a.dx_add && (!aligned(a.dx_add) || !rows_ok(a.dx_add_rows, t)))
     return "the tensor added to dx is not in 16-byte aligned rows";
   const int64_t nvec = a.cols / e;
   if (nvec > int64_t(kMaxGroup) * max_vpt(t))
@@ -713,7 +849,17 @@ void norm_bwd_baseline(const NormBwdArgs& a, void* workspace, cudaStream_t s) {
                                                                    stats);
   REPLAY_CUDA_LAUNCH("norm_bwd_rows_kernel (baseline)");
   if (!cols) return;
-  switch (a.x_dtype) {
+  if (a.x_dtype == DType::kFloat32 && a.dy_dtype == DType::kBFloat16) {
+    if (a.xs && a.xs_dtype == DType::kBFloat16)
+      launch_cols<__nv_bfloat16, float, __nv_bfloat16>(a, c, stats, pw, pb, s);
+    else if (a.xs)
+      launch_cols<__nv_bfloat16, float, float>(a, c, stats, pw, pb, s);
+    else
+      launch_cols<__nv_bfloat16, float>(a, c, stats, pw, pb, s);
+    launch_finalize(a, pw, pb, c.chunks, s);
+    return;
+  }
+  switch (a.dy_dtype) {
     case DType::kBFloat16:
       launch_cols<__nv_bfloat16>(a, c, stats, pw, pb, s);
       break;

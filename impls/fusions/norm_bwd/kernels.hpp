@@ -4,6 +4,8 @@
 //                                s = 1; mean/rstd saved by the forward, or recomputed from x)
 //   g    = rnd_g(dy * w_eff)    w_eff = rnd_w(w + w_offset), staged once per block
 //   dx   = rstd * (g - (S1 + xhat * S2) / cols)   S1 = sum(g) (LayerNorm only), S2 = sum(g * xhat)
+//          (recenter: xhat * S2 -> (xhat - S3 / cols) * S2, S3 = sum(xhat); dx_part_round: the
+//          terms rstd * g and the rest rounded apart before their sum, as T5's graph rounds)
 //   dw  += rnd_dwt(dy * rnd_xhat(xhat)),  db += dy                (column sums over the rows)
 // rnd_*: optional roundings to bfloat16/float16 where the captured graph materializes a narrow
 // value (Meta Llama and Hugging Face RMSNorm multiply by the weight after the down-cast, so g,
@@ -21,12 +23,22 @@
 // dx only (a norm without affine parameters: w, dw and db null): g = dy (w = 1), no column sums;
 // both variants are then the row kernel alone over the same persistent grid — there is no column
 // reduction to fuse, so the baseline (what eager and Inductor run for it) is the same launch.
-// Both need x, dy and dx in one dtype (bf16, fp16 or fp32), 16-byte aligned rows, mean/rstd in
-// fp32; rows of at most 512 x 3 16-byte vectors for 16-bit types (12288 elements) and 512 x 4
-// for fp32 (8192 elements); every rounding flag bf16, fp16 or none (fp32).
+// Dtypes: dy and dx (and a dx epilogue add) in one dtype T (bf16, fp16 or fp32); x in T, or fp32
+// beside a bf16 dy (the default partitioner saves the fp32 upcast x); the column unit is one
+// 16-byte vector of dy, x's part of it one or two 16-byte vectors.
+// Saved xhat (NormBwdArgs::xs, the default partitioner's Llama / Gemma RMSNorm backward): the dw
+// term reads the graph's saved normalized value instead of xhat, dw += rnd_dwt(dy *
+// rnd_xhat(xs)), while dx still uses xhat = (x - m) * s from x and the statistics — what the
+// graph computes (xs is not assumed equal to rnd(x * rstd)); xs bf16 or fp32 beside an fp32 x and
+// a bf16 dy. The baseline's column kernel then reads dy and xs (not x).
+// Row addressing: row r of every tensor at i0 * s[0] + i1 * s[1] + i2 * s[2] (NormBwdRowMap), so
+// a per-head norm's transposed dy ([B, T, H, D] through permute(0, 2, 1, 3)) is read in place.
+// Both need 16-byte aligned rows, mean/rstd in fp32; rows of at most 512 x 3 16-byte vectors of dy
+// for 16-bit types (12288 elements) and 512 x 4 for fp32 (8192 elements), and a ring (3 stages of
+// x, dy and xs vectors) within 227 KiB of shared memory; every rounding flag bf16, fp16 or none.
 // Bytes that must move: rows*cols*(|x| + |dy| + |dx|) + cols*(|w| + |dw| + |db|) + rows*4 per
 // saved statistic, + rows*cols*|dx| for a dx epilogue add (the residual stream's other gradient,
-// read once in the dx store).
+// read once in the dx store), + rows*cols*|xs| for a saved xhat.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,15 +57,38 @@ enum class NormBwdStats : uint8_t {
   kNormalized,  ///< x is already xhat (saved normalized activations); rstd read for dx
 };
 
+/// Where each row of a tensor starts: rows are indexed (i0, i1, i2) over the row dims
+/// [rows / (n1 * n2), n1, n2] of NormBwdArgs (i2 fastest), and row r of the tensor starts
+/// i0 * s[0] + i1 * s[1] + i2 * s[2] elements after its pointer. A plain [rows, cols] view:
+/// n1 = n2 = 1 and s[0] its row stride. A transposed view (a per-head norm's dy read through
+/// permute(0, 2, 1, 3): [B, T, H, D] with strides [T*H*D, D, T*D, 1]) keeps its own strides.
+struct NormBwdRowMap {
+  int64_t s[3] = {0, 0, 0};
+};
+
+/// Row r's first element in a tensor laid out by m, rows over dims [.., n1, n2] (host and
+/// device: the kernels address every row through it).
+__host__ __device__ inline int64_t norm_bwd_row_offset(int64_t n1, int64_t n2,
+                                                       const NormBwdRowMap& m, int64_t r) {
+  if (n1 == 1 && n2 == 1) return r * m.s[0];  // plain rows (a uniform branch in the kernels)
+  const int64_t i2 = r % n2, q = r / n2;
+  return (q / n1) * m.s[0] + (q % n1) * m.s[1] + i2 * m.s[2];
+}
+
 struct NormBwdArgs {
   int64_t rows = 0, cols = 0;
+  /// Row dims n1, n2 (NormBwdRowMap); 1, 1 for plain rows.
+  int64_t row_n1 = 1, row_n2 = 1;
   bool layernorm = true;  ///< dx has the mean term S1 (LayerNorm); RMSNorm does not
   NormBwdStats stats = NormBwdStats::kSaved;
-  const void* x = nullptr;  ///< [rows, cols], row stride x_row_stride elements
+  const void* x = nullptr;  ///< [rows, cols], rows at x_rows
+  /// x's dtype: dy_dtype, or float32 beside a bfloat16 dy (the default partitioner saves the fp32
+  /// upcast x of an RMSNorm / LayerNorm that computes in fp32).
   DType x_dtype = DType::kBFloat16;
-  int64_t x_row_stride = 0;
-  const void* dy = nullptr;  ///< [rows, cols], same dtype as x
-  int64_t dy_row_stride = 0;
+  NormBwdRowMap x_rows;
+  const void* dy = nullptr;           ///< [rows, cols], rows at dy_rows
+  DType dy_dtype = DType::kBFloat16;  ///< dy's dtype, also dx's and dx_add's
+  NormBwdRowMap dy_rows;
   const float* mean = nullptr;  ///< kSaved LayerNorm: [rows] with stride mean_stride
   int64_t mean_stride = 1;
   const float* rstd = nullptr;  ///< kSaved, kNormalized: [rows] with stride rstd_stride
@@ -64,18 +99,30 @@ struct NormBwdArgs {
   const void* eps_ptr = nullptr;  ///< 0-dim tensor holding eps (added to `eps`), or null
   DType eps_dtype = DType::kFloat32;
   float var_scale = 1;
+  /// Saved normalized value for the dw term (the default partitioner's saved `x * rstd`, rounded
+  /// to bf16 by Llama-style RMSNorms, fp32 in Gemma's): when set, dw sums rnd_dwt(dy *
+  /// rnd_xhat(xs)) and dx still uses xhat from x and the statistics, as the graph does (xs is not
+  /// assumed equal to the recomputed xhat). [rows, cols] at xs_rows, dtype xs_dtype (dy_dtype or
+  /// float32, with a float32 x and a bfloat16 dy); only with dw. nullptr: dw uses xhat.
+  const void* xs = nullptr;
+  DType xs_dtype = DType::kFloat32;
+  NormBwdRowMap xs_rows;
   const void* w = nullptr;  ///< [cols] contiguous; null: w = 1 (w_offset, w_round unused)
   DType w_dtype = DType::kBFloat16;
   float w_offset = 0;  ///< x * (1 + w): 1
   DType w_round = DType::kFloat32, g_round = DType::kFloat32;
   DType xhat_round = DType::kFloat32, dwt_round = DType::kFloat32;
-  void* dx = nullptr;  ///< [rows, cols], dtype x_dtype
-  int64_t dx_row_stride = 0;
-  /// dx epilogue add: when set, the kernels store rnd(rnd_x(dx) + dx_add) (dx rounded to x_dtype,
-  /// then the add in fp32 and rounded to x_dtype again: the graph's `tangent + dx.to(bf16)`);
-  /// [rows, cols] in x_dtype, row stride dx_add_row_stride. nullptr: dx alone.
+  /// LayerNorm: the xhat term of dx recentered, xhat - sum(xhat)/C (Params::recenter).
+  bool recenter = false;
+  /// dx = rnd(rnd_p(rstd * g) + rnd_p(rest)) (Params::dx_part_round); float32: not split.
+  DType dx_part_round = DType::kFloat32;
+  void* dx = nullptr;  ///< [rows, cols], dtype dy_dtype, rows at dx_rows
+  NormBwdRowMap dx_rows;
+  /// dx epilogue add: when set, the kernels store rnd(rnd_dy(dx) + dx_add) (dx rounded to
+  /// dy_dtype, then the add in fp32 and rounded to dy_dtype again: the graph's
+  /// `tangent + dx.to(bf16)`); [rows, cols] in dy_dtype, rows at dx_add_rows. nullptr: dx alone.
   const void* dx_add = nullptr;
-  int64_t dx_add_row_stride = 0;
+  NormBwdRowMap dx_add_rows;
   void* dw = nullptr;  ///< [cols] contiguous; rounded to dw_round, stored as dw_dtype; null: dx
                        ///< only (no column sums; db must be null too)
   DType dw_dtype = DType::kBFloat16, dw_round = DType::kFloat32;

@@ -10,12 +10,18 @@
 //             a number or a 0-dim tensor),
 //      xhat = a saved normalized x,
 //    optionally rounded where the graph rounds (xhat, then dy * xhat, to bf16/fp16): the roles
-//    x, dy, mean, rstd are tried over the leaves the summand mentions.
+//    x, dy, mean, rstd are tried over the leaves the summand mentions. A saved normalized value
+//    S (a graph input with role "saved": aot_autograd's default partitioner saves x * rstd beside
+//    the fp32 x) may feed dw alone: dx is then sought in terms of the xhat of another leaf x read
+//    with dy in a row sum (step 4), and the kernels read S for the dw term (Params::xs).
 // 3. db (optional): another anchor whose summand is dy itself.
 // 4. dx: the first value equal to
 //      rstd * g - rstd/C * sum(g) [LayerNorm only] - rstd/C * xhat * sum(g * xhat),
 //      g = dy * w_eff (optionally rounded), w_eff = w + offset (optionally rounded)
-//    for a [C] leaf w and offset 0 or any constant the graph adds to w (x * (1 + w)).
+//    for a [C] leaf w and offset 0 or any constant the graph adds to w (x * (1 + w)); or that
+//    value with xhat recentered (LayerNorm: xhat - sum(xhat)/C, a two-pass LayerNorm's
+//    backward written term by term: Cohere), or its two terms rstd * g and the rest each rounded
+//    before their sum (T5LayerNorm).
 // 5. Each output extends through single-use converts, views, clones (the down-casts of dx, dw,
 //    db); the rounding it ends in is recorded. The region is every node between the leaves and
 //    the outputs; every intermediate must stay private, and no node outside may read an output
@@ -167,9 +173,33 @@ std::vector<Stats> stats_candidates(Algebra& A, const std::vector<int>& atoms) {
   return out;
 }
 
-// rstd * g - [LayerNorm] rstd/C * sum(g) - rstd/C * xhat * sum(g * xhat)
+// The atoms dx's statistics may come from when dw reads a saved normalized value: the atoms of
+// every row sum that mentions dy (S2 = sum(g * x) names x), every row leaf (a saved rstd or mean
+// may be applied outside the row sums) and every recomputed rsqrt.
+std::vector<int> dx_atoms(const Algebra& A, int dy) {
+  std::set<int> out;
+  for (int a = 0; a < A.num_atoms(); ++a) {
+    const Atom& at = A.atom(a);
+    if ((at.kind == Atom::kLeaf && at.cls == Cls::kRow) || at.kind == Atom::kRsqrt) out.insert(a);
+    if (at.kind != Atom::kRowSum) continue;
+    const auto in = A.closure(at.inner);
+    if (std::find(in.begin(), in.end(), dy) != in.end()) out.insert(in.begin(), in.end());
+  }
+  return {out.begin(), out.end()};
+}
+
+// A graph input the forward saved (role "saved"): only such a value is taken as the normalized
+// value of the dw term beside another x for dx (the default partitioner's form); a column sum of
+// dy times any other tensor is not claimed as a norm's dw.
+bool saved_by_forward(const Graph& g, int v) {
+  return v >= 0 && g.values[v].producer < 0 && g.values[v].role == "saved";
+}
+
+// rstd * g - [LayerNorm] rstd/C * sum(g) - rstd/C * sum(g * xhat) * (xhat [- sum(xhat)/C when
+// recentered]). Recentered: a two-pass LayerNorm's backward written term by term (Cohere) takes the
+// mean of the xhat term too, which the saved mean makes no exact zero: the graph's value is kept.
 std::optional<Poly> expected_dx(Algebra& A, const Poly& rstd, const Poly& g, const Poly& xhat,
-                                bool layernorm) {
+                                bool layernorm, bool recenter = false) {
   const double inv_c = 1.0 / static_cast<double>(A.cols());
   auto rg = A.mul(rstd, g);
   auto gx = A.mul(g, xhat);
@@ -184,7 +214,42 @@ std::optional<Poly> expected_dx(Algebra& A, const Poly& rstd, const Poly& g, con
     if (!t1) return std::nullopt;
     dx = Algebra::add(dx, *t1, -inv_c);
   }
+  if (recenter) {
+    auto s3 = A.rowsum(xhat);
+    auto t3 = s3 ? A.mul(rstd, *s2) : std::nullopt;
+    if (t3) t3 = A.mul(*t3, *s3);
+    if (!t3) return std::nullopt;
+    dx = Algebra::add(dx, *t3, inv_c * inv_c);
+  }
   return dx;
+}
+
+// The forms dx may take in the graph: exact (or rounded once, extend()), recentered (LayerNorm),
+// and with its two terms rstd * g and the rest each rounded to t before their sum (T5LayerNorm
+// casts to the weight's dtype before the weight: dx = rnd(rnd_t(rstd * g) + rnd_t(rest))).
+struct DxForm {
+  Poly exact;
+  bool recenter = false;
+  DType part_round = DType::kFloat32;
+};
+
+std::vector<DxForm> dx_forms(Algebra& A, const Poly& rstd, const Poly& g, const Poly& xhat,
+                             bool layernorm) {
+  std::vector<DxForm> out;
+  for (bool rc : {false, true}) {
+    if (rc && !layernorm) continue;
+    auto E = expected_dx(A, rstd, g, xhat, layernorm, rc);
+    if (!E) continue;
+    out.push_back({*E, rc, DType::kFloat32});
+    auto rg = A.mul(rstd, g);
+    if (!rg) continue;
+    const Poly rest = Algebra::add(*E, *rg, -1);
+    for (auto [t, ra] : A.rounds_of(*rg)) {
+      const int rb = A.find_round(rest, t);
+      if (rb >= 0) out.push_back({Algebra::add(Poly::atom(ra), Poly::atom(rb)), rc, t});
+    }
+  }
+  return out;
 }
 
 // Follows single users through casts, clones and views that keep the class; returns the last
@@ -327,6 +392,7 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
     return std::vector<int>(w.begin(), w.end());
   };
 
+  bool why_saved = false;  // `why` names a saved normalized value
   for (Stats st : stats_candidates(A, atoms)) {
     for (int dy : elem) {
       if (dy == st.x) continue;
@@ -352,10 +418,43 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
             : st.mode == NormBwdStats::kSaved
                 ? "x " + name(st.x) + " normalized by the saved statistics"
                 : "x " + name(st.x) + " normalized by statistics recomputed from it";
-        why = "dw = sum(dy * xhat) found (dy " + name(dy) + ", xhat = " + xhat +
-              "), but no value of the graph equals dx = rstd * (g - ...) in terms of that xhat, "
-              "with g = dy * w for a [C] weight w read with dy in a row sum, carried to a "
+        // The reason of a saved normalized value (the default partitioner's form) is kept over
+        // the reasons of later role assignments (dy and xhat swapped).
+        const bool saved_xs =
+            st.mode == NormBwdStats::kNormalized && saved_by_forward(g, leaf_value(A, st.x));
+        if (saved_xs || !why_saved)
+          why =
+              "dw = sum(dy * xhat) found (dy " + name(dy) + ", xhat = " + xhat +
+              "), but no value of the graph equals dx = rstd * (g - ...) in terms of that xhat" +
+              (st.mode == NormBwdStats::kNormalized
+                   ? (saved_by_forward(g, leaf_value(A, st.x))
+                          ? " nor of the xhat of another [rows, cols] leaf x read with dy in a row "
+                            "sum (saved or recomputed statistics: the default partitioner's saved "
+                            "x beside the saved normalized value)"
+                          : " (the normalized value is not a graph input the forward saved, role "
+                            "'saved', so no other x was tried for dx)")
+                   : "") +
+              ", with g = dy * w for a [C] weight w read with dy in a row sum, carried to a "
               "down-cast that only the region reads";
+        if (saved_xs) {  // name the x candidates, and the leaves dx may read beside them
+          std::string tried, other;
+          const auto near = dx_atoms(A, dy);
+          for (int a = 0; a < A.num_atoms(); ++a) {
+            if (A.atom(a).kind != Atom::kLeaf || A.atom(a).cls != Cls::kElem || a == dy ||
+                a == st.x)
+              continue;
+            std::string& list =
+                std::find(near.begin(), near.end(), a) != near.end() ? tried : other;
+            list += (list.empty() ? "" : ", ") + name(a);
+          }
+          why += "; x tried: " + (tried.empty() ? std::string("none") : tried);
+          if (!other.empty())
+            why += "; other [rows, cols] leaves of the graph, not read with dy in a row sum: " +
+                   other +
+                   " (a dx whose xhat term reads x through a second saved copy, e.g. in another "
+                   "dtype, is not taken: the kernels read one x)";
+        }
+        why_saved |= saved_xs;
       }
       // db: another anchor summing dy.
       int db_node = -1;
@@ -367,95 +466,111 @@ std::optional<Found> try_anchor(const Graph& g, Algebra& A, int dw_node,
           break;
         }
       }
-      // dx.
-      std::vector<int> rstd_opts = {st.rstd_atom};
-      if (st.mode == NormBwdStats::kNormalized) rstd_opts = rows;
-      std::vector<bool> ln_opts = {st.layernorm};
-      if (!st.ln_known) ln_opts = {true, false};
-      for (int w : weights_with(dy)) {
-        std::set<double> offsets = {0};
-        auto offset_of = [&](const Poly& q) {  // q = w + c
-          if (q.t.size() != 2) return;
-          auto it = q.t.find(Mono{{w, 1}});
-          auto c = q.t.find(Mono{});
-          if (it != q.t.end() && it->second == 1 && c != q.t.end()) offsets.insert(c->second);
-        };
-        for (int a = 0; a < A.num_atoms(); ++a)
-          if (A.atom(a).kind == Atom::kRound) offset_of(A.atom(a).inner);
-        for (size_t v = 0; v < g.values.size(); ++v)
-          if (A.value(static_cast<int>(v))) offset_of(*A.value(static_cast<int>(v)));
-        for (double off : offsets) {
-          Poly weff = Algebra::add(Poly::atom(w), Poly::constant(off));
-          for (const Choice& we : choices(A, weff)) {
-            auto gg = A.mul(DY, we.p);
-            if (!gg) continue;
-            for (const Choice& gc : choices(A, *gg)) {
-              for (int r : rstd_opts) {
-                if (r < 0 && st.mode == NormBwdStats::kNormalized) continue;
-                const Poly rstd = st.mode == NormBwdStats::kNormalized ? Poly::atom(r) : st.rstd;
-                for (bool ln : ln_opts) {
-                  auto E = expected_dx(A, rstd, gc.p, st.xhat, ln);
-                  if (!E) continue;
-                  std::vector<int> cands = A.values_equal(*E);
-                  for (auto [t, atom] : A.rounds_of(*E))
-                    for (int v : A.values_equal(Poly::atom(atom))) cands.push_back(v);
-                  std::sort(cands.begin(), cands.end(), [&](int a, int b) {
-                    return g.values[a].producer < g.values[b].producer;
-                  });
-                  for (int v : cands) {
-                    if (!A.absorbed(v)) continue;
-                    auto [dx, dx_round] = extend(g, A, v, *E, DType::kFloat32);
-                    if (dx < 0) continue;
-                    const int dw_val = A.atom(cs).value;
-                    const DType cs_t = A.atom(cs).dtype;
-                    const DType first = cs_t == DType::kBFloat16 || cs_t == DType::kFloat16
-                                            ? cs_t
-                                            : DType::kFloat32;
-                    auto [dw, dw_round] = extend(g, A, dw_val, Poly::atom(cs), first);
-                    if (dw < 0) continue;
-                    int db = -1;
-                    DType db_round = DType::kFloat32;
-                    if (db_node >= 0) {
-                      const int dbs = A.colsum_atom(db_node);
-                      const DType bt = A.atom(dbs).dtype;
-                      auto e = extend(
-                          g, A, A.atom(dbs).value, Poly::atom(dbs),
-                          bt == DType::kBFloat16 || bt == DType::kFloat16 ? bt : DType::kFloat32);
-                      db = e.first;
-                      db_round = e.second;
-                      if (db < 0) continue;
+      // dx: in terms of dw's xhat, or, when dw reads a saved normalized value S (the default
+      // partitioner's form), of the xhat of another leaf x that a row sum reads with dy (dx then
+      // reads x and its statistics, dw reads S: Params::xs).
+      std::vector<Stats> dx_stats = {st};
+      if (st.mode == NormBwdStats::kNormalized && saved_by_forward(g, leaf_value(A, st.x)))
+        for (Stats& s2 : stats_candidates(A, dx_atoms(A, dy)))
+          if (s2.mode != NormBwdStats::kNormalized && s2.x != dy && s2.x != st.x)
+            dx_stats.push_back(s2);
+      for (const Stats& sd : dx_stats) {
+        const bool saved_xs = sd.x != st.x;
+        std::vector<int> rstd_opts = {sd.rstd_atom};
+        if (sd.mode == NormBwdStats::kNormalized) rstd_opts = rows;
+        std::vector<bool> ln_opts = {sd.layernorm};
+        if (!sd.ln_known) ln_opts = {true, false};
+        for (int w : weights_with(dy)) {
+          std::set<double> offsets = {0};
+          auto offset_of = [&](const Poly& q) {  // q = w + c
+            if (q.t.size() != 2) return;
+            auto it = q.t.find(Mono{{w, 1}});
+            auto c = q.t.find(Mono{});
+            if (it != q.t.end() && it->second == 1 && c != q.t.end()) offsets.insert(c->second);
+          };
+          for (int a = 0; a < A.num_atoms(); ++a)
+            if (A.atom(a).kind == Atom::kRound) offset_of(A.atom(a).inner);
+          for (size_t v = 0; v < g.values.size(); ++v)
+            if (A.value(static_cast<int>(v))) offset_of(*A.value(static_cast<int>(v)));
+          for (double off : offsets) {
+            Poly weff = Algebra::add(Poly::atom(w), Poly::constant(off));
+            for (const Choice& we : choices(A, weff)) {
+              auto gg = A.mul(DY, we.p);
+              if (!gg) continue;
+              for (const Choice& gc : choices(A, *gg)) {
+                for (int r : rstd_opts) {
+                  if (r < 0 && sd.mode == NormBwdStats::kNormalized) continue;
+                  const Poly rstd = sd.mode == NormBwdStats::kNormalized ? Poly::atom(r) : sd.rstd;
+                  for (bool ln : ln_opts) {
+                    for (const DxForm& F : dx_forms(A, rstd, gc.p, sd.xhat, ln)) {
+                      const Poly* E = &F.exact;
+                      std::vector<int> cands = A.values_equal(*E);
+                      for (auto [t, atom] : A.rounds_of(*E))
+                        for (int v : A.values_equal(Poly::atom(atom))) cands.push_back(v);
+                      std::sort(cands.begin(), cands.end(), [&](int a, int b) {
+                        return g.values[a].producer < g.values[b].producer;
+                      });
+                      for (int v : cands) {
+                        if (!A.absorbed(v)) continue;
+                        auto [dx, dx_round] = extend(g, A, v, *E, DType::kFloat32);
+                        if (dx < 0) continue;
+                        const int dw_val = A.atom(cs).value;
+                        const DType cs_t = A.atom(cs).dtype;
+                        const DType first = cs_t == DType::kBFloat16 || cs_t == DType::kFloat16
+                                                ? cs_t
+                                                : DType::kFloat32;
+                        auto [dw, dw_round] = extend(g, A, dw_val, Poly::atom(cs), first);
+                        if (dw < 0) continue;
+                        int db = -1;
+                        DType db_round = DType::kFloat32;
+                        if (db_node >= 0) {
+                          const int dbs = A.colsum_atom(db_node);
+                          const DType bt = A.atom(dbs).dtype;
+                          auto e = extend(g, A, A.atom(dbs).value, Poly::atom(dbs),
+                                          bt == DType::kBFloat16 || bt == DType::kFloat16
+                                              ? bt
+                                              : DType::kFloat32);
+                          db = e.first;
+                          db_round = e.second;
+                          if (db < 0) continue;
+                        }
+                        Found f;
+                        Params& p = f.p;
+                        p.layernorm = ln;
+                        p.stats = sd.mode;
+                        p.x = leaf_value(A, sd.x);
+                        p.xs = saved_xs ? leaf_value(A, st.x) : -1;
+                        p.dy = leaf_value(A, dy);
+                        p.w = leaf_value(A, w);
+                        p.mean = leaf_value(A, sd.mean_atom);
+                        p.rstd =
+                            sd.mode == NormBwdStats::kRecompute
+                                ? -1
+                                : leaf_value(
+                                      A, sd.mode == NormBwdStats::kNormalized ? r : sd.rstd_atom);
+                        p.eps_value = leaf_value(A, sd.eps_atom);
+                        p.eps = sd.eps;
+                        p.correction = sd.correction;
+                        p.w_offset = off;
+                        p.w_round = we.round;
+                        p.g_round = gc.round;
+                        p.xhat_round = xh_pick->round;
+                        p.dwt_round = dwt_pick->round;
+                        p.dx = dx;
+                        p.dx_round = dx_round;
+                        p.recenter = F.recenter;
+                        p.dx_part_round = F.part_round;
+                        p.dw = dw;
+                        p.dw_round = dw_round;
+                        p.db = db;
+                        p.db_round = db_round;
+                        p.rows = A.rows();
+                        p.cols = A.cols();
+                        f.anchors = {dw_node};
+                        if (db_node >= 0) f.anchors.push_back(db_node);
+                        return f;
+                      }
                     }
-                    Found f;
-                    Params& p = f.p;
-                    p.layernorm = ln;
-                    p.stats = st.mode;
-                    p.x = leaf_value(A, st.x);
-                    p.dy = leaf_value(A, dy);
-                    p.w = leaf_value(A, w);
-                    p.mean = leaf_value(A, st.mean_atom);
-                    p.rstd = st.mode == NormBwdStats::kRecompute
-                                 ? -1
-                                 : leaf_value(
-                                       A, st.mode == NormBwdStats::kNormalized ? r : st.rstd_atom);
-                    p.eps_value = leaf_value(A, st.eps_atom);
-                    p.eps = st.eps;
-                    p.correction = st.correction;
-                    p.w_offset = off;
-                    p.w_round = we.round;
-                    p.g_round = gc.round;
-                    p.xhat_round = xh_pick->round;
-                    p.dwt_round = dwt_pick->round;
-                    p.dx = dx;
-                    p.dx_round = dx_round;
-                    p.dw = dw;
-                    p.dw_round = dw_round;
-                    p.db = db;
-                    p.db_round = db_round;
-                    p.rows = A.rows();
-                    p.cols = A.cols();
-                    f.anchors = {dw_node};
-                    if (db_node >= 0) f.anchors.push_back(db_node);
-                    return f;
                   }
                 }
               }

@@ -22,7 +22,11 @@ namespace replay::norm_bwd {
 struct Params {
   bool layernorm = true;  ///< LayerNorm (dx has the mean term), else RMSNorm
   NormBwdStats stats = NormBwdStats::kSaved;
-  int x = -1;   ///< [.., C] activations as the region reads them (or xhat for kNormalized)
+  int x = -1;  ///< [.., C] activations as the region reads them (or xhat for kNormalized)
+  /// [.., C] saved normalized value read by the dw term (dw = sum(rnd_dwt(dy * rnd_xhat(xs))))
+  /// instead of the xhat of x: aot_autograd's default partitioner saves `x * rstd` (bf16 in
+  /// Llama-style RMSNorms, fp32 in Gemma's) beside the fp32 x that dx reads; -1: dw uses xhat.
+  int xs = -1;
   int dy = -1;  ///< [.., C] gradient of the norm's output
   int w = -1;   ///< [C] weight; -1: none (a norm without affine parameters: w = 1, dx only)
   int mean = -1, rstd = -1;            ///< saved [.., 1] statistics (-1 when not read)
@@ -35,6 +39,13 @@ struct Params {
   DType xhat_round = DType::kFloat32;  ///< xhat rounded to, in the dw term only
   DType dwt_round = DType::kFloat32;   ///< the dw term dy * xhat rounded to
   int dx = -1, dw = -1, db = -1;       ///< outputs (db -1: no bias; dw, db -1: dx only)
+  /// LayerNorm: dx's xhat term recentered, rstd/C * S2 * (xhat - sum(xhat)/C) (a two-pass
+  /// LayerNorm's backward written term by term, Cohere's: the saved mean makes sum(xhat) no exact
+  /// zero, and the graph's value is kept).
+  bool recenter = false;
+  /// dx's two terms rstd * g and the rest each rounded to this dtype before their sum (T5LayerNorm
+  /// casts to the weight's dtype before the weight): dx = rnd_dx(rnd_p(rstd * g) + rnd_p(rest)).
+  DType dx_part_round = DType::kFloat32;
   /// dx epilogue add (issue 24: the backward of a fused add-norm): the gradient of the residual
   /// stream h from its other readers, [.., C] in dx's dtype; the region then exports
   /// dx = rnd(rnd_dx(dx_norm) + dx_add) (the norm's dx rounded to its dtype first, the add in fp32
@@ -46,6 +57,14 @@ struct Params {
   /// sweep (tests/bench/bench_norm_bwd.cpp) sets it.
   int64_t split_size = 0;
 };
+
+/// Row maps (kernels.hpp, NormBwdRowMap) of tensors `ts` read or written as [rows, cols] (the
+/// binder's): plain rows when each is [rows, cols] with a contiguous last dim; else the others
+/// must share one shape [.., cols] (contiguous last dim) whose leading dims, merged where every
+/// one of them allows it, come down to at most 3 (n0, n1, n2) covering `rows`, and a plain tensor
+/// with row stride s gets (n1 * n2 * s, n2 * s, s). Sets *n1, *n2 and maps[i]; false: no map.
+bool row_maps(const std::vector<const TensorMeta*>& ts, int64_t rows, int64_t cols, int64_t* n1,
+              int64_t* n2, const std::vector<NormBwdRowMap*>& maps);
 
 void match(const Graph& g, Matches& out);
 Cost cost(const Graph& g, const Region& r);

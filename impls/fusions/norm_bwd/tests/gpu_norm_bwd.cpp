@@ -235,9 +235,9 @@ TEST(NormBwdGpu, TooLongRowFallsBackWithAReason) {
   }
 }
 
-// A saved float32 xhat beside bf16 dy (the kernels take one activation dtype for x, dy and dx)
-// runs eagerly, and the reason names the three dtypes; the outputs are still right.
-TEST(NormBwdGpu, MixedDtypeNormalizedXFallsBackWithAReason) {
+// A saved float32 xhat beside a bf16 dy and dx (a float32 x beside a bfloat16 dy: one of the
+// kernels' mixed forms) runs fused in both variants and matches the reference.
+TEST(NormBwdGpu, MixedDtypeNormalizedXMatchesReference) {
   REQUIRE_GPU();
   for (bool ln : {true, false}) {
     NormBwdForm f;
@@ -245,23 +245,8 @@ TEST(NormBwdGpu, MixedDtypeNormalizedXFallsBackWithAReason) {
     f.stats = "normalized";
     f.layernorm = ln;
     Graph g = parse_trace(norm_bwd_trace(f), "<normalized-bf16>");
-    Plan plan = make_plan(g, fusion_registry());
-    ASSERT_EQ(plan.regions.size(), 1u);
-    auto ref = run_reference(g, generate_inputs(g, 5));
-    for (const char* variant : {"baseline", "optimized"}) {
-      GpuProgram prog(g, plan, variant, ref, nullptr);
-      EXPECT_NE(prog.fallback_reason(0).find("dtypes differ (float32, bfloat16, bfloat16)"),
-                std::string::npos)
-          << prog.fallback_reason(0);
-      prog.poison_outputs(nullptr);
-      prog.run_all(LaunchContext{});
-      REPLAY_CUDA(cudaDeviceSynchronize());
-      const auto bounds = default_value_bounds(g);
-      for (int v : g.outputs)
-        EXPECT_TRUE(check_numerics(g.values[v].name, prog.download(v, nullptr), ref.at(v),
-                                   output_bounds(g, plan, bounds, v))
-                        .pass());
-    }
+    for (const char* variant : {"baseline", "optimized"})
+      for (uint64_t seed : {5u, 6u}) run_checked(g, variant, seed);
   }
 }
 
@@ -406,6 +391,94 @@ TEST(NormBwdGpu, DxEpilogueAddBitIdenticalRunToRun) {
         EXPECT_EQ(a.download(v, nullptr).data, first.data) << variant << " " << g.values[v].name;
       }
       EXPECT_EQ(b.download(v, nullptr).data, first.data) << variant << " other program";
+    }
+  }
+}
+
+// The default partitioner's forms (issue 24: a float32 x beside a bfloat16 dy and dx; dw reading
+// the saved normalized value, bf16 in Llama's RMSNorm, fp32 in Gemma's; OLMo's LayerNorm without
+// affine parameters), the per-head norms (qk_norm: dy a transposed [B, H, T, D] view, rows
+// addressed through three strided row dims), T5's min-cut backward (dx's two terms rounded apart)
+// and Cohere's (a recentered xhat term), small and realistic shapes: both variants fused,
+// against the reference on fresh seeds and against PyTorch's outputs where the trace has them;
+// dw bit-identical run to run; the saved xhat replaced by dy (a kernel that ignored it would
+// pass) fails dw.
+TEST(NormBwdGpu, DefaultPartitionAndPerHeadFormsMatchReference) {
+  REQUIRE_GPU();
+  for (const char* name : {"byog/llama_rmsnorm_default_train_bwd_2x8x256",
+                           "byog/llama_rmsnorm_default_train_bwd_2x4096x4096",
+                           "byog/gemma_rmsnorm_default_train_bwd_2x8x256",
+                           "byog/gemma_rmsnorm_default_train_bwd_2x4096x4096",
+                           "byog/llama_add_rmsnorm_default_train_bwd_2x8x256",
+                           "byog/olmo_layernorm_default_train_bwd_2x8x256",
+                           "byog/olmo_layernorm_default_train_bwd_2x4096x4096",
+                           "byog/qwen3_qk_norm_mincut_train_bwd_2x8x4x64",
+                           "byog/qwen3_qk_norm_mincut_train_bwd_2x4096x32x128",
+                           "byog/qwen3_qk_norm_default_train_bwd_2x8x4x64",
+                           "byog/gemma3_qk_norm_mincut_train_bwd_2x8x4x64",
+                           "byog/gemma3_qk_norm_default_train_bwd_2x4096x32x128",
+                           "byog/t5_layernorm_mincut_train_bwd_2x8x256",
+                           "byog/t5_layernorm_mincut_train_bwd_2x4096x4096",
+                           "byog/cohere_layernorm_mincut_train_bwd_2x8x256",
+                           "byog/cohere_layernorm_mincut_train_bwd_2x4096x4096"}) {
+    Graph g = load_trace(trace_path(name));
+    Plan plan = make_plan(g, fusion_registry());
+    ASSERT_EQ(plan.regions.size(), 1u) << name;
+    const auto& p = std::any_cast<const norm_bwd::Params&>(plan.regions[0].params);
+    const auto bounds = default_value_bounds(g);
+    auto ref = run_reference(g, generate_inputs(g, 17));
+    for (const char* variant : {"baseline", "optimized"}) {
+      GpuProgram prog(g, plan, variant, ref, nullptr);
+      ASSERT_EQ(prog.fallback_reason(0), "") << name << " " << variant;
+      prog.poison_outputs(nullptr);
+      prog.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      std::map<int, HostTensor> first;
+      for (int v : g.outputs) {
+        first[v] = prog.download(v, nullptr);
+        auto res = check_value(g, v, first[v], ref.at(v), ref, output_bounds(g, plan, bounds, v));
+        EXPECT_TRUE(res.pass()) << name << " " << variant << " " << g.values[v].name << ": "
+                                << res.failure();
+      }
+      prog.poison_outputs(nullptr);
+      prog.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      for (int v : g.outputs)
+        EXPECT_EQ(prog.download(v, nullptr).data, first[v].data)
+            << name << " " << variant << " " << g.values[v].name << ": not bit-identical";
+      if (p.xs >= 0) {  // dw must read the saved normalized value
+        FusionSpec spec = fusions::norm_bwd;
+        spec.bind = edited_bind;
+        g_edit = [](norm_bwd::Params& q) { q.xs = q.dy; };
+        const FusionSpec* only[] = {&spec};
+        Plan bad_plan = make_plan(g, only);
+        GpuProgram bad(g, bad_plan, variant, ref, nullptr);
+        ASSERT_EQ(bad.fallback_reason(0), "") << name;
+        bad.poison_outputs(nullptr);
+        bad.run_all(LaunchContext{});
+        REPLAY_CUDA(cudaDeviceSynchronize());
+        EXPECT_FALSE(check_value(g, p.dw, bad.download(p.dw, nullptr), ref.at(p.dw), ref,
+                                 output_bounds(g, bad_plan, bounds, p.dw))
+                         .pass())
+            << name << " " << variant << ": dw with dy in place of the saved xhat passed";
+        g_edit = nullptr;
+      }
+    }
+    if (!g.golden) continue;
+    auto golden = read_safetensors(g.golden->path);
+    std::map<int, HostTensor> in;
+    for (int v : g.inputs) in[v] = golden.at(g.values[v].name);
+    auto gref = run_reference(g, in);
+    for (const char* variant : {"baseline", "optimized"}) {
+      GpuProgram prog(g, plan, variant, in, nullptr);
+      prog.poison_outputs(nullptr);
+      prog.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      for (int v : g.outputs) {
+        auto res = check_value(g, v, prog.download(v, nullptr), golden.at(g.values[v].name), gref,
+                               output_bounds(g, plan, bounds, v));
+        EXPECT_TRUE(res.pass()) << name << " " << variant << " vs PyTorch: " << res.failure();
+      }
     }
   }
 }

@@ -5,7 +5,8 @@
 // harness's own bounds: proof, without a GPU, that the params describe each graph's computation
 // (its roundings included) and that fp32 accumulation in this order stays within the bounds.
 // Not bit-exact with the GPU (nvcc contracts a * b + c into FMA). A dx epilogue add (dx_add) is
-// applied as the kernels' dx store does.
+// applied as the kernels' dx store does; a saved normalized value (Params::xs, the default
+// partitioner's form) replaces xhat in the dw term as the kernels read it.
 #pragma once
 
 #include <cmath>
@@ -79,24 +80,35 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
         s = rs;
       }
       const float ms = -m * s;
-      float S1 = 0, S2 = 0;
+      float S1 = 0, S2 = 0, S3 = 0;
       for (int64_t c = 0; c < C; ++c) {
         const float g1 = model_round(static_cast<float>(dr[c]) * weff[c], p.g_round);
         const float xh = std::fma(static_cast<float>(xr[c]), s, ms);
         S1 += g1;
         S2 = std::fma(g1, xh, S2);
+        S3 += xh;
       }
-      const float ca = rs, cb = -rs * S2 * inv_c, cc = p.layernorm ? -rs * S1 * inv_c : 0.f;
+      if (!p.recenter) S3 = 0;
+      const float ca = rs, cb = -rs * S2 * inv_c;
+      const float cc = (p.layernorm ? -rs * S1 * inv_c : 0.f) - cb * S3 * inv_c;
       for (int64_t c = 0; c < C; ++c) {
         const float d = static_cast<float>(dr[c]);
         const float g1 = model_round(d * weff[c], p.g_round);
         const float xh = std::fma(static_cast<float>(xr[c]), s, ms);
-        double dxv = round_to(out.dx.meta.dtype, std::fma(ca, g1, std::fma(cb, xh, cc)));
+        // dx_part_round (T5): the two terms rounded apart before their sum.
+        const float dx32 = p.dx_part_round == DType::kBFloat16 || p.dx_part_round == DType::kFloat16
+                               ? model_round(ca * g1, p.dx_part_round) +
+                                     model_round(std::fma(cb, xh, cc), p.dx_part_round)
+                               : std::fma(ca, g1, std::fma(cb, xh, cc));
+        double dxv = round_to(out.dx.meta.dtype, dx32);
         if (p.dx_add >= 0)  // the epilogue add: dx rounded first, then the fp32 add, rounded again
           dxv = round_to(out.dx.meta.dtype,
                          static_cast<float>(dxv) + static_cast<float>(at(p.dx_add)[r * C + c]));
         out.dx.data[r * C + c] = dxv;
-        const float t = model_round(d * model_round(xh, p.xhat_round), p.dwt_round);
+        // dw term: xhat, or the graph's saved normalized value (Params::xs), as the kernels read
+        // it.
+        const float xd = p.xs >= 0 ? static_cast<float>(at(p.xs)[r * C + c]) : xh;
+        const float t = model_round(d * model_round(xd, p.xhat_round), p.dwt_round);
         gw[grp * C + c] += t;
         gb[grp * C + c] += d;
       }

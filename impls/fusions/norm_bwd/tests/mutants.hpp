@@ -1,7 +1,9 @@
 // Deliberately wrong norm_bwd launches: the real params (and so the real kernels) with one thing
 // wrong — x and dy swapped, LayerNorm taken as RMSNorm and back, the weight offset off by one,
 // the last row lost, dw and db swapped, mean and rstd swapped, eps off, the dx epilogue add
-// (the residual stream's other gradient) dropped, a dx-only LayerNorm's mean term dropped. Each
+// (the residual stream's other gradient) dropped, a dx-only LayerNorm's mean term dropped, the
+// saved normalized value of the dw term replaced by dy, a recentered xhat term taken as the plain
+// one. Each
 // names the outputs it must make FAIL the numerics check. Used by the CPU model tests
 // (unit_model.cpp) and the GPU tests (gpu_mutants.cpp): a wrong dx, dw or db is proven to be
 // caught.
@@ -46,6 +48,13 @@ inline std::vector<NormBwdMutant> norm_bwd_mutants() {
       // The dx epilogue add dropped: the residual stream's other gradient is lost.
       {"dropped_dx_add", [](const norm_bwd::Params& p) { return p.dx_add >= 0; },
        [](norm_bwd::Params& p) { p.dx_add = -1; }, true, false, false},
+      // The saved normalized value of the dw term (the default partitioner's form) replaced by
+      // dy: dw = sum(dy * dy). Caught only if the kernels read Params::xs for the dw term.
+      {"saved_xhat_replaced_by_dy", [](const norm_bwd::Params& p) { return p.xs >= 0; },
+       [](norm_bwd::Params& p) { p.xs = p.dy; }, false, true, false},
+      // A two-pass LayerNorm's recentered xhat term (Cohere) taken as the plain one.
+      {"recenter_dropped", [](const norm_bwd::Params& p) { return p.recenter; },
+       [](norm_bwd::Params& p) { p.recenter = false; }, true, false, false},
       // dx only (no affine parameters): a LayerNorm's dx without its mean term - S1 / C
       {"dx_only_dropped_s1", [](const norm_bwd::Params& p) { return p.dw < 0 && p.layernorm; },
        [](norm_bwd::Params& p) { p.layernorm = false; }, true, false, false},

@@ -398,6 +398,7 @@ int rows_per_iter(const Graph& g, const norm_bwd::Params& p) {
   NormBwdArgs a;
   a.cols = p.cols;
   a.x_dtype = g.meta(p.x).dtype;
+  a.dy_dtype = g.meta(p.dy).dtype;
   return norm_bwd_geometry(a).rows_per_iter;
 }
 

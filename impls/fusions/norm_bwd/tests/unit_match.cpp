@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "impls/fusions/norm_bwd/params.hpp"
@@ -505,12 +506,6 @@ TEST(NormBwdMatch, ByogAddNormBackwardTakesTheDxAdd) {
         const std::string name = "byog/" + model + "_" + part + "_train_bwd_" + shape;
         Graph g = load_trace(trace_path(name));
         Plan p = plan_of(g);
-        if (model == "llama_add_rmsnorm" && part == "default") {
-          // Not matched, with or without the add: this partition saves rstd twice (rsqrt and its
-          // alias, two graph inputs), and dx's rstd^3 term reads the other copy.
-          EXPECT_TRUE(p.regions.empty()) << name;
-          continue;
-        }
         ASSERT_EQ(p.regions.size(), 1u) << name;
         const Region& r = p.regions[0];
         const auto& pr = params(r);
@@ -564,4 +559,188 @@ TEST(NormBwdMatch, DxAddDeclinedWithAReason) {
     EXPECT_NE(declined_at(g, p, "dx_total").find(reason), std::string::npos)
         << form << ": " << declined_at(g, p, "dx_total");
   }
+}
+
+// --- the default partitioner's saved tensors (issue 24) -----------------------------------------
+
+namespace {
+
+// Backward captures of traces/byog/ by the default partitioner: it saves the fp32 upcast x (read
+// by dx with the saved rstd) beside the normalized value `x * rstd` (bf16 in Llama-style
+// RMSNorms, fp32 in Gemma's), which the dw term reads; dy is bf16.
+struct DefaultCase {
+  std::string model, shape;
+  std::string xs;  // the saved normalized value dw reads
+  DType xs_dtype;
+};
+
+std::vector<DefaultCase> default_cases() {
+  std::vector<DefaultCase> out;
+  for (const char* m :
+       {"llama_rmsnorm", "mistral_rmsnorm", "qwen2_rmsnorm", "qwen3_rmsnorm", "phi3_rmsnorm",
+        "deepseek_v3_rmsnorm", "llama_rmsnorm_eps_buffer", "llama_add_rmsnorm"})
+    for (const char* sh : {"2x8x256", "2x4096x4096"})
+      out.push_back({m, sh, "convert_element_type_1", bf16});
+  for (const char* m : {"gemma_rmsnorm", "gemma2_rmsnorm", "gemma3_rmsnorm", "olmo2_rmsnorm"})
+    for (const char* sh : {"2x8x256", "2x4096x4096"}) out.push_back({m, sh, "mul", f32});
+  for (const char* sh : {"2x8x4x64", "2x4096x32x128"}) {
+    out.push_back({"qwen3_qk_norm", sh, "convert_element_type_1", bf16});
+    out.push_back({"gemma3_qk_norm", sh, "mul", f32});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(NormBwdMatch, ByogDefaultPartitionReadsTheSavedXhat) {
+  for (const DefaultCase& c : default_cases()) {
+    const std::string name = "byog/" + c.model + "_default_train_bwd_" + c.shape;
+    SCOPED_TRACE(name);
+    Graph g = load_trace(trace_path(name));
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << (p.declined.empty() ? "" : p.declined[0].reason);
+    const Region& r = p.regions[0];
+    std::set<std::string> eager;  // the per-head norm's dy permute and dx view stay outside
+    for (size_t n = 0; n < g.nodes.size(); ++n)
+      if (p.node_region[n] < 0) eager.insert(g.nodes[n].id);
+    const std::set<std::string> want_eager = c.model.find("qk_norm") != std::string::npos
+                                                 ? std::set<std::string>{"permute_1", "view_2"}
+                                                 : std::set<std::string>{};
+    EXPECT_EQ(eager, want_eager);
+    const auto& pr = params(r);
+    EXPECT_FALSE(pr.layernorm);
+    EXPECT_EQ(pr.stats, NormBwdStats::kSaved);
+    EXPECT_EQ(name_of(g, pr.x), "convert_element_type");  // the fp32 upcast x
+    EXPECT_EQ(g.meta(pr.x).dtype, f32);
+    EXPECT_EQ(name_of(g, pr.xs), c.xs);
+    EXPECT_EQ(g.meta(pr.xs).dtype, c.xs_dtype);
+    EXPECT_EQ(g.meta(pr.dy).dtype, bf16);
+    EXPECT_EQ(name_of(g, pr.rstd), "rsqrt");
+    EXPECT_EQ(pr.xhat_round, f32);  // the saved value is read as it is
+    // The saved normalized value is read once more than in the min-cut form: the bytes are
+    // every region input and output once (x fp32, xs, dy, dx, w, rstd, dw).
+    double bytes = 0;
+    for (int v : r.inputs) bytes += static_cast<double>(g.meta(v).nbytes());
+    for (int v : r.outputs) bytes += static_cast<double>(g.meta(v).nbytes());
+    EXPECT_EQ(r.fusion->cost(g, r).bytes, bytes);
+    EXPECT_TRUE(names(g, r.inputs).count(c.xs));
+    EXPECT_EQ(r.fusion->describe(g, r)["xs"], c.xs);
+  }
+}
+
+// The min-cut captures of the same modules keep reading x alone (no saved normalized value).
+TEST(NormBwdMatch, ByogMinCutPartitionHasNoSavedXhat) {
+  for (const DefaultCase& c : default_cases()) {
+    if (c.shape != "2x8x256" && c.shape != "2x8x4x64") continue;
+    const std::string name = "byog/" + c.model + "_mincut_train_bwd_" + c.shape;
+    SCOPED_TRACE(name);
+    Graph g = load_trace(trace_path(name));
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << (p.declined.empty() ? "" : p.declined[0].reason);
+    EXPECT_EQ(params(p.regions[0]).xs, -1);
+  }
+}
+
+// A default-partition backward whose dx is not a norm's (dx's 1/C term divided by C/2): dw =
+// sum(dy * xs) is found, dx is not, in terms of xs or of the saved x: declined with that reason.
+TEST(NormBwdMatch, DefaultPartitionWithAWrongDxIsDeclined) {
+  json t = json::parse(std::ifstream(trace_path("byog/llama_rmsnorm_default_train_bwd_2x8x256")));
+  bool edited = false;
+  for (auto& n : t["nodes"])
+    if (n["id"] == "div") n["args"][1] = 128, edited = true;
+  ASSERT_TRUE(edited);
+  Graph g = parse_trace(t, "<llama-default-wrong-divisor>");
+  Plan p = plan_of(g);
+  EXPECT_TRUE(p.regions.empty());
+  ASSERT_FALSE(p.declined.empty());
+  EXPECT_NE(p.declined[0].reason.find("dw = sum(dy * xhat) found"), std::string::npos)
+      << p.declined[0].reason;
+  EXPECT_NE(p.declined[0].reason.find("nor of the xhat of another [rows, cols] leaf x"),
+            std::string::npos)
+      << p.declined[0].reason;
+}
+
+// T5LayerNorm's min-cut backward: dx = rnd(rnd(rstd * g) + rnd(rest)), the two terms rounded to
+// bf16 apart (T5 casts to the weight's dtype before the weight); Cohere's: a two-pass LayerNorm
+// whose backward recenters the xhat term (the saved mean makes sum(xhat) no exact zero). Their
+// default-partition captures save x twice (a bf16 and an fp32 copy; two centered copies): declined,
+// the reason naming both.
+TEST(NormBwdMatch, ByogT5AndCohereBackwards) {
+  for (const char* shape : {"2x8x256", "2x4096x4096"}) {
+    {
+      const std::string name = std::string("byog/t5_layernorm_mincut_train_bwd_") + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      ASSERT_EQ(p.regions.size(), 1u) << name;
+      EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size()) << name;
+      const auto& pr = params(p.regions[0]);
+      EXPECT_FALSE(pr.layernorm) << name;
+      EXPECT_EQ(pr.dx_part_round, bf16) << name;
+      EXPECT_EQ(pr.dx_round, bf16) << name;
+      EXPECT_FALSE(pr.recenter) << name;
+      EXPECT_EQ(name_of(g, pr.x), "hidden_states") << name;
+    }
+    {
+      const std::string name = std::string("byog/cohere_layernorm_mincut_train_bwd_") + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      ASSERT_EQ(p.regions.size(), 1u) << name;
+      EXPECT_EQ(p.regions[0].nodes.size(), g.nodes.size()) << name;
+      const auto& pr = params(p.regions[0]);
+      EXPECT_TRUE(pr.layernorm) << name;
+      EXPECT_TRUE(pr.recenter) << name;
+      EXPECT_EQ(pr.dx_part_round, f32) << name;
+      EXPECT_EQ(name_of(g, pr.mean), "mean") << name;
+      EXPECT_EQ(pr.db, -1) << name;
+      EXPECT_EQ(p.regions[0].fusion->describe(g, p.regions[0])["recenter"], true) << name;
+    }
+    for (const std::string m : {"t5", "cohere"}) {
+      const std::string name = "byog/" + m + "_layernorm_default_train_bwd_" + shape;
+      Graph g = load_trace(trace_path(name));
+      Plan p = plan_of(g);
+      EXPECT_TRUE(p.regions.empty()) << name;
+      ASSERT_FALSE(p.declined.empty()) << name;
+      const std::string& why = p.declined[0].reason;
+      EXPECT_NE(why.find("second saved copy"), std::string::npos) << why;
+      EXPECT_NE(why.find(m == "t5" ? "'convert_element_type' (float32)" : "'sub' (float32)"),
+                std::string::npos)
+          << why;
+    }
+  }
+}
+
+// The binder's row maps for a per-head norm (qk_norm): x and dx contiguous [B, T, H, D], dy the
+// transposed view permute(0, 2, 1, 3) of a [B, H, T, D] tangent, a saved value [B, T, H * D].
+// Every row r = (b, t, h) of every tensor starts where its own strides put it, through the
+// offset function the kernels use; a layout whose leading dims do not merge into 3 has no map.
+TEST(NormBwdBind, RowMapsAddressEveryRowOfAPerHeadNorm) {
+  const int64_t B = 2, T = 8, H = 4, D = 64;
+  TensorMeta x{{B, T, H, D}, {T * H * D, H * D, D, 1}, bf16};
+  TensorMeta dy{{B, T, H, D}, {H * T * D, D, T * D, 1}, bf16};
+  TensorMeta dx = x;
+  TensorMeta xs{{B, T, H * D}, {T * H * D, H * D, 1}, f32};
+  NormBwdRowMap mx, mdy, mdx, mxs;
+  int64_t n1 = 0, n2 = 0;
+  ASSERT_TRUE(
+      norm_bwd::row_maps({&x, &dy, &dx, &xs}, B * T * H, D, &n1, &n2, {&mx, &mdy, &mdx, &mxs}));
+  EXPECT_EQ(n1, T);
+  EXPECT_EQ(n2, H);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t r = (b * T + t) * H + h;
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mx, r), b * x.stride[0] + t * x.stride[1] + h * D);
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mdy, r),
+                  b * dy.stride[0] + t * dy.stride[1] + h * dy.stride[2])
+            << r;
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mdx, r), r * D);
+        EXPECT_EQ(norm_bwd_row_offset(n1, n2, mxs, r), r * D);
+      }
+  // Plain rows: one stride, n1 = n2 = 1.
+  ASSERT_TRUE(norm_bwd::row_maps({&x, &dx}, B * T * H, D, &n1, &n2, {&mx, &mdx}));
+  EXPECT_EQ(n1 * n2, 1);
+  EXPECT_EQ(norm_bwd_row_offset(n1, n2, mx, 37), 37 * D);
+  // Four leading dims that no stride merges: no map (the binder declines with its reason).
+  TensorMeta y{{2, 3, 4, 5, 16}, {16, 2 * 16, 2 * 3 * 16, 2 * 3 * 4 * 16, 1}, bf16};
+  EXPECT_FALSE(norm_bwd::row_maps({&y, &y}, 2 * 3 * 4 * 5, 16, &n1, &n2, {&mx, &mdx}));
 }

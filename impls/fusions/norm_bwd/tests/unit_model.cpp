@@ -45,17 +45,40 @@ int rows_per_iter(const Graph& g, const norm_bwd::Params& p) {
   NormBwdArgs a;
   a.cols = p.cols;
   a.x_dtype = g.meta(p.x).dtype;
+  a.dy_dtype = g.meta(p.dy).dtype;
   return norm_bwd_geometry(a).rows_per_iter;
 }
 
-// The model's outputs by value index.
+// The model's outputs by value index, and the graph outputs of the eager nodes around the region
+// (a per-head norm's dy permute before it, the view of dx after it), evaluated by the reference on
+// the model's values.
 std::map<int, HostTensor> model_outputs(const Graph& g, const norm_bwd::Params& p,
                                         const std::map<int, HostTensor>& values, int64_t split,
                                         int rpi) {
-  NormBwdModelOut o = run_norm_bwd_model(g, p, values, split, rpi);
+  const Plan plan = match_one(g).plan;
+  std::map<int, HostTensor> env = values;
+  auto eval = [&](size_t n) {
+    for (const Operand& o : g.nodes[n].operands)
+      if (o.is_tensor() && !env.count(o.value)) return;
+    auto outs = reference_node(g, g.nodes[n], env);
+    for (size_t k = 0; k < outs.size(); ++k) env[g.nodes[n].outputs[k]] = std::move(outs[k]);
+  };
+  for (size_t n = 0; n < g.nodes.size(); ++n)  // the region's inputs (eager views of inputs)
+    if (plan.node_region[n] < 0) eval(n);
+  NormBwdModelOut o = run_norm_bwd_model(g, p, env, split, rpi);
   std::map<int, HostTensor> m = {{p.dx, o.dx}};
   if (p.dw >= 0) m[p.dw] = o.dw;
   if (p.db >= 0) m[p.db] = o.db;
+  for (const auto& [v, t] : m) env[v] = t;
+  for (const Region& r : plan.regions)
+    for (const TailAlias& t : r.tail)
+      if (env.count(t.source)) env[g.nodes[t.node].outputs[0]] = env.at(t.source);
+  for (size_t n = 0; n < g.nodes.size(); ++n)  // again, on the model's outputs
+    if (plan.node_region[n] < 0) eval(n);
+  for (int v : g.outputs)
+    if (!m.count(v) && env.count(v) && g.values[v].producer >= 0 &&
+        plan.node_region[g.values[v].producer] < 0)
+      m[v] = env.at(v);
   return m;
 }
 
@@ -99,12 +122,30 @@ std::vector<std::string> bundled_norm_bwd(bool golden_only) {
 }
 
 // The small add-norm backwards captured from user code (traces/byog/, with PyTorch's tensors):
-// the norm's dx plus the residual stream's other gradient, a dx epilogue add. (Llama's default
-// partition is not matched: it saves rstd twice, see unit_match.cpp.)
+// the norm's dx plus the residual stream's other gradient, a dx epilogue add.
 std::vector<std::string> byog_add_norm_bwd() {
   return {"byog/llama_add_rmsnorm_mincut_train_bwd_2x8x256",
+          "byog/llama_add_rmsnorm_default_train_bwd_2x8x256",
           "byog/gpt2_add_layernorm_mincut_train_bwd_2x8x256",
           "byog/gpt2_add_layernorm_default_train_bwd_2x8x256"};
+}
+
+// The small default-partition backwards of traces/byog/ (with PyTorch's tensors): a float32 x
+// beside a bfloat16 dy and dx, dw reading the saved normalized value (Params::xs); the per-head
+// norms (qk_norm), whose dy is a transposed view; T5's and Cohere's min-cut backwards.
+std::vector<std::string> byog_default_norm_bwd() {
+  std::vector<std::string> out;
+  for (const char* m : {"llama_rmsnorm", "mistral_rmsnorm", "qwen2_rmsnorm", "qwen3_rmsnorm",
+                        "phi3_rmsnorm", "deepseek_v3_rmsnorm", "llama_rmsnorm_eps_buffer",
+                        "olmo2_rmsnorm", "gemma_rmsnorm", "gemma2_rmsnorm", "gemma3_rmsnorm"})
+    out.push_back(std::string("byog/") + m + "_default_train_bwd_2x8x256");
+  for (const char* m : {"qwen3_qk_norm", "gemma3_qk_norm"})
+    for (const char* part : {"default", "mincut"})
+      out.push_back(std::string("byog/") + m + "_" + part + "_train_bwd_2x8x4x64");
+  // T5 (dx's two terms rounded apart) and Cohere (recentered xhat term), min-cut.
+  out.push_back("byog/t5_layernorm_mincut_train_bwd_2x8x256");
+  out.push_back("byog/cohere_layernorm_mincut_train_bwd_2x8x256");
+  return out;
 }
 
 class NormBwdGolden : public ::testing::TestWithParam<std::string> {};
@@ -132,6 +173,9 @@ TEST_P(NormBwdGolden, ReferenceAndModelMatchPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Traces, NormBwdGolden, ::testing::ValuesIn(bundled_norm_bwd(true)),
                          [](const auto& info) { return test_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(AddNorm, NormBwdGolden, ::testing::ValuesIn(byog_add_norm_bwd()),
+                         [](const auto& info) { return test_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(DefaultPartition, NormBwdGolden,
+                         ::testing::ValuesIn(byog_default_norm_bwd()),
                          [](const auto& info) { return test_name(info.param); });
 
 // The dx epilogue add on fresh seeds and several splits (the add-norm backwards above and a
@@ -298,4 +342,7 @@ TEST_P(NormBwdMutants, EveryMutantFails) {
 INSTANTIATE_TEST_SUITE_P(Traces, NormBwdMutants, ::testing::ValuesIn(bundled_norm_bwd(true)),
                          [](const auto& info) { return test_name(info.param); });
 INSTANTIATE_TEST_SUITE_P(AddNorm, NormBwdMutants, ::testing::ValuesIn(byog_add_norm_bwd()),
+                         [](const auto& info) { return test_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(DefaultPartition, NormBwdMutants,
+                         ::testing::ValuesIn(byog_default_norm_bwd()),
                          [](const auto& info) { return test_name(info.param); });
