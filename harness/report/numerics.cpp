@@ -85,6 +85,18 @@ NumericsResult check_numerics(const std::string& value, const HostTensor& got,
     throw std::invalid_argument("check " + value + ": shape " + got.meta.str() + " vs " +
                                 reference.meta.str());
   if (!bounds.addend_ulps) magnitude = nullptr;
+  if (bounds.check_as != DType::kCount && is_floating(got.meta.dtype) &&
+      got.meta.dtype != bounds.check_as) {
+    const DType d = bounds.check_as;
+    const bool exact = std::all_of(got.data.begin(), got.data.end(), [&](double x) {
+      return !std::isfinite(x) || round_to(d, x) == x;
+    });
+    if (exact) {  // checked as d: got relabelled (its values are d values), the target rounded to d
+      HostTensor got_d = got;
+      got_d.meta.dtype = d;
+      return check_numerics(value, got_d, reference, bounds, magnitude);
+    }
+  }
   if (magnitude && magnitude->data.size() != got.data.size())
     throw std::invalid_argument("check " + value + ": addend magnitudes " + magnitude->meta.str() +
                                 " for " + got.meta.str());
@@ -488,6 +500,26 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     for (int v : n.outputs) path[v] = p;
   }
   for (size_t v = 0; v < g.values.size(); ++v) bounds_of(v);
+  // Exact widenings of a narrower float (and views of them) take the source's bounds, checked in
+  // the source's dtype (NumericsBounds::check_as).
+  for (const Node& n : g.nodes) {
+    if (n.operands.empty() || !n.operands[0].is_tensor() || n.outputs.empty()) continue;
+    const int src = n.operands[0].value, v = n.outputs[0];
+    const DType sd = g.meta(src).dtype, vd = g.meta(v).dtype;
+    const bool narrow_src = sd == DType::kBFloat16 || sd == DType::kFloat16;
+    const bool widens = (n.op == Op::kConvertElementType || n.op == Op::kToCopy) && narrow_src &&
+                        (vd == DType::kFloat32 || vd == DType::kFloat64);
+    const bool passes_on = (op_def(n.op).kind == OpKind::kView || n.op == Op::kClone) &&
+                           out[src].check_as != DType::kCount && vd == sd;
+    if (widens) {
+      out[v] = out[src];
+      out[v].check_as = sd;
+      out[v].why += "; an exact widening of '" + g.values[src].name + "' (" +
+                    std::string(dtype_name(sd)) + "): checked as " + std::string(dtype_name(sd));
+    } else if (passes_on) {
+      out[v] = out[src];
+    }
+  }
   return out;
 }
 
@@ -504,15 +536,17 @@ NumericsBounds output_bounds(const Graph& g, const Plan& plan,
 }
 
 nlohmann::json to_json(const NumericsBounds& b) {
-  return {{"max_rel_l2", b.max_rel_l2},
-          {"max_beyond_1ulp", b.max_beyond_1ulp},
-          {"max_bias", b.max_bias},
-          {"max_row_rel_l2", b.max_row_rel_l2},
-          {"elem_floor", b.elem_floor},
-          {"elem_ulps", b.elem_ulps},
-          {"share_floor", b.share_floor},
-          {"addend_ulps", b.addend_ulps},
-          {"why", b.why}};
+  nlohmann::json j = {{"max_rel_l2", b.max_rel_l2},
+                      {"max_beyond_1ulp", b.max_beyond_1ulp},
+                      {"max_bias", b.max_bias},
+                      {"max_row_rel_l2", b.max_row_rel_l2},
+                      {"elem_floor", b.elem_floor},
+                      {"elem_ulps", b.elem_ulps},
+                      {"share_floor", b.share_floor},
+                      {"addend_ulps", b.addend_ulps},
+                      {"why", b.why}};
+  if (b.check_as != DType::kCount) j["check_as"] = std::string(dtype_name(b.check_as));
+  return j;
 }
 
 nlohmann::json to_json(const NumericsResult& r) {

@@ -68,7 +68,9 @@ struct NumericsResult {
 /// NumericsBounds). Sums are taken on values scaled by the largest |target|, so float64 results
 /// cannot underflow them. `magnitude` (same shape, or null): the per-element addend magnitudes
 /// that bounds.addend_ulps asks for (addend_magnitude); ulps are then those of max(|t|, m), in
-/// the criteria and in max_ulp_err. Throws std::invalid_argument on a shape mismatch.
+/// the criteria and in max_ulp_err. With bounds.check_as a narrower float dtype d and every
+/// element of `got` exactly representable in d, the check runs as d (got's values are d values,
+/// the reference rounded to d). Throws std::invalid_argument on a shape mismatch.
 NumericsResult check_numerics(const std::string& value, const HostTensor& got,
                               const HostTensor& reference, const NumericsBounds& bounds,
                               const HostTensor* magnitude = nullptr);

@@ -128,6 +128,11 @@ NumericsResult read_numerics(const JNode& n) {
   if (b.has("elem_ulps")) r.bounds.elem_ulps = b.at("elem_ulps").num();
   if (b.has("share_floor")) r.bounds.share_floor = b.at("share_floor").num();
   if (b.has("addend_ulps")) r.bounds.addend_ulps = b.at("addend_ulps").boolean();
+  if (b.has("check_as")) {
+    const auto d = parse_dtype(b.at("check_as").str());
+    if (!d) b.at("check_as").fail("expected a dtype name");
+    r.bounds.check_as = *d;
+  }
   r.bounds.why = b.at("why").str();
   if (n.has("first_bad")) {
     const JNode f = n.at("first_bad");

@@ -6,7 +6,9 @@
 
 #include "harness/measure/stats.hpp"
 #include "harness/report/numerics.hpp"
+#include "impls/reference/reference.hpp"
 #include "tests/unit/test_util.hpp"
+#include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
 
 using namespace replay;
@@ -727,4 +729,45 @@ TEST(Numerics, ChunkedCheckAgreesWithASequentialScan) {
     tgt2 += t * t;
   }
   EXPECT_NEAR(r.rel_l2, std::sqrt(err2 / tgt2), 1e-12 * std::sqrt(err2 / tgt2));
+}
+
+// A bfloat16 GEMM output upcast to float32 and returned (the default partitioner saves such
+// values): one bf16 flip of the GEMM output is 2^16 float32 ulps, so the upcast is checked as
+// bfloat16 with the GEMM output's bounds — while a kernel that writes values no bfloat16 holds is
+// still checked in float32 and fails.
+TEST(Numerics, ExactWideningIsCheckedInTheSourceDtype) {
+  const Graph g = parse_trace_text(R"({
+    "schema": "replay-trace/1", "name": "upcast", "world_size": 1,
+    "source": {"model": "synthetic", "phase": "fwd"},
+    "inputs": [{"id": "x", "shape": [64, 256], "dtype": "bfloat16"},
+               {"id": "w", "shape": [256, 128], "dtype": "bfloat16"}],
+    "nodes": [
+      {"id": "mm", "op": "aten.mm.default", "args": [{"ref": "x"}, {"ref": "w"}],
+       "outputs": [{"shape": [64, 128], "dtype": "bfloat16"}]},
+      {"id": "up", "op": "prims.convert_element_type.default",
+       "args": [{"ref": "mm"}, {"dtype": "float32"}],
+       "outputs": [{"shape": [64, 128], "dtype": "float32"}]},
+      {"id": "t", "op": "aten.permute.default", "args": [{"ref": "up"}, [1, 0]],
+       "outputs": [{"shape": [128, 64], "stride": [1, 128], "dtype": "float32"}]}],
+    "outputs": ["up", "t"]})",
+                                   "upcast.json");
+  const auto bounds = default_value_bounds(g);
+  const int up = g.find_value("up"), t = g.find_value("t"), mm = g.find_value("mm");
+  EXPECT_EQ(bounds[up].check_as, DType::kBFloat16);
+  EXPECT_EQ(bounds[t].check_as, DType::kBFloat16);  // a view passes it on
+  EXPECT_EQ(bounds[mm].check_as, DType::kCount);
+  EXPECT_DOUBLE_EQ(bounds[up].max_rel_l2, bounds[mm].max_rel_l2);
+  auto ref = run_reference(g, generate_inputs(g, 3));
+  // got: the GEMM output rounded to bf16 with one element flipped by one bf16 ulp, upcast.
+  HostTensor got = ref.at(up);
+  for (double& x : got.data) x = round_to(DType::kBFloat16, x);
+  got.data[17] += ulp_of(DType::kBFloat16, got.data[17]);
+  const NumericsResult r = check_value(g, up, got, ref.at(up), ref, bounds[up]);
+  EXPECT_TRUE(r.pass()) << r.failure();
+  EXPECT_EQ(r.dtype, DType::kBFloat16);  // checked as the source's dtype
+  EXPECT_LE(r.max_ulp_err, 1.0);         // the flip: one bf16 ulp (65536 float32 ulps)
+  // A wrong kernel: every element off by 1e-3 relative, values no bf16 holds: checked as float32.
+  HostTensor wrong = ref.at(up);
+  for (double& x : wrong.data) x *= 1.001;
+  EXPECT_FALSE(check_value(g, up, wrong, ref.at(up), ref, bounds[up]).pass());
 }

@@ -45,6 +45,12 @@ struct NumericsBounds {
   /// shrink. Without the magnitudes the check uses ulp(t) (stricter).
   bool addend_ulps = false;
   std::string why;  ///< how the bounds were derived, for the results
+  /// kCount: the value is checked in its own dtype. A narrower float dtype d: the value is an
+  /// exact widening of a d value (a bfloat16 GEMM output upcast to float32 and returned, through
+  /// views), whose one-ulp flips are 2^16 float32 ulps; when every element of the result is
+  /// exactly representable in d, it is checked as d (the reference rounded to d) with these
+  /// bounds, the source's; otherwise in its own dtype (a kernel that wrote other values fails).
+  DType check_as = DType::kCount;
 };
 
 /// Unit roundoff of a dtype (half the spacing at 1.0): bfloat16 2^-8, float16 2^-11, float32

@@ -71,7 +71,13 @@ const Mutant kMutants[] = {
     {"eps_x100", always, [](layernorm_fwd::Params& p) { p.eps *= 100; }},
     {"eps_1e-2", always, [](layernorm_fwd::Params& p) { p.eps = 1e-2; }},
     {"biased_variance", is_layernorm, [](layernorm_fwd::Params& p) { p.correction = 1; }},
-    {"dropped_weight", [](const layernorm_fwd::Params& p) { return has_step(p, EpilogueOp::kMul); },
+    // Not where the region also exports that weight (Gemma's 1 + w, Cohere's upcast weight): the
+    // binder refuses an exported weight without its step, so no kernel would run;
+    // weight_export_without_offset covers those regions.
+    {"dropped_weight",
+     [](const layernorm_fwd::Params& p) {
+       return has_step(p, EpilogueOp::kMul) && p.weight_exports.empty();
+     },
      [](layernorm_fwd::Params& p) { drop_step(p, EpilogueOp::kMul); }},
     {"dropped_bias", [](const layernorm_fwd::Params& p) { return has_step(p, EpilogueOp::kAdd); },
      [](layernorm_fwd::Params& p) { drop_step(p, EpilogueOp::kAdd); }},
@@ -88,11 +94,16 @@ const Mutant kMutants[] = {
      "the baseline's add kernel stores h in x's dtype and its norm kernels read it back: they "
      "cannot see an unrounded h"},
     // A default-partitioner forward's saved intermediates taken at the wrong place in the chain:
-    // the normalized value before its rstd multiply, x - mean after it, a step's result before it.
+    // x - mean after the rstd multiply, any later stage one step further on (the last step's
+    // result one step earlier). Shifting a step's result back onto a pure rounding is no mutation
+    // when the export has that rounding's dtype (Llama's bf16 normalized value), so forward first.
     {"export_stage_shifted", has_row_exports,
      [](layernorm_fwd::Params& p) {
+       const int last = static_cast<int>(p.epilogue.size()) - 1;
        for (auto& e : p.row_exports)
-         e.stage = e.stage == kStageCentered ? kStageNormalized : e.stage - 1;
+         e.stage = e.stage == kStageCentered ? kStageNormalized
+                   : e.stage < last          ? e.stage + 1
+                                             : e.stage - 1;
      }},
     // Gemma's saved fp32 1 + w written as w.
     {"weight_export_without_offset", exports_offset_weight,
