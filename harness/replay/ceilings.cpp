@@ -130,8 +130,10 @@ std::vector<MatmulPeak> measure_matmul_peaks(cudaStream_t s, L2Flush& l2, const 
       p.tflops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) *
                  static_cast<double>(p.k) / (p.median_us * 1e6);
     } catch (const std::exception& e) {
-      const cudaError_t sticky = cudaDeviceSynchronize();
-      if (sticky != cudaSuccess && cudaDeviceSynchronize() != cudaSuccess) throw;
+      // A non-sticky error (cudaMalloc out of memory) must not stay pending for the next launch
+      // check to blame on an unrelated kernel; a sticky one (the context is broken) ends the run.
+      (void)cudaGetLastError();
+      if (cudaDeviceSynchronize() != cudaSuccess && cudaDeviceSynchronize() != cudaSuccess) throw;
       p.error = e.what();
       p.median_us = p.tflops = 0;
     }

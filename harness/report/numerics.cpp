@@ -507,8 +507,10 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     const int src = n.operands[0].value, v = n.outputs[0];
     const DType sd = g.meta(src).dtype, vd = g.meta(v).dtype;
     const bool narrow_src = sd == DType::kBFloat16 || sd == DType::kFloat16;
+    // Only a computed source (one that may differ from the reference by flips): the upcast of a
+    // graph input is exact on both sides and keeps its tight float32 bounds.
     const bool widens = (n.op == Op::kConvertElementType || n.op == Op::kToCopy) && narrow_src &&
-                        (vd == DType::kFloat32 || vd == DType::kFloat64);
+                        path[src].computed && (vd == DType::kFloat32 || vd == DType::kFloat64);
     const bool passes_on = (op_def(n.op).kind == OpKind::kView || n.op == Op::kClone) &&
                            out[src].check_as != DType::kCount && vd == sd;
     if (widens) {

@@ -59,22 +59,28 @@ class BundledTrace : public ::testing::TestWithParam<std::string> {};
 
 // Every GPU variant of the fusions a trace's plan uses, against the reference on 20 fresh seeds
 // (generated inputs, also for traces that carry PyTorch's), outputs poisoned before each run.
-// Graphs without a matmul: every variant passes every seed. Graphs with GEMMs (MLPs, linear
-// layers, decoder layers: GEMM -> bf16 -> GEMM chains): on an H200 (2026-11-26) 1 to 3 of 20
-// seeds exceed the share-beyond-one-ulp or rel_l2 bound in every variant, eager included — the
-// bounds model under-predicts the rounding flips of GEMM chains (harness/report/NUMERICS.md) —
-// so there every variant must pass at least kGemmSeedsToPass of the 20 seeds (a wrong kernel, a
-// dropped bias or a transposed weight fails nearly all of them; the mutation tests prove it).
+// Every variant must pass every seed, with one allowance: an output downstream of a bfloat16 /
+// float16 GEMM may miss its bounds on up to 3 of the 20 seeds. On an H200
+// (2026-11-26) 1 to 3 of 20 seeds exceed those bounds in every variant, eager included, on GEMM
+// chains (MLP backwards, linear + GELU, decoder layers): the bounds model under-predicts their
+// rounding flips (harness/report/NUMERICS.md). Outputs not downstream of such a GEMM, and any
+// NaN/Inf mismatch anywhere, get no allowance; a wrong kernel, a dropped bias or a transposed
+// weight fails nearly every seed (the mutation tests).
 TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
   REQUIRE_GPU();
   constexpr int kSeeds = 20, kGemmSeedsToPass = 17;
   Graph g = load_trace(trace_path(GetParam()), cut_options());
   Plan plan = make_plan(g, fusion_registry());
   const auto bounds = default_value_bounds(g);
-  const bool has_gemm = std::any_of(g.nodes.begin(), g.nodes.end(),
-                                    [&](const Node& n) { return matmul_flops(g, n) > 0; });
+  std::vector<bool> after_gemm(g.values.size(), false);  // downstream of a 16-bit GEMM
+  for (const Node& n : g.nodes) {
+    const std::string cls = matmul_class(g, n);
+    bool d = cls == "bf16" || cls == "fp16";
+    for (const auto& o : n.operands) d = d || (o.is_tensor() && after_gemm[o.value]);
+    for (int v : n.outputs) after_gemm[v] = d;
+  }
   std::map<std::string, int> passed;
-  std::map<std::string, std::string> failures;
+  std::map<std::string, std::string> failures, hard;
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
     auto ref = run_reference(g, generate_inputs(g, seed));
     for (const auto& variant : plan_variants(plan)) {
@@ -87,22 +93,24 @@ TEST_P(BundledTrace, EveryVariantPassesOnTwentyFreshSeeds) {
       for (int v : g.outputs) {
         auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
                                output_bounds(g, plan, bounds, v));
-        if (!res.pass()) {
-          all = false;
-          failures[variant.name] +=
-              "\n  seed " + std::to_string(seed) + " " + g.values.at(v).name + ": " + res.failure();
-        }
+        if (res.pass()) continue;
+        all = false;
+        const std::string line =
+            "\n  seed " + std::to_string(seed) + " " + g.values.at(v).name + ": " + res.failure();
+        failures[variant.name] += line;
+        if (!after_gemm[v] || res.nonfinite_mismatch > 0) hard[variant.name] += line;
       }
       passed[variant.name] += all;
     }
   }
   for (const auto& [variant, n] : passed) {
-    const int need = has_gemm ? kGemmSeedsToPass : kSeeds;
-    EXPECT_GE(n, need) << variant << " passed " << n << " of " << kSeeds << " seeds (needs " << need
-                       << (has_gemm ? ": a graph with GEMMs" : "") << ")" << failures[variant];
-    if (n < kSeeds && n >= need)
-      std::printf("note: %s %s passed %d of %d seeds (a graph with GEMMs):%s\n", GetParam().c_str(),
-                  variant.c_str(), n, kSeeds, failures[variant].c_str());
+    EXPECT_TRUE(hard[variant].empty())
+        << variant << " failed outside the GEMM-chain allowance:" << hard[variant];
+    EXPECT_GE(n, kGemmSeedsToPass)
+        << variant << " passed " << n << " of " << kSeeds << " seeds" << failures[variant];
+    if (n < kSeeds)
+      std::printf("note: %s %s passed %d of %d seeds (outputs downstream of a 16-bit GEMM):%s\n",
+                  GetParam().c_str(), variant.c_str(), n, kSeeds, failures[variant].c_str());
   }
 }
 

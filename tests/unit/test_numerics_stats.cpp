@@ -770,4 +770,21 @@ TEST(Numerics, ExactWideningIsCheckedInTheSourceDtype) {
   HostTensor wrong = ref.at(up);
   for (double& x : wrong.data) x *= 1.001;
   EXPECT_FALSE(check_value(g, up, wrong, ref.at(up), ref, bounds[up]).pass());
+  // A wrong kernel whose values are bf16 values (1 % off, then rounded): checked as bf16, fails.
+  HostTensor wrong_bf16 = ref.at(up);
+  for (double& x : wrong_bf16.data) x = round_to(DType::kBFloat16, x * 1.01);
+  const NumericsResult rw = check_value(g, up, wrong_bf16, ref.at(up), ref, bounds[up]);
+  EXPECT_EQ(rw.dtype, DType::kBFloat16);
+  EXPECT_FALSE(rw.pass());
+  // The upcast of a graph input is exact on both sides: no widening rule, float32 bounds.
+  const Graph gi = parse_trace_text(R"({
+    "schema": "replay-trace/1", "name": "input_upcast", "world_size": 1,
+    "source": {"model": "synthetic", "phase": "fwd"},
+    "inputs": [{"id": "x", "shape": [64, 256], "dtype": "bfloat16"}],
+    "nodes": [{"id": "up", "op": "prims.convert_element_type.default",
+               "args": [{"ref": "x"}, {"dtype": "float32"}],
+               "outputs": [{"shape": [64, 256], "dtype": "float32"}]}],
+    "outputs": ["up"]})",
+                                    "input_upcast.json");
+  EXPECT_EQ(default_value_bounds(gi)[gi.find_value("up")].check_as, DType::kCount);
 }
