@@ -408,6 +408,14 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
   std::vector<int> tail;  // the reshape, when a step follows
   if (reshape >= 0) tail.push_back(reshape);
   // Fused gate/up weights: z split in two halves along N, act(one) * the other.
+  if (p.gemm.bias >= 0 || p.N % 2 != 0)
+    for (int si : g.values[cur].users)
+      if ((g.nodes[si].op == Op::kSplit || g.nodes[si].op == Op::kSplitWithSizes) &&
+          g.nodes[si].outputs.size() == 2)
+        out.decline(root,
+                    "gating over the split halves of " + vname(g, cur) + " not fused: " +
+                        (p.gemm.bias >= 0 ? std::string("the GEMM adds a bias (addmm)")
+                                          : "its last dim " + std::to_string(p.N) + " is odd"));
   const bool split = match_split(g, cur, p, tail);
   if (split) cur = p.out;
   // mm + add of a [N] bias.
@@ -462,9 +470,18 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
     const Node& mul = g.nodes[m];
     const int w = mul.op == Op::kMul ? other_tensor(mul, cur) : -1;
     std::vector<int> up_nodes;
-    if (w >= 0 && w != cur && g.meta(mul.outputs[0]).numel() == p.M * p.N &&
-        trace_up(g, w, m, p.M, p.N, p.gemm_dtype, p.up, up_nodes) && !claimed_up.count(p.up.node) &&
-        p.up.node != root) {
+    const bool taken = w >= 0 && w != cur && g.meta(mul.outputs[0]).numel() == p.M * p.N &&
+                       trace_up(g, w, m, p.M, p.N, p.gemm_dtype, p.up, up_nodes) &&
+                       !claimed_up.count(p.up.node) && p.up.node != root;
+    if (!taken && w >= 0 && w != cur) {
+      p.up = {};
+      out.decline(root, "gating not fused: the other factor " + vname(g, w) + " of " +
+                            vname(g, mul.outputs[0]) + " is not a [" + std::to_string(p.M) + ", " +
+                            std::to_string(p.N) + "] " + std::string(dtype_name(p.gemm_dtype)) +
+                            " GEMM output reached through exact upcasts and reshapes, or its GEMM "
+                            "is fused elsewhere; the activation is fused alone");
+    }
+    if (taken) {
       p.gate_round = g.meta(mul.outputs[0]).dtype;
       p.shared_input = p.up.a == p.gemm.a;
       tail.insert(tail.end(), up_nodes.begin(), up_nodes.end());

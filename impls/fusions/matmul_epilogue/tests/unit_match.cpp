@@ -241,6 +241,28 @@ TEST(MatmulEpilogueMatch, DeclinesABiasOfTheWrongShape) {
       << declined_at(g2, p2, "gemm");
 }
 
+// SiLU(x W) times a tensor that is no GEMM output: the activation is fused, the gating is not,
+// and the plan says why.
+TEST(MatmulEpilogueMatch, DeclinesGatingByANonGemmFactor) {
+  nlohmann::json t = linear_trace(form("linear", "none", "silu"));
+  nlohmann::json other = tensor({2, 8, 96}, "bfloat16");
+  other["id"] = "other";
+  t["inputs"].push_back(other);
+  t["nodes"].push_back({{"id", "gated"},
+                        {"op", "aten.mul.Tensor"},
+                        {"args", {ref("y"), ref("other")}},
+                        {"kwargs", nlohmann::json::object()},
+                        {"outputs", {tensor({2, 8, 96}, "bfloat16")}}});
+  t["outputs"] = {"gated"};
+  Graph g = parse_trace(t, "<gating>");
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_TRUE(params(p.regions[0]).has_act_step);
+  EXPECT_LT(params(p.regions[0]).up.node, 0);
+  const std::string why = declined_at(g, p, "gemm");
+  EXPECT_NE(why.find("gating not fused: the other factor 'other'"), std::string::npos) << why;
+}
+
 TEST(MatmulEpilogueMatch, DeclinesFloat64) {
   LinearForm f = form("linear", "addmm", "none");
   f.dtype = "float64";
