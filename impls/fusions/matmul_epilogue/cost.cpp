@@ -47,7 +47,7 @@ std::string optimized_plan(const Params& p) {
   std::string s;
   const bool bias = p.gemm.bias >= 0;
   const bool more = p.add_bias >= 0 || p.has_act_step || p.up.node >= 0;
-  if (p.residual >= 0)
+  if (p.residual >= 0)  // the matcher takes a residual after an mm only (no addmm bias)
     s = std::string("one cuBLASLt matmul") + (bias ? " with CUBLASLT_EPILOGUE_BIAS" : "") +
         " writing the GEMM output in the graph's dtype, then one kernel adding the residual. Not "
         "cuBLASLt's C with beta = 1: it does not round the product before adding C as the graph "

@@ -50,7 +50,8 @@ struct Params {
   DType act_round = DType::kBFloat16;
   /// A residual added last by an aten.add (alpha 1): [.., N] of the GEMM's shape and dtype, the
   /// sum in that dtype (the residual stream: o_proj / down_proj + hidden_states); -1: none. No
-  /// activation or gating with it.
+  /// activation or gating with it, and only after an mm: an addmm (bias) followed by a residual
+  /// add (GPT-2's c_proj + residual) is fused as the addmm alone, the add running eagerly.
   int residual = -1;
   Gemm up;  ///< the up projection multiplied in (node and out -1: no gating)
   /// Gating within one GEMM over fused gate/up weights (Phi-3's gate_up_proj): the GEMM's

@@ -20,6 +20,25 @@ int64_t flat_rows_stride(const TensorMeta& m, int64_t cols) {
   return rows == 1 ? cols : (*st)[0];
 }
 
+// True when `fine` (size-1 dims dropped) is `coarse` (size-1 dims dropped) with some runs of
+// adjacent dims merged: the two shapes enumerate their elements in the same order with the same
+// dims. A permuted copy ([B, H, T, D] beside [B, T, H, D], H != T) is not; equal numel alone
+// would not tell.
+bool merges_into(const Shape& fine, const Shape& coarse) {
+  Shape f, c;
+  for (int64_t d : fine)
+    if (d != 1) f.push_back(d);
+  for (int64_t d : coarse)
+    if (d != 1) c.push_back(d);
+  size_t i = 0;
+  for (int64_t want : c) {
+    int64_t prod = 1;
+    while (i < f.size() && prod < want) prod *= f[i++];
+    if (prod != want) return false;
+  }
+  return i == f.size();
+}
+
 }  // namespace
 
 // Row maps (kernels.hpp, NormBwdRowMap) of tensors read or written as [rows, cols]: plain rows
@@ -45,6 +64,11 @@ bool row_maps(const std::vector<const TensorMeta*>& ts, int64_t rows, int64_t co
   for (size_t i : strided)
     if (ts[i]->shape != shape || ts[i]->stride.size() != shape.size() || ts[i]->stride.back() != 1)
       return false;
+  // A plain tensor beside them must hold its rows in their order: its shape is theirs with
+  // adjacent dims merged (x [B, T, H, D] or a saved [B, T, H * D] beside a transposed dy), so
+  // flat row r is the same (b, t, h) in every tensor.
+  for (size_t i = 0; i < ts.size(); ++i)
+    if (plain[i] >= 0 && !merges_into(shape, ts[i]->shape)) return false;
   // Leading dims (size > 1) from the innermost out, merged into the group inside them when every
   // strided tensor allows it.
   struct Dim {

@@ -10,6 +10,7 @@
 #include "impls/fusions/layernorm_fwd/tests/synthetic.hpp"
 #include "impls/fusions/registry.hpp"
 #include "impls/reference/reference.hpp"
+#include "tests/unit/fake_buffers.hpp"
 #include "workloads/loader/inputs.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/plan/plan.hpp"
@@ -405,24 +406,6 @@ TEST(LayerNormFwdMatch, EpsTensorMustBeOneFloat32) {
     EXPECT_TRUE(plan_of(parse_trace(t, dtype)).regions.empty()) << dtype;
   }
 }
-
-namespace {
-
-// Binds without a device: every value at its own 16-byte aligned fake address, laid out as
-// recorded (inputs) or dense (outputs), as the GPU program would. Nothing is launched.
-class FakeBuffers : public BindContext {
- public:
-  explicit FakeBuffers(const Graph& g) : g_(g) {}
-  BoundTensor tensor(int v) override {
-    return {reinterpret_cast<void*>(uintptr_t(0x10000) * uintptr_t(v + 1)), g_.meta(v)};
-  }
-  void* workspace(size_t) override { return reinterpret_cast<void*>(uintptr_t(0x10000000)); }
-
- private:
-  const Graph& g_;
-};
-
-}  // namespace
 
 // Both kernels take every training form the matcher claims (the GPU tests then run them): the
 // binder finds nothing unsupported in the saved statistics, the upcast x, offsets or eps tensors.

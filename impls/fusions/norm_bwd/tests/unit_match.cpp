@@ -740,6 +740,10 @@ TEST(NormBwdBind, RowMapsAddressEveryRowOfAPerHeadNorm) {
   ASSERT_TRUE(norm_bwd::row_maps({&x, &dx}, B * T * H, D, &n1, &n2, {&mx, &mdx}));
   EXPECT_EQ(n1 * n2, 1);
   EXPECT_EQ(norm_bwd_row_offset(n1, n2, mx, 37), 37 * D);
+  // A plain tensor whose rows are in another order (a contiguous [B, H, T, D] copy beside the
+  // transposed dy): no map, although its numel and row count agree.
+  TensorMeta bhtd{{B, H, T, D}, {H * T * D, T * D, D, 1}, bf16};
+  EXPECT_FALSE(norm_bwd::row_maps({&bhtd, &dy, &dx}, B * T * H, D, &n1, &n2, {&mx, &mdy, &mdx}));
   // Four leading dims that no stride merges: no map (the binder declines with its reason).
   TensorMeta y{{2, 3, 4, 5, 16}, {16, 2 * 16, 2 * 3 * 16, 2 * 3 * 4 * 16, 1}, bf16};
   EXPECT_FALSE(norm_bwd::row_maps({&y, &y}, 2 * 3 * 4 * 5, 16, &n1, &n2, {&mx, &mdx}));
