@@ -143,12 +143,14 @@ TEST(DxOnlyGpu, FormsMatchReference) {
   }
 }
 
-// OLMo (min-cut partitioner: bf16 x saved): PyTorch's inputs and outputs at 2x8x256, generated
-// inputs at 2x4096x4096, both variants fused.
-TEST(DxOnlyGpu, OlmoMincutMatchesPyTorchAndReference) {
-  REQUIRE_GPU();
+// OLMo captured with `partitioner` ("mincut": bf16 x saved; "default": x saved up-cast to
+// float32 beside bf16 dy and dx, the kernels' mixed form): PyTorch's inputs and outputs at
+// 2x8x256, generated inputs at 2x4096x4096, both variants fused.
+namespace {
+void expect_olmo_matches_pytorch_and_reference(const std::string& partitioner) {
+  const std::string stem = "byog/olmo_layernorm_" + partitioner + "_train_bwd_";
   {
-    Graph g = load_trace(trace_path("byog/olmo_layernorm_mincut_train_bwd_2x8x256"));
+    Graph g = load_trace(trace_path(stem + "2x8x256"));
     ASSERT_TRUE(g.golden.has_value());
     auto golden = read_safetensors(g.golden->path);
     std::map<int, HostTensor> in, want;
@@ -157,31 +159,21 @@ TEST(DxOnlyGpu, OlmoMincutMatchesPyTorchAndReference) {
     for (const char* variant : {"baseline", "optimized"})
       EXPECT_TRUE(run_dx(g, variant, in, want).second) << variant << " vs PyTorch";
   }
-  Graph g = load_trace(trace_path("byog/olmo_layernorm_mincut_train_bwd_2x4096x4096"));
+  Graph g = load_trace(trace_path(stem + "2x4096x4096"));
   for (uint64_t seed : {1u, 2u}) expect_passes(g, seed);
   for (const char* variant : {"baseline", "optimized"})
     expect_variant_matches(g, variant, 3);  // through the registry
 }
+}  // namespace
 
-// OLMo (default partitioner): x is saved up-cast to float32 beside bf16 dy and dx (the kernels'
-// mixed form): PyTorch's inputs and outputs at 2x8x256, generated inputs at 2x4096x4096, both
-// variants fused.
+TEST(DxOnlyGpu, OlmoMincutMatchesPyTorchAndReference) {
+  REQUIRE_GPU();
+  expect_olmo_matches_pytorch_and_reference("mincut");
+}
+
 TEST(DxOnlyGpu, OlmoDefaultMatchesPyTorchAndReference) {
   REQUIRE_GPU();
-  {
-    Graph g = load_trace(trace_path("byog/olmo_layernorm_default_train_bwd_2x8x256"));
-    ASSERT_TRUE(g.golden.has_value());
-    auto golden = read_safetensors(g.golden->path);
-    std::map<int, HostTensor> in, want;
-    for (int v : g.inputs) in[v] = golden.at(g.values[v].name);
-    for (int v : g.outputs) want[v] = golden.at(g.values[v].name);
-    for (const char* variant : {"baseline", "optimized"})
-      EXPECT_TRUE(run_dx(g, variant, in, want).second) << variant << " vs PyTorch";
-  }
-  Graph g = load_trace(trace_path("byog/olmo_layernorm_default_train_bwd_2x4096x4096"));
-  for (uint64_t seed : {1u, 2u}) expect_passes(g, seed);
-  for (const char* variant : {"baseline", "optimized"})
-    expect_variant_matches(g, variant, 3);  // through the registry
+  expect_olmo_matches_pytorch_and_reference("default");
 }
 
 // Deliberately wrong launches of the real kernels: every mutant that applies to a dx-only region
