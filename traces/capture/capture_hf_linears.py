@@ -27,14 +27,13 @@ any capture failed.
 import argparse
 import os
 import sys
-import time
-import traceback
 
 import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from backend import capture_module_step  # noqa: E402
+from capture_jobs import run_capture_jobs  # noqa: E402
 from capture_hf_norms import hf_class, _tf_version  # noqa: E402
 
 BF16 = torch.bfloat16
@@ -147,32 +146,18 @@ def main():
                 todo.append((entry, part, dims, golden and (part == "min_cut" or args.golden_default)))
     print(f"torch {torch.__version__}, transformers {_tf_version()}, device {args.device}; {len(todo)} captures",
           flush=True)
-    failed, written = [], []
-    for k, (entry, part, dims, golden) in enumerate(todo):
+    jobs = []
+    for entry, part, dims, golden in todo:
         B, T, hidden, _ = dims
         pn = "mincut" if part == "min_cut" else "default"
-        base = f"{entry[0]}_{pn}_train_{{phase}}_{B}x{T}x{hidden}"
-        print(f"[{k + 1}/{len(todo)}] {base.format(phase='*')}", flush=True)
-        t0 = time.time()
-        try:
+
+        def make(entry=entry, dims=dims):
             mod, inputs, names, source = build(entry, dims, args.device, args.seed)
-            source["capture_command"] = " ".join(["python3", "traces/capture/capture_hf_linears.py"] + sys.argv[1:])
-            got, ok, _ = capture_module_step(mod, inputs, names, args.out, part, golden, base, source=source,
-                                             fullgraph=True, tangent_seed=args.seed + 1)
-            written += got
-            if not ok:
-                failed.append((base, "eager mismatch"))
-            print(f"  wrote {got} ({time.time() - t0:.1f} s)", flush=True)
-        except Exception as e:
-            traceback.print_exc()
-            failed.append((base, f"{type(e).__name__}: {e}"))
-        finally:
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
-    print(f"\n{len(todo) - len(failed)}/{len(todo)} captures succeeded, {len(written)} traces in {args.out}")
-    for b, m in failed:
-        print(f"  FAILED {b}: {m[:400]}")
-    return 1 if failed else 0
+            return mod, inputs, names, None, source
+
+        jobs.append((f"{entry[0]}_{pn}_train_{{phase}}_{B}x{T}x{hidden}", part, golden, make))
+    return run_capture_jobs(jobs, args.out, "traces/capture/capture_hf_linears.py", args.seed, capture_module_step,
+                            torch.cuda.empty_cache if args.device == "cuda" else None, max_msg=400)
 
 
 if __name__ == "__main__":
