@@ -536,9 +536,10 @@ int main(int argc, char** argv) {
   bool no_cupti = false;
   run->add_flag("--no-cupti", no_cupti, "skip the CUPTI kernel summary");
   bool no_matmul_ceilings = false;
-  run->add_flag("--no-matmul-ceilings", no_matmul_ceilings,
-                "do not measure the matmul peaks at the start (about 2 s); SOL then has no matmul "
-                "term");
+  run->add_flag(
+      "--no-matmul-ceilings", no_matmul_ceilings,
+      "do not measure the matmul peaks at the start (a few seconds); SOL then has no matmul "
+      "term");
   run->add_option("--reference-budget", opt.reference_budget_s,
                   "seconds: a trace whose float64 reference is estimated to take longer on this "
                   "machine is not replayed (0: no limit)")

@@ -45,8 +45,9 @@ int64_t matmul_peak_size(const std::string& cls);
 /// Measures every class of matmul_peak_classes() on the current device on stream `s`, timed by
 /// time_cold with `rule`. A class cuBLASLt refuses (or that fails) gets MatmulPeak::error, never
 /// an exception; when the failure left the CUDA context broken (a sticky error), the failure is
-/// rethrown as it was caught (RuntimeFailure for CUDA and cuBLASLt errors). Takes about
-/// 1-3 s with the default rule (device memory: up to 3 x 128 MiB per class, freed after it).
+/// rethrown as it was caught (RuntimeFailure for CUDA and cuBLASLt errors). Takes a few seconds
+/// (6.6 s for all classes in the GPU test on an H200); device memory: up to 3 x 128 MiB per
+/// class, freed after it.
 std::vector<MatmulPeak> measure_matmul_peaks(cudaStream_t s, L2Flush& l2, const StopRule& rule);
 
 /// Ceilings::matmul_tflops and matmul_problem from measured peaks (errors named in the problem).

@@ -38,7 +38,7 @@ struct RunOptions {
   /// limit. Seconds.
   double reference_budget_s = 60;
   /// Measure the matmul ceilings (harness/replay/ceilings.hpp) at the start of the run, so GEMM
-  /// work enters SOL (about 2 s); false: SOL has no matmul term.
+  /// work enters SOL (a few seconds); false: SOL has no matmul term.
   bool matmul_ceilings = true;
 };
 
