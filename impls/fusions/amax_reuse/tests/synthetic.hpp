@@ -69,18 +69,20 @@ inline nlohmann::json amax_trace(const AmaxForm& f) {
     inputs.push_back(t);
     std::string cur = in, dt = f.dtype;
     if (f.prologue == "abs" || f.prologue == "abs_f32_abs") {
-      nodes.push_back(node("abs_" + in, "aten.abs.default", {ref(cur)}, {tensor(f.shape, dt)}));
+      nodes.push_back(node("abs_" + in, "aten.abs.default", json::array({test::ref(cur)}),
+                           {tensor(f.shape, dt)}));
       cur = "abs_" + in;
       if (f.leak_first_abs) outputs.push_back(cur);
     }
     if (f.prologue == "abs_f32_abs" || f.prologue == "f32") {
       dt = "float32";
       nodes.push_back(node("up_" + in, "prims.convert_element_type.default",
-                           {ref(cur), {{"dtype", dt}}}, {tensor(f.shape, dt)}));
+                           json::array({test::ref(cur), {{"dtype", dt}}}), {tensor(f.shape, dt)}));
       cur = "up_" + in;
     }
     if (f.prologue == "abs_f32_abs") {
-      nodes.push_back(node("abs2_" + in, "aten.abs.default", {ref(cur)}, {tensor(f.shape, dt)}));
+      nodes.push_back(node("abs2_" + in, "aten.abs.default", json::array({test::ref(cur)}),
+                           {tensor(f.shape, dt)}));
       cur = "abs2_" + in;
     }
     src[in] = cur;
@@ -93,7 +95,7 @@ inline nlohmann::json amax_trace(const AmaxForm& f) {
     const std::string id = "red_" + std::to_string(i);
     const std::string dt = src_dtype[r.input];
     const bool all_op = r.op == "aten.max.default" || r.op == "aten.min.default";
-    json args = {ref(src[r.input])};
+    json args = json::array({test::ref(src[r.input])});
     std::vector<int64_t> shape;
     if (r.op_on == "sum") {
       args.push_back(r.dims);
@@ -110,8 +112,8 @@ inline nlohmann::json amax_trace(const AmaxForm& f) {
       nodes.push_back(node(id, r.op, args, {tensor(shape, dt)}));
     }
     if (f.consumers) {
-      nodes.push_back(node("scale_" + std::to_string(i), "aten.reciprocal.default", {ref(id)},
-                           {tensor(shape, dt)}));
+      nodes.push_back(node("scale_" + std::to_string(i), "aten.reciprocal.default",
+                           json::array({test::ref(id)}), {tensor(shape, dt)}));
       outputs.push_back("scale_" + std::to_string(i));
     } else {
       outputs.push_back(id);

@@ -132,7 +132,9 @@ TEST(AmaxReuseMatch, EveryAmaxForm) {
       ASSERT_EQ(a.reductions.size(), c.kinds.size()) << c.label;
       for (size_t i = 0; i < c.kinds.size(); ++i) {
         EXPECT_EQ(a.reductions[i].kind, c.kinds[i]) << c.label << " " << i;
-        if (!c.ext.empty()) EXPECT_EQ(a.reductions[i].extreme, c.ext[i]) << c.label << " " << i;
+        if (!c.ext.empty()) {
+          EXPECT_EQ(a.reductions[i].extreme, c.ext[i]) << c.label << " " << i;
+        }
       }
       EXPECT_EQ(p.regions[0].inputs.size(), 1u);
     }
@@ -223,7 +225,7 @@ TEST(AmaxReuseMatch, DeclinesAmaxesOfDifferentTensors) {
   f.prologue = "abs";
   f.reds = {{"aten.amax.default", {-1}, true}, {"aten.amax.default", {}, false, false}};
   nlohmann::json doc = amax_trace(f);
-  doc["nodes"][1]["args"][0] = ref("x");  // red_0 reduces x itself
+  doc["nodes"][1]["args"][0] = test::ref("x");  // red_0 reduces x itself
   g = parse_trace(doc, "mixed");
   p = plan_of(g);
   EXPECT_TRUE(p.regions.empty());
