@@ -59,39 +59,30 @@ int amax_regions(const Plan& plan) {
 
 // Runs `variant` of g (plan given) on inputs from `seed` (special values injected into `special`
 // when set) and checks every amax_reuse region output bit for bit and every graph output with the
-// harness's verdict. Returns the number of bitwise mismatches (outputs).
-int run_and_check(const Graph& g, const Plan& plan, const std::string& variant, uint64_t seed,
-                  const std::string& special, bool expect_pass) {
+// harness's verdict.
+void run_and_check(const Graph& g, const Plan& plan, const std::string& variant, uint64_t seed,
+                   const std::string& special) {
   auto inputs = generate_inputs(g, seed);
   if (!special.empty()) inject_special_values(g, inputs, special);
   auto ref = run_reference(g, std::move(inputs));
   GpuProgram prog(g, plan, variant, ref, nullptr);
-  for (size_t r = 0; r < plan.regions.size(); ++r)
-    if (plan.regions[r].fusion->find_variant(variant))
-      EXPECT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << g.name << " " << variant;
+  expect_fused_where_available(plan, prog, variant, g.name);
   prog.poison_outputs(nullptr);
   prog.run_all(LaunchContext{});
   REPLAY_CUDA(cudaDeviceSynchronize());
-  int mismatches = 0;
   for (const Region& r : plan.regions) {
     if (r.fusion->name != fusions::amax_reuse.name) continue;
-    for (int v : r.outputs) {
-      const std::string d = bitwise_diff(prog.download(v, nullptr), ref.at(v));
-      mismatches += !d.empty();
-      if (expect_pass)
-        EXPECT_EQ(d, "") << g.name << " " << variant << " seed " << seed << " " << g.values[v].name;
-    }
+    for (int v : r.outputs)
+      EXPECT_EQ(bitwise_diff(prog.download(v, nullptr), ref.at(v)), "")
+          << g.name << " " << variant << " seed " << seed << " " << g.values[v].name;
   }
-  if (expect_pass) {
-    const auto bounds = default_value_bounds(g);
-    for (int v : g.outputs) {
-      const auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
-                                   output_bounds(g, plan, bounds, v));
-      EXPECT_TRUE(res.pass()) << g.name << " " << variant << " seed " << seed << " "
-                              << g.values[v].name << ": " << res.failure();
-    }
+  const auto bounds = default_value_bounds(g);
+  for (int v : g.outputs) {
+    const auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                                 output_bounds(g, plan, bounds, v));
+    EXPECT_TRUE(res.pass()) << g.name << " " << variant << " seed " << seed << " "
+                            << g.values[v].name << ": " << res.failure();
   }
-  return mismatches;
 }
 
 struct GpuCase {
@@ -148,7 +139,7 @@ TEST_P(AmaxReuseGpu, BitIdenticalToReference) {
   Graph g = parse_trace(amax_trace(f), c.name);
   const Plan plan = make_plan(g, fusion_registry());
   ASSERT_EQ(amax_regions(plan), 1) << c.name;
-  for (uint64_t seed : {41u, 42u}) run_and_check(g, plan, variant, seed, c.special, true);
+  for (uint64_t seed : {41u, 42u}) run_and_check(g, plan, variant, seed, c.special);
 }
 
 INSTANTIATE_TEST_SUITE_P(Synthetic, AmaxReuseGpu,
@@ -171,7 +162,7 @@ TEST(AmaxReuseGpuTraces, BitIdenticalOnBundledTraces) {
     if (amax_regions(plan) == 0) continue;
     ++traces;
     for (const char* variant : {"baseline", "optimized"})
-      for (uint64_t seed : {41u, 42u}) run_and_check(g, plan, variant, seed, "", true);
+      for (uint64_t seed : {41u, 42u}) run_and_check(g, plan, variant, seed, "");
   }
   std::cout << "amax_reuse regions in " << traces << " small bundled traces\n";
 }
