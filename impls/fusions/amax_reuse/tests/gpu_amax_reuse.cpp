@@ -238,3 +238,24 @@ TEST(AmaxReuseMutant, WrongDimIsCaught) {
   for (const char* variant : {"baseline", "optimized"})
     expect_mutant_caught(parse_trace(amax_trace(f), "wrong_dim"), Mutant::kWrongDim, variant);
 }
+
+// The synthetic cases above take both kernels: rowwise + tensorwise with many rows the rows
+// kernel (packed for |bf16|), with a columnwise amax or few rows the tiles kernel.
+TEST(AmaxReuseKernel, CasesTakeBothPaths) {
+  REQUIRE_GPU();
+  amax_reuse::MultiAmaxArgs a;
+  a.x_dtype = DType::kBFloat16;
+  a.abs = true;
+  a.M = 2048;
+  a.N = 8192;
+  a.ld = a.N;
+  a.out[0].kind = amax_reuse::AmaxKind::kRows;
+  a.out[1].kind = amax_reuse::AmaxKind::kAll;
+  a.n_out = 2;
+  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "rows");
+  a.M = 16;
+  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles");
+  a.M = 1024;
+  a.out[1].kind = amax_reuse::AmaxKind::kCols;
+  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles");
+}
