@@ -195,6 +195,17 @@ TEST(AmaxReuseMatch, Float8RowwiseTraces) {
   ASSERT_EQ(pb.regions.size(), 1u);
   EXPECT_EQ(name(b, params(pb.regions[0]).x), "view_2");
   EXPECT_EQ(b.nodes[pb.regions[0].anchor].id, "amax_2");
+
+  // aot_autograd's default partitioner recomputes |dy| for the columnwise amax: two abs chains of
+  // one tensor, one region reading it once.
+  Graph d = load_trace(trace_path("byog/float8/float8_rowwise_default_train_bwd_2x8x64x32"));
+  Plan pd = plan_of(d);
+  ASSERT_EQ(pd.regions.size(), 1u);
+  EXPECT_EQ(node_ids(d, pd.regions[0].nodes),
+            (std::vector<std::string>{"abs_5", "convert_element_type_10", "abs_6", "amax_2",
+                                      "abs_9", "convert_element_type_20", "abs_10", "amax_4"}));
+  EXPECT_EQ(name(d, params(pd.regions[0]).x), "view_2");
+  EXPECT_EQ(params(pd.regions[0]).reductions[1].kind, AmaxKind::kCols);
 }
 
 // Tensorwise float8: one amax per tensor, nothing to share a pass with.
@@ -292,4 +303,44 @@ TEST(AmaxReuseMatch, DeclinesDimsThatAreNotRowsColumnsOrAll) {
   EXPECT_TRUE(p.regions.empty());
   EXPECT_NE(declined_at(g, p, "red_0").find("do not split it at one point"), std::string::npos)
       << declined_at(g, p, "red_0");
+}
+
+// The captures of the seed (traces/byog/float8/amax_*: torch.compile of the amaxes of one |x|):
+// rowwise + tensorwise, and rowwise + columnwise + tensorwise (aten.max.default) of one abs, at
+// the small shape with PyTorch's tensors and at [16384, 8192].
+TEST(AmaxReuseMatch, SeedCaptures) {
+  for (const char* shape : {"64x96", "16384x8192"}) {
+    const std::string dir = "byog/float8/";
+    Graph g = load_trace(trace_path(dir + "amax_row_tensor_fwd_" + shape));
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << shape;
+    const Region& r = p.regions[0];
+    const auto& a = params(r);
+    EXPECT_EQ(node_ids(g, r.nodes), (std::vector<std::string>{"abs_1", "amax", "amax_1"}));
+    EXPECT_EQ(name(g, a.x), "x");
+    EXPECT_TRUE(a.abs);
+    ASSERT_EQ(a.reductions.size(), 2u);
+    EXPECT_EQ(a.reductions[0].kind, AmaxKind::kRows);
+    EXPECT_EQ(a.reductions[1].kind, AmaxKind::kAll);
+    EXPECT_EQ(a.reductions[1].from, 0);
+    // x read once, the row maxima and the tensorwise amax written (bf16).
+    EXPECT_DOUBLE_EQ(r.fusion->cost(g, r).bytes, 2.0 * a.M * a.N + 2.0 * a.M + 2);
+    if (std::string(shape) == "16384x8192") {
+      EXPECT_EQ(a.M, 16384);
+      EXPECT_EQ(a.N, 8192);
+      EXPECT_DOUBLE_EQ(r.fusion->cost(g, r).bytes, 268435456.0 + 32768 + 2);
+    }
+
+    Graph g3 = load_trace(trace_path(dir + "amax_row_col_tensor_fwd_" + shape));
+    Plan p3 = plan_of(g3);
+    ASSERT_EQ(p3.regions.size(), 1u) << shape;
+    const auto& a3 = params(p3.regions[0]);
+    EXPECT_EQ(node_ids(g3, p3.regions[0].nodes),
+              (std::vector<std::string>{"abs_1", "amax", "amax_1", "max_1"}));
+    ASSERT_EQ(a3.reductions.size(), 3u);
+    EXPECT_EQ(a3.reductions[0].kind, AmaxKind::kRows);
+    EXPECT_EQ(a3.reductions[1].kind, AmaxKind::kCols);
+    EXPECT_EQ(a3.reductions[2].kind, AmaxKind::kAll);
+    EXPECT_EQ(a3.reductions[2].from, 0);
+  }
 }
