@@ -287,6 +287,7 @@ std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
   const int nn = static_cast<int>(g.nodes.size());
   std::vector<char> in(nn, 0);
   int anchor = -1;
+  const int early = r.anchor >= 0 ? c.orig_node.at(r.anchor) : -1;  // the matcher's choice
   for (int n : r.nodes) {
     const int o = c.orig_node.at(n);
     if (o < 0) continue;  // a widened input's convert: the captured graph reads the input
@@ -355,7 +356,7 @@ std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
     if (in[i]) nodes.push_back(i);
   std::sort(absorbed.begin(), absorbed.end());
   r.nodes = std::move(nodes);
-  r.anchor = anchor;
+  r.anchor = early >= 0 ? early : anchor;
   r.absorbed = std::move(absorbed);
   r.tail = std::move(tail);
   return "";

@@ -98,7 +98,11 @@ struct Region {
   std::vector<int> outputs;  ///< value indices the fused step writes for the rest of the graph
   std::any params;           ///< the fusion's own typed params (value indices, not names)
   /// Set by make_plan on the captured graph: the node at which the fused step runs (the last node
-  /// the matcher claimed; -1: nodes.back()); the nodes the canonical form had removed and the
+  /// the matcher claimed; -1: nodes.back()). A matcher may instead set it to one of its own nodes
+  /// (a canonical node index; map_region maps it) at which every region input is computed and
+  /// before every outside reader of a region output: amax_reuse runs at its first reduction, since
+  /// the scale of a rowwise amax is read before the columnwise amax of the same tensor. The nodes
+  /// the canonical form had removed and the
   /// region claims with it (aliases of its values, clones of its inputs, dead readers of its
   /// intermediates); and of those, the ones something outside reads, whose outputs alias what
   /// the fused step writes (an alias of a saved statistic returned beside it).
