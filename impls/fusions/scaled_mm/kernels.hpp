@@ -1,0 +1,33 @@
+// scaled_mm kernels: the reciprocals of the quantization scales that feed the float8 GEMM
+// (torchao passes `scale.reciprocal()`: the GEMM multiplies by 1 / scale), both operands' in one
+// launch. The GEMMs themselves are cuBLASLt's (impls/eager/gemm.hpp: prepare_scaled_matmul for
+// the optimized variant; prepare_matmul and launch_scaled_epilogue for the baseline).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace replay::scaled_mm {
+
+/// One float32 vector: element i at src[i * src_stride], 1 / it written to dst[i * dst_stride].
+struct RecipVec {
+  const float* src = nullptr;
+  int64_t src_stride = 1;
+  float* dst = nullptr;
+  int64_t dst_stride = 1;
+  int64_t n = 0;
+};
+
+/// dst = 1 / src, correctly rounded in float32 (__frcp_rn, as aten.reciprocal's 1.0f / x), for
+/// `count` (0 to 2) vectors: [M] and [N] rowwise, one element each tensorwise.
+struct RecipArgs {
+  RecipVec v[2];
+  int count = 0;
+};
+
+/// Enqueues the reciprocals on `stream` (one kernel; nothing when count is 0). Throws
+/// RuntimeFailure on a launch failure.
+void launch_reciprocals(const RecipArgs& a, cudaStream_t stream);
+
+}  // namespace replay::scaled_mm
