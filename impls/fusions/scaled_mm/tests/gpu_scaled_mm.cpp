@@ -3,7 +3,11 @@
 // tensorwise and rowwise); the optimized variant bit-identical run to run, at the realistic shape
 // too; and mutants that must FAIL the numerics check: rowwise scales swapped (scale_a for
 // scale_b), the first element of a rowwise scale used as a tensorwise one, the reciprocal dropped
-// (the GEMM scaled by s instead of 1 / s).
+// (the GEMM scaled by s instead of 1 / s); the float8 GEMM's speed at 8192^3 against bfloat16.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <functional>
 
 #include "impls/eager/gemm.hpp"
@@ -292,4 +296,104 @@ TEST(ScaledMmMutant, DroppedReciprocalFails) {
     expect_mutant_fails(parse_trace(float8_linear_trace(tensorwise), "tensorwise"),
                         Mutant::kDroppedReciprocal, variant);
   }
+}
+
+// --- speed ------------------------------------------------------------------------------------
+
+namespace {
+
+// Median time of one launch of `f` on the legacy stream, µs: 3 warm-ups, then 20 launches each
+// between CUDA events.
+double median_us(const std::function<void(cudaStream_t)>& f) {
+  for (int i = 0; i < 3; ++i) f(nullptr);
+  cudaEvent_t e0, e1;
+  REPLAY_CUDA(cudaEventCreate(&e0));
+  REPLAY_CUDA(cudaEventCreate(&e1));
+  std::vector<double> us;
+  for (int i = 0; i < 20; ++i) {
+    REPLAY_CUDA(cudaEventRecord(e0, nullptr));
+    f(nullptr);
+    REPLAY_CUDA(cudaEventRecord(e1, nullptr));
+    REPLAY_CUDA(cudaEventSynchronize(e1));
+    float ms = 0;
+    REPLAY_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+    us.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// A device buffer of n random finite elements: float8_e4m3fn bytes (exponent field at most 14),
+// or bfloat16 values of magnitude 2^-7 to 1.
+DeviceBuffer random_buffer(int64_t n, DType t) {
+  DeviceBuffer b(static_cast<size_t>(n) * dtype_size(t));
+  std::vector<uint8_t> h(b.bytes());
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return x;
+  };
+  if (t == DType::kFloat8E4M3) {
+    for (auto& v : h) v = static_cast<uint8_t>(next() & 0xF7);
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t r = next();
+      const uint16_t bits = static_cast<uint16_t>(((r & 1) << 15) | ((120 + ((r >> 1) & 7)) << 7) |
+                                                  ((r >> 4) & 0x7F));
+      std::memcpy(&h[static_cast<size_t>(i) * 2], &bits, 2);
+    }
+  }
+  REPLAY_CUDA(cudaMemcpy(b.get(), h.data(), h.size(), cudaMemcpyHostToDevice));
+  return b;
+}
+
+}  // namespace
+
+// Issue 27's goal at 8192^3 on an H200: the rowwise float8 GEMM >= 1.85x the bfloat16 GEMM and
+// within 3 % of PyTorch's _scaled_mm (895 µs rowwise, 1012 µs tensorwise, bf16 mm 1606 µs,
+// measured in PyTorch 2.11). Prints the times; asserts 1.7x, well above what a path that lost
+// the float8 kernels (the float32 fallback, a bf16 GEMM: ~1x) would give (TUNING.md).
+TEST(ScaledMmGpuSpeed, Float8GemmAt8192CubedAgainstBf16) {
+  REQUIRE_GPU();
+  constexpr int64_t S = 8192;
+  const DeviceBuffer a8 = random_buffer(S * S, DType::kFloat8E4M3),
+                     b8 = random_buffer(S * S, DType::kFloat8E4M3),
+                     a16 = random_buffer(S * S, DType::kBFloat16),
+                     b16 = random_buffer(S * S, DType::kBFloat16);
+  DeviceBuffer d(static_cast<size_t>(S * S) * 2);
+  std::vector<float> ones(S, 1.0f);
+  DeviceBuffer sa(S * sizeof(float)), sb(S * sizeof(float));
+  REPLAY_CUDA(cudaMemcpy(sa.get(), ones.data(), S * sizeof(float), cudaMemcpyHostToDevice));
+  REPLAY_CUDA(cudaMemcpy(sb.get(), ones.data(), S * sizeof(float), cudaMemcpyHostToDevice));
+  const TensorMeta row{{S, S}, {S, 1}, DType::kFloat8E4M3}, col{{S, S}, {1, S}, DType::kFloat8E4M3};
+  double us[2] = {0, 0};
+  for (bool rowwise : {true, false}) {
+    ScaledMatmulOperands m;
+    m.a = device_tensor(a8.get(), row);
+    m.b = device_tensor(b8.get(), col);
+    m.d = device_tensor(d.get(), TensorMeta{{S, S}, {S, 1}, DType::kBFloat16});
+    m.scale_a = sa.get();
+    m.scale_b = sb.get();
+    m.rowwise = rowwise;
+    m.tune = true;
+    const PreparedMatmul p = prepare_scaled_matmul(rowwise ? "rowwise" : "tensorwise", m);
+    ASSERT_TRUE(p.launch) << p.unsupported;
+    us[rowwise ? 0 : 1] = median_us(p.launch);
+    std::printf("float8 %s 8192^3: %.1f us (%d candidates, chose %s)\n",
+                rowwise ? "rowwise" : "tensorwise", us[rowwise ? 0 : 1], p.candidates,
+                p.algo.c_str());
+  }
+  MatmulOperands mo;
+  mo.a = device_tensor(a16.get(), TensorMeta{{S, S}, {S, 1}, DType::kBFloat16});
+  mo.b = device_tensor(b16.get(), TensorMeta{{S, S}, {1, S}, DType::kBFloat16});
+  mo.d = device_tensor(d.get(), TensorMeta{{S, S}, {S, 1}, DType::kBFloat16});
+  const double bf16 = median_us(prepare_matmul("bf16", mo));
+  std::printf(
+      "bf16 8192^3: %.1f us; rowwise %.2fx, tensorwise %.2fx (goal: rowwise >= 1.85x, "
+      "<= 922 us = PyTorch's 895 us + 3 %%)\n",
+      bf16, bf16 / us[0], bf16 / us[1]);
+  EXPECT_GE(bf16 / us[0], 1.7);
+  EXPECT_GE(bf16 / us[1], 1.5);
 }
