@@ -72,15 +72,20 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   };
   auto scale_of = [&](const Scale& s, int64_t n, ScalePtr& out) -> std::string {
     const BoundTensor src = ctx.tensor(s.source);
-    if (src.layout.numel() != n || src.layout.dtype != DType::kFloat32)
+    const int64_t sn = src.layout.numel();  // one element: broadcast after the reciprocal
+    if ((sn != n && !(s.reciprocal && sn == 1)) || src.layout.dtype != DType::kFloat32)
       return "scale '" + g.values[s.source].name + "' is " + src.layout.str() + ", expected " +
              std::to_string(n) + " float32 elements";
-    out = {static_cast<const float*>(src.ptr), n == 1 ? 0 : vector_stride(src.layout)};
-    if (!s.reciprocal) return "";
+    out = {static_cast<const float*>(src.ptr), sn == 1 ? 0 : vector_stride(src.layout)};
+    // cuBLASLt's outer-vector scales are unit-stride vectors: a strided or broadcast one read as
+    // it is (the graph's expand, its contiguous clone folded away) is copied by the same kernel.
+    const bool copy = optimized && !s.reciprocal && p.rowwise && n > 1 && out.stride != 1;
+    if (!s.reciprocal && !copy) return "";
     RecipVec& rv = recips.v[recips.count++];
     rv.src = out.ptr;
     rv.src_stride = out.stride;
     rv.n = n;
+    rv.invert = s.reciprocal;
     if (s.exported) {  // the graph reads the reciprocal too: write it where it lives
       const BoundTensor dst = ctx.tensor(s.value);
       rv.dst = static_cast<float*>(dst.ptr);
@@ -144,10 +149,6 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     m.scale_a = sa.ptr;
     m.scale_b = sb.ptr;
     m.rowwise = p.rowwise;
-    if (p.rowwise && ((M > 1 && sa.stride != 1) || (N > 1 && sb.stride != 1)))
-      return fail("rowwise scales with strides " + std::to_string(sa.stride) + " and " +
-                  std::to_string(sb.stride) +
-                  " (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F reads unit-stride vectors)");
     if (bias && bias_stride != 1) return fail("the bias is not a unit-stride [N]");
     m.bias = bias;
     m.bias_dtype = p.bias_dtype;

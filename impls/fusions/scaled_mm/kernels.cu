@@ -20,7 +20,8 @@ __global__ void reciprocals_kernel(RecipArgs a) {
     const bool second = i >= a.v[0].n;
     const RecipVec& v = second ? a.v[1] : a.v[0];
     const int64_t j = second ? i - a.v[0].n : i;
-    v.dst[j * v.dst_stride] = __frcp_rn(v.src[j * v.src_stride]);
+    const float x = v.src[j * v.src_stride];
+    v.dst[j * v.dst_stride] = v.invert ? __frcp_rn(x) : x;
   }
 }
 

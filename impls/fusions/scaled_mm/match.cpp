@@ -4,10 +4,12 @@
 // Candidates: every aten._scaled_mm.default of the canonical graph. A region is
 //   [view]       self = view(x) of a contiguous x [.., K], read only here (claimed: the GEMM reads
 //                x as the [M, K] it is)
-//   [recip]      scale_a / scale_b = reciprocal(s) of a float32 s (through views: torchao's
-//                `w_scale.t().reciprocal()` is reciprocal(permute(s_b [N, 1]))), each claimed
-//                when its view chain is read only here; computed by the region, and written
-//                where the graph reads the reciprocal elsewhere too (a forward saves it)
+//   [recip]      scale_a / scale_b = [views] reciprocal([views] s) of a float32 s (torchao's
+//                `w_scale.t().reciprocal()` is reciprocal(permute(s_b [N, 1])); its
+//                rowwise_with_gw_hp recipe broadcasts a one-element scale to [1, N] by a view and
+//                an expand after the reciprocal), each claimed when its view chain is read only
+//                here; computed by the region, and written where the graph reads the reciprocal
+//                elsewhere too (a forward saves it)
 //   _scaled_mm   self [M, K] row-major, mat2 [K, N] column-major (cuBLASLt's TN layout, read in
 //                place: never a copy of the fusion's own; a column-major self is taken where the
 //                captured graph clones it contiguous, the canonical form having folded the
@@ -48,6 +50,7 @@ bool is_view_op(Op op) {
     case Op::kSqueezeDim:
     case Op::kSqueezeDims:
     case Op::kUnsqueeze:
+    case Op::kExpand:
     case Op::kAlias:
       return true;
     default:
@@ -71,29 +74,45 @@ bool is_vector(const TensorMeta& m, int64_t n) {
   return long_dims <= 1;
 }
 
-// Scale `value` of _scaled_mm node `mm` (n elements): the reciprocal in front of it and the views
-// in front of that, when the views are read only on this path. A reciprocal several GEMMs read
-// (a backward's two GEMMs scaled by the same grad_output scale) goes with the first of them.
+// Scale `value` of _scaled_mm node `mm` (n elements): value = [views] reciprocal([views] s),
+// claimed when every view is read only on this path. s is a float32 vector of n elements or one
+// element: torchao's rowwise_with_gw_hp recipe broadcasts a tensorwise weight scale to [1, N]
+// after its reciprocal (`reciprocal().reshape(1, 1).expand(1, N).contiguous()`; the canonical
+// form folds the clone away). A reciprocal several GEMMs read (a backward's two GEMMs scaled by
+// the same grad_output scale) goes with the first of them.
 Scale read_scale(const Graph& g, int value, int mm, int64_t n) {
   Scale s;
   s.value = s.source = value;
-  const int p = g.values[value].producer;
-  if (p < 0 || g.nodes[p].op != Op::kReciprocal || g.meta(value).dtype != DType::kFloat32) return s;
-  const auto& users = g.values[value].users;
-  if (*std::min_element(users.begin(), users.end()) != mm) return s;
+  if (g.meta(value).dtype != DType::kFloat32) return s;
+  std::vector<int> nodes;
+  int v = value, reader = mm;
+  for (int depth = 0; depth < 3; ++depth) {  // views after the reciprocal
+    const int q = g.values[v].producer;
+    if (q < 0 || !is_view_op(g.nodes[q].op)) break;
+    if (single_user(g, v) != reader) return s;
+    nodes.push_back(q);
+    reader = q;
+    v = g.nodes[q].operands[0].value;
+  }
+  const int p = g.values[v].producer;
+  if (p < 0 || g.nodes[p].op != Op::kReciprocal || g.meta(v).dtype != DType::kFloat32) return s;
+  const auto& users = g.values[v].users;
+  if (nodes.empty() ? *std::min_element(users.begin(), users.end()) != mm
+                    : single_user(g, v) != reader)
+    return s;
+  nodes.push_back(p);
   int src = g.nodes[p].operands[0].value;
-  std::vector<int> nodes{p};
-  int reader = p;
-  for (int depth = 0; depth < 3; ++depth) {
+  reader = p;
+  for (int depth = 0; depth < 3; ++depth) {  // views in front of it
     const int q = g.values[src].producer;
     if (q < 0 || !is_view_op(g.nodes[q].op) || single_user(g, src) != reader) break;
     const int up = g.nodes[q].operands[0].value;
-    if (g.meta(up).numel() != n) break;
+    if (g.meta(up).numel() != g.meta(src).numel()) break;
     nodes.push_back(q);
     reader = q;
     src = up;
   }
-  if (!is_vector(g.meta(src), n)) return s;
+  if (!is_vector(g.meta(src), n) && !is_vector(g.meta(src), 1)) return s;
   s.reciprocal = true;
   s.source = src;
   std::sort(nodes.begin(), nodes.end());

@@ -30,12 +30,13 @@ namespace replay::scaled_mm {
 struct Scale {
   int value = -1;  ///< the value _scaled_mm reads as scale_a / scale_b
   /// The value the fused step reads: `value` itself, or the operand of the reciprocal that
-  /// computes `value` (through the views in `nodes`), as stored (one element, or a vector with one
-  /// stride: [M, 1], [1, N], or a permute of one).
+  /// computes `value` (through the views in `nodes`), as stored: a vector with one stride ([M, 1],
+  /// [1, N], or a permute of one), or one element (broadcast to the vector after the reciprocal).
   int source = -1;
   bool reciprocal = false;  ///< value = 1 / source, computed by the region (a reciprocal node)
   bool exported = false;    ///< value is read outside the region: the region writes it
   std::vector<int> nodes;   ///< the claimed nodes computing `value` (views, the reciprocal)
+  /// exported is possible only where `value` is the reciprocal's own output (no views after it).
 };
 
 /// A matched region. Value indices, not names.

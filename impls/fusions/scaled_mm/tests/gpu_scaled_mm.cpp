@@ -58,6 +58,8 @@ std::vector<GpuCase> cases() {
     out.push_back({t, [t] { return bundled(t); }});
   Float8Form saved = form(false, "", "bfloat16", false);
   saved.save_recip = true;
+  Float8Form broadcast = form(true, "", "bfloat16", false);
+  broadcast.broadcast_w = true;
   Float8Form e5m2 = form(true, "", "bfloat16", false);
   e5m2.a_dtype = "float8_e5m2";
   const std::pair<const char*, Float8Form> forms[] = {
@@ -68,6 +70,7 @@ std::vector<GpuCase> cases() {
       {"synthetic_rowwise_f16_bias_f16", form(true, "float16", "float16", false)},
       {"synthetic_tensorwise_saved_reciprocals", saved},
       {"synthetic_rowwise_e5m2_x_e4m3", e5m2},
+      {"synthetic_rowwise_broadcast_weight_scale", broadcast},
   };
   for (const auto& [n, f] : forms) {
     const Float8Form fm = f;

@@ -23,6 +23,9 @@ struct Float8Form {
   std::string self = "view";       ///< "view": view(x [B, T, K]); "permute": a column-major self
   bool out_view = true;            ///< view the result back to [B, T, N]
   bool save_recip = false;         ///< return the scales' reciprocals too (a forward saves them)
+  /// rowwise with a one-element weight scale broadcast after its reciprocal, as torchao's
+  /// rowwise_with_gw_hp grad_input: reciprocal(s_w).reshape(1, 1).expand(1, N).contiguous().
+  bool broadcast_w = false;
 };
 
 inline nlohmann::json float8_linear_trace(const Float8Form& f) {
@@ -70,21 +73,34 @@ inline nlohmann::json float8_linear_trace(const Float8Form& f) {
   const std::vector<int64_t> sa_shape =
       f.rowwise ? std::vector<int64_t>{M, 1} : std::vector<int64_t>{};
   const std::vector<int64_t> sb_shape =
-      f.rowwise ? std::vector<int64_t>{f.N, 1} : std::vector<int64_t>{};
+      f.rowwise && !f.broadcast_w ? std::vector<int64_t>{f.N, 1} : std::vector<int64_t>{};
   // Scales in [1.1, 2.5]: never 1, so a mutant reading s for 1 / s is off by 21 % or more.
   inputs.push_back(in("scale_x", sa_shape, "float32", 1.5, 0.25, 1.1, 2.5));
   inputs.push_back(in("scale_w", sb_shape, "float32", 1.5, 0.25, 1.1, 2.5));
   nodes.push_back(node("reciprocal", "aten.reciprocal.default", json::array({test::ref("scale_x")}),
                        {tensor(sa_shape, "float32")}));
   std::string sb = "scale_w";
-  if (f.rowwise) {
+  if (f.rowwise && !f.broadcast_w) {
     nodes.push_back(node("permute_1", "aten.permute.default", {test::ref("scale_w"), {1, 0}},
                          {strided({1, f.N}, {1, 1}, "float32")}));
     sb = "permute_1";
   }
-  nodes.push_back(node("reciprocal_1", "aten.reciprocal.default", json::array({test::ref(sb)}),
-                       {tensor(f.rowwise ? std::vector<int64_t>{1, f.N} : sb_shape, "float32")}));
-  json args = {test::ref(a), test::ref(b), test::ref("reciprocal"), test::ref("reciprocal_1"),
+  nodes.push_back(node(
+      "reciprocal_1", "aten.reciprocal.default", json::array({test::ref(sb)}),
+      {tensor(f.rowwise && !f.broadcast_w ? std::vector<int64_t>{1, f.N} : sb_shape, "float32")}));
+  std::string rb = "reciprocal_1";
+  if (f.broadcast_w) {
+    nodes.push_back(node("view_s", "aten.view.default", {test::ref("reciprocal_1"), {1, 1}},
+                         {tensor({1, 1}, "float32")}));
+    nodes.push_back(node("expand", "aten.expand.default", {test::ref("view_s"), {1, f.N}},
+                         {strided({1, f.N}, {1, 0}, "float32")}));
+    json clone = node("clone", "aten.clone.default", json::array({test::ref("expand")}),
+                      {tensor({1, f.N}, "float32")});
+    clone["kwargs"] = {{"memory_format", {{"enum", "torch.contiguous_format"}}}};
+    nodes.push_back(clone);
+    rb = "clone";
+  }
+  json args = {test::ref(a), test::ref(b), test::ref("reciprocal"), test::ref(rb),
                nullptr,      nullptr,      {{"dtype", f.out_dtype}}};
   if (!f.bias.empty()) {
     inputs.push_back(in("bias", {f.N}, f.bias, 0, 0.5, -3, 3));

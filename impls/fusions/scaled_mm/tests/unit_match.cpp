@@ -200,6 +200,27 @@ TEST(ScaledMmMatch, ReshapeFormIsOneRegionOfViews) {
   }
 }
 
+// torchao's rowwise_with_gw_hp grad_input: the weight's one-element scale inverted, then viewed
+// and expanded to [1, N] and made contiguous; the canonical form folds the clone away, the region
+// claims the chain and absorbs the clone: its kernel writes 1 / s to all N entries.
+TEST(ScaledMmMatch, BroadcastWeightScaleAfterTheReciprocal) {
+  Float8Form f;
+  f.broadcast_w = true;
+  Graph g = synthetic(f);
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  const Region& r = p.regions[0];
+  const auto& s = params(r);
+  EXPECT_TRUE(s.rowwise);
+  EXPECT_TRUE(s.scale_b.reciprocal);
+  EXPECT_EQ(name(g, s.scale_b.source), "scale_w");  // one element
+  EXPECT_EQ(node_ids(g, r),
+            (std::vector<std::string>{"view", "reciprocal", "reciprocal_1", "view_s", "expand",
+                                      "clone", "_scaled_mm", "view_1"}));
+  ASSERT_EQ(r.absorbed.size(), 1u);
+  EXPECT_EQ(g.nodes[r.absorbed[0]].id, "clone");
+}
+
 TEST(ScaledMmMatch, NonTnLayoutsAreDeclined) {
   Float8Form row_major_w;
   row_major_w.weight = "rowmajor";  // mat2 a row-major [K, N]: would need a copy
