@@ -103,7 +103,13 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
 
   // A column-major self: the captured graph's contiguous clone of it, absorbed by the region, is
   // made here (row-major: cuBLASLt's float8 kernels read only TN); without that clone, no copy.
-  if (p.copy_self) {
+  // Where an earlier region already wrote self in the clone's row-major layout (fp8_quantize
+  // writes a float8 transpose in the layout of the clone it passes on), it is read as it is.
+  const TensorMeta& self_now = ctx.tensor(p.a).layout;
+  const bool self_row_major =
+      self_now.shape.size() == 2 && self_now.stride[1] == 1 && (M == 1 || self_now.stride[0] >= K);
+  const bool clone_self_here = p.copy_self && !self_row_major;
+  if (clone_self_here) {
     bool cloned = false;
     for (int k : r.absorbed)
       cloned |= g.nodes[k].op == Op::kClone && g.nodes[k].operands[0].value == p.a;
@@ -132,7 +138,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   }
   const std::string name = g.nodes[g.values[p.mm_out].producer].id;
   EagerLaunch clone_self;  // the graph's clone of a column-major self, into a row-major buffer
-  if (p.copy_self && optimized) {
+  if (clone_self_here && optimized) {
     DeviceTensor c = a;
     c.stride[0] = K;
     c.stride[1] = 1;

@@ -31,6 +31,10 @@ nlohmann::json scale_json(const Graph& g, const Scale& s) {
   if (s.reciprocal) {
     j["computed"] = "reciprocal of '" + g.values[s.source].name + "' " + g.meta(s.source).str() +
                     " by the region" + (s.exported ? ", written for the rest of the graph" : "");
+  } else if (s.quantization) {
+    j["computed"] =
+        "read as it is: the reciprocal of the quantization scale that made the "
+        "operand, written by that quantization (fp8_quantize)";
   } else {
     j["computed"] = "read as it is";
   }

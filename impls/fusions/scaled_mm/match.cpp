@@ -9,7 +9,10 @@
 //                rowwise_with_gw_hp recipe broadcasts a one-element scale to [1, N] by a view and
 //                an expand after the reciprocal), each claimed when its view chain is read only
 //                here; computed by the region, and written where the graph reads the reciprocal
-//                elsewhere too (a forward saves it)
+//                elsewhere too (a forward saves it). Not where s also multiplies a tensor
+//                (x.float() * s: the quantization that made the operand, whose fusion,
+//                fp8_quantize, writes the reciprocals with the float8 tensor); nor a reciprocal
+//                an earlier node reads
 //   _scaled_mm   self [M, K] row-major, mat2 [K, N] column-major (cuBLASLt's TN layout, read in
 //                place: never a copy of the fusion's own; a column-major self is taken where the
 //                captured graph clones it contiguous, the canonical form having folded the
@@ -113,6 +116,14 @@ Scale read_scale(const Graph& g, int value, int mm, int64_t n) {
     src = up;
   }
   if (!is_vector(g.meta(src), n) && !is_vector(g.meta(src), 1)) return s;
+  // A scale that also multiplies a tensor (x.float() * scale: the quantization that made the
+  // float8 operand) belongs to that quantization: fp8_quantize, earlier in the registry, claims
+  // its reciprocals and writes them in its own kernel; the GEMM reads them as they are.
+  for (int u : g.values[src].users)
+    if (g.nodes[u].op == Op::kMul) {
+      s.quantization = true;
+      return s;
+    }
   s.reciprocal = true;
   s.source = src;
   std::sort(nodes.begin(), nodes.end());
@@ -141,7 +152,7 @@ std::string try_region(const Graph& g, Params p, int in_view, int out_view, bool
   if (out_view < 0) p.out = p.mm_out;
   auto take = [&](Scale& s, bool claim) {
     if (!claim || !s.reciprocal) {
-      s = Scale{s.value, s.value, false, false, {}};
+      s = Scale{s.value, s.value, false, false, {}, s.quantization};
       return;
     }
     nodes.insert(nodes.end(), s.nodes.begin(), s.nodes.end());
@@ -242,8 +253,8 @@ void match_one(const Graph& g, int ni, Matches& out) {
     }
   }
   p.scale_a = read_scale(g, sa, ni, p.rowwise ? p.M : 1);
-  p.scale_b =
-      sa == sb ? Scale{sb, sb, false, false, {}} : read_scale(g, sb, ni, p.rowwise ? p.N : 1);
+  p.scale_b = sa == sb ? Scale{sb, sb, false, false, {}, false}
+                       : read_scale(g, sb, ni, p.rowwise ? p.N : 1);
   // The most the region can claim: both reciprocals, then one, then none; each with the views
   // around the GEMM, then without the output's.
   const std::pair<bool, bool> recips[] = {

@@ -37,6 +37,9 @@ struct Scale {
   bool exported = false;    ///< value is read outside the region: the region writes it
   std::vector<int> nodes;   ///< the claimed nodes computing `value` (views, the reciprocal)
   /// exported is possible only where `value` is the reciprocal's own output (no views after it).
+  /// value is the reciprocal of a quantization scale (one that also multiplies the tensor it
+  /// quantizes): left to the quantization's fusion (fp8_quantize), read as it is.
+  bool quantization = false;
 };
 
 /// A matched region. Value indices, not names.

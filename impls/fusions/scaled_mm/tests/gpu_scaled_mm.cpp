@@ -54,7 +54,13 @@ std::vector<GpuCase> cases() {
   for (const char* t :
        {"float8_linear_rowwise_train_fwd_2x8x64x32", "float8_linear_rowwise_train_bwd_2x8x64x32",
         "float8_linear_tensorwise_train_fwd_2x8x64x32",
-        "float8_linear_tensorwise_train_bwd_2x8x64x32"})
+        "float8_linear_tensorwise_train_bwd_2x8x64x32",
+        // torchao's recipes through the backend (traces/byog/float8/): the rowwise_with_gw_hp
+        // grad_input's broadcast weight scale, the default partitioner's recomputed
+        // quantizations, the 2-D form
+        "byog/float8/float8_rowwise_gw_hp_mincut_train_bwd_2x8x64x32",
+        "byog/float8/float8_tensorwise_default_train_bwd_2x8x64x32",
+        "byog/float8/float8_rowwise_2d_mincut_train_fwd_16x64x32"})
     out.push_back({t, [t] { return bundled(t); }});
   Float8Form saved = form(false, "", "bfloat16", false);
   saved.save_recip = true;
@@ -289,13 +295,13 @@ TEST(ScaledMmMutant, TensorwiseScaleForRowwiseFails) {
   }
 }
 
+// The reciprocals the region computes (scales that are no quantization's: graph inputs here).
 TEST(ScaledMmMutant, DroppedReciprocalFails) {
   REQUIRE_GPU();
   Float8Form tensorwise;
   tensorwise.rowwise = false;
   for (const char* variant : {"baseline", "optimized"}) {
-    expect_mutant_fails(bundled("float8_linear_rowwise_train_fwd_2x8x64x32"),
-                        Mutant::kDroppedReciprocal, variant);
+    expect_mutant_fails(square_rowwise(), Mutant::kDroppedReciprocal, variant);
     expect_mutant_fails(parse_trace(float8_linear_trace(tensorwise), "tensorwise"),
                         Mutant::kDroppedReciprocal, variant);
   }

@@ -59,7 +59,7 @@ Graph synthetic(const Float8Form& f) {
 
 }  // namespace
 
-TEST(ScaledMmMatch, RowwiseForwardClaimsReciprocalsAndViews) {
+TEST(ScaledMmMatch, RowwiseForwardGemmAndItsView) {
   for (const char* trace : {"float8_linear_rowwise_train_fwd_2x8x64x32",
                             "float8_linear_rowwise_train_fwd_2x4096x4096x4096"}) {
     Graph g = load_trace(trace_path(trace));
@@ -71,16 +71,15 @@ TEST(ScaledMmMatch, RowwiseForwardClaimsReciprocalsAndViews) {
     EXPECT_EQ(name(g, s.a), "convert_element_type_4");
     EXPECT_EQ(s.a_view, -1);
     EXPECT_EQ(name(g, s.b), "permute");  // w_fp8.t(): column-major, read in place
-    // scale_a = reciprocal(x_scale [M, 1]); scale_b = reciprocal(permute(w_scale [N, 1])): both
-    // computed by the region from the quantization scales, neither saved.
-    EXPECT_TRUE(s.scale_a.reciprocal);
-    EXPECT_EQ(name(g, s.scale_a.source), "convert_element_type_2");
-    EXPECT_TRUE(s.scale_b.reciprocal);
-    EXPECT_EQ(name(g, s.scale_b.source), "convert_element_type_7");
-    EXPECT_FALSE(s.scale_a.exported || s.scale_b.exported);
+    // scale_a = reciprocal(x_scale [M, 1]), scale_b = reciprocal(permute(w_scale [N, 1])): the
+    // quantization scales (each also multiplies x.float() / w.float()), whose reciprocals the
+    // quantization's fusion writes: read as they are.
+    EXPECT_FALSE(s.scale_a.reciprocal || s.scale_b.reciprocal);
+    EXPECT_TRUE(s.scale_a.quantization && s.scale_b.quantization);
+    EXPECT_EQ(name(g, s.scale_a.value), "reciprocal_2");
+    EXPECT_EQ(name(g, s.scale_b.value), "reciprocal_3");
     EXPECT_EQ(name(g, s.out), "view_1");  // the GEMM writes the [B, T, N] result in place
-    EXPECT_EQ(node_ids(g, r), (std::vector<std::string>{"reciprocal_2", "permute_1", "reciprocal_3",
-                                                        "_scaled_mm", "view_1"}));
+    EXPECT_EQ(node_ids(g, r), (std::vector<std::string>{"_scaled_mm", "view_1"}));
     EXPECT_EQ(value_names(g, r.outputs), std::vector<std::string>{"view_1"});
     EXPECT_EQ(s.out_dtype, DType::kBFloat16);
     EXPECT_FALSE(s.fast_accum);
@@ -94,56 +93,78 @@ TEST(ScaledMmMatch, RowwiseForwardClaimsReciprocalsAndViews) {
     json d = r.fusion->describe(g, r);
     EXPECT_EQ(d["scaling"], "rowwise");
     EXPECT_NE(d["optimized"].get<std::string>().find("OUTER_VEC_32F"), std::string::npos);
-    EXPECT_NE(d["scale_b"]["computed"].get<std::string>().find("convert_element_type_7"),
-              std::string::npos);
+    EXPECT_NE(d["scale_b"]["computed"].get<std::string>().find("fp8_quantize"), std::string::npos);
   }
 }
 
-TEST(ScaledMmMatch, TensorwiseForwardWritesTheSavedReciprocals) {
+TEST(ScaledMmMatch, TensorwiseForward) {
   Graph g = load_trace(trace_path("float8_linear_tensorwise_train_fwd_2x8x64x32"));
   Plan p = plan_of(g);
   ASSERT_EQ(p.regions.size(), 1u);
   const Region& r = p.regions[0];
-  const auto& s = params(r);
-  EXPECT_FALSE(s.rowwise);
-  // The forward saves reciprocal_2 and reciprocal_3 for the backward: the region writes them.
-  EXPECT_TRUE(s.scale_a.reciprocal && s.scale_a.exported);
-  EXPECT_TRUE(s.scale_b.reciprocal && s.scale_b.exported);
-  EXPECT_EQ(value_names(g, r.outputs),
-            (std::vector<std::string>{"reciprocal_2", "reciprocal_3", "view_1"}));
+  EXPECT_FALSE(params(r).rowwise);
+  EXPECT_EQ(node_ids(g, r), (std::vector<std::string>{"_scaled_mm", "view_1"}));
   EXPECT_EQ(r.fusion->cost(g, r).matmul_flops.count("float8_tensorwise"), 1u);
 }
 
-TEST(ScaledMmMatch, TensorwiseBackwardSharesTheGradScaleReciprocal) {
+// Scales that come from elsewhere (graph inputs here; saved scales) have their reciprocals folded
+// into the region; a forward that saves them for the backward gets them written by it.
+TEST(ScaledMmMatch, ReciprocalsOfOtherScalesAreClaimedAndWrittenWhenSaved) {
+  Float8Form f;
+  f.rowwise = false;
+  f.save_recip = true;
+  Graph g = synthetic(f);
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  const Region& r = p.regions[0];
+  const auto& s = params(r);
+  EXPECT_TRUE(s.scale_a.reciprocal && s.scale_a.exported);
+  EXPECT_TRUE(s.scale_b.reciprocal && s.scale_b.exported);
+  EXPECT_EQ(name(g, s.scale_a.source), "scale_x");
+  EXPECT_EQ(value_names(g, r.outputs),
+            (std::vector<std::string>{"reciprocal", "reciprocal_1", "view_1"}));
+  // Read by a second GEMM before this one: the reciprocal stays with the first reader.
+  json doc = float8_linear_trace(f);
+  json first = doc["nodes"][2];  // the reciprocal of scale_x
+  ASSERT_EQ(first["id"], "reciprocal");
+  json early = {{"id", "early"},
+                {"op", "aten.mul.Tensor"},
+                {"args", {test::ref("reciprocal"), 2.0}},
+                {"kwargs", json::object()},
+                {"outputs", {tensor({}, "float32")}}};
+  doc["nodes"].insert(doc["nodes"].begin() + 3, early);
+  doc["outputs"].push_back("early");
+  g = parse_trace(doc, "early");
+  p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_FALSE(params(p.regions[0]).scale_a.reciprocal);
+  EXPECT_TRUE(params(p.regions[0]).scale_b.reciprocal);
+}
+
+TEST(ScaledMmMatch, TensorwiseBackwardBothGemms) {
   Graph g = load_trace(trace_path("float8_linear_tensorwise_train_bwd_2x8x64x32"));
   Plan p = plan_of(g);
   ASSERT_EQ(p.regions.size(), 2u) << plan_to_json(g, p).dump(1);
-  // grad_input = grad_out (e5m2) @ w (e4m3, the saved column-major copy). Its reciprocal of the
-  // grad_output scale is read by both GEMMs: computed and written by this first region; its view
-  // to [B, T, K] comes after the second GEMM, which reads that reciprocal, so it stays eager (an
-  // alias of the region's result: no copy).
+  // grad_input = grad_out (e5m2) @ w (e4m3, the saved column-major copy), viewed to [B, T, K].
   const Region* gi = region_of(g, p, "_scaled_mm_1");
   ASSERT_NE(gi, nullptr);
   const auto& s1 = params(*gi);
   EXPECT_EQ(s1.a_dtype, DType::kFloat8E5M2);
   EXPECT_EQ(s1.b_dtype, DType::kFloat8E4M3);
   EXPECT_EQ(name(g, s1.b), "permute_2");  // a saved input, column-major
-  EXPECT_TRUE(s1.scale_a.reciprocal && s1.scale_a.exported);
-  EXPECT_FALSE(s1.scale_b.reciprocal);  // reciprocal_3, saved by the forward: read as it is
-  EXPECT_EQ(name(g, s1.scale_b.value), "reciprocal_3");
-  EXPECT_EQ(name(g, s1.out), "_scaled_mm_1");
-  EXPECT_EQ(node_ids(g, *gi), (std::vector<std::string>{"reciprocal_6", "_scaled_mm_1"}));
-  // grad_weight = grad_out.t().contiguous() @ x: reads reciprocal_6 as it is.
+  EXPECT_EQ(name(g, s1.scale_a.value), "reciprocal_6");
+  EXPECT_EQ(name(g, s1.scale_b.value), "reciprocal_3");  // saved by the forward
+  EXPECT_EQ(name(g, s1.out), "view_3");
+  EXPECT_EQ(node_ids(g, *gi), (std::vector<std::string>{"_scaled_mm_1", "view_3"}));
+  EXPECT_FALSE(s1.copy_self);
+  // grad_weight = grad_out.t().contiguous() @ x: the canonical form folds the clone away, so the
+  // GEMM's self is the column-major permute_3; the region absorbs the clone and makes that copy.
   const Region* gw = region_of(g, p, "_scaled_mm_2");
   ASSERT_NE(gw, nullptr);
-  EXPECT_FALSE(params(*gw).scale_a.reciprocal);
   EXPECT_EQ(name(g, params(*gw).scale_a.value), "reciprocal_6");
-  // grad_out.t().contiguous(): the canonical form folds the clone away, so the GEMM's self is
-  // the column-major permute_3; the region absorbs the clone and makes that copy itself.
   EXPECT_EQ(name(g, params(*gw).a), "permute_3");
   EXPECT_TRUE(params(*gw).copy_self);
   EXPECT_EQ(node_ids(g, *gw), (std::vector<std::string>{"clone_1", "_scaled_mm_2"}));
-  EXPECT_FALSE(params(*gi).copy_self);
 }
 
 TEST(ScaledMmMatch, RowwiseBackwardBothGemms) {
@@ -155,17 +176,15 @@ TEST(ScaledMmMatch, RowwiseBackwardBothGemms) {
     const Region* gi = region_of(g, p, "_scaled_mm_1");
     ASSERT_NE(gi, nullptr);
     EXPECT_TRUE(params(*gi).rowwise);
-    EXPECT_EQ(node_ids(g, *gi),
-              (std::vector<std::string>{"reciprocal_6", "_scaled_mm_1", "view_3"}));
-    EXPECT_EQ(name(g, params(*gi).scale_b.value), "reciprocal_7");  // saved: read as it is
-    EXPECT_FALSE(params(*gi).scale_b.reciprocal);
-    // grad_weight: scale_a = reciprocal(permute(go_scale_c [1, N] -> [N, 1])).
+    EXPECT_EQ(node_ids(g, *gi), (std::vector<std::string>{"_scaled_mm_1", "view_3"}));
+    EXPECT_EQ(name(g, params(*gi).scale_b.value), "reciprocal_7");  // saved
+    // grad_weight: scale_a = reciprocal(permute(go_scale_c [1, N] -> [N, 1])), the quantization's.
     const Region* gw = region_of(g, p, "_scaled_mm_2");
     ASSERT_NE(gw, nullptr);
-    EXPECT_EQ(node_ids(g, *gw),
-              (std::vector<std::string>{"clone_1", "permute_7", "reciprocal_10", "_scaled_mm_2"}));
+    EXPECT_EQ(node_ids(g, *gw), (std::vector<std::string>{"clone_1", "_scaled_mm_2"}));
+    EXPECT_EQ(name(g, params(*gw).scale_a.value), "reciprocal_10");
+    EXPECT_TRUE(params(*gw).scale_a.quantization);
     EXPECT_TRUE(params(*gw).copy_self);
-    EXPECT_EQ(name(g, params(*gw).scale_a.source), "convert_element_type_22");
     EXPECT_EQ(name(g, params(*gw).b), "permute_6");
   }
 }
