@@ -46,7 +46,17 @@ nlohmann::json scale_json(const Graph& g, const Scale& s) {
 nlohmann::json describe(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
   const int self = p.a_view >= 0 ? p.a_view : p.a;
+  // A rowwise scale read as it is but not unit-stride (a broadcast: the graph's contiguous clone
+  // of an expand, folded away by the canonical form) is copied by the same small kernel.
+  auto strided = [&](const Scale& s) {
+    if (!p.rowwise || s.reciprocal) return false;
+    const TensorMeta& m = g.meta(s.value);
+    for (size_t d = 0; d < m.shape.size(); ++d)
+      if (m.shape[d] > 1) return m.stride[d] != 1;
+    return false;
+  };
   const bool recips = p.scale_a.reciprocal || p.scale_b.reciprocal;
+  const bool copies = strided(p.scale_a) || strided(p.scale_b);
   nlohmann::json d = {
       {"node", g.nodes[g.values[p.mm_out].producer].id},
       {"M", p.M},
@@ -64,7 +74,12 @@ nlohmann::json describe(const Graph& g, const Region& r) {
       {"use_fast_accum", p.fast_accum},
       {"out", g.values[p.out].name},
       {"optimized",
-       std::string(recips ? "one kernel computing the scales' reciprocals, then " : "") +
+       std::string(recips && copies ? "one kernel computing the scales' reciprocals and making "
+                                      "a broadcast scale unit-stride, then "
+                   : recips         ? "one kernel computing the scales' reciprocals, then "
+                   : copies ? "one kernel making a broadcast scale unit-stride (the graph's "
+                              "contiguous copy), then "
+                            : "") +
            "one cuBLASLt float8 matmul (TN, " +
            (p.rowwise ? "CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F scales"
                       : "CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER scales") +

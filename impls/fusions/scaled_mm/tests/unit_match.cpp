@@ -240,6 +240,23 @@ TEST(ScaledMmMatch, BroadcastWeightScaleAfterTheReciprocal) {
   EXPECT_EQ(g.nodes[r.absorbed[0]].id, "clone");
 }
 
+// The captured rowwise_with_gw_hp grad_input: scale_b = the weight's tensorwise reciprocal (the
+// quantization's) viewed, expanded to [1, N] and made contiguous. The canonical form folds the
+// clone away; the region absorbs it and its small kernel makes the expand unit-stride for
+// OUTER_VEC_32F (the graph's copy).
+TEST(ScaledMmMatch, CapturedGwHpBackwardBroadcastScale) {
+  Graph g = load_trace(trace_path("byog/float8/float8_rowwise_gw_hp_mincut_train_bwd_2x8x64x32"));
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  const Region& r = p.regions[0];
+  EXPECT_EQ(node_ids(g, r), (std::vector<std::string>{"clone_1", "_scaled_mm_1", "view_4"}));
+  EXPECT_TRUE(params(r).rowwise);
+  EXPECT_EQ(name(g, params(r).scale_b.value), "expand");
+  EXPECT_FALSE(params(r).scale_b.reciprocal);
+  EXPECT_NE(r.fusion->describe(g, r)["optimized"].get<std::string>().find("unit-stride"),
+            std::string::npos);
+}
+
 TEST(ScaledMmMatch, NonTnLayoutsAreDeclined) {
   Float8Form row_major_w;
   row_major_w.weight = "rowmajor";  // mat2 a row-major [K, N]: would need a copy
