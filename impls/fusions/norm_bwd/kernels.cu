@@ -627,12 +627,15 @@ std::string combo_unsupported(const NormBwdArgs& a) {
            " (the kernels take x in dy's dtype, or a float32 x beside a bfloat16 dy)";
   if (a.xs) {
     if (!a.dw) return "a saved xhat without dw";
-    if (a.x_dtype != DType::kFloat32 || t != DType::kBFloat16 ||
-        (a.xs_dtype != DType::kBFloat16 && a.xs_dtype != DType::kFloat32))
+    const bool x32 = a.x_dtype == DType::kFloat32 &&
+                     (a.xs_dtype == DType::kBFloat16 || a.xs_dtype == DType::kFloat32);
+    const bool x16 = a.x_dtype == DType::kBFloat16 && a.xs_dtype == DType::kBFloat16;  // T5
+    if (t != DType::kBFloat16 || !(x32 || x16))
       return "saved xhat " + std::string(dtype_name(a.xs_dtype)) + " beside x " +
              std::string(dtype_name(a.x_dtype)) + " and dy " + std::string(dtype_name(t)) +
              " (the kernels take a bfloat16 or float32 saved xhat beside a float32 x and a "
-             "bfloat16 dy, the default partitioner's form)";
+             "bfloat16 dy, or a bfloat16 one beside a bfloat16 x and dy: the default "
+             "partitioner's forms)";
   }
   return "";
 }
@@ -647,6 +650,8 @@ RowsKernel rows_kernel(const NormBwdArgs& a, bool acc) {
     if (acc && a.xs) return pick_group<__nv_bfloat16, float, float>(g, v, acc, round);
     return pick_group<__nv_bfloat16, float>(g, v, acc, round);
   }
+  if (acc && a.xs)  // bfloat16 x, dy and saved xhat (combo_unsupported allows no other)
+    return pick_group<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(g, v, acc, round);
   switch (a.dy_dtype) {
     case DType::kBFloat16:
       return pick_group<__nv_bfloat16>(g, v, acc, round);
@@ -856,6 +861,11 @@ void norm_bwd_baseline(const NormBwdArgs& a, void* workspace, cudaStream_t s) {
       launch_cols<__nv_bfloat16, float, float>(a, c, stats, pw, pb, s);
     else
       launch_cols<__nv_bfloat16, float>(a, c, stats, pw, pb, s);
+    launch_finalize(a, pw, pb, c.chunks, s);
+    return;
+  }
+  if (a.xs) {  // bfloat16 x, dy and saved xhat
+    launch_cols<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(a, c, stats, pw, pb, s);
     launch_finalize(a, pw, pb, c.chunks, s);
     return;
   }

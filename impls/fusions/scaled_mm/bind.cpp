@@ -92,7 +92,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       rv.dst_stride = n == 1 ? 0 : vector_stride(dst.layout);
     } else {
       rv.dst = static_cast<float*>(ctx.workspace(static_cast<size_t>(n) * sizeof(float)));
-      rv.dst_stride = 1;
+      rv.dst_stride = n == 1 ? 0 : 1;  // one value: broadcast (the epilogue reads sa[m * stride])
     }
     out = {rv.dst, rv.dst_stride};
     return "";
