@@ -1,7 +1,7 @@
 #include "impls/fusions/registry.hpp"
 
 // One line per fusion: impls/fusions/<name>/ defines `const FusionSpec replay::fusions::<name>`.
-#define REPLAY_FUSIONS(X) X(layernorm_fwd) X(norm_bwd) X(matmul_epilogue)
+#define REPLAY_FUSIONS(X) X(layernorm_fwd) X(norm_bwd) X(fp8_quantize) X(matmul_epilogue)
 
 namespace replay {
 namespace fusions {

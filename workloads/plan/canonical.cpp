@@ -260,6 +260,12 @@ std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
     in[o] = 1;
     anchor = std::max(anchor, o);
   }
+  // A matcher may place the fused step earlier than its last node (Region::anchor).
+  if (r.anchor >= 0) {
+    if (std::find(r.nodes.begin(), r.nodes.end(), r.anchor) == r.nodes.end())
+      return "the anchor the matcher chose is not one of the region's nodes";
+    anchor = c.orig_node.at(r.anchor);
+  }
   auto from_region = [&](int v) {
     const int p = g.values[v].producer;
     return p >= 0 && in[p];

@@ -67,7 +67,7 @@ CanonicalGraph canonicalize(const Graph& g);
 
 struct Region;
 /// Maps region `r`, found on `c.graph`, onto the captured graph `g` in place: its nodes become
-/// captured node indices, `anchor` the last of them, and it absorbs the removed nodes that belong
+/// captured node indices, `anchor` the last of them (or the node the matcher chose, Region::anchor), and it absorbs the removed nodes that belong
 /// with it: identity nodes reading a value it produces (`tail` when something outside reads them:
 /// their outputs alias the region output they resolve to), identity nodes whose every reader it
 /// claims (a clone of its input), and dead nodes that read only its values. Inputs, outputs and
