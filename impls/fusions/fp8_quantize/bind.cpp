@@ -3,6 +3,7 @@
 //   optimized: amax pass (every amax slot the quantizations need, one read of x) -> scales kernel
 //              (every quantization) -> cast pass (every float8 dest, column-major ones through
 //              shared memory): three launches (plus the amax memsets) for all quantizations;
+//              rowwise quantizations alone with row-major dests: one kernel, one read of x;
 //   baseline:  per quantization: its amax pass -> its scale -> a cast pass writing row-major ->
 //              a transpose copy for each column-major dest (the eager sequence's passes).
 #include <string>
@@ -135,6 +136,10 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     for (int i = 0; i < a.n_quants; ++i)
       for (int d = 0; d < a.q[i].n_dests; ++d)
         if (a.q[i].dests[d].cs != 1 && smem < kMaxColMajor) a.q[i].dests[d].smem_slot = smem++;
+    if (rowwise_one_pass(a, all)) {
+      b.launch = [a, all](const LaunchContext& c) { launch_rowwise(a, all, c.stream); };
+      return b;
+    }
     b.launch = [a, slots, all](const LaunchContext& c) {
       launch_amax(a, slots, c.stream);
       launch_scales(a, all, c.stream);

@@ -2,7 +2,8 @@
 // source x seen as [rows, cols] (bfloat16, float16 or float32) and up to kMaxQuants
 // quantizations of it. bind.cpp strings them together:
 //   optimized: amax pass (every amax of x in one read) -> scales -> cast pass (every float8
-//              tensor of x, row-major and column-major, in one more read);
+//              tensor of x, row-major and column-major, in one more read); rowwise
+//              quantizations alone, row-major: one kernel, one read of x;
 //   baseline:  per quantization: amax pass -> scale -> cast pass (row-major) -> transpose copy
 //              for a column-major float8 copy (the eager sequence's passes, minus the
 //              materialized |x|, x.float() and clamps).
@@ -92,6 +93,12 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 /// Column-major dests need smem_slot set (at most kMaxColMajor), else they are written byte by
 /// byte.
 void launch_cast(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
+/// True when the quantizations in `quants` are all rowwise with row-major dests (and no test
+/// hook is set): launch_rowwise then does the whole work in one read of x.
+bool rowwise_one_pass(const QuantizeArgs& a, unsigned quants);
+/// One read of x: the row amaxes, scales (and their outputs) and row-major float8 rows of the
+/// rowwise quantizations in `quants` (rowwise_one_pass must hold; no workspaces needed).
+void launch_rowwise(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 /// dst = src, both [rows, cols] float8 in their strides (the baseline's column-major copy), through
 /// 32 x 32 shared-memory tiles.
 void launch_transpose_copy(Fp8Dest src, Fp8Dest dst, int64_t rows, int64_t cols, cudaStream_t s);

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -29,16 +30,19 @@
 namespace replay::fp8_quantize {
 namespace {
 
+// The shortest decimal that reads back as v ("448", "1e-12", "57344").
 std::string num(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.17g", v);
-  std::string s(b);
-  char c[32];  // the shortest form that reads back the same
-  for (int p = 1; p <= 17; ++p) {
+  char c[32];
+  if (std::nearbyint(v) == v && std::fabs(v) < 1e15) {
+    std::snprintf(c, sizeof c, "%.0f", v);
+    return c;
+  }
+  for (int p = 1; p < 17; ++p) {
     std::snprintf(c, sizeof c, "%.*g", p, v);
     if (std::strtod(c, nullptr) == v) return c;
   }
-  return s;
+  std::snprintf(c, sizeof c, "%.17g", v);
+  return c;
 }
 
 bool is_float8(DType t) {
@@ -121,6 +125,7 @@ class SourceMatcher {
   std::vector<std::pair<int, bool>> mags_;  ///< magnitude values and whether they are |x|
   std::vector<int> prefix_;                 ///< nodes producing them (abs, converts, x.float())
   int x32_ = -1;                            ///< x.float()
+  std::set<int> own_scales_;                ///< scales of x's amaxes, matched or declined
 };
 
 void SourceMatcher::collect_magnitudes() {
@@ -218,6 +223,7 @@ bool SourceMatcher::match_amax(int a, bool abs, Found& f) {
     return chain_fail(s32, "a convert to float32 (the scale), its only reader");
   f.nodes.push_back(s32);
   q.scale = out0(s32);
+  own_scales_.insert(q.scale);
   // The scale broadcasts against x as its granularity says.
   const auto& ss = meta(q.scale).shape;
   bool shape_ok = false;
@@ -371,7 +377,7 @@ void SourceMatcher::run() {
       const Node& un = node(u);
       if (un.op != Op::kMul || casts.count(u) || un.operands.size() != 2) continue;
       const int other = other_tensor(un, x32_);
-      if (other < 0 || other == x32_) continue;
+      if (other < 0 || other == x32_ || own_scales_.count(other)) continue;
       // Only a multiply that goes on to a float8 cast is a quantization candidate.
       int w = single_user(g_, out0(u));
       while (w >= 0 && is_clamp(node(w).op)) w = single_user(g_, out0(w));
@@ -409,9 +415,11 @@ void SourceMatcher::run() {
   params.rows = rows_;
   params.cols = cols_;
   Region r = make_region(g_, std::vector<int>(set.begin(), set.end()), {});
+  // The kernels read x itself, also where |x| and x.float() stay eager (something outside reads
+  // them, e.g. a quantization that was declined): x is then an input though no claimed node reads
+  // it.
   if (std::find(r.inputs.begin(), r.inputs.end(), x_) == r.inputs.end())
-    return (void)out_.decline(first, "neither |x| nor x.float() of '" + g_.values[x_].name +
-                                         "' is private to the region: it would not read x");
+    r.inputs.insert(std::upper_bound(r.inputs.begin(), r.inputs.end(), x_), x_);
   // What the fused step writes: every region output must be one of these.
   std::map<int, std::pair<int, int>> writable;  // value -> (quantization, kind)
   enum { kQ, kScale, kRecip, kAmax };

@@ -5,7 +5,9 @@
 // outputs passing the harness's numerics check against the float64 reference (small shapes).
 // Mutants that must fail both: rowwise scales swapped between rows, a tensorwise scale used for a
 // rowwise quantization, the reciprocal dropped (the scale written instead), e5m2 written where
-// e4m3 was asked, the amax of x instead of |x|.
+// e4m3 was asked, the amax of x instead of |x|. (The swapped scales run the two-pass kernels even
+// on a rowwise-only group: the one-pass kernel computes each row's scale where it casts the row,
+// so it has no index to swap; the other mutants reach it.)
 #include <functional>
 
 #include "harness/replay/variants.hpp"
@@ -70,6 +72,16 @@ std::vector<GpuCase> cases() {
   QuantForm odd = group;  // columns not a multiple of 8: the element-wise paths
   odd.shape = {37, 50};
   synth("synthetic_group_37x50", odd);
+  QuantForm rowwise;  // rowwise only, row-major: the optimized variant's one-pass kernel
+  rowwise.shape = {256, 4096};
+  rowwise.quants = {QuantSpec{}, QuantSpec{}};
+  rowwise.quants[0].gran = rowwise.quants[1].gran = "rowwise";
+  rowwise.quants[0].f32_abs = true;
+  rowwise.quants[1].fp8 = "float8_e5m2";
+  rowwise.quants[1].amax_out = true;
+  synth("synthetic_rowwise_only_256x4096", rowwise);
+  rowwise.shape = {33, 50};
+  synth("synthetic_rowwise_only_33x50", rowwise);
   QuantForm rank3;
   rank3.shape = {2, 40, 96};
   rank3.quants = {QuantSpec{}, QuantSpec{}};
@@ -271,7 +283,8 @@ std::vector<size_t> mutant_cases() {
   for (size_t i = 0; i < cs.size(); ++i)
     if (cs[i].reference &&
         (cs[i].name.find("2x8x64x32") != std::string::npos ||
-         cs[i].name == "synthetic_group_300x1000" || cs[i].name == "synthetic_group_37x50"))
+         cs[i].name == "synthetic_group_300x1000" || cs[i].name == "synthetic_group_37x50" ||
+         cs[i].name == "synthetic_rowwise_only_256x4096"))
       out.push_back(i);
   return out;
 }

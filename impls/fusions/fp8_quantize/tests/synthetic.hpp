@@ -58,18 +58,18 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
     return json{{"shape", sh}, {"stride", st}, {"dtype", dt}};
   };
   const std::string dt = f.dtype;
-  node("abs_1", "aten.abs.default", {ref("x")}, tensor(xs, dt));
+  node("abs_1", "aten.abs.default", {test::ref("x")}, tensor(xs, dt));
   bool f32_abs = false;
   for (const auto& q : f.quants) f32_abs |= q.f32_abs;
   if (f32_abs) {
-    node("abs_f32", "prims.convert_element_type.default", {ref("abs_1"), {{"dtype", "float32"}}},
-         tensor(xs, "float32"));
-    node("abs_2", "aten.abs.default", {ref("abs_f32")}, tensor(xs, "float32"));
+    node("abs_f32", "prims.convert_element_type.default",
+         {test::ref("abs_1"), {{"dtype", "float32"}}}, tensor(xs, "float32"));
+    node("abs_2", "aten.abs.default", {test::ref("abs_f32")}, tensor(xs, "float32"));
   }
   std::string x32 = "x";
   if (dt != "float32") {
     x32 = "x32";
-    node(x32, "prims.convert_element_type.default", {ref("x"), {{"dtype", "float32"}}},
+    node(x32, "prims.convert_element_type.default", {test::ref("x"), {{"dtype", "float32"}}},
          tensor(xs, "float32"));
   }
   // amax -> ... -> float32 scale, for value `mag` of dtype `mdt`: the scale's id; its shape in
@@ -81,48 +81,50 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
     json args;
     const char* op = "aten.amax.default";
     if (q.gran == "tensorwise") {
-      args = {ref(mag)};
+      args = {test::ref(mag)};
     } else if (q.gran == "tensorwise_max") {
-      args = {ref(mag)};
+      args = {test::ref(mag)};
       op = "aten.max.default";
     } else if (q.gran == "rowwise") {
-      args = {ref(mag), {-1}, true};
+      args = {test::ref(mag), {-1}, true};
       ss = xs;
       ss.back() = 1;
     } else {
-      args = {ref(mag), {0}, true};
+      args = {test::ref(mag), {0}, true};
       ss = {1, cols};
     }
     node("amax_" + k, op, args, tensor(ss, mdt));
     if (q.amax_out) outputs.push_back("amax_" + k);
     node("amax64_" + k, "prims.convert_element_type.default",
-         {ref("amax_" + k), {{"dtype", "float64"}}}, tensor(ss, "float64"));
-    node("clamp_" + k, "aten.clamp_min.default", {ref("amax64_" + k), 1e-12},
+         {test::ref("amax_" + k), {{"dtype", "float64"}}}, tensor(ss, "float64"));
+    node("clamp_" + k, "aten.clamp_min.default", {test::ref("amax64_" + k), 1e-12},
          tensor(ss, "float64"));
-    node("rcp64_" + k, "aten.reciprocal.default", {ref("clamp_" + k)}, tensor(ss, "float64"));
+    node("rcp64_" + k, "aten.reciprocal.default", {test::ref("clamp_" + k)}, tensor(ss, "float64"));
     node("mul64_" + k, "aten.mul.Tensor",
-         {ref("rcp64_" + k), q.scale_mul != 0 ? q.scale_mul : float8_max_of(q.fp8)},
+         {test::ref("rcp64_" + k), q.scale_mul != 0 ? q.scale_mul : float8_max_of(q.fp8)},
          tensor(ss, "float64"));
     node("scale_" + k, "prims.convert_element_type.default",
-         {ref("mul64_" + k), {{"dtype", "float32"}}}, tensor(ss, "float32"));
+         {test::ref("mul64_" + k), {{"dtype", "float32"}}}, tensor(ss, "float32"));
     return "scale_" + k;
   };
   auto cast_chain = [&](const std::string& k, const QuantSpec& q, const std::string& src,
                         const std::string& scale) {
     const double c = q.clamp != 0 ? q.clamp : float8_max_of(q.fp8);
-    node("scaled_" + k, "aten.mul.Tensor", {ref(src), ref(scale)}, tensor(xs, "float32"));
-    node("lo_" + k, "aten.clamp_min.default", {ref("scaled_" + k), -c}, tensor(xs, "float32"));
-    node("hi_" + k, "aten.clamp_max.default", {ref("lo_" + k), c}, tensor(xs, "float32"));
+    node("scaled_" + k, "aten.mul.Tensor", {test::ref(src), test::ref(scale)},
+         tensor(xs, "float32"));
+    node("lo_" + k, "aten.clamp_min.default", {test::ref("scaled_" + k), -c},
+         tensor(xs, "float32"));
+    node("hi_" + k, "aten.clamp_max.default", {test::ref("lo_" + k), c}, tensor(xs, "float32"));
     const std::string to = q.cast_to.empty() ? q.fp8 : q.cast_to;
-    node("q_" + k, "prims.convert_element_type.default", {ref("hi_" + k), {{"dtype", to}}},
+    node("q_" + k, "prims.convert_element_type.default", {test::ref("hi_" + k), {{"dtype", to}}},
          tensor(xs, to));
     if (q.row_major_out) outputs.push_back("q_" + k);
     if (q.col_major_out) {
-      node("qp_" + k, "aten.permute.default", {ref("q_" + k), {1, 0}},
+      node("qp_" + k, "aten.permute.default", {test::ref("q_" + k), {1, 0}},
            strided({cols, rows}, {1, cols}, to));
-      node("qc_" + k, "aten.clone.default", {ref("qp_" + k)}, tensor({cols, rows}, to),
+      node("qc_" + k, "aten.clone.default", {test::ref("qp_" + k)}, tensor({cols, rows}, to),
            {{"memory_format", {{"enum", "torch.contiguous_format"}}}});
-      node("qt_" + k, "aten.permute.default", {ref("qc_" + k), {1, 0}},
+      node("qt_" + k, "aten.permute.default", {test::ref("qc_" + k), {1, 0}},
            strided({rows, cols}, {1, rows}, to));
       outputs.push_back("qt_" + k);
     }
@@ -134,7 +136,7 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
         scale_chain(k, q, q.f32_abs ? "abs_2" : "abs_1", q.f32_abs ? "float32" : dt);
     cast_chain(k, q, x32, scale);
     if (q.reciprocal) {
-      node("rcp_" + k, "aten.reciprocal.default", {ref(scale)}, tensor(ss, "float32"));
+      node("rcp_" + k, "aten.reciprocal.default", {test::ref(scale)}, tensor(ss, "float32"));
       outputs.push_back("rcp_" + k);
     }
   }
@@ -147,7 +149,7 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
     json yin = tensor(xs, dt);
     yin["id"] = "y";
     inputs.push_back(yin);
-    node("abs_y", "aten.abs.default", {ref("y")}, tensor(xs, dt));
+    node("abs_y", "aten.abs.default", {test::ref("y")}, tensor(xs, dt));
     QuantSpec t;
     const std::string sy = scale_chain("y", t, "abs_y", dt);
     cast_chain("xy", t, x32, sy);
