@@ -149,6 +149,10 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   }
   // Baseline: one quantization after the other, each its own passes; a float8 dest that is not
   // row-major is a transpose copy of the row-major one (or of a workspace).
+  if ((p.rows + 31) / 32 > 65535) {
+    b.unsupported = "the baseline's transpose grid takes at most 65535 x 32 rows";
+    return b;
+  }
   struct Step {
     QuantizeArgs args;
     unsigned quant = 0, slot = 0;
