@@ -167,6 +167,9 @@ struct Mutant {
   const char* name;
   bool (*applies)(const Params&);
   void (*mutate)(Params&);
+  /// Which of the values the region writes the mutant gets wrong: the float8 tensors, or the
+  /// reciprocals of the scales.
+  bool wrong_float8 = true;
   /// The mutant is wrong only on inputs where it shows (the amax of x equals the amax of |x|
   /// when the largest magnitude is positive): some seed must fail, not every one.
   bool some_seed = false;
@@ -183,8 +186,14 @@ const Mutant kMutants[] = {
      [](Params& p) { p.row_scale_xor = 1; }},
     {"tensorwise_scale_for_rowwise", [](const Params& p) { return has(p, Granularity::kRowwise); },
      [](Params& p) {
+       // its per-row scale outputs are then left unwritten: the float8 tensors must show it
        for (auto& q : p.quants)
-         if (q.granularity == Granularity::kRowwise) q.granularity = Granularity::kTensorwise;
+         if (q.granularity == Granularity::kRowwise) {
+           q.granularity = Granularity::kTensorwise;
+           q.scale_outs.clear();
+           q.recip_outs.clear();
+           q.amax_outs.clear();
+         }
      }},
     {"dropped_reciprocal",
      [](const Params& p) {
@@ -197,7 +206,8 @@ const Mutant kMutants[] = {
          q.scale_outs.insert(q.scale_outs.end(), q.recip_outs.begin(), q.recip_outs.end());
          q.recip_outs.clear();
        }
-     }},
+     },
+     false},
     {"e5m2_for_e4m3",
      [](const Params& p) {
        for (const auto& q : p.quants)
@@ -211,7 +221,7 @@ const Mutant kMutants[] = {
      [](Params& p) {
        for (auto& q : p.quants) q.abs = false;
      },
-     true},
+     true, true},
 };
 
 const Mutant* g_mutant = nullptr;
@@ -257,7 +267,13 @@ TEST_P(Fp8QuantizeMutant, Fails) {
     prog.poison_outputs(nullptr);
     prog.run_all(LaunchContext{});
     REPLAY_CUDA(cudaDeviceSynchronize());
-    const bool differs = !first_difference(g, prog, eager, region_outputs(plan)).empty();
+    std::vector<int> watched;  // the values this mutant gets wrong
+    for (const Region& r : plan.regions)
+      for (const auto& q : std::any_cast<const Params&>(r.params).quants) {
+        const auto& vs = g_mutant->wrong_float8 ? q.q_outs : q.recip_outs;
+        watched.insert(watched.end(), vs.begin(), vs.end());
+      }
+    const bool differs = !first_difference(g, prog, eager, watched).empty();
     const auto ref = run_reference(g, inputs);
     bool all_pass = true;
     for (int v : g.outputs)
