@@ -4,10 +4,14 @@
 // and the column-major copy; negatives declined with their reason.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "impls/fusions/fp8_quantize/params.hpp"
 #include "impls/fusions/fp8_quantize/tests/synthetic.hpp"
 #include "impls/fusions/registry.hpp"
+#include "tests/unit/fake_buffers.hpp"
 #include "workloads/loader/trace_loader.hpp"
+#include "workloads/plan/canonical.hpp"
 
 namespace replay::fusions {
 extern const FusionSpec fp8_quantize;
@@ -324,4 +328,74 @@ TEST(Fp8QuantizeMatch, DescribeAndCostStateTheReadsOfX) {
   Plan ps = plan_of(f, gs);
   ASSERT_EQ(fp8_regions(ps).size(), 1u);
   EXPECT_EQ(fusions::fp8_quantize.describe(gs, *fp8_regions(ps)[0])["x_reads"], 1);
+}
+
+// The fused step runs early (Region::anchor): after everything the region reads, before every
+// node outside that reads what it writes, on the captured graph the executors run.
+TEST(Fp8QuantizeMatch, AnchorAfterInputsAndBeforeEveryOutsideReader) {
+  for (const char* kind : {"tensorwise", "rowwise"})
+    for (const char* phase : {"fwd", "bwd"})
+      for (const char* shape : {"2x8x64x32", "2x4096x4096x4096"}) {
+        const std::string t =
+            std::string("float8_linear_") + kind + "_train_" + phase + "_" + shape;
+        Graph g = load_trace(trace_path(t));
+        Plan p = make_plan(g, fusion_registry());
+        for (const Region* r : fp8_regions(p)) {
+          ASSERT_GE(r->anchor, 0);
+          for (int v : r->inputs) EXPECT_LT(g.values[v].producer, r->anchor) << t;
+          std::set<int> mine(r->nodes.begin(), r->nodes.end());
+          for (int n : r->nodes)
+            for (int v : g.nodes[n].outputs)
+              for (int u : g.values[v].users)
+                if (!mine.count(u))
+                  EXPECT_GT(u, r->anchor) << t << ": " << g.nodes[u].id << " reads "
+                                          << g.values[v].name << " before the fused step";
+        }
+      }
+}
+
+TEST(Fp8QuantizeMatch, AnchorThatIsNotARegionNodeIsRefused) {
+  QuantForm f;
+  Graph g = parse_trace(quant_trace(f), "synthetic");
+  const CanonicalGraph c = canonicalize(g);
+  Matches m;
+  fp8_quantize::match(c.graph, m);
+  ASSERT_EQ(m.regions.size(), 1u);
+  Region r = m.regions[0];
+  r.anchor = static_cast<int>(c.graph.nodes.size());  // no node of the region
+  EXPECT_EQ(map_region(g, c, r), "the anchor the matcher chose is not one of the region's nodes");
+}
+
+// The binder on the recorded layouts, without a device: every bundled region binds in both
+// variants; an alternative variant and a strided x are refused with the reason.
+TEST(Fp8QuantizeBind, EveryBundledRegionBindsAndAStridedXIsRefused) {
+  for (const char* kind : {"tensorwise", "rowwise"})
+    for (const char* phase : {"fwd", "bwd"}) {
+      const std::string t = std::string("float8_linear_") + kind + "_train_" + phase + "_2x8x64x32";
+      Graph g = load_trace(trace_path(t));
+      Plan p = make_plan(g, fusion_registry());
+      for (const Region* r : fp8_regions(p)) {
+        for (const VariantSpec& v : fusions::fp8_quantize.variants) {
+          FakeBuffers buf(g);
+          const Binding b = fusions::fp8_quantize.bind(g, *r, v, buf);
+          EXPECT_EQ(b.unsupported, "") << t << " " << v.name;
+          EXPECT_TRUE(static_cast<bool>(b.launch)) << t << " " << v.name;
+        }
+        const VariantSpec other{"cublas", Role::kAlternative, ""};
+        FakeBuffers buf(g);
+        EXPECT_NE(fusions::fp8_quantize.bind(g, *r, other, buf).unsupported, "");
+        struct Strided : FakeBuffers {
+          Strided(const Graph& g, int x) : FakeBuffers(g), x_(x) {}
+          BoundTensor tensor(int v) override {
+            BoundTensor b = FakeBuffers::tensor(v);
+            if (v == x_) std::swap(b.layout.stride[0], b.layout.stride[1]);
+            return b;
+          }
+          int x_;
+        } strided(g, params(r).x);
+        EXPECT_NE(fusions::fp8_quantize.bind(g, *r, fusions::fp8_quantize.variants[1], strided)
+                      .unsupported.find("is not contiguous"),
+                  std::string::npos);
+      }
+    }
 }
