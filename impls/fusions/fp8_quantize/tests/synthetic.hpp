@@ -17,6 +17,7 @@ struct QuantSpec {
   std::string gran = "tensorwise";
   std::string fp8 = "float8_e4m3fn";
   bool f32_abs = false;        ///< the amax reads abs(float32(abs(x))) (the rowwise recipe's form)
+  bool no_abs = false;         ///< the amax reads x itself (no abs: a non-negative tensor's recipe)
   bool row_major_out = true;   ///< the float8 tensor is returned
   bool col_major_out = false;  ///< permute -> clone -> permute of it is returned
   bool reciprocal = true;      ///< 1 / scale is returned
@@ -132,8 +133,9 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
   for (size_t i = 0; i < f.quants.size(); ++i) {
     const QuantSpec& q = f.quants[i];
     const std::string k = std::to_string(i);
-    const std::string scale =
-        scale_chain(k, q, q.f32_abs ? "abs_2" : "abs_1", q.f32_abs ? "float32" : dt);
+    const std::string scale = q.no_abs    ? scale_chain(k, q, "x", dt)
+                              : q.f32_abs ? scale_chain(k, q, "abs_2", "float32")
+                                          : scale_chain(k, q, "abs_1", dt);
     cast_chain(k, q, x32, scale);
     if (q.reciprocal) {
       node("rcp_" + k, "aten.reciprocal.default", {test::ref(scale)}, tensor(ss, "float32"));

@@ -399,3 +399,17 @@ TEST(Fp8QuantizeBind, EveryBundledRegionBindsAndAStridedXIsRefused) {
       }
     }
 }
+
+// An amax of x itself (no abs) that starts a scale chain is a quantization too, with abs false.
+TEST(Fp8QuantizeMatch, AmaxOfXWithoutAbs) {
+  QuantForm f;
+  f.quants = {spec("rowwise"), spec("tensorwise")};
+  f.quants[0].no_abs = true;
+  Graph g;
+  Plan p = plan_of(f, g);
+  ASSERT_EQ(fp8_regions(p).size(), 1u) << fp8_declines(g, p);
+  const auto& q = params(fp8_regions(p)[0]).quants;
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_FALSE(q[0].abs);
+  EXPECT_TRUE(q[1].abs);
+}
