@@ -402,9 +402,12 @@ void cast_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
 
 template <typename T>
 void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  int dev = 0, sms = 0;
-  REPLAY_CUDA(cudaGetDevice(&dev));
-  REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  static const int sms = [] {  // queried once: a launch stays a launch (host enqueue time)
+    int dev = 0, n = 0;
+    REPLAY_CUDA(cudaGetDevice(&dev));
+    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
   const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t(sms) * 8));
   rowwise_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_kernel");
