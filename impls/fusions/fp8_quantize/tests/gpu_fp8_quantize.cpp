@@ -256,8 +256,10 @@ TEST_P(Fp8QuantizeMutant, Fails) {
   if (!applies) GTEST_SKIP() << g_mutant->name << " does not apply to " << c.name;
   const auto bounds = default_value_bounds(g);
   int failing_seeds = 0;
-  const uint64_t seeds[] = {41, 42, 43, 44};
-  for (uint64_t seed : seeds) {
+  // A mutant wrong only on some inputs gets more seeds (a tensorwise amax of x differs from
+  // that of |x| on about half of them).
+  const int n_seeds = g_mutant->some_seed ? 8 : 3;
+  for (uint64_t seed = 41; seed < 41u + n_seeds; ++seed) {
     const auto inputs = generate_inputs(g, seed);
     GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
     eager.run_all(LaunchContext{});
