@@ -336,8 +336,9 @@ bool exact_op(Op op) {
     case Op::kNeg:
     case Op::kAmax:
     case Op::kAmin:
-    case Op::kMaxDim:
     case Op::kMax:
+    case Op::kMin:
+    case Op::kMaxDim:
     case Op::kMaximum:
     case Op::kMinimum:
     case Op::kClamp:
@@ -432,8 +433,8 @@ std::vector<NumericsBounds> default_value_bounds(const Graph& g) {
     // amax / amin / max.dim select one of their inputs: no rounding error accumulates over their
     // terms (a tensorwise float8 scale's amax over 33M elements must not widen the bound of
     // everything downstream).
-    const bool selects =
-        n.op == Op::kAmax || n.op == Op::kAmin || n.op == Op::kMaxDim || n.op == Op::kMax;
+    const bool selects = n.op == Op::kAmax || n.op == Op::kAmin || n.op == Op::kMax ||
+                         n.op == Op::kMin || n.op == Op::kMaxDim;
     const int64_t indexing_terms = indexing_sum_terms(g, n);
     // nn ops (softmax, nll_loss, norms) sum along rows; dropout's backward is elementwise.
     const bool nn_sums = def.kind == OpKind::kNn && nn_reduced_terms(g, n) > 1;

@@ -23,13 +23,14 @@ inline std::string trace_path(const std::string& name) {
 /// traces/, and of the captures in traces/byog/ (graphs captured through the torch.compile
 /// backend from transformers code) the small ones: the norms with PyTorch's golden tensors, the
 /// linear layers, MLPs and rotary embeddings at their small shape (traces/byog/{linear,rope}/
-/// *_2x8x*, both partitioners; the min-cut ones carry golden tensors), and the decoder layers
-/// (traces/byog/decoder/, cut around attention).
+/// *_2x8x*, both partitioners; the min-cut ones carry golden tensors), the float8 linears and
+/// amax graphs at their small shapes (traces/byog/float8/, every name without an 8192 dim), and
+/// the decoder layers (traces/byog/decoder/, cut around attention).
 inline std::vector<std::string> bundled_trace_names() {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
   const fs::path root(REPLAY_TRACES_DIR);
-  for (const char* sub : {"", "byog", "byog/decoder", "byog/linear", "byog/rope"}) {
+  for (const char* sub : {"", "byog", "byog/decoder", "byog/float8", "byog/linear", "byog/rope"}) {
     if (!fs::is_directory(root / sub)) continue;
     for (const auto& e : fs::directory_iterator(root / sub)) {
       if (e.path().extension() != ".json") continue;
@@ -39,6 +40,9 @@ inline std::vector<std::string> bundled_trace_names() {
       const bool small_shape_only =
           std::string(sub) == "byog/linear" || std::string(sub) == "byog/rope";
       if (small_shape_only && e.path().stem().string().find("_2x8x") == std::string::npos) continue;
+      if (std::string(sub) == "byog/float8" &&
+          e.path().stem().string().find("8192") != std::string::npos)
+        continue;
       out.push_back((fs::path(sub) / e.path().stem()).generic_string());
     }
   }

@@ -509,7 +509,8 @@ def capture_module_step(mod, inputs, arg_names, out_dir, partitioner, golden, na
                 diff = [o for o in outs if o.requires_grad]
                 tans = [torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype)
                         for o in diff]
-                torch.autograd.backward(diff, tans)
+                if diff:  # an inference step (no input requires grad) has no backward
+                    torch.autograd.backward(diff, tans)
         grads = [l.grad if l.requires_grad else None for l in leaves] + [p.grad for p in params]
         res = [o.detach().clone() for o in outs], [None if g is None else g.detach().clone() for g in grads]
         for p in params:

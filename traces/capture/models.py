@@ -257,12 +257,12 @@ def meta_llama_apply_rotary_emb_real(xq, xk, cos, sin):
 EPS = 1e-12  # torchao/float8/float8_utils.py
 
 
-def _tensor_to_amax(x, axiswise_dim=None):
+def _tensor_to_amax(x, axiswise_dim=None, torch_max=False):
     """torchao float8_utils.tensor_to_amax (TENSORWISE, or AXISWISE with keepdim). torchao writes
-    the tensorwise amax as torch.max(torch.abs(x)) (aten.max.default); torch.amax over all dims
-    gives the same value as aten.amax.default, an op the harness has."""
+    the tensorwise amax as torch.max(torch.abs(x)) (aten.max.default, torch_max=True); torch.amax
+    over all dims (aten.amax.default) is the other form model code writes."""
     if axiswise_dim is None:
-        return torch.amax(torch.abs(x))
+        return torch.max(torch.abs(x)) if torch_max else torch.amax(torch.abs(x))
     if x.dtype == torch.bfloat16:  # "Fix for bfloat16 precision amplification in amax_to_scale()"
         x = torch.abs(x).to(torch.float32)
     return torch.amax(torch.abs(x), dim=axiswise_dim, keepdim=True)
@@ -275,9 +275,9 @@ def _amax_to_scale(amax, float8_dtype):
     return res.to(torch.float32)
 
 
-def _to_float8(x, float8_dtype, axiswise_dim=None):
+def _to_float8(x, float8_dtype, axiswise_dim=None, torch_max=False):
     """hp_tensor_and_scale_to_float8 + to_fp8_saturated: (x.float() * scale).clamp(+-max).to(f8)."""
-    scale = _amax_to_scale(_tensor_to_amax(x, axiswise_dim), float8_dtype)
+    scale = _amax_to_scale(_tensor_to_amax(x, axiswise_dim, torch_max), float8_dtype)
     x_scaled = x.to(torch.float32) * scale
     max_value = torch.finfo(float8_dtype).max
     return x_scaled.clamp(min=-max_value, max=max_value).to(float8_dtype), scale
@@ -288,33 +288,41 @@ def _col_major(t):
     return t.t().contiguous().t()
 
 
-class Float8LinearTensorwise(torch.autograd.Function):
-    """out = x @ w.t() with dynamic tensorwise scaling, torchao's "tensorwise" recipe: input and
-    weight float8_e4m3fn, grad_output float8_e5m2; the backward recasts from the saved
-    high-precision x and w (torchao saves input_hp and weight_hp_t), output GEMMs in bfloat16.
-    x: (M, K) bf16 row-major, w: (N, K) bf16."""
+def _float8_linear_tensorwise(torch_max):
+    class Float8LinearTensorwise(torch.autograd.Function):
+        """out = x @ w.t() with dynamic tensorwise scaling, torchao's "tensorwise" recipe: input and
+        weight float8_e4m3fn, grad_output float8_e5m2; the backward recasts from the saved
+        high-precision x and w (torchao saves input_hp and weight_hp_t), output GEMMs in bfloat16.
+        x: (M, K) bf16 row-major, w: (N, K) bf16."""
 
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        x_fp8, x_scale = _to_float8(x, E4M3)
-        w_fp8, w_scale = _to_float8(w, E4M3)
-        return torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_scale.reciprocal(), scale_b=w_scale.reciprocal(),
-                                out_dtype=torch.bfloat16)
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            x_fp8, x_scale = _to_float8(x, E4M3, torch_max=torch_max)
+            w_fp8, w_scale = _to_float8(w, E4M3, torch_max=torch_max)
+            return torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_scale.reciprocal(), scale_b=w_scale.reciprocal(),
+                                    out_dtype=torch.bfloat16)
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, w = ctx.saved_tensors
-        go_fp8, go_scale = _to_float8(grad_out, E5M2)
-        # grad_input (M, K) = grad_out (M, N) @ w (N, K)
-        w_fp8, w_scale = _to_float8(w, E4M3)
-        grad_x = torch._scaled_mm(go_fp8, _col_major(w_fp8), scale_a=go_scale.reciprocal(),
-                                  scale_b=w_scale.reciprocal(), out_dtype=torch.bfloat16)
-        # grad_weight (N, K) = grad_out.t() (N, M) @ x (M, K)
-        x_fp8, x_scale = _to_float8(x, E4M3)
-        grad_w = torch._scaled_mm(go_fp8.t().contiguous(), _col_major(x_fp8), scale_a=go_scale.reciprocal(),
-                                  scale_b=x_scale.reciprocal(), out_dtype=torch.bfloat16)
-        return grad_x, grad_w
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, w = ctx.saved_tensors
+            go_fp8, go_scale = _to_float8(grad_out, E5M2, torch_max=torch_max)
+            # grad_input (M, K) = grad_out (M, N) @ w (N, K)
+            w_fp8, w_scale = _to_float8(w, E4M3, torch_max=torch_max)
+            grad_x = torch._scaled_mm(go_fp8, _col_major(w_fp8), scale_a=go_scale.reciprocal(),
+                                      scale_b=w_scale.reciprocal(), out_dtype=torch.bfloat16)
+            # grad_weight (N, K) = grad_out.t() (N, M) @ x (M, K)
+            x_fp8, x_scale = _to_float8(x, E4M3, torch_max=torch_max)
+            grad_w = torch._scaled_mm(go_fp8.t().contiguous(), _col_major(x_fp8), scale_a=go_scale.reciprocal(),
+                                      scale_b=x_scale.reciprocal(), out_dtype=torch.bfloat16)
+            return grad_x, grad_w
+
+    return Float8LinearTensorwise
+
+
+Float8LinearTensorwise = _float8_linear_tensorwise(False)  # tensorwise amax as aten.amax.default
+Float8LinearTensorwiseMax = _float8_linear_tensorwise(True)  # as torchao writes it: aten.max.default
+Float8LinearTensorwiseMax.__name__ = "Float8LinearTensorwiseMax"
 
 
 class Float8LinearRowwise(torch.autograd.Function):
@@ -345,6 +353,33 @@ class Float8LinearRowwise(torch.autograd.Function):
         grad_w = torch._scaled_mm(go_fp8_c.t().contiguous(), _col_major(x_fp8_c),
                                   scale_a=go_scale_c.t().reciprocal(), scale_b=x_scale_c.reciprocal(),
                                   out_dtype=torch.bfloat16)
+        return grad_x, grad_w
+
+
+class Float8LinearRowwiseGwHp(torch.autograd.Function):
+    """out = x @ w.t(), torchao's "rowwise_with_gw_hp" recipe: x and w rowwise e4m3 for the output;
+    grad_input from grad_output rowwise (dim -1, e4m3) and w TENSORWISE (torch.max of |w|, the
+    scale expanded to the [1, K] vector _scaled_mm's rowwise mode takes); grad_weight in bf16
+    (grad_output.t() @ x, no float8). x: (M, K), w: (N, K)."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        x_fp8, x_scale = _to_float8(x, E4M3, axiswise_dim=-1)  # (M, 1)
+        w_fp8, w_scale = _to_float8(w, E4M3, axiswise_dim=-1)  # (N, 1)
+        return torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_scale.reciprocal(), scale_b=w_scale.t().reciprocal(),
+                                out_dtype=torch.bfloat16)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, w = ctx.saved_tensors
+        K = w.shape[1]
+        go_fp8, go_scale = _to_float8(grad_out, E4M3, axiswise_dim=-1)  # (M, 1)
+        w_fp8, w_scale = _to_float8(w, E4M3, torch_max=True)  # one value
+        grad_x = torch._scaled_mm(go_fp8, _col_major(w_fp8), scale_a=go_scale.reciprocal(),
+                                  scale_b=w_scale.reciprocal().reshape(1, 1).expand(1, K).contiguous(),
+                                  out_dtype=torch.bfloat16)
+        grad_w = torch.mm(grad_out.t(), x)
         return grad_x, grad_w
 
 

@@ -665,14 +665,17 @@ def build_ops():
     ]
     ops["aten.amax.default"] = amax_cases()
     ops["aten.amin.default"] = amax_cases()
-    ops["aten.max.default"] = [  # torch.max(x): the tensorwise float8 amax's other spelling
-        C("float32 [3,5]", lambda c: ([c.t([3, 5])], {})),
-        C("bfloat16 [7,1,13]", lambda c: ([c.t([7, 1, 13], BF16)], {})),
-        C("special values (nan propagates)", lambda c: ([c.t([10], F32, "specials")], {})),
-        C("float16 transposed", lambda c: ([c.t([6, 4], F16, None, "t")], {})),
-        C("int64", lambda c: ([c.t([3, 5], I64)], {})),
-        C("0-dim", lambda c: ([c.t([])], {})),
-    ]
+    def max_all_cases():  # torch.max(x) / torch.min(x): every dim (the tensorwise float8 amax)
+        return [
+            C("float32 [3,5]", lambda c: ([c.t([3, 5])], {})),
+            C("bfloat16 [7,1,13]", lambda c: ([c.t([7, 1, 13], BF16)], {})),
+            C("special values (nan propagates)", lambda c: ([c.t([10], F32, "specials")], {})),
+            C("float16 transposed", lambda c: ([c.t([6, 4], F16, None, "t")], {})),
+            C("int64", lambda c: ([c.t([3, 5], I64)], {})),
+            C("0-dim", lambda c: ([c.t([])], {})),
+        ]
+    ops["aten.max.default"] = max_all_cases()
+    ops["aten.min.default"] = max_all_cases()
     ops["aten.max.dim"] = [
         C("float32 dim 1", lambda c: ([c.t([3, 5], F32, "distinct"), 1], {})),
         C("bfloat16 dim -1 keepdim", lambda c: ([c.t([7, 1, 13], BF16, "distinct"), -1, True], {})),

@@ -85,8 +85,9 @@ enum class Op : uint8_t {
   kSum,      // aten.sum.default(x, dtype=None)
   kAmax,     // aten.amax.default(x, dims, keepdim=False)
   kAmin,     // aten.amin.default(x, dims, keepdim=False)
+  kMax,      // aten.max.default(x): every dim, a 0-dim result (torchao's tensorwise amax)
+  kMin,      // aten.min.default(x): every dim
   kMaxDim,   // aten.max.dim(x, dim, keepdim=False) -> (values, indices)
-  kMax,      // aten.max.default(x): the largest element, 0-dim (NaN if any)
   kProdDim,  // aten.prod.dim_int(x, dim, keepdim=False, dtype=None)
   kProd,     // aten.prod.default(x, dtype=None)
   // views: host-side aliases where the layout allows (view.cpp)

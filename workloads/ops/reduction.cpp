@@ -64,6 +64,16 @@ void parse_amax(ArgReader& a, const Graph& g, Node& n) {
   fail_on_empty(a, g, n, n.op == Op::kAmin ? "amin" : "amax");
 }
 
+// max.default / min.default(self): the value over every dim, 0-dim; an empty input raises, as in
+// PyTorch ("max(): Expected reduction dim to be specified for input.numel() == 0").
+void parse_max_all(ArgReader& a, const Graph& g, Node& n) {
+  n.operands = {{a.tensor(0, "self")}};
+  const auto nd = g.meta(n.operands[0].value).shape.size();
+  for (size_t d = 0; d < nd; ++d) n.dims.push_back(static_cast<int64_t>(d));
+  n.dtype = g.meta(n.operands[0].value).dtype;
+  fail_on_empty(a, g, n, n.op == Op::kMin ? "min" : "max");
+}
+
 // max.dim / prod.dim_int(self, dim, keepdim=False): one dim.
 void parse_one_dim(ArgReader& a, const Graph& g, Node& n) {
   n.operands = {{a.tensor(0, "self")}};
@@ -72,16 +82,6 @@ void parse_one_dim(ArgReader& a, const Graph& g, Node& n) {
   n.dims = {nd == 0 ? 0 : (d < 0 ? d + nd : d)};
   if (nd == 0) n.dims.clear();
   n.keepdim = a.boolean(2, "keepdim", false);
-}
-
-// max.default(self): the largest of every element (torch.max(x) without a dim), as amax over
-// every dim; NaN propagates as in amax.
-void parse_max_all(ArgReader& a, const Graph& g, Node& n) {
-  n.operands = {{a.tensor(0, "self")}};
-  const auto nd = g.meta(n.operands[0].value).shape.size();
-  for (size_t d = 0; d < nd; ++d) n.dims.push_back(static_cast<int64_t>(d));
-  n.dtype = g.meta(n.operands[0].value).dtype;
-  fail_on_empty(a, g, n, "max");
 }
 
 void parse_max_dim(ArgReader& a, const Graph& g, Node& n) {
@@ -231,10 +231,12 @@ constexpr OpDef kRows[] = {
         R"({"inputs": [{"shape": [3, 7], "dtype": "bfloat16"}], "args": [{"ref": "in0"}, [1]]})"),
     RED(Op::kAmin, "aten.amin.default", 1, parse_amax, infer_reduced, ref_amin, kAmin,
         R"({"inputs": [{"shape": [3, 7], "dtype": "float32"}], "args": [{"ref": "in0"}, [0], true]})"),
-    RED(Op::kMaxDim, "aten.max.dim", 2, parse_max_dim, infer_max_dim, ref_max_dim, kMaxDim,
-        R"({"inputs": [{"shape": [3, 7], "dtype": "float32"}], "args": [{"ref": "in0"}, -1]})"),
     RED(Op::kMax, "aten.max.default", 1, parse_max_all, infer_reduced, ref_amax, kAmax,
         R"({"inputs": [{"shape": [3, 7], "dtype": "bfloat16"}], "args": [{"ref": "in0"}]})"),
+    RED(Op::kMin, "aten.min.default", 1, parse_max_all, infer_reduced, ref_amin, kAmin,
+        R"({"inputs": [{"shape": [2, 5], "dtype": "float32"}], "args": [{"ref": "in0"}]})"),
+    RED(Op::kMaxDim, "aten.max.dim", 2, parse_max_dim, infer_max_dim, ref_max_dim, kMaxDim,
+        R"({"inputs": [{"shape": [3, 7], "dtype": "float32"}], "args": [{"ref": "in0"}, -1]})"),
     RED(Op::kProdDim, "aten.prod.dim_int", 1, parse_prod_dim, infer_reduced, ref_prod, kProd,
         R"({"inputs": [{"shape": [3, 4], "dtype": "float32", "stats": {"mean": 1, "std": 0.2, "min": 0.5, "max": 1.5}}],
             "args": [{"ref": "in0"}, 1, true]})"),
