@@ -124,13 +124,16 @@ class SourceMatcher {
   int64_t rows_ = 0, cols_ = 0;
   std::vector<std::pair<int, bool>> mags_;  ///< magnitude values and whether they are |x|
   std::vector<int> prefix_;                 ///< nodes producing them (abs, converts, x.float())
-  int x32_ = -1;                            ///< x.float()
-  std::set<int> own_scales_;                ///< scales of x's amaxes, matched or declined
+  /// x.float(): x itself when float32, and every convert of x to float32 (a default-partition
+  /// backward recomputes it once per quantization)
+  std::vector<int> x32s_;
+  bool is_x32(int v) const { return std::find(x32s_.begin(), x32s_.end(), v) != x32s_.end(); }
+  std::set<int> own_scales_;  ///< scales of x's amaxes, matched or declined
 };
 
 void SourceMatcher::collect_magnitudes() {
   mags_.push_back({x_, false});
-  if (meta(x_).dtype == DType::kFloat32) x32_ = x_;
+  if (meta(x_).dtype == DType::kFloat32) x32s_.push_back(x_);
   for (size_t i = 0; i < mags_.size(); ++i) {
     const auto [v, abs] = mags_[i];
     for (int u : g_.values[v].users) {
@@ -143,8 +146,8 @@ void SourceMatcher::collect_magnitudes() {
         is_abs = true;
       } else if ((n.op == Op::kConvertElementType || n.op == Op::kToCopy) &&
                  exact_upcast(meta(v).dtype, meta(o).dtype)) {
-        if (v == x_ && meta(o).dtype == DType::kFloat32 && x32_ < 0) {
-          x32_ = o;
+        if (v == x_ && meta(o).dtype == DType::kFloat32) {
+          x32s_.push_back(o);
           add = true;
         } else {
           add = abs;
@@ -246,9 +249,9 @@ bool SourceMatcher::match_amax(int a, bool abs, Found& f) {
   int cast_mul = -1;
   for (int u : g_.values[q.scale].users) {
     const Node& un = node(u);
-    if (un.op == Op::kMul && x32_ >= 0 && cast_mul < 0 && un.operands.size() == 2 &&
+    if (un.op == Op::kMul && cast_mul < 0 && un.operands.size() == 2 &&
         un.operands[0].is_tensor() && un.operands[1].is_tensor() &&
-        other_tensor(un, q.scale) == x32_) {
+        is_x32(other_tensor(un, q.scale))) {
       cast_mul = u;
       continue;
     }
@@ -370,14 +373,14 @@ void SourceMatcher::run() {
     found.push_back(std::move(f));
   }
   // A cast of x.float() by a scale that is not from x's amax: declined where it starts.
-  if (x32_ >= 0) {
+  for (int x32 : x32s_) {
     std::set<int> casts;
     for (const auto& f : found) casts.insert(f.nodes.begin(), f.nodes.end());
-    for (int u : g_.values[x32_].users) {
+    for (int u : g_.values[x32].users) {
       const Node& un = node(u);
       if (un.op != Op::kMul || casts.count(u) || un.operands.size() != 2) continue;
-      const int other = other_tensor(un, x32_);
-      if (other < 0 || other == x32_ || own_scales_.count(other)) continue;
+      const int other = other_tensor(un, x32);
+      if (other < 0 || is_x32(other) || own_scales_.count(other)) continue;
       // Only a multiply that goes on to a float8 cast is a quantization candidate.
       int w = single_user(g_, out0(u));
       while (w >= 0 && is_clamp(node(w).op)) w = single_user(g_, out0(w));

@@ -8,6 +8,8 @@
 // e4m3 was asked, the amax of x instead of |x|. (The swapped scales run the two-pass kernels even
 // on a rowwise-only group: the one-pass kernel computes each row's scale where it casts the row,
 // so it has no index to swap; the other mutants reach it.)
+#include <algorithm>
+#include <filesystem>
 #include <functional>
 
 #include "harness/replay/variants.hpp"
@@ -44,6 +46,24 @@ std::vector<GpuCase> cases() {
             std::string("float8_linear_") + kind + "_train_" + phase + "_" + shape;
         out.push_back({t, [t] { return load_trace(trace_path(t)); }, shape[2] == '8'});
       }
+  // The byog captures (torchao's recipes through the backend) at their small shapes, and the
+  // 2-D forms at [8192, 4096] x 4096 (bit-identity only: no float64 reference of their GEMMs).
+  const std::filesystem::path byog = std::filesystem::path(REPLAY_TRACES_DIR) / "byog" / "float8";
+  std::vector<std::string> names;
+  if (std::filesystem::is_directory(byog))
+    for (const auto& e : std::filesystem::directory_iterator(byog))
+      if (e.path().extension() == ".json" && e.path().stem().string().rfind("float8_", 0) == 0)
+        names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    const bool small =
+        n.find("_2x8x64x32") != std::string::npos || n.find("_16x64x32") != std::string::npos;
+    const bool big_2d = n.find("_2d_mincut_") != std::string::npos &&
+                        n.find("_8192x4096x4096") != std::string::npos;
+    if (!small && !big_2d) continue;
+    const std::string t = "byog/float8/" + n;
+    out.push_back({t, [t] { return load_trace(trace_path(t)); }, small});
+  }
   auto synth = [&](std::string name, QuantForm f) {
     out.push_back({name, [f, name] { return parse_trace(quant_trace(f, name), name); }, true});
   };
@@ -301,6 +321,7 @@ std::vector<size_t> mutant_cases() {
   for (size_t i = 0; i < cs.size(); ++i)
     if (cs[i].reference &&
         (cs[i].name.find("2x8x64x32") != std::string::npos ||
+         cs[i].name.find("16x64x32") != std::string::npos ||
          cs[i].name == "synthetic_group_300x1000" || cs[i].name == "synthetic_group_37x50" ||
          cs[i].name == "synthetic_rowwise_only_256x4096"))
       out.push_back(i);

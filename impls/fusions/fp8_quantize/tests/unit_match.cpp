@@ -4,6 +4,7 @@
 // and the column-major copy; negatives declined with their reason.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <set>
 
 #include "impls/fusions/fp8_quantize/params.hpp"
@@ -412,4 +413,33 @@ TEST(Fp8QuantizeMatch, AmaxOfXWithoutAbs) {
   ASSERT_EQ(q.size(), 2u);
   EXPECT_FALSE(q[0].abs);
   EXPECT_TRUE(q[1].abs);
+}
+
+// Every byog float8 capture (torchao's tensorwise, rowwise and rowwise_with_gw_hp recipes, both
+// partitioners, 2-D and reshape forms, both shapes): each quantized tensor is one region and no
+// quantization is declined (the default partitioner's backward recomputes x.float() per
+// quantization); the amax-only graphs have no scale chain, each amax declined with that reason.
+TEST(Fp8QuantizeMatch, EveryByogFloat8Capture) {
+  const std::filesystem::path dir = std::filesystem::path(REPLAY_TRACES_DIR) / "byog" / "float8";
+  if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "no " << dir;
+  int traces = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    Graph g = load_trace(e.path().string());
+    Plan p = make_plan(g, fusion_registry());
+    const std::string name = e.path().stem().string();
+    if (name.rfind("amax_", 0) == 0) {
+      EXPECT_TRUE(fp8_regions(p).empty()) << name;
+      EXPECT_NE(fp8_declines(g, p).find("is not converted to float64 for a scale"),
+                std::string::npos)
+          << name;
+      continue;
+    }
+    ++traces;
+    EXPECT_GE(fp8_regions(p).size(), 1u) << name;
+    EXPECT_EQ(fp8_declines(g, p), "") << name;
+    std::set<int> xs;
+    for (const Region* r : fp8_regions(p)) EXPECT_TRUE(xs.insert(params(r).x).second) << name;
+  }
+  EXPECT_GT(traces, 0);
 }
