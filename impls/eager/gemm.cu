@@ -228,21 +228,7 @@ void launch_strided_copy(const DeviceTensor& dst, const DeviceTensor& src, doubl
   REPLAY_CUDA_LAUNCH("strided_copy_kernel");
 }
 
-// _scaled_mm fallback epilogue: out[m, n] = acc[m, n] * (sa[m] * sb[n]) + bias[n] in float32,
-// rounded once to out's dtype (acc row-major [M, N]; a stride of 0 for a tensorwise scale).
-struct ScaledEpilogue {
-  const float* acc = nullptr;
-  int64_t M = 0, N = 0;
-  const float* sa = nullptr;
-  int64_t sa_stride = 0;
-  const float* sb = nullptr;
-  int64_t sb_stride = 0;
-  const void* bias = nullptr;  // null: no bias
-  DType bias_dtype = DType::kFloat32;
-  int64_t bias_stride = 0;
-  DeviceTensor out;  // 3-D [1, M, N]
-};
-
+// _scaled_mm fallback epilogue (ScaledEpilogue, gemm.hpp).
 __global__ void scaled_epilogue_kernel(ScaledEpilogue e) {
   const int64_t n = e.M * e.N;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -293,22 +279,19 @@ struct LtCall {
   void* workspace = nullptr;
   cublasLtMatmulAlgo_t algo{};
 
-  // Handle, workspace and algorithm (cached): CUBLAS_STATUS_NOT_SUPPORTED when the heuristic
-  // has none.
-  cublasStatus_t resolve() {
+  // Handle and workspace of the current device.
+  void bind_device() {
     int dev = 0;
     REPLAY_CUDA(cudaGetDevice(&dev));
     LtDevice& ctx = lt_device(dev, node);
     handle = ctx.handle;
     workspace = ctx.workspace;
-    const std::string k = std::to_string(dev) + "|" + key;
-    auto& cache = algo_cache();
-    if (auto it = cache.find(k); it != cache.end()) {
-      if (!it->second) return CUBLAS_STATUS_NOT_SUPPORTED;
-      algo = *it->second;
-      ready = true;
-      return CUBLAS_STATUS_SUCCESS;
-    }
+    device = dev;
+  }
+  int device = 0;
+
+  // The heuristic's first `want` candidates (empty: none fits; `st` the failure otherwise).
+  std::vector<cublasLtMatmulHeuristicResult_t> heuristics(int want, cublasStatus_t& st) {
     cublasLtMatmulPreference_t raw = nullptr;
     lt_check(node, "cublasLtMatmulPreferenceCreate", cublasLtMatmulPreferenceCreate(&raw));
     PrefPtr pref(raw);
@@ -330,19 +313,49 @@ struct LtCall {
     for (const auto& [attr, value] : attrs32)
       lt_check(node, "cublasLtMatmulPreferenceSetAttribute",
                cublasLtMatmulPreferenceSetAttribute(pref.get(), attr, value, sizeof(uint32_t)));
-    cublasLtMatmulHeuristicResult_t result{};
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(want));
     int returned = 0;
     ++g_counters.heuristic_queries;
-    const cublasStatus_t st =
-        cublasLtMatmulAlgoGetHeuristic(handle, desc.get(), la.get(), lb.get(), lc.get(), ld.get(),
-                                       pref.get(), 1, &result, &returned);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && returned == 0)) {
+    st = cublasLtMatmulAlgoGetHeuristic(handle, desc.get(), la.get(), lb.get(), lc.get(), ld.get(),
+                                        pref.get(), want, results.data(), &returned);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) returned = 0;
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) return {};
+    st = CUBLAS_STATUS_SUCCESS;
+    results.resize(static_cast<size_t>(std::max(returned, 0)));
+    // Belt and braces: only the deterministic reduction schemes, whatever the mask did.
+    auto undeterministic = [](const cublasLtMatmulHeuristicResult_t& r) {
+      uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
+                                           sizeof(scheme), &written);
+      return r.state != CUBLAS_STATUS_SUCCESS || (scheme != CUBLASLT_REDUCTION_SCHEME_NONE &&
+                                                  scheme != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+    };
+    results.erase(std::remove_if(results.begin(), results.end(), undeterministic), results.end());
+    return results;
+  }
+
+  // Handle, workspace and algorithm (cached): CUBLAS_STATUS_NOT_SUPPORTED when the heuristic
+  // has none.
+  cublasStatus_t resolve() {
+    bind_device();
+    const std::string k = std::to_string(device) + "|" + key;
+    auto& cache = algo_cache();
+    if (auto it = cache.find(k); it != cache.end()) {
+      if (!it->second) return CUBLAS_STATUS_NOT_SUPPORTED;
+      algo = *it->second;
+      ready = true;
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    const auto results = heuristics(1, st);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (results.empty()) {
       cache.emplace(k, std::nullopt);
       return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (st != CUBLAS_STATUS_SUCCESS) return st;
-    cache.emplace(k, result.algo);
-    algo = result.algo;
+    cache.emplace(k, results[0].algo);
+    algo = results[0].algo;
     ready = true;
     return CUBLAS_STATUS_SUCCESS;
   }
@@ -478,12 +491,7 @@ struct GemmPlan {
 
   void run_post(const Stage& st, cudaStream_t s) {
     for (const Copy& c : st.post) launch_strided_copy(c.dst, c.src, c.scale, s);
-    if (st.epilogue) {
-      const int64_t n = st.epilogue->M * st.epilogue->N;
-      constexpr int kThreads = 256;
-      scaled_epilogue_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(*st.epilogue);
-      REPLAY_CUDA_LAUNCH("scaled_epilogue_kernel");
-    }
+    if (st.epilogue) launch_scaled_epilogue(*st.epilogue, s);
   }
 
   void run(cudaStream_t s) {
@@ -735,6 +743,113 @@ void plan_scaled_mm(GemmPlan& p, const Node& n, const std::vector<DeviceTensor>&
   p.direct = std::move(st);
 }
 
+// --- a fusion's float8 matmul: algorithm choice ------------------------------------------------
+
+constexpr int kTuneCandidates = 8;    // heuristic candidates timed
+constexpr int kTuneReps = 5;          // timed launches per candidate (after one warm-up)
+constexpr double kTuneMargin = 0.97;  // a later candidate must be 3 % faster to replace one
+
+// "id 66 tile 20 stages 8 splitK 1 reduction 0 swizzle 0" for logs and tests.
+std::string algo_str(const cublasLtMatmulAlgo_t& a) {
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) {
+    uint32_t v = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &v, sizeof(v), &written);
+    return std::to_string(v);
+  };
+  return "id " + get(CUBLASLT_ALGO_CONFIG_ID) + " tile " + get(CUBLASLT_ALGO_CONFIG_TILE_ID) +
+         " stages " + get(CUBLASLT_ALGO_CONFIG_STAGES_ID) + " splitK " +
+         get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) + " reduction " +
+         get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) + " swizzle " +
+         get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+}
+
+// A CUDA stream and two events, destroyed on every path out of the tuning loop.
+struct TuneStream {
+  cudaStream_t s = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TuneStream() {
+    REPLAY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    REPLAY_CUDA(cudaEventCreate(&start));
+    REPLAY_CUDA(cudaEventCreate(&stop));
+  }
+  ~TuneStream() {
+    cudaStreamSynchronize(s);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaStreamDestroy(s);
+  }
+  TuneStream(const TuneStream&) = delete;
+  TuneStream& operator=(const TuneStream&) = delete;
+};
+
+// Sets c.algo for prepare_scaled_matmul (see gemm.hpp), once per (device, problem, tune) for the
+// process; `candidates` the heuristic candidates considered. Returns why there is none, or "".
+std::string choose_algo(LtCall& c, bool tune, int& candidates) {
+  struct Choice {
+    std::optional<cublasLtMatmulAlgo_t> algo;
+    int candidates = 0;
+  };
+  static std::unordered_map<std::string, Choice> chosen;
+  c.bind_device();
+  const std::string k = std::to_string(c.device) + (tune ? "|tuned|" : "|first|") + c.key;
+  const std::string none =
+      "cuBLASLt has no algorithm for this float8 matmul (cublasLtMatmulAlgoGetHeuristic returned "
+      "none with deterministic split-K reductions)";
+  if (auto it = chosen.find(k); it != chosen.end()) {
+    candidates = it->second.candidates;
+    if (!it->second.algo) return none;
+    c.algo = *it->second.algo;
+    c.ready = true;
+    return "";
+  }
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  const auto cands = c.heuristics(tune ? kTuneCandidates : 1, st);
+  if (st != CUBLAS_STATUS_SUCCESS) lt_fail(c.node, "cublasLtMatmulAlgoGetHeuristic", st);
+  candidates = static_cast<int>(cands.size());
+  size_t best = 0;
+  bool found = !cands.empty();
+  if (tune && cands.size() > 1) {
+    ++g_counters.tuned_problems;
+    TuneStream ts;
+    std::vector<float> ms(cands.size(), -1);
+    for (size_t i = 0; i < cands.size(); ++i) {
+      c.algo = cands[i].algo;
+      if (c.matmul(ts.s) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a refusal skips it
+      REPLAY_CUDA(cudaEventRecord(ts.start, ts.s));
+      bool ok = true;
+      for (int r = 0; r < kTuneReps && ok; ++r) ok = c.matmul(ts.s) == CUBLAS_STATUS_SUCCESS;
+      REPLAY_CUDA(cudaEventRecord(ts.stop, ts.s));
+      REPLAY_CUDA(cudaEventSynchronize(ts.stop));
+      if (ok) REPLAY_CUDA(cudaEventElapsedTime(&ms[i], ts.start, ts.stop));
+    }
+    found = false;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (ms[i] < 0) continue;
+      if (!found || ms[i] < ms[best] * kTuneMargin) best = i;
+      found = true;
+    }
+  }
+  if (!found) {
+    chosen.emplace(k, Choice{std::nullopt, candidates});
+    return none;
+  }
+  c.algo = cands[best].algo;
+  c.ready = true;
+  chosen.emplace(k, Choice{c.algo, candidates});
+  return "";
+}
+
+bool is_float8(DType t) {
+  return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2;
+}
+
+std::string mat_str(const Mat& m) {
+  return std::string(dtype_name(m.dtype)) + " [" + std::to_string(m.rows) + ", " +
+         std::to_string(m.cols) + "] strides [" + std::to_string(m.rstride) + ", " +
+         std::to_string(m.cstride) + "]";
+}
+
 }  // namespace
 
 EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
@@ -813,6 +928,105 @@ EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
   st.call = build_call(name, g);
   plan->direct = std::move(st);
   return [plan](cudaStream_t s) { plan->run(s); };
+}
+
+void launch_scaled_epilogue(const ScaledEpilogue& e, cudaStream_t stream) {
+  const int64_t n = e.M * e.N;
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  scaled_epilogue_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(e);
+  REPLAY_CUDA_LAUNCH("scaled_epilogue_kernel");
+}
+
+std::string scaled_matmul_unsupported(const ScaledMatmulOperands& m) {
+  if (m.a.ndim != 2 || m.b.ndim != 2 || m.d.ndim != 2) return "a, b and d must be 2-D";
+  const Mat a = as_mat(m.a), b = as_mat(m.b), d = as_mat(m.d);
+  const int64_t M = d.rows, N = d.cols, K = a.cols;
+  if (!is_float8(a.dtype) || !is_float8(b.dtype))
+    return "operands " + mat_str(a) + " and " + mat_str(b) + " are not both float8";
+  if (a.dtype == DType::kFloat8E5M2 && b.dtype == DType::kFloat8E5M2)
+    return "float8_e5m2 x float8_e5m2: cuBLASLt has no float8 kernel for two e5m2 operands";
+  if (K == 0) return "K = 0 (an empty sum: the bias or zeros, which the eager executor writes)";
+  if (K % 16 != 0 || N % 16 != 0)
+    return "K = " + std::to_string(K) + ", N = " + std::to_string(N) +
+           ": cuBLASLt's float8 kernels need both multiples of 16";
+  // Hopper's float8 kernels read only the "TN" layout: a row-major, b column-major.
+  if (!(a.cstride == 1 && (M == 1 || a.rstride >= K)))
+    return "self " + mat_str(a) +
+           " is not row-major: cuBLASLt's float8 kernels take only the TN layout (self "
+           "row-major, mat2 column-major), so it would need a copy";
+  if (!(b.rstride == 1 && b.cstride >= K))
+    return "mat2 " + mat_str(b) +
+           " is not column-major (not the transpose of a row-major [N, K]): cuBLASLt's float8 "
+           "kernels take only the TN layout, so it would need a copy";
+  const int64_t lda = M == 1 ? K : a.rstride, ldb = b.cstride;
+  auto misaligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 != 0; };
+  if (lda % 16 != 0 || ldb % 16 != 0 || misaligned(a.ptr) || misaligned(b.ptr))
+    return "a leading dimension (" + std::to_string(lda) + ", " + std::to_string(ldb) +
+           ") or an operand address is not a multiple of 16 bytes (cuBLASLt's float8 kernels)";
+  if (!is_16bit_or_32bit_float(d.dtype))
+    return std::string("a ") + std::string(dtype_name(d.dtype)) +
+           " output (the float8 path here writes bfloat16, float16 or float32)";
+  if (!(d.cstride == 1 && (M == 1 || d.rstride >= N)))
+    return "the output " + mat_str(d) + " is not row-major";
+  if (!m.scale_a || !m.scale_b) return "a scale pointer is null";
+  if (m.bias && !((m.bias_dtype == DType::kBFloat16 &&
+                   (d.dtype == DType::kBFloat16 || d.dtype == DType::kFloat32)) ||
+                  (m.bias_dtype == DType::kFloat16 && d.dtype == DType::kFloat16)))
+    return "a " + std::string(dtype_name(m.bias_dtype)) + " bias with a " +
+           std::string(dtype_name(d.dtype)) +
+           " output (cuBLASLt's float8 bias epilogue: bfloat16 with a bfloat16 or float32 output, "
+           "float16 with float16)";
+  int dev = 0, major = 0, minor = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  REPLAY_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  REPLAY_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const std::string sm = "sm_" + std::to_string(major) + std::to_string(minor);
+  if (major * 10 + minor < 89) return "float8 GEMMs need sm_89 or newer; this device is " + sm;
+  if (m.rowwise && (major != 9 || cublasLtGetVersion() < 120900))
+    return "rowwise scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F) need cuBLASLt 12.9+ on "
+           "sm_90; this is cuBLASLt " +
+           std::to_string(cublasLtGetVersion()) + " on " + sm;
+  return "";
+}
+
+PreparedMatmul prepare_scaled_matmul(const std::string& name, const ScaledMatmulOperands& m) {
+  PreparedMatmul out;
+  out.unsupported = scaled_matmul_unsupported(m);
+  if (!out.unsupported.empty()) return out;
+  const Mat a = as_mat(m.a), b = as_mat(m.b), d = as_mat(m.d);
+  const int64_t M = d.rows, N = d.cols, K = a.cols;
+  if (a.rows != M || b.rows != K || b.cols != N)
+    throw std::invalid_argument("float8 matmul " + name + ": shapes " + mat_str(a) + " @ " +
+                                mat_str(b) + " -> " + mat_str(d) + " do not fit");
+  if (M == 0 || N == 0) {
+    out.launch = [](cudaStream_t) {};
+    return out;
+  }
+  GemmSpec g;
+  g.a = a;
+  g.la = Stored{false, M == 1 ? K : a.rstride};
+  g.b = b;
+  g.lb = Stored{true, b.cstride};
+  g.d = d;
+  g.ldd = M == 1 ? N : d.rstride;
+  g.c_dtype = d.dtype;
+  g.compute = CUBLAS_COMPUTE_32F;
+  g.set_fast_accum = true;
+  g.fast_accum = m.fast_accum;
+  g.scale_a = m.scale_a;
+  g.scale_b = m.scale_b;
+  g.outer_vec = m.rowwise;
+  if (m.bias) {
+    g.bias = m.bias;
+    g.bias_dtype = m.bias_dtype;
+  }
+  std::shared_ptr<LtCall> call = build_call(name, g);
+  out.unsupported = choose_algo(*call, m.tune, out.candidates);
+  if (!out.unsupported.empty()) return out;
+  out.algo = algo_str(call->algo);
+  out.launch = [call](cudaStream_t s) { lt_check(call->node, "cublasLtMatmul", call->matmul(s)); };
+  return out;
 }
 
 GemmCounters gemm_counters() {

@@ -82,12 +82,93 @@ struct MatmulOperands {
 };
 EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m);
 
+/// The float32 scale step of a float8 GEMM run without cuBLASLt's scales (lower_gemm's _scaled_mm
+/// fallback, the scaled_mm fusion's baseline): out[m, n] = round(acc[m, n] * (sa[m] * sb[n]) +
+/// bias[n]), computed in float32 and rounded once to out's dtype. acc: row-major [M, N] float32;
+/// sa, sb: float32 vectors with element strides (0 for a tensorwise scale); bias: float32,
+/// bfloat16 or float16 with its stride, or nullptr; out: a 3-D [1, M, N] tensor of any strides
+/// and a float dtype.
+struct ScaledEpilogue {
+  const float* acc = nullptr;
+  int64_t M = 0, N = 0;
+  const float* sa = nullptr;
+  int64_t sa_stride = 0;
+  const float* sb = nullptr;
+  int64_t sb_stride = 0;
+  const void* bias = nullptr;  ///< nullptr: no bias
+  DType bias_dtype = DType::kFloat32;
+  int64_t bias_stride = 0;
+  DeviceTensor out;
+};
+/// Enqueues the scale step on `stream` (one grid-stride kernel). Throws RuntimeFailure on a launch
+/// failure.
+void launch_scaled_epilogue(const ScaledEpilogue& e, cudaStream_t stream);
+
+/// One float8 cuBLASLt matmul for a fusion (impls/fusions/scaled_mm): d = (a * scale_a) @
+/// (b * scale_b) (+ bias), accumulated in float32 and rounded once to d's dtype, through the same
+/// handles, workspace and descriptor setup as lower_gemm's aten._scaled_mm, but never through a
+/// copy or the float32 fallback: what cuBLASLt's float8 kernels cannot read in place is refused
+/// with the reason (scaled_matmul_unsupported).
+struct ScaledMatmulOperands {
+  DeviceTensor a;  ///< [M, K] float8_e4m3fn / e5m2, row-major (unit column stride)
+  DeviceTensor b;  ///< [K, N] float8, column-major (a `t`/`permute` of a row-major [N, K])
+  DeviceTensor d;  ///< [M, N] bfloat16, float16 or float32, row-major (any row stride)
+  const void* scale_a = nullptr;  ///< float32 device pointer: one element, or M (rowwise)
+  const void* scale_b = nullptr;  ///< float32 device pointer: one element, or N (rowwise)
+  /// Rowwise scales: scale_a [M] and scale_b [N], unit stride, through
+  /// CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F (cuBLASLt 12.9+, sm_90); else tensorwise
+  /// (CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER, one float each).
+  bool rowwise = false;
+  /// [N] unit stride, cuBLASLt's float8 bias epilogue: bfloat16 with a bfloat16 or float32 d,
+  /// float16 with a float16 d; nullptr: none.
+  const void* bias = nullptr;
+  DType bias_dtype = DType::kBFloat16;
+  bool fast_accum = false;  ///< CUBLASLT_MATMUL_DESC_FAST_ACCUM (aten._scaled_mm use_fast_accum)
+  /// Time the heuristic's candidates once per problem and keep the fastest (see
+  /// prepare_scaled_matmul); false: the heuristic's first, as lower_gemm does.
+  bool tune = false;
+};
+
+/// Why cuBLASLt's float8 kernels cannot run `m` in place, or "" when they can: both operands
+/// float8_e5m2; a not row-major or b not column-major (the "TN" layout Hopper's float8 kernels
+/// take); K or N not a multiple of 16; a leading dimension or address not a multiple of 16
+/// bytes; d not bfloat16/float16/float32 or not row-major; a bias combination outside cuBLASLt's
+/// float8 table; rowwise scales before cuBLASLt 12.9 or on a device other than sm_90; a device
+/// below sm_89. The layout checks need no device; the last two query the current one.
+std::string scaled_matmul_unsupported(const ScaledMatmulOperands& m);
+
+/// A prepared cuBLASLt matmul: the launch, or why there is none.
+struct PreparedMatmul {
+  EagerLaunch launch;       ///< empty when unsupported
+  std::string unsupported;  ///< why cuBLASLt cannot run it (scaled_matmul_unsupported, or no
+                            ///< algorithm for it)
+  std::string algo;         ///< the algorithm chosen: "id 66 tile 20 stages 8 splitK 1 ..."
+  int candidates = 0;       ///< heuristic candidates considered (timed when tune and > 1)
+};
+
+/// Prepares the float8 matmul `m` (`name` names it in errors). The algorithm is chosen now, on
+/// the current device, once per problem (shape, dtypes, layouts, scale mode, bias, fast_accum,
+/// pointer alignments) for the process, and cached:
+///  - candidates: cublasLtMatmulAlgoGetHeuristic's first 8 with split-K reductions restricted to
+///    CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE or none (a separate reduction kernel over float32
+///    partial sums in a fixed order: deterministic; the in-place and output-type schemes are
+///    not allowed), so every candidate gives bit-identical results run to run;
+///  - with `tune`, each candidate runs once to warm up and then 5 times between CUDA events on a
+///    stream of its own (reading and writing m's buffers, so they must be allocated; their
+///    contents do not matter and d is overwritten); the first in the heuristic's order is kept
+///    unless another is at least 3 % faster. Nothing else may use the device's cuBLASLt
+///    workspace meanwhile (bind time: the program is being built).
+/// Later launches enqueue one cublasLtMatmul with that algorithm. Throws std::invalid_argument
+/// for ranks or shapes that do not fit; the launch throws RuntimeFailure with the cuBLASLt status.
+PreparedMatmul prepare_scaled_matmul(const std::string& name, const ScaledMatmulOperands& m);
+
 /// What the GEMM launches of this process did so far (for tests and logs).
 struct GemmCounters {
   int64_t heuristic_queries = 0;  ///< cublasLtMatmulAlgoGetHeuristic calls (algorithm cache misses)
   int64_t matmuls = 0;            ///< cublasLtMatmul calls
   int64_t copied_operands = 0;    ///< operands given a temporary in a cuBLASLt layout (lowering)
   int64_t scaled_fallbacks = 0;   ///< _scaled_mm nodes that took the float32-GEMM + scale path
+  int64_t tuned_problems = 0;     ///< problems whose candidates prepare_scaled_matmul timed
 };
 GemmCounters gemm_counters();
 

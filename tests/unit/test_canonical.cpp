@@ -324,3 +324,61 @@ TEST(Canonical, SameAsMustNameAnEarlierInputOfTheSameLayout) {
         << e.what();
   }
 }
+
+TEST(Canonical, WidenedInputsAreComputedFromTheirSource) {
+  // T5's default partitioner saves x (bf16) and x.float() for the backward; the trace marks the
+  // second `widened_from` the first (traces/capture/mark_same_as.py). The canonical graph computes
+  // it by a convert node (no captured node), as the min-cut backward recomputes it.
+  Graph g = load_trace(std::string(REPLAY_TRACES_DIR) +
+                       "/byog/t5_layernorm_default_train_bwd_2x8x256.json");
+  const int wide = g.find_value("convert_element_type"), x = g.find_value("hidden_states");
+  ASSERT_GE(wide, 0);
+  EXPECT_EQ(g.values[wide].widened_from, x);
+  const auto in = generate_inputs(g, 5);
+  ASSERT_EQ(in.at(wide).meta.dtype, DType::kFloat32);
+  EXPECT_EQ(in.at(wide).data, in.at(x).data);  // the same numbers, exactly
+  const CanonicalGraph c = canonicalize(g);
+  EXPECT_EQ(std::count(c.graph.inputs.begin(), c.graph.inputs.end(), wide), 0);
+  const int p = c.graph.values[wide].producer;
+  ASSERT_GE(p, 0);
+  EXPECT_EQ(c.orig_node[p], -1);
+  EXPECT_EQ(op_name(c.graph.nodes[p].op), "prims.convert_element_type.default");
+  EXPECT_EQ(c.graph.nodes[p].operands[0].value, x);
+  EXPECT_GE(captured_node(c, p), 0);  // declines there are reported at its first reader
+  expect_reference_unchanged(g, c);
+}
+
+TEST(Canonical, WidenedFromMustNameAnEarlierNarrowerInputOfTheSameLayout) {
+  json t = trace("widened", {input("a", {4, 8}, "bfloat16"), input("b", {4, 8}, "float32")},
+                 json::array({node("y", "aten.add.Tensor", {ref("a"), ref("b")},
+                                   {tensor({4, 8}, "float32")})}),
+                 {"y"});
+  t["inputs"][1]["widened_from"] = "a";
+  EXPECT_EQ(parse_trace(t, "<ok>").values[1].widened_from, 0);
+  auto rejected = [](const json& doc, const std::string& what) {
+    try {
+      parse_trace(doc, "<bad>");
+      ADD_FAILURE() << "loaded: " << what;
+    } catch (const TraceError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  json later = t;
+  later["inputs"][1].erase("widened_from");
+  later["inputs"][0]["widened_from"] = "b";
+  rejected(later, "which is not an earlier input");
+  json narrowing = t;  // float32 -> bfloat16 rounds: no widening
+  narrowing["inputs"][0] = input("a", {4, 8}, "float32");
+  narrowing["inputs"][1] = input("b", {4, 8}, "bfloat16");
+  narrowing["inputs"][1]["widened_from"] = "a";
+  rejected(narrowing, "an exact widening");
+  json shape = t;
+  shape["inputs"][1] = input("b", {8, 4}, "float32");
+  shape["inputs"][1]["widened_from"] = "a";
+  rejected(shape, "\"widened_from\" input 'a' is bfloat16[4, 8]");
+  json both = t;  // a third input, the same tensor as b and widened from a
+  both["inputs"].push_back(input("c", {4, 8}, "float32"));
+  both["inputs"][2]["same_as"] = "b";
+  both["inputs"][2]["widened_from"] = "a";
+  rejected(both, "not both");
+}

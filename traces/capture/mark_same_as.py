@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""Mark a backward trace's saved inputs that are the same tensor ("same_as", traces/SCHEMA.md).
+"""Mark a backward trace's saved inputs that are the same tensor or the same value ("same_as"), or
+an exact widening of another ("widened_from"), from the forward trace beside it (traces/SCHEMA.md).
 
 The capture (tracelib.training_traces) records "same_as" from the tensors PyTorch passed to the
-backward: two saved inputs with the same storage, offset, shape, strides and dtype. For traces
-captured before it did, this derives the same facts from the forward trace beside each backward:
-two saved inputs whose "from" outputs are the same forward value through `aten.alias.default`
-chains (aot_autograd's default partitioner returns `rsqrt` and `aten.alias(rsqrt)` and saves both)
-are the same tensor. Needs no PyTorch.
+backward: two saved inputs with the same storage, offset, shape, strides and dtype. This derives
+more from the forward trace, for traces captured before and (called by tracelib) at capture:
+- same_as: two saved inputs whose "from" outputs are the same forward value through
+  `aten.alias.default` chains (aot_autograd's default partitioner returns `rsqrt` and
+  `aten.alias(rsqrt)` and saves both), or values the forward computes by the same ops from the
+  same values (Cohere's default partition saves `x - mean` computed twice): equal bit for bit,
+  since the ops are deterministic (random ops never match);
+- widened_from: a saved input whose forward value is `prims.convert_element_type` (or
+  `aten._to_copy` with only a dtype) of the value another saved input is, to a wider floating
+  dtype that holds it exactly (T5's default partition saves x and x.float()).
+Needs no PyTorch.
 
 Usage: python3 traces/capture/mark_same_as.py TRACE_DIR [--check]
   --check: change nothing; exit 1 if a trace lacks a mark this would add.
@@ -18,37 +25,102 @@ import os
 import sys
 
 
-def alias_base(fwd):
-    """{forward value id: the value it aliases through aten.alias chains (itself if none)}."""
-    base = {}
+# Ops whose recomputation may differ: random draws, and atomics-based accumulation on the GPU.
+NONDETERMINISTIC = ("rand", "bernoulli", "dropout", "normal", "uniform", "multinomial", "randperm", "scatter",
+                    "index_put", "index_add", "embedding_dense_backward")
+WIDER = {("bfloat16", "float32"), ("bfloat16", "float64"), ("float16", "float32"), ("float16", "float64"),
+         ("float32", "float64")}
+
+
+def value_keys(fwd):
+    """A function giving each forward value id a structural key: equal keys are equal values.
+    Inputs key by id, aliases by what they alias, a deterministic node's outputs by (op, argument
+    keys, kwargs, output index)."""
+    nodes = {}
     for n in fwd.get("nodes", []):
-        args = n.get("args", [])
-        if n.get("op") == "aten.alias.default" and args and isinstance(args[0], dict) and "ref" in args[0]:
-            src = args[0]["ref"]
-            base[n["id"]] = base.get(src, src)
-    return lambda v: base.get(v, v)
+        nodes[n["id"]] = n
+    memo = {}
+
+    def arg_key(a):
+        if isinstance(a, dict) and "ref" in a:
+            return ("ref", key(a["ref"]), tuple(sorted((k, repr(v)) for k, v in a.items() if k != "ref")))
+        if isinstance(a, list):
+            return ("list", tuple(arg_key(x) for x in a))
+        return ("lit", repr(a))
+
+    def key(v):
+        if v in memo:
+            return memo[v]
+        memo[v] = ("node", v)  # cycles cannot happen in a trace; this also covers unknown ids
+        n = nodes.get(v)
+        if n is None:
+            k = ("input", v)
+        elif n.get("op") == "aten.alias.default" and n.get("args") and isinstance(n["args"][0], dict):
+            k = key(n["args"][0]["ref"])
+        elif any(r in n.get("op", "") for r in NONDETERMINISTIC):
+            k = ("node", v)
+        else:
+            k = (n.get("op"), tuple(arg_key(a) for a in n.get("args", [])),
+                 tuple(sorted((kk, arg_key(vv)) for kk, vv in (n.get("kwargs") or {}).items())))
+        memo[v] = k
+        return k
+    return key, nodes
 
 
 def meta_key(t):
     return (tuple(t.get("shape", [])), tuple(t.get("stride", [])), t.get("dtype"))
 
 
+def widening_source(n):
+    """The value id `n` converts exactly to a wider float dtype, or None."""
+    op, args, kw = n.get("op"), n.get("args", []), n.get("kwargs") or {}
+    if not args or not isinstance(args[0], dict) or "ref" not in args[0]:
+        return None
+    if op == "prims.convert_element_type.default" and len(args) == 2:
+        return args[0]["ref"]
+    if op == "aten._to_copy.default" and len(args) == 1 and set(kw) <= {"dtype"}:
+        return args[0]["ref"]
+    return None
+
+
 def mark(bwd, fwd):
-    """Adds "same_as" to `bwd`'s inputs in place; returns the ids marked."""
-    resolve = alias_base(fwd)
+    """Adds "same_as" and "widened_from" to `bwd`'s inputs in place; returns the ids marked."""
+    key, nodes = value_keys(fwd)
+    out_meta = {}
+    for n in fwd.get("nodes", []):
+        for k, o in enumerate(n.get("outputs", []) or []):
+            if isinstance(o, dict) and k == 0:
+                out_meta[n["id"]] = o
     first = {}
     marked = []
+    saved = []
     for inp in bwd.get("inputs", []):
         f = inp.get("from")
         if not f or f.get("trace") != fwd.get("name"):
             continue
-        key = (resolve(f["output"]), meta_key(inp))
-        if key in first:
-            if inp.get("same_as") != first[key]:
-                inp["same_as"] = first[key]
+        saved.append(inp)
+        k = (key(f["output"]), meta_key(inp))
+        if k in first:
+            if "same_as" not in inp and "widened_from" not in inp:
+                inp["same_as"] = first[k]
                 marked.append(inp["id"])
         else:
-            first[key] = inp["id"]
+            first[k] = inp["id"]
+    for pos, inp in enumerate(saved):
+        if "same_as" in inp or "widened_from" in inp:
+            continue
+        n = nodes.get(inp["from"]["output"])
+        src = widening_source(n) if n else None
+        if src is None:
+            continue
+        for other in saved[:pos]:
+            if other.get("widened_from") or key(other["from"]["output"]) != key(src):
+                continue
+            if (other.get("shape") == inp.get("shape") and other.get("stride") == inp.get("stride")
+                    and (other.get("dtype"), inp.get("dtype")) in WIDER):
+                inp["widened_from"] = other.get("same_as", other["id"])
+                marked.append(inp["id"])
+                break
     return marked
 
 
@@ -73,7 +145,7 @@ def main():
         if not marked:
             continue
         missing += 1
-        print(f"{os.path.basename(path)}: same_as on {', '.join(marked)}")
+        print(f"{os.path.basename(path)}: same_as/widened_from on {', '.join(marked)}")
         if not a.check:
             with open(path, "w") as fh:  # as tracelib.write_json writes traces
                 fh.write(json.dumps(bwd, indent=1, allow_nan=False))

@@ -423,6 +423,20 @@ def amax_cases():
     ]
 
 
+def max_all_cases():
+    """torch.max(t) / torch.min(t) without a dim: every dim, a 0-dim result (torchao writes the
+    tensorwise float8 amax as torch.max(torch.abs(x)))."""
+    return [
+        C("float32 [3,5]", lambda c: ([c.t([3, 5])], {})),
+        C("bfloat16 [7,1,13]", lambda c: ([c.t([7, 1, 13], BF16)], {})),
+        C("int64", lambda c: ([c.t([3, 5], I64)], {})),
+        C("special values (nan propagates)", lambda c: ([c.t([10], F32, "specials")], {})),
+        C("float16 transposed", lambda c: ([c.t([6, 4], F16, None, "t")], {})),
+        C("bfloat16 broadcast", lambda c: ([c.t([2, 3, 4], BF16, None, "bcast:1")], {})),
+        C("0-dim", lambda c: ([c.t([])], {})),
+    ]
+
+
 def creation_like_cases():
     return [
         C("float32", lambda c: ([c.t([3, 5])], {})),
@@ -665,15 +679,6 @@ def build_ops():
     ]
     ops["aten.amax.default"] = amax_cases()
     ops["aten.amin.default"] = amax_cases()
-    def max_all_cases():  # torch.max(x) / torch.min(x): every dim (the tensorwise float8 amax)
-        return [
-            C("float32 [3,5]", lambda c: ([c.t([3, 5])], {})),
-            C("bfloat16 [7,1,13]", lambda c: ([c.t([7, 1, 13], BF16)], {})),
-            C("special values (nan propagates)", lambda c: ([c.t([10], F32, "specials")], {})),
-            C("float16 transposed", lambda c: ([c.t([6, 4], F16, None, "t")], {})),
-            C("int64", lambda c: ([c.t([3, 5], I64)], {})),
-            C("0-dim", lambda c: ([c.t([])], {})),
-        ]
     ops["aten.max.default"] = max_all_cases()
     ops["aten.min.default"] = max_all_cases()
     ops["aten.max.dim"] = [

@@ -580,6 +580,12 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
                     f"input {fw_ph_ids[i]} {fw_metas[i]['shape']}")
     else:
         notes.append(f"backward returns {len(bw_outs)} values for {len(fw_ph)} forward inputs: grad_of omitted")
+    # Saved inputs equal by construction (the same value computed twice) or widened copies of
+    # another: derived from the forward trace (mark_same_as.py; traces/SCHEMA.md).
+    from mark_same_as import mark as mark_equal_inputs
+    marked = mark_equal_inputs(bwd, fwd)
+    if marked:
+        notes.append("same_as/widened_from derived from the forward for " + ", ".join(marked))
     if notes:
         fwd["source"]["notes"] = list(notes)
         bwd["source"]["notes"] = list(notes)

@@ -296,4 +296,9 @@ double load_as(DType t, const void* src) {
   throw std::runtime_error("load_as: no host storage for dtype " + std::string(dtype_name(t)));
 }
 
+bool exact_widening(DType from, DType to) {
+  return from != to && is_floating(from) && is_floating(to) &&
+         promote_types(from, to) == std::optional<DType>(to);
+}
+
 }  // namespace replay

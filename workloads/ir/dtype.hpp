@@ -43,6 +43,9 @@ int min_normal_exponent(DType t);
 /// refuses (two different float8 dtypes, or float8 with any other dtype).
 std::optional<DType> promote_types(DType a, DType b);
 bool is_integral(DType t);  ///< int32, int64 (not bool)
+/// A cast from `from` to `to` keeps every value exactly and changes the dtype: both floating and
+/// `to` is what promote_types gives (bfloat16/float16 to float32/float64, float32 to float64).
+bool exact_widening(DType from, DType to);
 
 /// Round a value to the nearest value representable in `t` (round-to-nearest-even, as a cast
 /// in PyTorch does); float64 is returned unchanged, float32 is rounded to float.

@@ -79,6 +79,11 @@ struct Value {
   /// that input's value index, else -1. Inputs are generated equal; the canonical form reads the
   /// earlier one.
   int same_as = -1;
+  /// A graph input that is exactly an earlier input widened to this input's dtype
+  /// (traces/SCHEMA.md "widened_from": T5's default partitioner saves x in bf16 and
+  /// `x.float()` for the backward): that input's value index, else -1. Inputs are generated
+  /// equal; the canonical form computes this one from the earlier one.
+  int widened_from = -1;
   /// A graph input that stands for an output of a node the loader cut out (an op the harness
   /// cannot run): its index in Graph::cut; -1 otherwise.
   int cut = -1;

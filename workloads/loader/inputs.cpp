@@ -18,7 +18,7 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
   for (int v : g.inputs) {
     if (std::find(skip.begin(), skip.end(), v) != skip.end()) continue;
     const Value& val = g.values[v];
-    if (val.same_as >= 0) continue;  // the same tensor as an earlier input: copied below
+    if (val.same_as >= 0 || val.widened_from >= 0) continue;  // copied from another below
     const TensorMeta& layout = val.meta;
     const ValueStats st = val.stats.value_or(ValueStats{});
     for (int64_t s : layout.stride)
@@ -55,9 +55,14 @@ std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
       out[v] = strided_view(storage, layout);
     }
   }
-  for (int v : g.inputs)
-    if (g.values[v].same_as >= 0 && out.count(g.values[v].same_as))
-      out[v] = out.at(g.values[v].same_as);
+  for (int v : g.inputs) {
+    const Value& val = g.values[v];
+    if (val.same_as >= 0 && out.count(val.same_as)) out[v] = out.at(val.same_as);
+    if (val.widened_from >= 0 && out.count(val.widened_from)) {
+      out[v] = out.at(val.widened_from);  // an exact widening: the same numbers
+      out[v].meta.dtype = val.meta.dtype;
+    }
+  }
   return out;
 }
 

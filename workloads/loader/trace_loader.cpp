@@ -237,6 +237,26 @@ class Parser {
                      shape_str(b.stride));
       g_.values[v].same_as = g_.values[o].same_as >= 0 ? g_.values[o].same_as : o;
     }
+    if (in.contains("widened_from")) {  // exactly an earlier input, widened to this dtype
+      if (!in["widened_from"].is_string()) fail(id, "expected \"widened_from\" to be an input id");
+      if (g_.values[v].same_as >= 0)
+        fail(id, "an input has \"same_as\" or \"widened_from\", not both");
+      const std::string other = in["widened_from"].get<std::string>();
+      const int o = g_.find_value(other);
+      if (o < 0 || !g_.values[o].graph_input || o == v)
+        fail(id, "\"widened_from\" names '" + other + "', which is not an earlier input");
+      const TensorMeta& a = g_.values[o].meta;
+      const TensorMeta& b = g_.values[v].meta;
+      if (a.shape != b.shape || a.stride != b.stride || !exact_widening(a.dtype, b.dtype))
+        fail(id, "\"widened_from\" input '" + other + "' is " + a.str() + " with strides " +
+                     shape_str(a.stride) + "; this input is " + b.str() + " with strides " +
+                     shape_str(b.stride) +
+                     ": expected the same shape and strides and an exact widening "
+                     "(bfloat16/float16 to float32/float64, float32 to float64)");
+      if (g_.values[o].widened_from >= 0)
+        fail(id, "\"widened_from\" input '" + other + "' is itself widened from another input");
+      g_.values[v].widened_from = g_.values[o].same_as >= 0 ? g_.values[o].same_as : o;
+    }
     g_.inputs.push_back(v);
   }
 

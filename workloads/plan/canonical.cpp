@@ -93,9 +93,7 @@ int round_trip_source(const Graph& g, const std::vector<Node>& nodes, const std:
     const int x = sole_tensor(*p);
     if (x < 0) return -1;
     const DType from = g.meta(x).dtype, wide = g.meta(u).dtype;
-    const bool exact = is_floating(from) && is_floating(wide) &&
-                       promote_types(from, wide) == std::optional<DType>(wide);
-    return exact && from == out.dtype && g.meta(x).shape == out.shape ? x : -1;
+    return exact_widening(from, wide) && from == out.dtype && g.meta(x).shape == out.shape ? x : -1;
   }
   if (!is_reshape_family(n.op)) return -1;
   int cur = u;
@@ -165,6 +163,22 @@ CanonicalGraph canonicalize(const Graph& g) {
   // Inputs that are the same tensor as an earlier input (Value::same_as): read the earlier one.
   for (int v : g.inputs)
     if (g.values[v].same_as >= 0) c.replaced_by[v] = g.values[v].same_as;
+  // Inputs that are an earlier input widened (Value::widened_from): computed from it by a convert
+  // node at the head of the graph (no captured node; orig_node -1), as the min-cut partitioner's
+  // backward recomputes `x.float()` from the saved x.
+  std::vector<Node> widened;
+  for (int v : g.inputs) {
+    if (g.values[v].widened_from < 0) continue;
+    Node n;
+    n.id = g.values[v].name;
+    n.op = Op::kConvertElementType;
+    n.dtype = g.values[v].meta.dtype;
+    Operand o;
+    o.value = g.values[v].widened_from;
+    n.operands = {o};
+    n.outputs = {v};
+    widened.push_back(std::move(n));
+  }
 
   // Identity and round-trip nodes: rewire their readers to the source; order commutative operands.
   std::vector<Node> nodes = g.nodes;
@@ -206,6 +220,7 @@ CanonicalGraph canonicalize(const Graph& g) {
     if (kept[i])
       for (const auto& o : nodes[i].operands)
         if (o.is_tensor()) ++reads[o.value];
+  for (const Node& w : widened) ++reads[w.operands[0].value];
   for (int i = nn - 1; i >= 0; --i) {
     if (!kept[i]) continue;
     bool live = false;
@@ -224,13 +239,22 @@ CanonicalGraph canonicalize(const Graph& g) {
   cg.file = g.file;
   cg.source = g.source;
   cg.world_size = g.world_size;
-  cg.inputs = g.inputs;
+  for (int v : g.inputs)
+    if (g.values[v].widened_from < 0) cg.inputs.push_back(v);
   cg.golden = g.golden;
   cg.values = g.values;
   for (auto& v : cg.values) {
     v.users.clear();
     v.graph_output = false;
     v.producer = -1;
+  }
+  for (Node& w : widened) {  // read or returned: the input was (the dead pass keeps them)
+    const int ci = static_cast<int>(cg.nodes.size());
+    c.orig_node.push_back(-1);
+    cg.values[w.operands[0].value].users.push_back(ci);
+    cg.values[w.outputs[0]].producer = ci;
+    cg.values[w.outputs[0]].graph_input = false;
+    cg.nodes.push_back(std::move(w));
   }
   for (int i = 0; i < nn; ++i) {
     if (!kept[i]) {
@@ -251,20 +275,26 @@ CanonicalGraph canonicalize(const Graph& g) {
   return c;
 }
 
+int captured_node(const CanonicalGraph& c, int n) {
+  if (c.orig_node.at(n) >= 0) return c.orig_node[n];
+  int first = -1;
+  for (int u : c.graph.values[c.graph.nodes.at(n).outputs.at(0)].users)
+    if (c.orig_node[u] >= 0 && (first < 0 || c.orig_node[u] < first)) first = c.orig_node[u];
+  return first;
+}
+
 std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
   const int nn = static_cast<int>(g.nodes.size());
   std::vector<char> in(nn, 0);
   int anchor = -1;
+  if (r.anchor >= 0 && std::find(r.nodes.begin(), r.nodes.end(), r.anchor) == r.nodes.end())
+    return "the anchor the matcher chose is not one of the region's nodes";
+  const int early = r.anchor >= 0 ? c.orig_node.at(r.anchor) : -1;  // the matcher's choice
   for (int n : r.nodes) {
     const int o = c.orig_node.at(n);
+    if (o < 0) continue;  // a widened input's convert: the captured graph reads the input
     in[o] = 1;
     anchor = std::max(anchor, o);
-  }
-  // A matcher may place the fused step earlier than its last node (Region::anchor).
-  if (r.anchor >= 0) {
-    if (std::find(r.nodes.begin(), r.nodes.end(), r.anchor) == r.nodes.end())
-      return "the anchor the matcher chose is not one of the region's nodes";
-    anchor = c.orig_node.at(r.anchor);
   }
   auto from_region = [&](int v) {
     const int p = g.values[v].producer;
@@ -328,7 +358,7 @@ std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
     if (in[i]) nodes.push_back(i);
   std::sort(absorbed.begin(), absorbed.end());
   r.nodes = std::move(nodes);
-  r.anchor = anchor;
+  r.anchor = early >= 0 ? early : anchor;
   r.absorbed = std::move(absorbed);
   r.tail = std::move(tail);
   return "";

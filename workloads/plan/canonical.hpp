@@ -28,6 +28,9 @@
 //   same input an input that is the same tensor as an earlier one (`same_as` in the trace: the
 //              default partitioner saves rsqrt and aten.alias(rsqrt) for the backward) is read
 //              as that one;
+//   widened    an input that is an earlier input widened (`widened_from` in the trace: T5's
+//              default partitioner saves x and x.float()) is computed from it by a convert node
+//              at the head of the canonical graph, as the min-cut partitioner's backward does;
 //   outputs    graph outputs are resolved through removed nodes, so a value returned twice (once
 //              through an alias) or an input returned as an output is one value.
 #pragma once
@@ -47,7 +50,8 @@ struct CanonicalGraph {
   /// The canonical graph: the captured graph's values (same indices, same metadata), the kept
   /// nodes in captured order with operands rewired, users and graph-output flags recomputed.
   Graph graph;
-  /// Per canonical node: its index in the captured graph.
+  /// Per canonical node: its index in the captured graph; -1 for the convert that computes a
+  /// widened input (rule "widened"), which has none.
   std::vector<int> orig_node;
   /// Per captured node: its canonical index, or -1 when removed.
   std::vector<int> canon_node;
@@ -65,9 +69,14 @@ struct CanonicalGraph {
 /// The canonical form of `g` (see the rules above). Never throws on a loaded graph.
 CanonicalGraph canonicalize(const Graph& g);
 
+/// The captured node standing for canonical node `n`: its orig_node, or for a widened input's
+/// convert the first captured node reading that input (-1 if none does).
+int captured_node(const CanonicalGraph& c, int n);
+
 struct Region;
 /// Maps region `r`, found on `c.graph`, onto the captured graph `g` in place: its nodes become
-/// captured node indices, `anchor` the last of them (or the node the matcher chose, Region::anchor), and it absorbs the removed nodes that belong
+/// captured node indices, `anchor` the last of them (or the node the matcher chose, Region::anchor,
+/// mapped), and it absorbs the removed nodes that belong
 /// with it: identity nodes reading a value it produces (`tail` when something outside reads them:
 /// their outputs alias the region output they resolve to), identity nodes whose every reader it
 /// claims (a clone of its input), and dead nodes that read only its values. Inputs, outputs and

@@ -98,11 +98,13 @@ struct Region {
   std::vector<int> outputs;  ///< value indices the fused step writes for the rest of the graph
   std::any params;           ///< the fusion's own typed params (value indices, not names)
   /// Set by make_plan on the captured graph: the node at which the fused step runs (the last node
-  /// the matcher claimed; -1: nodes.back()). A matcher may set it first to one of its own nodes
-  /// (canonical index) to run the step earlier: it then checks that every value the region reads
-  /// is produced before that node (fp8_quantize: a tensor's quantizations run where the tensor
-  /// is ready, before the GEMMs that read the first of them and the column-major copies the graph
-  /// makes only after those GEMMs). The nodes the canonical form had removed and the
+  /// the matcher claimed; -1: nodes.back()). A matcher may instead set it to one of its own nodes
+  /// (a canonical node index; map_region maps it) at which every region input is computed and
+  /// before every outside reader of a region output: amax_reuse runs at its first reduction, since
+  /// the scale of a rowwise amax is read before the columnwise amax of the same tensor;
+  /// fp8_quantize where its source tensor is ready, before the GEMMs that read its first float8
+  /// tensor (the graph makes the column-major copies after them). The nodes
+  /// the canonical form had removed and the
   /// region claims with it (aliases of its values, clones of its inputs, dead readers of its
   /// intermediates); and of those, the ones something outside reads, whose outputs alias what
   /// the fused step writes (an alias of a saved statistic returned beside it).

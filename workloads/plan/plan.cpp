@@ -32,14 +32,16 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
   p.canonical_reordered = c.reordered;
   auto captured = [&](const std::vector<int>& canon_nodes) {
     std::vector<int> v;
-    for (int n : canon_nodes) v.push_back(c.orig_node.at(n));
+    for (int n : canon_nodes)
+      if (c.orig_node.at(n) >= 0) v.push_back(c.orig_node.at(n));
     return v;
   };
   for (const FusionSpec* f : fusions) {
     Matches found;
     f->match(c.graph, found);
     for (const Decline& d : found.declined)
-      p.declined.push_back({std::string(f->name), c.orig_node.at(d.node), d.reason});
+      if (const int at = captured_node(c, d.node); at >= 0)  // -1: an unread widened input
+        p.declined.push_back({std::string(f->name), at, d.reason});
     for (auto& r : found.regions) {
       r.fusion = f;
       if (g.world_size < f->min_world_size) {

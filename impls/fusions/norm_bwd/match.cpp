@@ -137,6 +137,9 @@ std::vector<Stats> stats_candidates(Algebra& A, const std::vector<int>& atoms) {
         s.rstd_atom = r;
         s.mean_atom = m;
         s.layernorm = m >= 0;
+        // No saved mean: RMSNorm's x, or LayerNorm's x saved already centred (Cohere's default
+        // partition saves x - mean); the dx search tries both.
+        s.ln_known = m >= 0;
         s.rstd = Poly::atom(r);
         Poly centered = Poly::atom(x);
         if (m >= 0) centered = Algebra::add(centered, Poly::atom(m), -1);
