@@ -443,3 +443,24 @@ TEST(Fp8QuantizeMatch, EveryByogFloat8Capture) {
   }
   EXPECT_GT(traces, 0);
 }
+
+// The gradient's column-major copy (permute -> clone) feeds the second GEMM: the clone is this
+// region's tail (its buffer is the copy the kernels write), and the GEMM's region, which also
+// absorbs the clone of its input, is still taken, reading that buffer (make_plan: a shared tail
+// stays with the earlier region).
+TEST(Fp8QuantizeMatch, ColumnMajorCopyFeedsTheNextGemmRegion) {
+  for (const char* t : {"float8_linear_tensorwise_train_bwd_2x8x64x32",
+                        "float8_linear_rowwise_train_bwd_2x8x64x32"}) {
+    Graph g = load_trace(trace_path(t));
+    Plan p = make_plan(g, fusion_registry());
+    ASSERT_EQ(fp8_regions(p).size(), 1u) << t;
+    const Region* q = fp8_regions(p)[0];
+    ASSERT_EQ(q->tail.size(), 1u);
+    EXPECT_EQ(g.nodes[q->tail[0].node].id, "clone_1");
+    int gemms = 0;
+    for (const Region& r : p.regions)
+      for (int n : r.nodes) gemms += g.nodes[n].op == Op::kScaledMm && r.fusion != q->fusion;
+    EXPECT_EQ(gemms, 2) << t << ": both _scaled_mm in GEMM regions";
+    for (const auto& d : p.dropped) EXPECT_NE(d.fusion, "scaled_mm") << t << ": " << d.reason;
+  }
+}
