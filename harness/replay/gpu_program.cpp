@@ -77,7 +77,8 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
     const int r = plan.node_region[ni];
     if (fuse && r >= 0) {  // every node of a region is emitted at its anchor
       const Region& reg = plan.regions[r];
-      // The fused step sits at the region's anchor (the last node its matcher claimed); the
+      // The fused step sits at the region's anchor (the last node its matcher claimed, or an
+      // earlier one of its nodes after everything the region reads, Region::anchor); the
       // absorbed identities something outside reads alias what it writes (Region::tail).
       const int anchor = reg.anchor >= 0 ? reg.anchor : reg.nodes.back();
       if (static_cast<int>(ni) != anchor) continue;
@@ -86,8 +87,8 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
           slots_[g.nodes[t.node].outputs.at(0)] = slot(t.source, g.nodes[t.node].id);
         continue;
       }
-      // Unsupported: the region's nodes run eagerly. A node after the anchor is an absorbed one
-      // that reads only the region's values (map_region), so it can run here too.
+      // Unsupported: the region's nodes run eagerly. A node after the anchor reads only the
+      // region's values and what was produced before the anchor, so it can run here too.
       for (int n : reg.nodes) add_eager_step(n);
       continue;
     }

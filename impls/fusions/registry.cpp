@@ -1,7 +1,8 @@
 #include "impls/fusions/registry.hpp"
 
 // One line per fusion: impls/fusions/<name>/ defines `const FusionSpec replay::fusions::<name>`.
-#define REPLAY_FUSIONS(X) X(layernorm_fwd) X(norm_bwd) X(matmul_epilogue) X(scaled_mm) X(amax_reuse)
+#define REPLAY_FUSIONS(X) \
+  X(layernorm_fwd) X(norm_bwd) X(fp8_quantize) X(matmul_epilogue) X(scaled_mm) X(amax_reuse)
 
 namespace replay {
 namespace fusions {

@@ -287,6 +287,8 @@ std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
   const int nn = static_cast<int>(g.nodes.size());
   std::vector<char> in(nn, 0);
   int anchor = -1;
+  if (r.anchor >= 0 && std::find(r.nodes.begin(), r.nodes.end(), r.anchor) == r.nodes.end())
+    return "the anchor the matcher chose is not one of the region's nodes";
   const int early = r.anchor >= 0 ? c.orig_node.at(r.anchor) : -1;  // the matcher's choice
   for (int n : r.nodes) {
     const int o = c.orig_node.at(n);

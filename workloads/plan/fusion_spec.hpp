@@ -101,7 +101,9 @@ struct Region {
   /// the matcher claimed; -1: nodes.back()). A matcher may instead set it to one of its own nodes
   /// (a canonical node index; map_region maps it) at which every region input is computed and
   /// before every outside reader of a region output: amax_reuse runs at its first reduction, since
-  /// the scale of a rowwise amax is read before the columnwise amax of the same tensor. The nodes
+  /// the scale of a rowwise amax is read before the columnwise amax of the same tensor;
+  /// fp8_quantize where its source tensor is ready, before the GEMMs that read its first float8
+  /// tensor (the graph makes the column-major copies after them). The nodes
   /// the canonical form had removed and the
   /// region claims with it (aliases of its values, clones of its inputs, dead readers of its
   /// intermediates); and of those, the ones something outside reads, whose outputs alias what

@@ -55,6 +55,30 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
         p.dropped.push_back({std::string(f->name), matched, why});
         continue;
       }
+      // An identity both regions absorbed (the clone of fp8_quantize's transposed float8 tensor,
+      // which a GEMM region also takes as the clone of its input) stays with the earlier region
+      // when it is a tail there: that region's buffer is the clone's value, which the later
+      // region then reads as its input.
+      auto shared_tail = [&](int n) {
+        const int other = p.node_region[n];
+        if (other < 0 || std::find(r.absorbed.begin(), r.absorbed.end(), n) == r.absorbed.end())
+          return false;
+        const auto& tail = p.regions[other].tail;
+        return std::any_of(tail.begin(), tail.end(),
+                           [&](const TailAlias& t) { return t.node == n; });
+      };
+      if (std::any_of(r.nodes.begin(), r.nodes.end(), shared_tail) &&
+          std::none_of(r.nodes.begin(), r.nodes.end(),
+                       [&](int n) { return p.node_region[n] >= 0 && !shared_tail(n); })) {
+        std::vector<int> keep;
+        for (int n : r.nodes)
+          if (!shared_tail(n)) keep.push_back(n);
+        std::vector<int> absorbed;
+        for (int n : r.absorbed)
+          if (p.node_region[n] < 0) absorbed.push_back(n);
+        r.nodes = std::move(keep);
+        r.absorbed = std::move(absorbed);
+      }
       auto taken = std::find_if(r.nodes.begin(), r.nodes.end(),
                                 [&](int n) { return p.node_region[n] >= 0; });
       if (taken != r.nodes.end()) {

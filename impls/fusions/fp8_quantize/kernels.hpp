@@ -1,0 +1,106 @@
+// fp8_quantize kernels (kernels.cu): the passes both variants are made of, over a row-major
+// source x seen as [rows, cols] (bfloat16, float16 or float32) and up to kMaxQuants
+// quantizations of it. bind.cpp strings them together:
+//   optimized: amax pass (every amax of x in one read) -> scales -> cast pass (every float8
+//              tensor of x, row-major and column-major, in one more read); rowwise
+//              quantizations alone, row-major: one kernel, one read of x;
+//   baseline:  per quantization: amax pass -> scale -> cast pass (row-major) -> transpose copy
+//              for a column-major float8 copy (the eager sequence's passes, minus the
+//              materialized |x|, x.float() and clamps).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "workloads/ir/dtype.hpp"
+
+namespace replay::fp8_quantize {
+
+inline constexpr int kMaxQuants = 4;    ///< quantizations of one tensor in one region
+inline constexpr int kMaxDests = 2;     ///< float8 values one quantization writes
+inline constexpr int kMaxVecOuts = 2;   ///< scale (or reciprocal, or amax) values it writes, each
+inline constexpr int kMaxColMajor = 2;  ///< column-major float8 values per cast pass (smem tiles)
+inline constexpr int kTileRows = 64;    ///< rows of x one CTA of the tile passes covers
+inline constexpr int kTileCols = 256;   ///< columns of x one CTA covers (8 per thread)
+
+enum class Granularity : uint8_t {
+  kTensorwise,  ///< one amax and scale for the whole tensor ([] or [1, 1])
+  kRowwise,     ///< one per row: amax over dim -1, keepdim ([rows, 1])
+  kColumnwise,  ///< one per column of a 2-D tensor: amax over dim 0 ([1, cols] or [cols])
+};
+
+/// Amax workspace slot of a granularity and abs flag (kAmaxSlots in all): element keys
+/// (quant_math.hpp max_key), 1, rows or cols of them.
+inline constexpr int amax_slot(Granularity g, bool abs) {
+  return static_cast<int>(g) * 2 + (abs ? 1 : 0);
+}
+inline constexpr int kAmaxSlots = 6;
+
+/// A float8 tensor written as [rows, cols]: element (r, c) at ptr[r * rs + c * cs].
+/// Row-major (cs == 1) is written straight from registers; column-major (rs == 1) through a
+/// shared-memory tile (smem_slot >= 0 in the optimized cast pass).
+struct Fp8Dest {
+  uint8_t* ptr = nullptr;
+  int64_t rs = 0, cs = 0;
+  int smem_slot = -1;
+};
+
+/// A vector output (a scale, its reciprocal or an amax): element i at ptr[i * stride], `dtype`.
+struct VecOut {
+  void* ptr = nullptr;
+  int64_t stride = 1;
+  DType dtype = DType::kFloat32;
+};
+
+struct QuantArgs {
+  Granularity gran = Granularity::kTensorwise;
+  bool abs = true;         ///< amax of |x| (false: of x)
+  bool e5m2 = false;       ///< float8_e5m2 (false: float8_e4m3fn)
+  float fp8_max = 448;     ///< clamp bound
+  double scale_mul = 448;  ///< scale = scale_mul / max(amax, eps)
+  double eps = 1e-12;
+  Fp8Dest dests[kMaxDests];
+  int n_dests = 0;
+  VecOut scales[kMaxVecOuts], recips[kMaxVecOuts], amaxes[kMaxVecOuts];
+  int n_scales = 0, n_recips = 0, n_amaxes = 0;
+  float* scale_ws =
+      nullptr;  ///< [len] float32 scales (len 1, rows or cols), written by the scales kernel
+};
+
+struct QuantizeArgs {
+  const void* x = nullptr;  ///< [rows, cols] row-major, rows `cols` elements apart
+  DType x_dtype = DType::kBFloat16;
+  int64_t rows = 0, cols = 0;
+  QuantArgs q[kMaxQuants];
+  int n_quants = 0;
+  uint32_t* amax_ws[kAmaxSlots] = {};  ///< max keys per slot (amax_slot); null where unused
+  /// Test hook, 0 in production: the GPU mutants set 1 so that a rowwise cast reads row r ^ 1's
+  /// scale (tests/gpu_mutants.cpp, "swapped rowwise scales").
+  int row_scale_xor = 0;
+};
+
+/// Elements of a granularity's vectors: 1, rows or cols.
+int64_t vec_len(const QuantizeArgs& a, Granularity g);
+
+/// Sets the amax slots in `slots` (a bit per slot) to the empty max and takes every amax they
+/// stand for in one read of x.
+void launch_amax(const QuantizeArgs& a, unsigned slots, cudaStream_t s);
+/// For each quantization in `quants` (a bit each): its scales from its amax slot into scale_ws,
+/// and its scale, reciprocal and amax outputs.
+void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
+/// One read of x: every float8 dest of the quantizations in `quants` (needs their scale_ws).
+/// Column-major dests need smem_slot set (at most kMaxColMajor), else they are written byte by
+/// byte.
+void launch_cast(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
+/// True when the quantizations in `quants` are all rowwise with row-major dests (and no test
+/// hook is set): launch_rowwise then does the whole work in one read of x.
+bool rowwise_one_pass(const QuantizeArgs& a, unsigned quants);
+/// One read of x: the row amaxes, scales (and their outputs) and row-major float8 rows of the
+/// rowwise quantizations in `quants` (rowwise_one_pass must hold; no workspaces needed).
+void launch_rowwise(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
+/// dst = src, both [rows, cols] float8 in their strides (the baseline's column-major copy), through
+/// 32 x 32 shared-memory tiles.
+void launch_transpose_copy(Fp8Dest src, Fp8Dest dst, int64_t rows, int64_t cols, cudaStream_t s);
+
+}  // namespace replay::fp8_quantize

@@ -1,0 +1,340 @@
+// fp8_quantize on the GPU: both variants on every bundled float8 linear (tensorwise and rowwise,
+// forward and backward, both shapes) and on synthetic groups (every granularity, both float8
+// dtypes, float16/float32 sources, shapes that are not multiples of the tiles, column-major
+// copies): every value the region writes bit-identical to the eager executor's, and the graph's
+// outputs passing the harness's numerics check against the float64 reference (small shapes).
+// Mutants that must fail both: rowwise scales swapped between rows, a tensorwise scale used for a
+// rowwise quantization, the reciprocal dropped (the scale written instead), e5m2 written where
+// e4m3 was asked, the amax of x instead of |x|. (The swapped scales run the two-pass kernels even
+// on a rowwise-only group: the one-pass kernel computes each row's scale where it casts the row,
+// so it has no index to swap; the other mutants reach it.)
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "harness/replay/variants.hpp"
+#include "impls/fusions/binding.hpp"
+#include "impls/fusions/fp8_quantize/params.hpp"
+#include "impls/fusions/fp8_quantize/tests/synthetic.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+namespace replay::fusions {
+extern const FusionSpec fp8_quantize;
+}
+
+using namespace replay;
+using namespace replay::test;
+using fp8_quantize::Granularity;
+using fp8_quantize::Params;
+
+namespace {
+
+struct GpuCase {
+  std::string name;
+  std::function<Graph()> load;
+  bool reference = true;  ///< small enough for the float64 reference (its GEMMs) in a test
+};
+
+std::vector<GpuCase> cases() {
+  std::vector<GpuCase> out;
+  for (const char* kind : {"tensorwise", "rowwise"})
+    for (const char* phase : {"fwd", "bwd"})
+      for (const char* shape : {"2x8x64x32", "2x4096x4096x4096"}) {
+        const std::string t =
+            std::string("float8_linear_") + kind + "_train_" + phase + "_" + shape;
+        out.push_back({t, [t] { return load_trace(trace_path(t)); }, shape[2] == '8'});
+      }
+  // The byog captures (torchao's recipes through the backend) at their small shapes, and the
+  // 2-D forms at [8192, 4096] x 4096 (bit-identity only: no float64 reference of their GEMMs).
+  const std::filesystem::path byog = std::filesystem::path(REPLAY_TRACES_DIR) / "byog" / "float8";
+  std::vector<std::string> names;
+  if (std::filesystem::is_directory(byog))
+    for (const auto& e : std::filesystem::directory_iterator(byog))
+      if (e.path().extension() == ".json" && e.path().stem().string().rfind("float8_", 0) == 0)
+        names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) {
+    const bool small =
+        n.find("_2x8x64x32") != std::string::npos || n.find("_16x64x32") != std::string::npos;
+    const bool big_2d = n.find("_2d_mincut_") != std::string::npos &&
+                        n.find("_8192x4096x4096") != std::string::npos;
+    if (!small && !big_2d) continue;
+    const std::string t = "byog/float8/" + n;
+    out.push_back({t, [t] { return load_trace(trace_path(t)); }, small});
+  }
+  auto synth = [&](std::string name, QuantForm f) {
+    out.push_back({name, [f, name] { return parse_trace(quant_trace(f, name), name); }, true});
+  };
+  QuantForm group;  // four quantizations of one tensor, two column-major copies
+  group.shape = {300, 1000};
+  group.quants = {QuantSpec{}, QuantSpec{}, QuantSpec{}, QuantSpec{}};
+  group.quants[0].gran = "rowwise";
+  group.quants[0].f32_abs = true;
+  group.quants[1].gran = "columnwise";
+  group.quants[1].f32_abs = true;
+  group.quants[1].row_major_out = false;
+  group.quants[1].col_major_out = true;
+  group.quants[2].gran = "tensorwise_max";
+  group.quants[2].fp8 = "float8_e5m2";
+  group.quants[2].col_major_out = true;
+  group.quants[2].amax_out = true;
+  group.quants[3].gran = "rowwise";
+  group.quants[3].fp8 = "float8_e5m2";
+  synth("synthetic_group_300x1000", group);
+  for (const char* dt : {"float16", "float32"}) {
+    QuantForm f = group;
+    f.dtype = dt;
+    f.shape = {130, 264};
+    synth(std::string("synthetic_group_130x264_") + dt, f);
+  }
+  QuantForm odd = group;  // columns not a multiple of 8: the element-wise paths
+  odd.shape = {37, 50};
+  synth("synthetic_group_37x50", odd);
+  QuantForm rowwise;  // rowwise only, row-major: the optimized variant's one-pass kernel
+  rowwise.shape = {256, 4096};
+  rowwise.quants = {QuantSpec{}, QuantSpec{}};
+  rowwise.quants[0].gran = rowwise.quants[1].gran = "rowwise";
+  rowwise.quants[0].f32_abs = true;
+  rowwise.quants[1].fp8 = "float8_e5m2";
+  rowwise.quants[1].amax_out = true;
+  synth("synthetic_rowwise_only_256x4096", rowwise);
+  rowwise.shape = {33, 50};
+  synth("synthetic_rowwise_only_33x50", rowwise);
+  QuantForm rank3;
+  rank3.shape = {2, 40, 96};
+  rank3.quants = {QuantSpec{}, QuantSpec{}};
+  rank3.quants[0].gran = "rowwise";
+  rank3.quants[1].fp8 = "float8_e5m2";
+  synth("synthetic_rank3_2x40x96", rank3);
+  return out;
+}
+
+// Values the fp8_quantize regions write.
+std::vector<int> region_outputs(const Plan& plan) {
+  std::vector<int> out;
+  for (const Region& r : plan.regions)
+    if (r.fusion->name == "fp8_quantize") out.insert(out.end(), r.outputs.begin(), r.outputs.end());
+  return out;
+}
+
+// The first value of `vals` whose bits differ between the two programs ("" when none).
+std::string first_difference(const Graph& g, const GpuProgram& a, const GpuProgram& b,
+                             const std::vector<int>& vals) {
+  for (int v : vals) {
+    const HostTensor x = a.download(v, nullptr), y = b.download(v, nullptr);
+    for (size_t i = 0; i < x.data.size(); ++i) {
+      const double p = x.data[i], q = y.data[i];
+      const bool same =
+          (std::isnan(p) && std::isnan(q)) || (p == q && std::signbit(p) == std::signbit(q));
+      if (!same)
+        return g.values[v].name + "[" + std::to_string(i) + "]: " + std::to_string(p) + " vs " +
+               std::to_string(q);
+    }
+  }
+  return "";
+}
+
+class Fp8QuantizeGpu : public ::testing::TestWithParam<std::tuple<size_t, std::string>> {};
+
+}  // namespace
+
+TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
+  REQUIRE_GPU();
+  const auto& [ci, variant] = GetParam();
+  const GpuCase c = cases()[ci];
+  Graph g = c.load();
+  const Plan plan = make_plan(g, fusion_registry());
+  const std::vector<int> outs = region_outputs(plan);
+  ASSERT_FALSE(outs.empty()) << c.name << ": no fp8_quantize region";
+  const auto bounds = default_value_bounds(g);
+  for (uint64_t seed : {41u, 42u, 43u}) {
+    const auto inputs = generate_inputs(g, seed);
+    GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
+    eager.run_all(LaunchContext{});
+    GpuProgram prog(g, plan, variant, inputs, nullptr);
+    expect_fused_where_available(plan, prog, variant, c.name);
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(first_difference(g, prog, eager, outs), "")
+        << c.name << " " << variant << " seed " << seed;
+    if (!c.reference) continue;
+    const auto ref = run_reference(g, inputs);
+    for (int v : g.outputs) {
+      const auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                                   output_bounds(g, plan, bounds, v));
+      EXPECT_TRUE(res.pass()) << c.name << " " << variant << " seed " << seed << " "
+                              << g.values[v].name << ": " << res.failure();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, Fp8QuantizeGpu,
+                         ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
+                                            ::testing::Values("baseline", "optimized")),
+                         [](const auto& info) {
+                           return test_name(cases()[std::get<0>(info.param)].name + "_" +
+                                            std::get<1>(info.param));
+                         });
+
+// --- mutants ----------------------------------------------------------------------------------
+
+namespace {
+
+struct Mutant {
+  const char* name;
+  bool (*applies)(const Params&);
+  void (*mutate)(Params&);
+  /// Which of the values the region writes the mutant gets wrong: the float8 tensors, or the
+  /// reciprocals of the scales.
+  bool wrong_float8 = true;
+  /// The mutant is wrong only on inputs where it shows (the amax of x equals the amax of |x|
+  /// when the largest magnitude is positive): some seed must fail, not every one.
+  bool some_seed = false;
+};
+
+bool has(const Params& p, Granularity g) {
+  for (const auto& q : p.quants)
+    if (q.granularity == g) return true;
+  return false;
+}
+
+const Mutant kMutants[] = {
+    {"swapped_rowwise_scales", [](const Params& p) { return has(p, Granularity::kRowwise); },
+     [](Params& p) { p.row_scale_xor = 1; }},
+    {"tensorwise_scale_for_rowwise", [](const Params& p) { return has(p, Granularity::kRowwise); },
+     [](Params& p) {
+       // its per-row scale outputs are then left unwritten: the float8 tensors must show it
+       for (auto& q : p.quants)
+         if (q.granularity == Granularity::kRowwise) {
+           q.granularity = Granularity::kTensorwise;
+           q.scale_outs.clear();
+           q.recip_outs.clear();
+           q.amax_outs.clear();
+         }
+     }},
+    {"dropped_reciprocal",
+     [](const Params& p) {
+       for (const auto& q : p.quants)
+         if (!q.recip_outs.empty()) return true;
+       return false;
+     },
+     [](Params& p) {
+       for (auto& q : p.quants) {
+         q.scale_outs.insert(q.scale_outs.end(), q.recip_outs.begin(), q.recip_outs.end());
+         q.recip_outs.clear();
+       }
+     },
+     false},
+    {"e5m2_for_e4m3",
+     [](const Params& p) {
+       for (const auto& q : p.quants)
+         if (q.fp8 == DType::kFloat8E4M3) return true;
+       return false;
+     },
+     [](Params& p) {
+       for (auto& q : p.quants) q.fp8 = DType::kFloat8E5M2;
+     }},
+    {"amax_of_x_not_abs", [](const Params&) { return true; },
+     [](Params& p) {
+       for (auto& q : p.quants) q.abs = false;
+     },
+     true, true},
+};
+
+const Mutant* g_mutant = nullptr;
+
+Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  Region m = r;
+  auto p = std::any_cast<Params>(r.params);
+  g_mutant->mutate(p);
+  m.params = p;
+  return fp8_quantize::bind(g, m, v, ctx);
+}
+
+class Fp8QuantizeMutant : public ::testing::TestWithParam<std::tuple<size_t, size_t, std::string>> {
+};
+
+}  // namespace
+
+TEST_P(Fp8QuantizeMutant, Fails) {
+  REQUIRE_GPU();
+  const auto& [mi, ci, variant] = GetParam();
+  g_mutant = &kMutants[mi];
+  const GpuCase c = cases()[ci];
+  Graph g = c.load();
+  FusionSpec spec = fusions::fp8_quantize;
+  spec.bind = mutant_bind;
+  const FusionSpec* fusions[] = {&spec};
+  const Plan plan = make_plan(g, fusions);
+  ASSERT_FALSE(plan.regions.empty());
+  bool applies = false;
+  for (const Region& r : plan.regions)
+    applies |= g_mutant->applies(std::any_cast<const Params&>(r.params));
+  if (!applies) GTEST_SKIP() << g_mutant->name << " does not apply to " << c.name;
+  const auto bounds = default_value_bounds(g);
+  int failing_seeds = 0;
+  // A mutant wrong only on some inputs gets more seeds (a tensorwise amax of x differs from
+  // that of |x| on about half of them).
+  const int n_seeds = g_mutant->some_seed ? 8 : 3;
+  for (uint64_t seed = 41; seed < 41u + n_seeds; ++seed) {
+    const auto inputs = generate_inputs(g, seed);
+    GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
+    eager.run_all(LaunchContext{});
+    GpuProgram prog(g, plan, variant, inputs, nullptr);
+    for (size_t r = 0; r < plan.regions.size(); ++r)
+      ASSERT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << "the mutant must run fused";
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    std::vector<int> watched;  // the values this mutant gets wrong
+    for (const Region& r : plan.regions)
+      for (const auto& q : std::any_cast<const Params&>(r.params).quants) {
+        const auto& vs = g_mutant->wrong_float8 ? q.q_outs : q.recip_outs;
+        watched.insert(watched.end(), vs.begin(), vs.end());
+      }
+    const bool differs = !first_difference(g, prog, eager, watched).empty();
+    const auto ref = run_reference(g, inputs);
+    bool all_pass = true;
+    for (int v : g.outputs)
+      all_pass &= check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                              output_bounds(g, plan, bounds, v))
+                      .pass();
+    if (!g_mutant->some_seed) {
+      EXPECT_TRUE(differs) << c.name << " " << variant << " " << g_mutant->name << " seed " << seed
+                           << ": bit-identical to eager";
+      EXPECT_FALSE(all_pass) << c.name << " " << variant << " " << g_mutant->name << " seed "
+                             << seed << ": passed the numerics check";
+    }
+    failing_seeds += differs && !all_pass;
+  }
+  EXPECT_GT(failing_seeds, 0) << c.name << " " << variant << " " << g_mutant->name;
+}
+
+namespace {
+// The small bundled float8 linears and three synthetic groups (the reference checks them).
+std::vector<size_t> mutant_cases() {
+  std::vector<size_t> out;
+  const auto cs = cases();
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const std::string& n = cs[i].name;
+    if ((n.rfind("float8_linear_", 0) == 0 && n.find("2x8x64x32") != std::string::npos) ||
+        n == "synthetic_group_300x1000" || n == "synthetic_group_37x50" ||
+        n == "synthetic_rowwise_only_256x4096")
+      out.push_back(i);
+  }
+  return out;
+}
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Fp8QuantizeMutant,
+                         ::testing::Combine(::testing::Range<size_t>(0, std::size(kMutants)),
+                                            ::testing::ValuesIn(mutant_cases()),
+                                            ::testing::Values("baseline", "optimized")),
+                         [](const auto& info) {
+                           return test_name(std::string(kMutants[std::get<0>(info.param)].name) +
+                                            "_" + cases()[std::get<1>(info.param)].name + "_" +
+                                            std::get<2>(info.param));
+                         });
