@@ -335,10 +335,21 @@ bool SourceMatcher::match_cast(int a, int mul, Found& f) {
                                num(fmax) + "]");
   f.nodes.push_back(next);
   q.q = out0(next);
-  // 2-D transposes of the float8 tensor: written by the region (the column-major copy).
+  // 2-D transposes of the float8 tensor: written by the region (the column-major copy), which
+  // the program allocates in the layout of the copy's clone. Not a transpose a _scaled_mm reads
+  // as its mat2: that one must stay the column-major view of the row-major tensor (cuBLASLt's
+  // float8 kernels take only TN), and the clone beside it then runs as the copy it is.
+  auto read_as_mat2 = [&](int v) {
+    for (int r : g_.values[v].users)
+      if (node(r).op == Op::kScaledMm && node(r).operands.size() > 1 &&
+          node(r).operands[1].value == v)
+        return true;
+    return false;
+  };
   for (int u : g_.values[q.q].users) {
     const Node& un = node(u);
-    if (un.op == Op::kPermute && xs.size() == 2 && un.dims == std::vector<int64_t>{1, 0}) {
+    if (un.op == Op::kPermute && xs.size() == 2 && un.dims == std::vector<int64_t>{1, 0} &&
+        !read_as_mat2(out0(u))) {
       f.nodes.push_back(u);
       q.q_outs.push_back(out0(u));
     }
