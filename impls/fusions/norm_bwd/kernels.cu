@@ -71,8 +71,12 @@ constexpr int block_of(int g) {
 
 // Sums of a and b over the G threads of a row group (G a power of two; groups of G <= 32 are
 // aligned lane segments, larger ones whole warps summed through shared memory in warp order).
+// red: 2 x block / 32 slots, used by alternate calls (`phase` counts the calls, the same in every
+// thread): a call's barrier also orders the previous call's reads of the other half before the next
+// call's writes to it, so one barrier per call suffices (two before: a G = 256 row paid four per
+// row with recomputed statistics).
 template <int G>
-__device__ __forceinline__ float2 group_sum2(float a, float b, float2* red) {
+__device__ __forceinline__ float2 group_sum2(float a, float b, float2* red, int& phase) {
   constexpr int W = G < 32 ? G : 32;
 #pragma unroll
   for (int o = W / 2; o > 0; o >>= 1) {
@@ -84,6 +88,7 @@ __device__ __forceinline__ float2 group_sum2(float a, float b, float2* red) {
   } else {
     constexpr int kWarps = G / 32;
     const int warp = threadIdx.x / 32, first = warp / kWarps * kWarps;
+    red += (phase++ & 1) * (block_of(G) / 32);
     if (threadIdx.x % 32 == 0) red[warp] = make_float2(a, b);
     __syncthreads();
     float2 t = make_float2(0.f, 0.f);
@@ -92,7 +97,6 @@ __device__ __forceinline__ float2 group_sum2(float a, float b, float2* red) {
       t.x += red[first + i].x;
       t.y += red[first + i].y;
     }
-    __syncthreads();  // red is reused by the next call
     return t;
   }
 }
@@ -189,7 +193,8 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* w_s = reinterpret_cast<float*>(smem_raw);
   uint4* ring = reinterpret_cast<uint4*>(smem_raw + ring_offset(a.cols));
-  __shared__ float2 red[kBlock / 32];
+  __shared__ float2 red[2 * kBlock / 32];
+  int phase = 0;  // group_sum2 calls so far
   const int tid = threadIdx.x % G, grp = threadIdx.x / G;
   const int nvec = static_cast<int>(a.cols / E);
   const int64_t r0 = int64_t(blockIdx.x) * split;
@@ -278,7 +283,7 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
 #pragma unroll
         for (int e = 0; e < E; ++e) s1 += f[e];
       }
-      const float mean = a.layernorm ? group_sum2<G>(s1, 0.f, red).x * inv_c : 0.f;
+      const float mean = a.layernorm ? group_sum2<G>(s1, 0.f, red, phase).x * inv_c : 0.f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         const bool in = tid + k * G < nvec;
@@ -290,7 +295,8 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           s2 = fmaf(d, d, s2);
         }
       }
-      const float var = group_sum2<G>(s2, 0.f, red).x * inv_c * (a.layernorm ? a.var_scale : 1.f);
+      const float var =
+          group_sum2<G>(s2, 0.f, red, phase).x * inv_c * (a.layernorm ? a.var_scale : 1.f);
       rs = rsqrtf(var + eps);
       m = mean;
       s = rs;
@@ -324,8 +330,8 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
         }
       }
     }
-    const float2 S = group_sum2<G>(p1[0] + p1[1], p2[0] + p2[1], red);
-    const float S3 = a.recenter ? group_sum2<G>(p3, 0.f, red).x : 0.f;  // uniform branch
+    const float2 S = group_sum2<G>(p1[0] + p1[1], p2[0] + p2[1], red, phase);
+    const float S3 = a.recenter ? group_sum2<G>(p3, 0.f, red, phase).x : 0.f;  // uniform branch
     // Pass 2: dx = rs * (g - (S1 + (xhat [- S3 / C]) * S2) / C); dw += rnd(dy * rnd(xhat or xs));
     // db += dy.
     const float ca = rs, cb = -rs * S.y * inv_c;
