@@ -177,11 +177,25 @@ __host__ __device__ constexpr size_t ring_offset(int64_t cols) {
   return (static_cast<size_t>(cols) * sizeof(float) + 15) / 16 * 16;
 }
 
+// Resident blocks per SM the row kernel is compiled for (its register cap): 1 for G = 512, else 2;
+// 3 for the Llama min-cut form (one dtype, kRndBf16, no db: 94 registers at 2 blocks), whose
+// 64 KiB block at C = 4096 leaves room for a third block: 6 rows in flight per SM instead of 4.
+template <typename T, typename TX, typename TS, int G, bool kAcc, int kRnd, bool kDb>
+constexpr int rows_min_blocks() {
+  if constexpr (G > 256)
+    return 1;
+  else if constexpr (kAcc && !kDb && kRnd == kRndBf16 && std::is_same_v<T, TX> &&
+                     std::is_void_v<TS>)
+    return 3;
+  else
+    return 2;
+}
+
 // T: dy and dx; TX: x (T, or float beside a 16-bit T); TS: the saved xhat of the dw term (void:
 // none, dw uses xhat; only with kAcc). kRnd: RoundMode. kDb: db accumulated (with kAcc; false for
 // a norm without bias: the db accumulators and their adds are dropped, VPT x 8 registers for bf16).
 template <typename T, typename TX, typename TS, int G, int VPT, bool kAcc, int kRnd, bool kDb>
-__global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
+__global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAcc, kRnd, kDb>())
     norm_bwd_rows_kernel(NormBwdArgs a, int64_t split, float* part_dw, float* part_db,
                          float* stats_out) {
   using V = Vec<T>;
