@@ -49,14 +49,34 @@ __device__ __forceinline__ float round_as(float v, DType t) {
   return v;
 }
 
+// Rounding modes of the row kernel (a template parameter): none; each rounding the graph
+// materializes applied at its runtime dtype (uniform branches per element); or the Llama form
+// (Meta / Hugging Face RMSNorm: g = rnd(dy * w), rnd(xhat) and the dw term rounded to bfloat16,
+// nothing else), compiled to two instructions per rounding with no branch.
+enum RoundMode : int { kRndNone = 0, kRndAny = 1, kRndBf16 = 2 };
+
+template <int R>
+__device__ __forceinline__ float rnd(float v, DType t) {
+  if constexpr (R == kRndNone)
+    return v;
+  else if constexpr (R == kRndBf16)
+    return __bfloat162float(__float2bfloat16_rn(v));
+  else
+    return round_as(v, t);
+}
+
 constexpr int block_of(int g) {
   return g > 256 ? g : 256;
 }
 
 // Sums of a and b over the G threads of a row group (G a power of two; groups of G <= 32 are
 // aligned lane segments, larger ones whole warps summed through shared memory in warp order).
+// red: 2 x block / 32 slots, used by alternate calls (`phase` counts the calls, the same in every
+// thread): a call's barrier also orders the previous call's reads of the other half before the next
+// call's writes to it, so one barrier per call suffices (two before: a G = 256 row paid four per
+// row with recomputed statistics).
 template <int G>
-__device__ __forceinline__ float2 group_sum2(float a, float b, float2* red) {
+__device__ __forceinline__ float2 group_sum2(float a, float b, float2* red, int& phase) {
   constexpr int W = G < 32 ? G : 32;
 #pragma unroll
   for (int o = W / 2; o > 0; o >>= 1) {
@@ -68,6 +88,7 @@ __device__ __forceinline__ float2 group_sum2(float a, float b, float2* red) {
   } else {
     constexpr int kWarps = G / 32;
     const int warp = threadIdx.x / 32, first = warp / kWarps * kWarps;
+    red += (phase++ & 1) * (block_of(G) / 32);
     if (threadIdx.x % 32 == 0) red[warp] = make_float2(a, b);
     __syncthreads();
     float2 t = make_float2(0.f, 0.f);
@@ -76,14 +97,13 @@ __device__ __forceinline__ float2 group_sum2(float a, float b, float2* red) {
       t.x += red[first + i].x;
       t.y += red[first + i].y;
     }
-    __syncthreads();  // red is reused by the next call
     return t;
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 1: dx rows (both variants); with kAcc, the chunk's dw/db partials (optimized).
-// Block b takes rows [b * split, (b + 1) * split). kRound: the graph rounds g, xhat or the dw term.
+// Block b takes rows [b * split, (b + 1) * split). kRnd: how the graph rounds g, xhat, the dw term.
 // stats_out (baseline, recomputed statistics): the row's mean and rstd for the column kernel.
 //
 // x and dy reach the thread through a ring of kStages shared-memory slots filled with cp.async
@@ -113,6 +133,26 @@ __device__ __forceinline__ int64_t row_off(const NormBwdArgs& a, const NormBwdRo
   return norm_bwd_row_offset(a.row_n1, a.row_n2, m, r);
 }
 
+// Row r's index (i0, i1, i2) over the row dims (n0, n1, n2), decomposed once per row for every
+// tensor the row kernel addresses (norm_bwd_row_offset divides per tensor: per-head rows of 128
+// paid two 64-bit divisions per tensor per row and thread). 32-bit division where the rows fit.
+struct RowIx {
+  int64_t i0, i1, i2;
+};
+__device__ __forceinline__ RowIx row_ix(const NormBwdArgs& a, int64_t r) {
+  if (a.row_n1 == 1 && a.row_n2 == 1) return {r, 0, 0};  // plain rows (a uniform branch)
+  if (a.rows <= INT32_MAX) {
+    const uint32_t r32 = static_cast<uint32_t>(r), n1 = static_cast<uint32_t>(a.row_n1),
+                   n2 = static_cast<uint32_t>(a.row_n2), q = r32 / n2;
+    return {q / n1, q % n1, r32 % n2};
+  }
+  const int64_t q = r / a.row_n2;
+  return {q / a.row_n1, q % a.row_n1, r % a.row_n2};
+}
+__device__ __forceinline__ int64_t ix_off(const RowIx& i, const NormBwdRowMap& m) {
+  return i.i0 * m.s[0] + i.i1 * m.s[1] + i.i2 * m.s[2];
+}
+
 // 16-byte vectors of U per 16-byte vector of T (the kernels' column unit is one vector of dy):
 // 1 for U = T, 2 for a float32 x or saved xhat beside a 16-bit dy, 0 for U = void (not read).
 template <typename U, typename T>
@@ -137,10 +177,26 @@ __host__ __device__ constexpr size_t ring_offset(int64_t cols) {
   return (static_cast<size_t>(cols) * sizeof(float) + 15) / 16 * 16;
 }
 
+// Resident blocks per SM the row kernel is compiled for (its register cap): 1 for G = 512, else 2;
+// 3 for the Llama min-cut form (one dtype, kRndBf16, no db: 94 registers at 2 blocks, 80 and no
+// spills at 3), whose 64 KiB block at C = 4096 leaves room for a third block: 6 rows in flight per
+// SM instead of 4. H200: Llama [8192, 4096] 86.6 -> 83.8 µs, qk_norm rows of 128 84.5 -> 79.7 µs.
+template <typename T, typename TX, typename TS, int G, bool kAcc, int kRnd, bool kDb>
+constexpr int rows_min_blocks() {
+  if constexpr (G > 256)
+    return 1;
+  else if constexpr (kAcc && !kDb && kRnd == kRndBf16 && std::is_same_v<T, TX> &&
+                     std::is_void_v<TS>)
+    return 3;
+  else
+    return 2;
+}
+
 // T: dy and dx; TX: x (T, or float beside a 16-bit T); TS: the saved xhat of the dw term (void:
-// none, dw uses xhat; only with kAcc).
-template <typename T, typename TX, typename TS, int G, int VPT, bool kAcc, bool kRound>
-__global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
+// none, dw uses xhat; only with kAcc). kRnd: RoundMode. kDb: db accumulated (with kAcc; false for
+// a norm without bias: the db accumulators and their adds are dropped, VPT x 8 registers for bf16).
+template <typename T, typename TX, typename TS, int G, int VPT, bool kAcc, int kRnd, bool kDb>
+__global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAcc, kRnd, kDb>())
     norm_bwd_rows_kernel(NormBwdArgs a, int64_t split, float* part_dw, float* part_db,
                          float* stats_out) {
   using V = Vec<T>;
@@ -152,7 +208,8 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* w_s = reinterpret_cast<float*>(smem_raw);
   uint4* ring = reinterpret_cast<uint4*>(smem_raw + ring_offset(a.cols));
-  __shared__ float2 red[kBlock / 32];
+  __shared__ float2 red[2 * kBlock / 32];
+  int phase = 0;  // group_sum2 calls so far
   const int tid = threadIdx.x % G, grp = threadIdx.x / G;
   const int nvec = static_cast<int>(a.cols / E);
   const int64_t r0 = int64_t(blockIdx.x) * split;
@@ -164,14 +221,14 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
   };
   auto issue = [&](int64_t row, int st) {
     const bool ok = row < r1;
-    const int64_t rr = ok ? row : r0;
+    const RowIx ix = row_ix(a, ok ? row : r0);
     const uint4* xr =
-        reinterpret_cast<const uint4*>(static_cast<const TX*>(a.x) + row_off(a, a.x_rows, rr));
+        reinterpret_cast<const uint4*>(static_cast<const TX*>(a.x) + ix_off(ix, a.x_rows));
     const uint4* dr =
-        reinterpret_cast<const uint4*>(static_cast<const T*>(a.dy) + row_off(a, a.dy_rows, rr));
+        reinterpret_cast<const uint4*>(static_cast<const T*>(a.dy) + ix_off(ix, a.dy_rows));
     const uint4* sr = nullptr;
     if constexpr (NS > 0)
-      sr = reinterpret_cast<const uint4*>(static_cast<const TS*>(a.xs) + row_off(a, a.xs_rows, rr));
+      sr = reinterpret_cast<const uint4*>(static_cast<const TS*>(a.xs) + ix_off(ix, a.xs_rows));
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
@@ -212,12 +269,12 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
     eps += load_elem<float>(a.eps_ptr, 0, a.eps_dtype);
   __syncthreads();
 
-  float acc_w[kAcc ? VPT : 1][E], acc_b[kAcc ? VPT : 1][E];
+  float acc_w[kAcc ? VPT : 1][E], acc_b[kAcc && kDb ? VPT : 1][E];
   if constexpr (kAcc) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k)
 #pragma unroll
-      for (int e = 0; e < E; ++e) acc_w[k][e] = acc_b[k][e] = 0.f;
+      for (int e = 0; e < E; ++e) acc_w[k][e] = acc_b[kDb ? k : 0][e] = 0.f;
   }
   const int64_t iters = (r1 - r0 + RPI - 1) / RPI;
   for (int64_t it = 0; it < iters; ++it, row += RPI) {
@@ -241,7 +298,7 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
 #pragma unroll
         for (int e = 0; e < E; ++e) s1 += f[e];
       }
-      const float mean = a.layernorm ? group_sum2<G>(s1, 0.f, red).x * inv_c : 0.f;
+      const float mean = a.layernorm ? group_sum2<G>(s1, 0.f, red, phase).x * inv_c : 0.f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         const bool in = tid + k * G < nvec;
@@ -253,7 +310,8 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           s2 = fmaf(d, d, s2);
         }
       }
-      const float var = group_sum2<G>(s2, 0.f, red).x * inv_c * (a.layernorm ? a.var_scale : 1.f);
+      const float var =
+          group_sum2<G>(s2, 0.f, red, phase).x * inv_c * (a.layernorm ? a.var_scale : 1.f);
       rs = rsqrtf(var + eps);
       m = mean;
       s = rs;
@@ -279,22 +337,22 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
         const float wv[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          float g = df[e + i] * wv[i];
-          if constexpr (kRound) g = round_as(g, a.g_round);
+          const float g = rnd<kRnd>(df[e + i] * wv[i], a.g_round);
           const float xh = fmaf(xf[e + i], s, ms);
           p1[i % 2] += g;
           p2[i % 2] = fmaf(g, xh, p2[i % 2]);
-          p3 += xh;  // S3 (recenter only; unused otherwise)
+          if constexpr (kRnd != kRndBf16) p3 += xh;  // S3 (recenter only; the Llama form has none)
         }
       }
     }
-    const float2 S = group_sum2<G>(p1[0] + p1[1], p2[0] + p2[1], red);
-    const float S3 = a.recenter ? group_sum2<G>(p3, 0.f, red).x : 0.f;  // uniform branch
+    const float2 S = group_sum2<G>(p1[0] + p1[1], p2[0] + p2[1], red, phase);
+    const float S3 = a.recenter ? group_sum2<G>(p3, 0.f, red, phase).x : 0.f;  // uniform branch
     // Pass 2: dx = rs * (g - (S1 + (xhat [- S3 / C]) * S2) / C); dw += rnd(dy * rnd(xhat or xs));
     // db += dy.
     const float ca = rs, cb = -rs * S.y * inv_c;
     const float cc = (a.layernorm ? -rs * S.x * inv_c : 0.f) - cb * S3 * inv_c;
-    T* dxr = static_cast<T*>(a.dx) + (valid ? row_off(a, a.dx_rows, row) : 0);
+    const RowIx dix = row_ix(a, valid ? row : r0);
+    T* dxr = static_cast<T*>(a.dx) + ix_off(dix, a.dx_rows);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
@@ -316,10 +374,9 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
         const float wv[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          float g = df[e + i] * wv[i];
-          if constexpr (kRound) g = round_as(g, a.g_round);
+          const float g = rnd<kRnd>(df[e + i] * wv[i], a.g_round);
           const float xh = fmaf(xf[e + i], s, ms);
-          if constexpr (kRound) {  // T5: the two terms rounded apart before their sum
+          if constexpr (kRnd == kRndAny) {  // T5: the two terms rounded apart before their sum
             if (a.dx_part_round != DType::kFloat32)
               out[e + i] =
                   round_as(ca * g, a.dx_part_round) + round_as(fmaf(cb, xh, cc), a.dx_part_round);
@@ -331,12 +388,11 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
           if constexpr (kAcc) {
             float xr = xh;
             if constexpr (NS > 0) xr = sf[e + i];  // the graph's saved normalized value
-            if constexpr (kRound) xr = round_as(xr, a.xhat_round);
-            float t = df[e + i] * xr;
-            if constexpr (kRound) t = round_as(t, a.dwt_round);
+            xr = rnd<kRnd>(xr, a.xhat_round);
+            const float t = rnd<kRnd>(df[e + i] * xr, a.dwt_round);
             // Rows past the chunk read zeros; their xhat may still be inf (rstd of 0 + eps 0).
             acc_w[k][e + i] += valid ? t : 0.f;
-            acc_b[k][e + i] += df[e + i];
+            if constexpr (kDb) acc_b[k][e + i] += df[e + i];
           }
         }
       }
@@ -344,7 +400,7 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
         if (a.dx_add) {  // dx epilogue add: rnd(rnd(dx) + other), as the graph rounds
           float o[E];
           V::unpack(__ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(a.dx_add) +
-                                                          row_off(a, a.dx_add_rows, row)) +
+                                                          ix_off(dix, a.dx_add_rows)) +
                            v),
                     o);
 #pragma unroll
@@ -361,7 +417,7 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
     // ring's shared memory.
     float* scratch = reinterpret_cast<float*>(ring);
     __syncthreads();  // every thread is done with its ring slots
-    for (int q = 0; q < 2; ++q) {
+    for (int q = 0; q < (kDb ? 2 : 1); ++q) {
       float* part = q == 0 ? part_dw : part_db;
       if (!part) continue;
       float* dst = part + int64_t(blockIdx.x) * a.cols;
@@ -374,7 +430,8 @@ __global__ void __launch_bounds__(block_of(G), G > 256 ? 1 : 2)
         for (int e = 0; e < E; e += 4)
           *reinterpret_cast<float4*>(o + e) =
               q == 0 ? make_float4(acc_w[k][e], acc_w[k][e + 1], acc_w[k][e + 2], acc_w[k][e + 3])
-                     : make_float4(acc_b[k][e], acc_b[k][e + 1], acc_b[k][e + 2], acc_b[k][e + 3]);
+                     : make_float4(acc_b[kDb ? k : 0][e], acc_b[kDb ? k : 0][e + 1],
+                                   acc_b[kDb ? k : 0][e + 2], acc_b[kDb ? k : 0][e + 3]);
       }
       if constexpr (RPI > 1) {
         __syncthreads();
@@ -537,27 +594,22 @@ int pow2ceil(int64_t n) {
 // the prefetched next row then fit the 128-register cap of 2 blocks of 256 threads per SM; 4
 // spilled up to 500 bytes), at most 4 for fp32 (16 elements). The group is the smallest power of
 // two that holds the row, so a thread holds max_vpt/2 < vpt <= max_vpt vectors. The mixed forms
-// (a float32 x beside a bfloat16 dy, or a saved xhat) are instantiated at max_vpt only (fewer
-// kernels; a thread then may own one vector past the row, which it skips).
+// (a float32 x beside a bfloat16 dy, or a saved xhat) too: at max_vpt only, as they were first
+// instantiated, Llama's default-partition backward ([8192, 4096], fp32 x, bf16 xs) had a third
+// vector per thread past the row, a 160 KiB ring and block, one block per SM: 239.5 us on an H200,
+// 33 % of SOL.
 constexpr int kMinGroup = 8, kMaxGroup = 512;
 
 int max_vpt(DType t) {
   return t == DType::kFloat32 ? 4 : 3;
 }
 
-// x wider than dy, or a saved xhat read by the dw term.
-bool mixed(const NormBwdArgs& a) {
-  return a.x_dtype != a.dy_dtype || a.xs != nullptr;
-}
-
-NormBwdGeometry geometry_of(int64_t nvec, DType t, bool fixed_vpt) {
+NormBwdGeometry geometry_of(int64_t nvec, DType t) {
   NormBwdGeometry g;
   const int mv = max_vpt(t);
   g.threads_per_row = std::clamp(pow2ceil((nvec + mv - 1) / mv), kMinGroup, kMaxGroup);
   g.vectors_per_thread =
-      fixed_vpt ? mv
-                : std::max<int>(
-                      mv - 1, static_cast<int>((nvec + g.threads_per_row - 1) / g.threads_per_row));
+      std::max<int>(mv - 1, static_cast<int>((nvec + g.threads_per_row - 1) / g.threads_per_row));
   g.block_threads = block_of(g.threads_per_row);
   g.rows_per_iter = g.block_threads / g.threads_per_row;
   return g;
@@ -569,50 +621,65 @@ bool needs_round(const NormBwdArgs& a) {
          narrow(a.dx_part_round);
 }
 
+// The row kernel's RoundMode: the Llama form (bfloat16 dy; g, xhat and the dw term rounded to
+// bfloat16, no other rounding, no bias, no recentering) compiled without branches; any other
+// rounding at its runtime dtype.
+int round_mode(const NormBwdArgs& a) {
+  if (!needs_round(a)) return kRndNone;
+  const DType b = DType::kBFloat16;
+  if (a.dy_dtype == b && a.g_round == b && a.xhat_round == b && a.dwt_round == b &&
+      a.dx_part_round == DType::kFloat32 && !a.recenter && !a.db)
+    return kRndBf16;
+  return kRndAny;
+}
+
 using RowsKernel = void (*)(NormBwdArgs, int64_t, float*, float*, float*);
 
+// Instantiations: dx only (no accumulators) without rounding or with any; with the accumulators:
+// no rounding with or without db, any rounding (db when present), the Llama form (bfloat16 dy, no
+// db).
 template <typename T, typename TX, typename TS, int G, int VPT>
-RowsKernel pick_rows(bool acc, bool round) {
-  if constexpr (!std::is_void_v<TS>)  // a saved xhat is read by the dw term only
-    return round ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, true>
-                 : norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, false>;
-  else if (acc)
-    return round ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, true>
-                 : norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, false>;
-  else
-    return round ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, false, true>
-                 : norm_bwd_rows_kernel<T, TX, TS, G, VPT, false, false>;
+RowsKernel pick_rows(bool acc, int mode, bool db) {
+  if constexpr (std::is_void_v<TS>) {
+    if (!acc)
+      return mode == kRndNone ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, false, kRndNone, false>
+                              : norm_bwd_rows_kernel<T, TX, TS, G, VPT, false, kRndAny, false>;
+  }
+  // a saved xhat is read by the dw term only: always with the accumulators
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (mode == kRndBf16) return norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, kRndBf16, false>;
+  if (mode != kRndNone) return norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, kRndAny, true>;
+  return db ? norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, kRndNone, true>
+            : norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, kRndNone, false>;
 }
 
 template <typename T, typename TX, typename TS, int G>
-RowsKernel pick_vpt(int vpt, bool acc, bool round) {
-  if constexpr (!std::is_same_v<T, TX> || !std::is_void_v<TS>)
-    return pick_rows<T, TX, TS, G, 3>(acc, round);  // mixed forms: max_vpt only
-  else if constexpr (std::is_same_v<T, float>)
-    return vpt == 3 ? pick_rows<T, TX, TS, G, 3>(acc, round)
-                    : pick_rows<T, TX, TS, G, 4>(acc, round);
+RowsKernel pick_vpt(int vpt, bool acc, int mode, bool db) {
+  if constexpr (std::is_same_v<T, float>)
+    return vpt == 3 ? pick_rows<T, TX, TS, G, 3>(acc, mode, db)
+                    : pick_rows<T, TX, TS, G, 4>(acc, mode, db);
   else
-    return vpt == 2 ? pick_rows<T, TX, TS, G, 2>(acc, round)
-                    : pick_rows<T, TX, TS, G, 3>(acc, round);
+    return vpt == 2 ? pick_rows<T, TX, TS, G, 2>(acc, mode, db)
+                    : pick_rows<T, TX, TS, G, 3>(acc, mode, db);
 }
 
 template <typename T, typename TX = T, typename TS = void>
-RowsKernel pick_group(int g, int vpt, bool acc, bool round) {
+RowsKernel pick_group(int g, int vpt, bool acc, int mode, bool db) {
   switch (g) {
     case 8:
-      return pick_vpt<T, TX, TS, 8>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 8>(vpt, acc, mode, db);
     case 16:
-      return pick_vpt<T, TX, TS, 16>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 16>(vpt, acc, mode, db);
     case 32:
-      return pick_vpt<T, TX, TS, 32>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 32>(vpt, acc, mode, db);
     case 64:
-      return pick_vpt<T, TX, TS, 64>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 64>(vpt, acc, mode, db);
     case 128:
-      return pick_vpt<T, TX, TS, 128>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 128>(vpt, acc, mode, db);
     case 256:
-      return pick_vpt<T, TX, TS, 256>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 256>(vpt, acc, mode, db);
     default:
-      return pick_vpt<T, TX, TS, 512>(vpt, acc, round);
+      return pick_vpt<T, TX, TS, 512>(vpt, acc, mode, db);
   }
 }
 
@@ -642,23 +709,24 @@ std::string combo_unsupported(const NormBwdArgs& a) {
 
 RowsKernel rows_kernel(const NormBwdArgs& a, bool acc) {
   const NormBwdGeometry geo = norm_bwd_geometry(a);
-  const bool round = needs_round(a);
+  const int mode = round_mode(a);
+  const bool db = a.db != nullptr;
   const int g = geo.threads_per_row, v = geo.vectors_per_thread;
   if (a.x_dtype == DType::kFloat32 && a.dy_dtype == DType::kBFloat16) {
     if (acc && a.xs && a.xs_dtype == DType::kBFloat16)
-      return pick_group<__nv_bfloat16, float, __nv_bfloat16>(g, v, acc, round);
-    if (acc && a.xs) return pick_group<__nv_bfloat16, float, float>(g, v, acc, round);
-    return pick_group<__nv_bfloat16, float>(g, v, acc, round);
+      return pick_group<__nv_bfloat16, float, __nv_bfloat16>(g, v, acc, mode, db);
+    if (acc && a.xs) return pick_group<__nv_bfloat16, float, float>(g, v, acc, mode, db);
+    return pick_group<__nv_bfloat16, float>(g, v, acc, mode, db);
   }
   if (acc && a.xs)  // bfloat16 x, dy and saved xhat (combo_unsupported allows no other)
-    return pick_group<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(g, v, acc, round);
+    return pick_group<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(g, v, acc, mode, db);
   switch (a.dy_dtype) {
     case DType::kBFloat16:
-      return pick_group<__nv_bfloat16>(g, v, acc, round);
+      return pick_group<__nv_bfloat16>(g, v, acc, mode, db);
     case DType::kFloat16:
-      return pick_group<__half>(g, v, acc, round);
+      return pick_group<__half>(g, v, acc, mode, db);
     default:
-      return pick_group<float>(g, v, acc, round);
+      return pick_group<float>(g, v, acc, mode, db);
   }
 }
 
@@ -748,7 +816,7 @@ void launch_cols(const NormBwdArgs& a, const ColShape& c, const float* stats, fl
 }  // namespace
 
 NormBwdGeometry norm_bwd_geometry(const NormBwdArgs& a) {
-  return geometry_of(a.cols / elems_of(a.dy_dtype), a.dy_dtype, mixed(a));
+  return geometry_of(a.cols / elems_of(a.dy_dtype), a.dy_dtype);
 }
 
 std::string norm_bwd_supports(const NormBwdArgs& a) {
