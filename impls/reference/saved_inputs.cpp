@@ -114,6 +114,15 @@ ReplayInputs make_replay_inputs(const Graph& g, uint64_t seed,
   if (g.golden) return in;
   const std::string note = derive_saved_inputs(g, seed, forwards, in.values);
   if (!note.empty()) in.source += "; " + note;
+  // An input marked the same as (or widened from) a derived one, without a forward link of its
+  // own: generate_inputs left it for its source, which only the derivation gave.
+  for (int v : g.inputs) {
+    const Value& val = g.values[v];
+    const int src = val.same_as >= 0 ? val.same_as : val.widened_from;
+    if (src < 0 || in.values.count(v) || !in.values.count(src)) continue;
+    in.values[v] = in.values.at(src);
+    in.values[v].meta.dtype = val.meta.dtype;  // exact: a widening keeps the numbers
+  }
   return in;
 }
 

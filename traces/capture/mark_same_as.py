@@ -25,46 +25,50 @@ import os
 import sys
 
 
-# Ops whose recomputation may differ: random draws, and atomics-based accumulation on the GPU.
-NONDETERMINISTIC = ("rand", "bernoulli", "dropout", "normal", "uniform", "multinomial", "randperm", "scatter",
-                    "index_put", "index_add", "embedding_dense_backward")
+# Ops whose recomputation may differ or whose value is undefined: random draws, uninitialized
+# memory, atomics-based accumulation on the GPU, attention kernels (dropout). A substring of the op
+# name; their outputs never share a key.
+NONDETERMINISTIC = ("rand", "bernoulli", "dropout", "normal", "uniform", "multinomial", "randperm", "poisson",
+                    "binomial", "gamma", "seed", "empty", "scatter", "index_put", "index_add", "index_reduce",
+                    "put", "histc", "bincount", "embedding_dense_backward", "attention")
 WIDER = {("bfloat16", "float32"), ("bfloat16", "float64"), ("float16", "float32"), ("float16", "float64"),
          ("float32", "float64")}
 
 
 def value_keys(fwd):
-    """A function giving each forward value id a structural key: equal keys are equal values.
-    Inputs key by id, aliases by what they alias, a deterministic node's outputs by (op, argument
-    keys, kwargs, output index)."""
-    nodes = {}
-    for n in fwd.get("nodes", []):
-        nodes[n["id"]] = n
-    memo = {}
+    """A function giving each forward value id a structural key (a small int): equal keys are equal
+    values. Inputs key by id, aliases by what they alias, a deterministic node's outputs by (op,
+    argument keys, kwargs). Computed once, in graph order, with the tuples interned to ints (keys
+    of nested tuples would hash every path through the graph: exponential in its depth)."""
+    nodes = {n["id"]: n for n in fwd.get("nodes", [])}
+    ids, key_of = {}, {}
+
+    def intern(t):
+        return ids.setdefault(t, len(ids))
+
+    def value_key(v):
+        if v not in key_of:  # a forward input, or an id the trace does not define
+            key_of[v] = intern(("input", v))
+        return key_of[v]
 
     def arg_key(a):
         if isinstance(a, dict) and "ref" in a:
-            return ("ref", key(a["ref"]), tuple(sorted((k, repr(v)) for k, v in a.items() if k != "ref")))
+            rest = tuple(sorted((k, repr(x)) for k, x in a.items() if k != "ref"))
+            return intern(("ref", value_key(a["ref"]), rest))
         if isinstance(a, list):
-            return ("list", tuple(arg_key(x) for x in a))
-        return ("lit", repr(a))
+            return intern(("list", tuple(arg_key(x) for x in a)))
+        return intern(("lit", repr(a)))
 
-    def key(v):
-        if v in memo:
-            return memo[v]
-        memo[v] = ("node", v)  # cycles cannot happen in a trace; this also covers unknown ids
-        n = nodes.get(v)
-        if n is None:
-            k = ("input", v)
-        elif n.get("op") == "aten.alias.default" and n.get("args") and isinstance(n["args"][0], dict):
-            k = key(n["args"][0]["ref"])
-        elif any(r in n.get("op", "") for r in NONDETERMINISTIC):
-            k = ("node", v)
+    for n in fwd.get("nodes", []):  # a trace lists its nodes in topological order
+        v, op, args = n["id"], n.get("op", ""), n.get("args", [])
+        if op == "aten.alias.default" and args and isinstance(args[0], dict) and "ref" in args[0]:
+            key_of[v] = value_key(args[0]["ref"])
+        elif any(r in op for r in NONDETERMINISTIC):
+            key_of[v] = intern(("node", v))
         else:
-            k = (n.get("op"), tuple(arg_key(a) for a in n.get("args", [])),
-                 tuple(sorted((kk, arg_key(vv)) for kk, vv in (n.get("kwargs") or {}).items())))
-        memo[v] = k
-        return k
-    return key, nodes
+            kw = tuple(sorted((k, arg_key(x)) for k, x in (n.get("kwargs") or {}).items()))
+            key_of[v] = intern((op, tuple(arg_key(a) for a in args), kw))
+    return value_key, nodes
 
 
 def meta_key(t):
