@@ -6,24 +6,10 @@
 #include "workloads/ops/op.hpp"
 #include "workloads/ops/promote.hpp"
 #include "workloads/plan/fusion_spec.hpp"
+#include "workloads/plan/match_util.hpp"
 
 namespace replay {
 namespace {
-
-bool is_reshape_family(Op op) {  // keep the row-major order of the logical elements
-  switch (op) {
-    case Op::kView:
-    case Op::kUnsafeView:
-    case Op::kReshape:
-    case Op::kUnsqueeze:
-    case Op::kSqueeze:
-    case Op::kSqueezeDim:
-    case Op::kSqueezeDims:
-      return true;
-    default:
-      return false;
-  }
-}
 
 bool identity_permutation(const std::vector<int64_t>& dims) {
   for (size_t i = 0; i < dims.size(); ++i)

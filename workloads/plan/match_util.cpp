@@ -5,6 +5,22 @@
 
 namespace replay {
 
+bool is_flat_reshape(Op op) {
+  return op == Op::kView || op == Op::kUnsafeView || op == Op::kReshape;
+}
+
+bool is_reshape_family(Op op) {
+  switch (op) {
+    case Op::kUnsqueeze:
+    case Op::kSqueeze:
+    case Op::kSqueezeDim:
+    case Op::kSqueezeDims:
+      return true;
+    default:
+      return is_flat_reshape(op);
+  }
+}
+
 int single_user(const Graph& g, int v) {
   const Value& val = g.values[v];
   if (val.graph_output || val.users.size() != 1) return -1;

@@ -7,6 +7,14 @@
 
 namespace replay {
 
+/// view / _unsafe_view / reshape: the ops that give a tensor another shape of the same elements
+/// in the same row-major order, whatever the shapes.
+bool is_flat_reshape(Op op);
+
+/// is_flat_reshape, unsqueeze and the squeezes: the ops that keep the row-major order of the
+/// logical elements.
+bool is_reshape_family(Op op);
+
 /// The only node that reads value `v`, or -1 when it has several readers (or none) or is a graph
 /// output: the "single use" condition.
 int single_user(const Graph& g, int v);

@@ -59,19 +59,7 @@ bool is_clamp(Op op) {
 }
 
 bool is_vector_view(Op op) {
-  switch (op) {
-    case Op::kPermute:
-    case Op::kView:
-    case Op::kUnsafeView:
-    case Op::kReshape:
-    case Op::kUnsqueeze:
-    case Op::kSqueeze:
-    case Op::kSqueezeDim:
-    case Op::kSqueezeDims:
-      return true;
-    default:
-      return false;
-  }
+  return op == Op::kPermute || is_reshape_family(op);
 }
 
 // At most one dim larger than 1: every layout of it holds the elements in the same order.

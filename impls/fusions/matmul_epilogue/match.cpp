@@ -37,10 +37,6 @@
 namespace replay::matmul_epilogue {
 namespace {
 
-bool is_reshape(Op op) {
-  return op == Op::kView || op == Op::kUnsafeView || op == Op::kReshape;
-}
-
 bool gemm_dtype_ok(DType t) {
   return t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat32;
 }
@@ -279,7 +275,7 @@ Chain find_chain(const Graph& g, int src) {
 int reshape_of(const Graph& g, int v, int64_t N) {
   int u = -1;  // the one reshape reading v (v may have other readers: it is then exported)
   for (int r : g.values[v].users) {
-    if (!is_reshape(g.nodes[r].op) || r == u) continue;
+    if (!is_flat_reshape(g.nodes[r].op) || r == u) continue;
     if (u >= 0) return -1;
     u = r;
   }
@@ -332,7 +328,7 @@ bool trace_up(const Graph& g, int w, int mul, int64_t M, int64_t N, DType dt, Ge
     const bool upcast =
         n.op == Op::kConvertElementType &&
         promote_types(g.meta(n.operands[0].value).dtype, n.dtype) == std::optional<DType>(n.dtype);
-    const bool reshape = is_reshape(n.op) && g.meta(n.outputs[0]).shape.back() == N;
+    const bool reshape = is_flat_reshape(n.op) && g.meta(n.outputs[0]).shape.back() == N;
     if (!upcast && !reshape) return false;
     nodes.push_back(p);
     w = n.operands[0].value;

@@ -36,10 +36,6 @@
 namespace replay::scaled_mm {
 namespace {
 
-bool is_reshape(Op op) {
-  return op == Op::kView || op == Op::kUnsafeView || op == Op::kReshape;
-}
-
 // Ops that only re-index one tensor (a scale vector seen as [N, 1] or [1, N]).
 bool is_view_op(Op op) {
   switch (op) {
@@ -235,7 +231,7 @@ void match_one(const Graph& g, int ni, Matches& out) {
   // self as the view of a contiguous [.., K] read only here.
   int in_view = -1;
   if (const int q = g.values[p.a].producer;
-      q >= 0 && !p.copy_self && is_reshape(g.nodes[q].op) && single_user(g, p.a) == ni &&
+      q >= 0 && !p.copy_self && is_flat_reshape(g.nodes[q].op) && single_user(g, p.a) == ni &&
       g.meta(g.nodes[q].operands[0].value).is_contiguous() &&
       g.meta(g.nodes[q].operands[0].value).shape.back() == p.K && ma.is_contiguous()) {
     in_view = q;
@@ -244,7 +240,7 @@ void match_one(const Graph& g, int ni, Matches& out) {
   }
   // The output viewed back to [.., N], its only reader.
   int out_view = -1;
-  if (const int u = single_user(g, p.mm_out); u >= 0 && is_reshape(g.nodes[u].op)) {
+  if (const int u = single_user(g, p.mm_out); u >= 0 && is_flat_reshape(g.nodes[u].op)) {
     const TensorMeta& mv = g.meta(g.nodes[u].outputs[0]);
     if (mv.is_contiguous() && !mv.shape.empty() && mv.shape.back() == p.N &&
         mv.numel() == p.M * p.N && g.meta(p.mm_out).is_contiguous()) {
