@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "impls/fusions/fp8_quantize/params.hpp"
+#include "impls/fusions/fp8_quantize/quant_math.hpp"
 
 namespace replay::fp8_quantize {
 namespace {
@@ -86,6 +87,11 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     qa.abs = q.abs;
     qa.e5m2 = q.fp8 == DType::kFloat8E5M2;
     qa.fp8_max = static_cast<float>(q.fp8_max);
+    if (q.fp8_max != float8_max(qa.e5m2)) {  // the kernels' cast saturates at the dtype's max
+      b.unsupported = "a float8 clamp bound of " + std::to_string(q.fp8_max) + ", not " +
+                      std::string(dtype_name(q.fp8)) + "'s max";
+      return b;
+    }
     qa.scale_mul = q.fp8_max;
     qa.eps = q.eps;
     const int64_t len = vec_len(a, q.granularity);

@@ -4,27 +4,39 @@
 // (quant_math.hpp holds the arithmetic, shared with the CPU tests).
 //
 //   amax_kernel       one read of x: every row, column and global amax it is asked for, as
-//                     order-preserving keys (atomicMax on uint32: NaN propagates); 64 x 256 tiles
+//                     order-preserving keys (atomicMax on uint32: NaN propagates). A CTA owns a
+//                     256-column strip and walks its row bands grid-stride (64 rows per band, 8
+//                     16-byte loads in flight per thread), keeping column and global keys in
+//                     registers until the end: one atomicMax per column per CTA, one per row per
+//                     strip. Bands are visited from the top of x to the bottom by all CTAs
+//                     together, so the bottom of x is what the L2 holds when the pass ends.
 //   scales_kernel     amax -> float32 scale (float64 math as the graph), and the scale, reciprocal
 //                     and amax outputs the graph reads
-//   cast_kernel       one read of x: every float8 dest of every quantization; row-major dests
-//                     straight from registers (8 bytes per thread), column-major ones through a
-//                     64 x 256 shared-memory tile written out as 64-byte column runs
-//   rowwise_kernel    rowwise quantizations only, row-major dests: a CTA per row computes the
-//                     row's amax, scale and float8 row in one pass (the second read of the row
-//                     hits L1/L2), so x leaves DRAM once
+//   cast_kernel       one more read of x: every float8 dest of every quantization, 128 x 128 tiles
+//                     visited bottom-up (the tiles the amax pass read last come from the L2).
+//                     Row-major dests straight from registers (8-byte stores, a warp writes two
+//                     full 128-byte rows); column-major ones through a swizzled shared-memory tile
+//                     (conflict-free both ways), transposed 4 x 4 bytes at a time in registers
+//                     (byte_perm) and written as 16-byte stores, 8 lanes per 128-byte column run
+//   rowwise_kernel    rowwise quantizations only, row-major dests: a CTA per row holds the whole
+//                     row in registers (up to kRowwiseMaxCols elements) and loads the next row
+//                     while it reduces and casts this one: x leaves DRAM once, read once
+//   rowwise_stream_kernel  the same for wider rows: the row read twice, the second time from L2
 //   transpose_kernel  the baseline's separate column-major copy (32 x 32 tiles)
 //
-// Napkin math, H200 (HBM3e ~4.8 TB/s, 50 MiB L2), x [8192, 4096] bfloat16 = 64 MiB:
-//   tensorwise with its column-major copy (the tensorwise forward's x): read x twice (the cast
-//   needs the global amax; 64 MiB does not stay in L2) + write 2 x 32 MiB float8 = 192 MiB,
-//   ~40 us. Rowwise + columnwise of the same x (the rowwise forward): the same 192 MiB.
-//   The eager sequence moves ~1.3 GB for the same work (|x| written and read, x.float() written,
-//   the product and two clamps in float32, the cast, the clone), ~280 us.
+// Napkin math, H200 (HBM3e ~4.8 TB/s peak, ~4.2 TB/s copy, 50 MiB L2), x [8192, 4096] bfloat16 =
+// 64 MiB: tensorwise with its column-major copy (the tensorwise forward's x): read x twice (the
+// cast needs the global amax; 64 MiB does not stay in L2, part of it does) + write 2 x 32 MiB
+// float8 = 192 MiB, ~46 us at copy bandwidth. Rowwise + columnwise of the same x (the rowwise
+// forward): the same 192 MiB. Rowwise only: 64 + 32 MiB, ~23 us. The eager sequence moves ~1.3 GB
+// for the same work (|x| written and read, x.float() written, the product and two clamps in
+// float32, the cast, the clone), ~280 us. Measurements: TUNING.md.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <type_traits>
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dtype_device.cuh"
@@ -35,10 +47,16 @@
 namespace replay::fp8_quantize {
 namespace {
 
-constexpr int kThreads = 256;  // 8 warps; a warp covers one row of a tile, 8 columns per lane
+constexpr int kThreads = 256;  // threads per CTA of the tile kernels: 8 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = kTileRows / kWarps;
-static_assert(kTileCols == 32 * 8, "a lane covers 8 columns");
+constexpr int kAmaxRowsPerWarp = 8;                   // loads in flight per thread, amax pass
+constexpr int kAmaxBand = kWarps * kAmaxRowsPerWarp;  // rows of one band of the amax pass
+static_assert(kAmaxCols == 32 * 8, "a lane of the amax pass covers 8 columns");
+constexpr int kCastLanes = kCastTile / 8;            // threads per tile row (8 columns each)
+constexpr int kCastRowStep = kThreads / kCastLanes;  // tile rows one load step covers
+constexpr int kCastRowsPerThread = kCastTile / kCastRowStep;  // loads in flight per thread
+constexpr int kCastWords = kCastTile / 4;                     // 32-bit words per float8 tile row
+static_assert(kCastLanes == 16 && kCastWords == 32, "the swizzle below assumes 128 x 128 tiles");
 
 // 8 consecutive elements of one row of x, widened to float: a 16-byte vector load per 8
 // bfloat16/float16 (two per 8 float32) when `vec` (cols a multiple of 8, x 16-byte aligned), else
@@ -64,67 +82,168 @@ struct Chunk {
   }
 };
 
+// The 8 float8 bytes of v[k] * s[k] clamped to the float8 dtype's max (byte k = element k,
+// little-endian in x then y): the clamp and the cast are one saturating conversion of two floats
+// (cvt.rn.satfinite.{e4m3,e5m2}x2.f32). A product past the max rounds to it either way, and a
+// NaN product (the GPU's canonical, positive NaN) becomes 0x7F as float8_bits writes it. The
+// binder declines a clamp bound other than the dtype's max (QuantArgs::fp8_max).
+template <bool kE5M2>
+__device__ __forceinline__ uint2 pack8_sat(const float (&v)[8], const float (&s)[8]) {
+  uint32_t h[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+    h[p] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * p] * s[2 * p], v[2 * p + 1] * s[2 * p + 1]),
+                                    __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
+  return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+}
+
+__device__ __forceinline__ uint2 pack8(const float (&v)[8], const float (&s)[8], bool e5m2) {
+  return e5m2 ? pack8_sat<true>(v, s) : pack8_sat<false>(v, s);
+}
+
+// Stores the first n (<= 8) bytes of b at p, p[k * cs] for byte k: one 8-byte store when they are
+// contiguous, aligned and all 8.
+__device__ __forceinline__ void store8(uint8_t* p, int64_t cs, int n, uint2 b) {
+  if (cs == 1 && n == 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+    *reinterpret_cast<uint2*>(p) = b;
+    return;
+  }
+  for (int k = 0; k < n; ++k)
+    p[k * cs] = static_cast<uint8_t>(((k < 4 ? b.x : b.y) >> (8 * (k % 4))) & 0xFFu);
+}
+
+// Elements of the 8-column chunk at c0 that lie inside the row.
+__device__ __forceinline__ int chunk_len(int64_t c0, int64_t cols) {
+  return c0 >= cols ? 0 : (cols - c0 < 8 ? static_cast<int>(cols - c0) : 8);
+}
+
+// |x| of the 8 elements of a chunk as unsigned integers whose max is the max of |x| (a
+// non-negative float's bits order as the float; NaN bits lie above +inf's): for 16-bit types two
+// magnitudes per word (one __vmaxu2 per pair), for float32 one. Far fewer instructions per
+// element than a key per element: the passes issue ~24 bytes of x per SM cycle at HBM speed.
 template <typename T>
+struct Mag {
+  static constexpr bool k16 = sizeof(T) == 2;
+  static constexpr int kWords = k16 ? 4 : 8;
+  uint32_t w[kWords];
+  __device__ __forceinline__ static uint32_t combine(uint32_t a, uint32_t b) {
+    return k16 ? __vmaxu2(a, b) : max(a, b);
+  }
+  __device__ __forceinline__ explicit Mag(const Chunk<T>& c) {
+#pragma unroll
+    for (int i = 0; i < Chunk<T>::kRaw; ++i) {
+      const uint4 r = c.raw[i];
+      const uint32_t m = k16 ? 0x7FFF7FFFu : 0x7FFFFFFFu;
+      w[4 * i] = r.x & m;
+      w[4 * i + 1] = r.y & m;
+      w[4 * i + 2] = r.z & m;
+      w[4 * i + 3] = r.w & m;
+    }
+  }
+  /// The max of every magnitude in `w`, packed as one word.
+  __device__ __forceinline__ uint32_t all() const {
+    uint32_t m = w[0];
+#pragma unroll
+    for (int i = 1; i < kWords; ++i) m = combine(m, w[i]);
+    return m;
+  }
+  /// max_key of the float a 16-bit (or 32-bit) magnitude stands for.
+  __device__ __forceinline__ static uint32_t key_of(uint32_t bits) {
+    if constexpr (sizeof(T) == 4) return max_key(__uint_as_float(bits));
+    if constexpr (std::is_same_v<T, __half>)
+      return max_key(__half2float(__ushort_as_half(static_cast<unsigned short>(bits))));
+    return max_key(__uint_as_float(bits << 16));
+  }
+  /// The key of the largest magnitude packed in word m.
+  __device__ __forceinline__ static uint32_t key(uint32_t m) {
+    return k16 ? key_of(max(m >> 16, m & 0xFFFFu)) : key_of(m);
+  }
+  /// The key of element k (0..7) of packed words `cw`.
+  __device__ __forceinline__ static uint32_t element_key(const uint32_t (&cw)[kWords], int k) {
+    return k16 ? key_of((cw[k / 2] >> (16 * (k % 2))) & 0xFFFFu) : key_of(cw[k]);
+  }
+};
+
+template <typename T, bool kAbs>
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool vec, bool abs,
-                uint32_t* row_ws, uint32_t* col_ws, uint32_t* glob_ws) {
-  __shared__ uint32_t col_part[kWarps][kTileCols];
+    amax_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool vec, uint32_t* row_ws,
+                uint32_t* col_ws, uint32_t* glob_ws) {
+  using M = Mag<T>;
+  __shared__ uint32_t col_part[kWarps][kAmaxCols];
   __shared__ uint32_t glob_part[kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kTileCols + lane * 8;
-  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
-  for (int64_t tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
-    const int64_t r0 = tile * kTileRows + warp;
-    Chunk<T> ch[kRowsPerWarp];
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kAmaxCols + lane * 8;
+  const int n = chunk_len(c0, cols);
+  const int64_t bands = (rows + kAmaxBand - 1) / kAmaxBand;
+  // kAbs: packed magnitudes (cm per column pair, tm over everything; zero-filled tail columns
+  // cannot raise a max of |x|); else keys per element.
+  uint32_t cm[M::kWords] = {}, tm = 0;
+  uint32_t ck[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tk = 0;
+  for (int64_t band = blockIdx.y; band < bands; band += gridDim.y) {
+    const int64_t r0 = band * kAmaxBand + warp;
+    Chunk<T> ch[kAmaxRowsPerWarp];
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {  // every load in flight before any reduction
+    for (int i = 0; i < kAmaxRowsPerWarp; ++i) {  // every load in flight before any reduction
       const int64_t r = r0 + i * kWarps;
-      if (r < rows && c0 < cols) ch[i].load(x + r * cols, c0, cols, vec);
+      if (r < rows && n) ch[i].load(x + r * cols, c0, cols, vec);
     }
-    uint32_t ck[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tk = 0;
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
+    for (int i = 0; i < kAmaxRowsPerWarp; ++i) {
       const int64_t r = r0 + i * kWarps;
       if (r >= rows) break;  // warp-uniform
       uint32_t rk = 0;
-      if (c0 < cols) {
-        float v[8];
-        ch[i].unpack(v);
+      if (n) {
+        if constexpr (kAbs) {
+          const M m(ch[i]);
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (c0 + k >= cols) continue;
-          const uint32_t key = max_key(abs ? fabsf(v[k]) : v[k]);
-          ck[k] = max(ck[k], key);
-          rk = max(rk, key);
+          for (int j = 0; j < M::kWords; ++j) cm[j] = M::combine(cm[j], m.w[j]);
+          const uint32_t rm = m.all();
+          tm = M::combine(tm, rm);
+          if (row_ws) rk = M::key(rm);
+        } else {
+          float v[8];
+          ch[i].unpack(v);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            if (k >= n) continue;
+            const uint32_t key = max_key(v[k]);
+            ck[k] = max(ck[k], key);
+            rk = max(rk, key);
+          }
+          tk = max(tk, rk);
         }
       }
-      tk = max(tk, rk);
       if (row_ws) {
         rk = __reduce_max_sync(0xffffffffu, rk);
-        if (lane == 0) atomicMax(&row_ws[r], rk);
+        if (lane == 0 && rk) atomicMax(&row_ws[r], rk);
       }
     }
-    if (col_ws) {
+  }
+  if constexpr (kAbs) {
+    if (n) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) col_part[warp][lane * 8 + k] = ck[k];
-      __syncthreads();
+      for (int k = 0; k < 8; ++k) ck[k] = k < n ? M::element_key(cm, k) : 0;
+      tk = M::key(tm);
+    }
+  }
+  if (col_ws) {  // the strip's column keys: over the warps, then one atomic per column
+#pragma unroll
+    for (int k = 0; k < 8; ++k) col_part[warp][lane * 8 + k] = ck[k];
+    __syncthreads();
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) m = max(m, col_part[w][threadIdx.x]);
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * kAmaxCols + threadIdx.x;
+    if (c < cols && m) atomicMax(&col_ws[c], m);
+  }
+  if (glob_ws) {
+    tk = __reduce_max_sync(0xffffffffu, tk);
+    if (lane == 0) glob_part[warp] = tk;
+    __syncthreads();
+    if (threadIdx.x == 0) {
       uint32_t m = 0;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) m = max(m, col_part[w][threadIdx.x]);
-      const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
-      if (c < cols && m) atomicMax(&col_ws[c], m);
-      __syncthreads();
-    }
-    if (glob_ws) {
-      tk = __reduce_max_sync(0xffffffffu, tk);
-      if (lane == 0) glob_part[warp] = tk;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        uint32_t m = 0;
-        for (int w = 0; w < kWarps; ++w) m = max(m, glob_part[w]);
-        if (m) atomicMax(glob_ws, m);
-      }
-      __syncthreads();
+      for (int w = 0; w < kWarps; ++w) m = max(m, glob_part[w]);
+      if (m) atomicMax(glob_ws, m);
     }
   }
 }
@@ -152,143 +271,284 @@ __global__ void scales_kernel(QuantizeArgs a, unsigned quants, int64_t rows, int
   }
 }
 
+// Word swizzle of the float8 tile (rows of kCastWords 32-bit words): row rt's word w is stored at
+// w ^ swizzle(rt). The cast writes two adjacent rows per warp store (rt even and rt + 1: the odd
+// row lands on the other parity of banks) and the write-out reads 16 consecutive rows of 4 word
+// columns per thread, 8 row groups x 4 columns per warp (the row group moves bits 2-4 of the
+// bank): both conflict-free.
+__device__ __forceinline__ int swizzle(int rt) {
+  return (((rt >> 4) & 7) << 2) | (rt & 1);
+}
+
+// 4 x 4 byte transpose: o[k] = byte k of a, b, c, d (in that order, little-endian).
+__device__ __forceinline__ void transpose4x4(uint32_t a, uint32_t b, uint32_t c, uint32_t d,
+                                             uint32_t (&o)[4]) {
+  const uint32_t ab01 = __byte_perm(a, b, 0x5140), cd01 = __byte_perm(c, d, 0x5140);
+  const uint32_t ab23 = __byte_perm(a, b, 0x7362), cd23 = __byte_perm(c, d, 0x7362);
+  o[0] = __byte_perm(ab01, cd01, 0x5410);
+  o[1] = __byte_perm(ab01, cd01, 0x7632);
+  o[2] = __byte_perm(ab23, cd23, 0x5410);
+  o[3] = __byte_perm(ab23, cd23, 0x7632);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     cast_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
-  __shared__ __align__(16) uint8_t tile_t[kMaxColMajor][kTileRows][kTileCols];
+  __shared__ __align__(16) uint32_t tile_t[kMaxColMajor][kCastTile * kCastWords];
   const int64_t rows = a.rows, cols = a.cols;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t cb = static_cast<int64_t>(blockIdx.x) * kTileCols;
-  const int64_t c0 = cb + lane * 8;
+  const int64_t col_tiles = (cols + kCastTile - 1) / kCastTile;
+  const int64_t row_tiles = (rows + kCastTile - 1) / kCastTile;
+  const int64_t tile = blockIdx.x;  // bottom-up: the amax pass left the bottom of x in the L2
+  const int64_t rb = (row_tiles - 1 - tile / col_tiles) * kCastTile;
+  const int64_t cb = (tile % col_tiles) * kCastTile;
+  const int cl = threadIdx.x % kCastLanes, rt0 = threadIdx.x / kCastLanes;
+  const int64_t c0 = cb + cl * 8;
+  const int n = chunk_len(c0, cols);
   bool col_major = false;
   for (int qi = 0; qi < a.n_quants; ++qi)
     for (int d = 0; d < a.q[qi].n_dests; ++d)
       col_major |= ((quants >> qi) & 1u) && a.q[qi].dests[d].smem_slot >= 0;
-  const int64_t row_tiles = (rows + kTileRows - 1) / kTileRows;
-  for (int64_t tile = blockIdx.y; tile < row_tiles; tile += gridDim.y) {
-    const int64_t rb = tile * kTileRows;
-    Chunk<T> ch[kRowsPerWarp];
+  Chunk<T> ch[kCastRowsPerThread];
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int64_t r = rb + warp + i * kWarps;
-      if (r < rows && c0 < cols) ch[i].load(x + r * cols, c0, cols, vec);
+  for (int i = 0; i < kCastRowsPerThread; ++i) {
+    const int64_t r = rb + rt0 + i * kCastRowStep;
+    if (r < rows && n) ch[i].load(x + r * cols, c0, cols, vec);
+  }
+  // Quantization by quantization (one or two in practice), the tile's rows unrolled inside: the
+  // tensorwise and columnwise scales are read once per tile.
+  for (int qi = 0; qi < a.n_quants; ++qi) {
+    if (!((quants >> qi) & 1u) || !n) continue;
+    const QuantArgs& q = a.q[qi];
+    float s[8];
+    if (q.gran == Granularity::kTensorwise) {
+      const float t = q.scale_ws[0];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s[k] = t;
+    } else if (q.gran == Granularity::kColumnwise) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s[k] = k < n ? q.scale_ws[c0 + k] : 0.0f;
     }
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int rt = warp + i * kWarps;  // row in the tile
+    for (int i = 0; i < kCastRowsPerThread; ++i) {
+      const int rt = rt0 + i * kCastRowStep;  // row in the tile
       const int64_t r = rb + rt;
-      if (r >= rows || c0 >= cols) continue;
+      if (r >= rows) break;
+      if (q.gran == Granularity::kRowwise) {
+        const int64_t rr = (r ^ a.row_scale_xor) < rows ? (r ^ a.row_scale_xor) : r;
+        const float t = q.scale_ws[rr];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s[k] = t;
+      }
       float v[8];
       ch[i].unpack(v);
-      for (int qi = 0; qi < a.n_quants; ++qi) {
-        if (!((quants >> qi) & 1u)) continue;
-        const QuantArgs& q = a.q[qi];
-        float s[8];
-        if (q.gran == Granularity::kTensorwise) {
-          const float t = q.scale_ws[0];
-#pragma unroll
-          for (int k = 0; k < 8; ++k) s[k] = t;
-        } else if (q.gran == Granularity::kRowwise) {
-          const int64_t rr = (r ^ a.row_scale_xor) < rows ? (r ^ a.row_scale_xor) : r;
-          const float t = q.scale_ws[rr];
-#pragma unroll
-          for (int k = 0; k < 8; ++k) s[k] = t;
-        } else {
-#pragma unroll
-          for (int k = 0; k < 8; ++k) s[k] = c0 + k < cols ? q.scale_ws[c0 + k] : 0.0f;
+      const uint2 b = pack8(v, s, q.e5m2);
+      for (int d = 0; d < q.n_dests; ++d) {
+        const Fp8Dest& o = q.dests[d];
+        if (o.smem_slot >= 0) {
+          uint32_t* t = tile_t[o.smem_slot] + rt * kCastWords;
+          t[(2 * cl) ^ swizzle(rt)] = b.x;
+          t[(2 * cl + 1) ^ swizzle(rt)] = b.y;
+          continue;
         }
-        uint32_t lo = 0, hi = 0;
+        store8(o.ptr + r * o.rs + c0 * o.cs, o.cs, n, b);
+      }
+    }
+  }
+  if (!col_major) return;
+  __syncthreads();
+  // Column-major write-out: thread (rg, cg) owns tile rows 16 rg .. 16 rg + 15 of tile columns
+  // 4 cg .. 4 cg + 3 and writes them as four 16-byte column runs.
+  const int rg = threadIdx.x & 7, cg = threadIdx.x >> 3;
+  const bool full = rb + kCastTile <= rows && cb + kCastTile <= cols;
+  for (int qi = 0; qi < a.n_quants; ++qi) {
+    if (!((quants >> qi) & 1u)) continue;
+    for (int d = 0; d < a.q[qi].n_dests; ++d) {
+      const Fp8Dest& o = a.q[qi].dests[d];
+      if (o.smem_slot < 0) continue;
+      const uint32_t* t = tile_t[o.smem_slot];
+      uint32_t w[16];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const uint32_t b = float8_bits(scaled_clamped(v[k], s[k], q.fp8_max), q.e5m2);
-          if (k < 4)
-            lo |= b << (8 * k);
-          else
-            hi |= b << (8 * (k - 4));
+      for (int i = 0; i < 16; ++i) {
+        const int rt = 16 * rg + i;
+        w[i] = t[rt * kCastWords + (cg ^ swizzle(rt))];
+      }
+      uint8_t* base = o.ptr + (cb + 4 * cg) * o.cs + (rb + 16 * rg) * o.rs;
+      if (full && o.rs == 1 && (o.cs & 15) == 0 && (reinterpret_cast<uintptr_t>(base) & 15) == 0) {
+        uint32_t col[4][4];  // col[k][m]: tile column 4 cg + k, rows 16 rg + 4 m .. + 3
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          uint32_t o4[4];
+          transpose4x4(w[4 * m], w[4 * m + 1], w[4 * m + 2], w[4 * m + 3], o4);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) col[k][m] = o4[k];
         }
-        for (int d = 0; d < q.n_dests; ++d) {
-          const Fp8Dest& o = q.dests[d];
-          if (o.smem_slot >= 0) {
-            *reinterpret_cast<uint2*>(&tile_t[o.smem_slot][rt][lane * 8]) = make_uint2(lo, hi);
-            continue;
-          }
-          uint8_t* p = o.ptr + r * o.rs + c0 * o.cs;
-          if (o.cs == 1 && c0 + 8 <= cols && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
-            *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
-            continue;
-          }
-          for (int k = 0; k < 8 && c0 + k < cols; ++k)
-            p[k * o.cs] =
-                static_cast<uint8_t>((k < 4 ? lo >> (8 * k) : hi >> (8 * (k - 4))) & 0xFFu);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          *reinterpret_cast<uint4*>(base + k * o.cs) =
+              make_uint4(col[k][0], col[k][1], col[k][2], col[k][3]);
+        continue;
+      }
+      for (int i = 0; i < 16; ++i) {
+        const int64_t r = rb + 16 * rg + i;
+        if (r >= rows) break;
+        for (int k = 0; k < 4; ++k) {
+          const int64_t c = cb + 4 * cg + k;
+          if (c < cols)
+            o.ptr[r * o.rs + c * o.cs] = static_cast<uint8_t>((w[i] >> (8 * k)) & 0xFFu);
         }
       }
     }
-    if (!col_major) continue;
-    __syncthreads();
-    // Column-major write-out: thread t owns column cb + t and writes its rows of this tile, 64
-    // contiguous bytes (four 16-byte stores) where the layout allows.
-    const int64_t c = cb + threadIdx.x;
-    const int nr = rows - rb < kTileRows ? static_cast<int>(rows - rb) : kTileRows;
-    if (c < cols) {
-      for (int qi = 0; qi < a.n_quants; ++qi) {
-        if (!((quants >> qi) & 1u)) continue;
-        for (int d = 0; d < a.q[qi].n_dests; ++d) {
-          const Fp8Dest& o = a.q[qi].dests[d];
-          if (o.smem_slot < 0) continue;
-          uint8_t* p = o.ptr + c * o.cs + rb * o.rs;
-          if (o.rs == 1 && nr == kTileRows && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
-#pragma unroll
-            for (int j = 0; j < kTileRows / 16; ++j) {
-              uint32_t w[4];
-#pragma unroll
-              for (int m = 0; m < 4; ++m) {
-                w[m] = 0;
-#pragma unroll
-                for (int k = 0; k < 4; ++k)
-                  w[m] |=
-                      static_cast<uint32_t>(tile_t[o.smem_slot][16 * j + 4 * m + k][threadIdx.x])
-                      << (8 * k);
-              }
-              reinterpret_cast<uint4*>(p)[j] = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-          } else {
-            for (int k = 0; k < nr; ++k) p[k * o.rs] = tile_t[o.smem_slot][k][threadIdx.x];
-          }
-        }
-      }
-    }
-    __syncthreads();
   }
 }
 
-// Rowwise quantizations only, every dest row-major: one CTA per row at a time. The row's amaxes
-// (|x| and x, as asked) over 16-byte loads, a block reduce, each quantization's scale computed by
-// every thread (one float64 division), then the row read again, from L1/L2 (8 KiB for 4096
-// bfloat16), and cast: x leaves DRAM once.
+// Rowwise quantizations only, every dest row-major: the amaxes (|x| and x, as asked) of the
+// whole row, a block reduce, each quantization's scale (computed by every thread: one float64
+// division), the float8 row.
+struct RowScales {
+  float s[kMaxQuants];
+};
+
+// The row's scales from its keys (k[0]: of x, k[1]: of |x|), and the scale, reciprocal and amax
+// outputs (thread 0).
+__device__ __forceinline__ RowScales row_scales(const QuantizeArgs& a, unsigned quants, int64_t r,
+                                                const uint32_t (&k)[2]) {
+  RowScales out;
+#pragma unroll
+  for (int qi = 0; qi < kMaxQuants; ++qi) {
+    out.s[qi] = 0.0f;
+    if (qi >= a.n_quants || !((quants >> qi) & 1u)) continue;
+    const QuantArgs& q = a.q[qi];
+    const float amax = from_max_key(q.abs ? k[1] : k[0]);
+    out.s[qi] = scale_from_amax(amax, q.eps, q.scale_mul);
+    if (threadIdx.x == 0) {
+      for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, out.s[qi]);
+      for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / out.s[qi]);
+      for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
+    }
+  }
+  return out;
+}
+
+// Casts one 8-column chunk of row r (n elements valid) for every quantization.
+__device__ __forceinline__ void cast_chunk(const QuantizeArgs& a, unsigned quants, int64_t r,
+                                           int64_t c0, int n, const float (&v)[8],
+                                           const RowScales& rs) {
+#pragma unroll
+  for (int qi = 0; qi < kMaxQuants; ++qi) {
+    if (qi >= a.n_quants || !((quants >> qi) & 1u)) continue;
+    const QuantArgs& q = a.q[qi];
+    float s[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s[k] = rs.s[qi];
+    const uint2 b = pack8(v, s, q.e5m2);
+    for (int d = 0; d < q.n_dests; ++d) store8(q.dests[d].ptr + r * q.dests[d].rs + c0, 1, n, b);
+  }
+}
+
+// Adds the keys of the n valid elements of chunk c to k (k[0]: of x, k[1]: of |x|; the |x| one
+// packed, as Mag<T>, turned into a key by the caller).
+template <typename T>
+__device__ __forceinline__ void add_keys(const Chunk<T>& c, int n, bool need_x, bool need_abs,
+                                         uint32_t (&k)[2]) {
+  if (!n) return;
+  if (need_abs) k[1] = Mag<T>::combine(k[1], Mag<T>(c).all());
+  if (!need_x) return;
+  float v[8];
+  c.unpack(v);
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    if (e < n) k[0] = max(k[0], max_key(v[e]));
+}
+
+// Which key kinds the quantizations in `quants` read.
+__device__ __forceinline__ void key_needs(const QuantizeArgs& a, unsigned quants, bool& need_x,
+                                          bool& need_abs) {
+  need_x = need_abs = false;
+  for (int qi = 0; qi < a.n_quants; ++qi)
+    if ((quants >> qi) & 1u) (a.q[qi].abs ? need_abs : need_x) = true;
+}
+
+// A persistent CTA walks rows grid-stride; the row (kV chunks of 8 per thread) stays in registers
+// from its load to its cast. kPrefetch (short rows): the next row's loads are issued before this
+// row is reduced, in a second set of registers; long rows keep enough bytes in flight alone.
+template <typename T, int kThreadsR, int kV, bool kPrefetch>
+__global__ void __launch_bounds__(kThreadsR)
+    rowwise_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
+  constexpr int kW = kThreadsR / 32;
+  __shared__ uint32_t part[2][2][kW];  // [row parity][x, |x|][warp]: one barrier per row
+  const int64_t rows = a.rows, cols = a.cols;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  bool need_x, need_abs;
+  key_needs(a, quants, need_x, need_abs);
+  Chunk<T> cur[kV], nxt[kV];
+  auto load_row = [&](Chunk<T>(&c)[kV], int64_t r) {
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int64_t c0 = (static_cast<int64_t>(j) * kThreadsR + threadIdx.x) * 8;
+      if (c0 < cols) c[j].load(x + r * cols, c0, cols, vec);
+    }
+  };
+  int64_t r = blockIdx.x;
+  if (r < rows) load_row(cur, r);
+  for (int parity = 0; r < rows; r += gridDim.x, parity ^= 1) {
+    if (kPrefetch && r + gridDim.x < rows) load_row(nxt, r + gridDim.x);
+    uint32_t k[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int64_t c0 = (static_cast<int64_t>(j) * kThreadsR + threadIdx.x) * 8;
+      add_keys(cur[j], chunk_len(c0, cols), need_x, need_abs, k);
+    }
+    if (need_abs) k[1] = Mag<T>::key(k[1]);
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      k[f] = __reduce_max_sync(0xffffffffu, k[f]);
+      if (lane == 0) part[parity][f][warp] = k[f];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int f = 0; f < 2; ++f) {
+      k[f] = 0;
+#pragma unroll
+      for (int w = 0; w < kW; ++w) k[f] = max(k[f], part[parity][f][w]);
+    }
+    const RowScales rs = row_scales(a, quants, r, k);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int64_t c0 = (static_cast<int64_t>(j) * kThreadsR + threadIdx.x) * 8;
+      const int n = chunk_len(c0, cols);
+      if (!n) continue;
+      float v[8];
+      cur[j].unpack(v);
+      cast_chunk(a, quants, r, c0, n, v, rs);
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) cur[j] = nxt[j];
+    } else if (r + gridDim.x < rows) {
+      load_row(cur, r + gridDim.x);
+    }
+  }
+}
+
+// Rows wider than kRowwiseMaxCols: a CTA per row at a time; the row read once for its amaxes and
+// again, from the L2, for the cast.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    rowwise_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
+    rowwise_stream_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
   __shared__ uint32_t part[2][kWarps];
   const int64_t rows = a.rows, cols = a.cols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  bool need_x = false, need_abs = false;
-  for (int qi = 0; qi < a.n_quants; ++qi)
-    if ((quants >> qi) & 1u) (a.q[qi].abs ? need_abs : need_x) = true;
+  bool need_x, need_abs;
+  key_needs(a, quants, need_x, need_abs);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * cols;
     uint32_t k[2] = {0, 0};
     for (int64_t c0 = threadIdx.x * 8; c0 < cols; c0 += kThreads * 8) {
       Chunk<T> ch;
       ch.load(row, c0, cols, vec);
-      float v[8];
-      ch.unpack(v);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        if (c0 + e >= cols) continue;
-        if (need_x) k[0] = max(k[0], max_key(v[e]));
-        if (need_abs) k[1] = max(k[1], max_key(fabsf(v[e])));
-      }
+      add_keys(ch, chunk_len(c0, cols), need_x, need_abs, k);
     }
+    if (need_abs) k[1] = Mag<T>::key(k[1]);
 #pragma unroll
     for (int f = 0; f < 2; ++f) {
       k[f] = __reduce_max_sync(0xffffffffu, k[f]);
@@ -301,48 +561,13 @@ __global__ void __launch_bounds__(kThreads)
       for (int w = 0; w < kWarps; ++w) k[f] = max(k[f], part[f][w]);
     }
     __syncthreads();  // part is rewritten for the next row
-    float scale[kMaxQuants];
-#pragma unroll
-    for (int qi = 0; qi < kMaxQuants; ++qi) {
-      if (qi >= a.n_quants || !((quants >> qi) & 1u)) continue;
-      const QuantArgs& q = a.q[qi];
-      const float amax = from_max_key(k[q.abs ? 1 : 0]);
-      scale[qi] = scale_from_amax(amax, q.eps, q.scale_mul);
-      if (threadIdx.x == 0) {
-        for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, scale[qi]);
-        for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / scale[qi]);
-        for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
-      }
-    }
+    const RowScales rs = row_scales(a, quants, r, k);
     for (int64_t c0 = threadIdx.x * 8; c0 < cols; c0 += kThreads * 8) {
       Chunk<T> ch;
       ch.load(row, c0, cols, vec);
       float v[8];
       ch.unpack(v);
-#pragma unroll
-      for (int qi = 0; qi < kMaxQuants; ++qi) {
-        if (qi >= a.n_quants || !((quants >> qi) & 1u)) continue;
-        const QuantArgs& q = a.q[qi];
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const uint32_t b = float8_bits(scaled_clamped(v[e], scale[qi], q.fp8_max), q.e5m2);
-          if (e < 4)
-            lo |= b << (8 * e);
-          else
-            hi |= b << (8 * (e - 4));
-        }
-        for (int d = 0; d < q.n_dests; ++d) {
-          const Fp8Dest& o = q.dests[d];
-          uint8_t* p = o.ptr + r * o.rs + c0;
-          if (c0 + 8 <= cols && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
-            *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
-            continue;
-          }
-          for (int e = 0; e < 8 && c0 + e < cols; ++e)
-            p[e] = static_cast<uint8_t>((e < 4 ? lo >> (8 * e) : hi >> (8 * (e - 4))) & 0xFFu);
-        }
-      }
+      cast_chunk(a, quants, r, c0, chunk_len(c0, cols), v, rs);
     }
   }
 }
@@ -362,18 +587,35 @@ __global__ void transpose_kernel(Fp8Dest src, Fp8Dest dst, int64_t rows, int64_t
   }
 }
 
-unsigned grid_y(int64_t row_tiles) {
-  return static_cast<unsigned>(std::min<int64_t>(row_tiles, 65535));
-}
-
 bool vec_ok(const QuantizeArgs& a) {
   return a.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
 }
 
+int sm_count() {
+  static const int sms = [] {  // queried once: a launch stays a launch (host enqueue time)
+    int dev = 0, n = 0;
+    REPLAY_CUDA(cudaGetDevice(&dev));
+    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+  }();
+  return sms;
+}
+
+// CTAs of `kernel` (threads per CTA, static shared memory only) resident on the whole GPU.
+template <typename K>
+int64_t resident_ctas(K kernel, int threads) {
+  int per_sm = 0;
+  REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  return static_cast<int64_t>(std::max(per_sm, 1)) * sm_count();
+}
+
 template <typename T>
 void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((a.cols + kTileCols - 1) / kTileCols),
-                  grid_y((a.rows + kTileRows - 1) / kTileRows));
+  static const int64_t resident = resident_ctas(amax_kernel<T, true>, kThreads);
+  const int64_t strips = (a.cols + kAmaxCols - 1) / kAmaxCols;
+  const int64_t bands = (a.rows + kAmaxBand - 1) / kAmaxBand;
+  const int64_t gy = std::clamp<int64_t>(resident / strips, 1, std::min<int64_t>(bands, 65535));
+  const dim3 grid(static_cast<unsigned>(strips), static_cast<unsigned>(gy));
   for (int abs = 0; abs < 2; ++abs) {
     auto slot = [&](Granularity g) -> uint32_t* {
       const int k = amax_slot(g, abs != 0);
@@ -386,31 +628,51 @@ void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
     if (rw) REPLAY_CUDA(cudaMemsetAsync(rw, 0, a.rows * sizeof(uint32_t), s));
     if (cw) REPLAY_CUDA(cudaMemsetAsync(cw, 0, a.cols * sizeof(uint32_t), s));
     if (gw) REPLAY_CUDA(cudaMemsetAsync(gw, 0, sizeof(uint32_t), s));
-    amax_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols, vec_ok(a),
-                                             abs != 0, rw, cw, gw);
+    if (abs)
+      amax_kernel<T, true><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols,
+                                                     vec_ok(a), rw, cw, gw);
+    else
+      amax_kernel<T, false><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols,
+                                                      vec_ok(a), rw, cw, gw);
     REPLAY_CUDA_LAUNCH("fp8_quantize amax_kernel");
   }
 }
 
 template <typename T>
 void cast_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>((a.cols + kTileCols - 1) / kTileCols),
-                  grid_y((a.rows + kTileRows - 1) / kTileRows));
-  cast_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
+  const int64_t tiles =
+      ((a.cols + kCastTile - 1) / kCastTile) * ((a.rows + kCastTile - 1) / kCastTile);
+  if (tiles > 0x7FFFFFFF) throw std::runtime_error("fp8_quantize: more than 2^31 cast tiles");
+  cast_kernel<T><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(static_cast<const T*>(a.x), a,
+                                                                   quants, vec_ok(a));
   REPLAY_CUDA_LAUNCH("fp8_quantize cast_kernel");
+}
+
+template <typename T, int kThreadsR, int kV>
+void rowwise_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
+  constexpr bool kPrefetch = kV <= 4;
+  static const int64_t resident =
+      resident_ctas(rowwise_kernel<T, kThreadsR, kV, kPrefetch>, kThreadsR);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
+  rowwise_kernel<T, kThreadsR, kV, kPrefetch>
+      <<<grid, kThreadsR, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
+  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_kernel");
 }
 
 template <typename T>
 void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  static const int sms = [] {  // queried once: a launch stays a launch (host enqueue time)
-    int dev = 0, n = 0;
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t(sms) * 8));
-  rowwise_kernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
-  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_kernel");
+  const int64_t chunks = (a.cols + 7) / 8;  // 8 columns per chunk, kV chunks per thread
+  if (chunks <= 128) return rowwise_launch<T, 128, 1>(a, quants, s);
+  if (chunks <= 256) return rowwise_launch<T, 128, 2>(a, quants, s);
+  if (chunks <= 512) return rowwise_launch<T, 128, 4>(a, quants, s);
+  if (chunks <= 1024) return rowwise_launch<T, 256, 4>(a, quants, s);
+  if (chunks <= 2048) return rowwise_launch<T, 256, 8>(a, quants, s);
+  if (chunks <= 4096) return rowwise_launch<T, 512, 8>(a, quants, s);
+  static_assert(kRowwiseMaxCols == 4096 * 8, "the dispatch above covers kRowwiseMaxCols");
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t(sm_count()) * 8));
+  rowwise_stream_kernel<T>
+      <<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
+  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_stream_kernel");
 }
 
 }  // namespace

@@ -21,8 +21,11 @@ inline constexpr int kMaxQuants = 4;    ///< quantizations of one tensor in one 
 inline constexpr int kMaxDests = 2;     ///< float8 values one quantization writes
 inline constexpr int kMaxVecOuts = 2;   ///< scale (or reciprocal, or amax) values it writes, each
 inline constexpr int kMaxColMajor = 2;  ///< column-major float8 values per cast pass (smem tiles)
-inline constexpr int kTileRows = 64;    ///< rows of x one CTA of the tile passes covers
-inline constexpr int kTileCols = 256;   ///< columns of x one CTA covers (8 per thread)
+inline constexpr int kCastTile = 128;  ///< the cast pass's tile: kCastTile x kCastTile of x per CTA
+inline constexpr int kAmaxCols = 256;  ///< columns of x one CTA of the amax pass covers
+/// Widest row the one-pass rowwise kernel holds in registers (elements); wider rows take the
+/// streaming kernel, which reads each row twice (the second time from L2).
+inline constexpr int64_t kRowwiseMaxCols = 512 * 8 * 8;
 
 enum class Granularity : uint8_t {
   kTensorwise,  ///< one amax and scale for the whole tensor ([] or [1, 1])
@@ -57,7 +60,7 @@ struct QuantArgs {
   Granularity gran = Granularity::kTensorwise;
   bool abs = true;         ///< amax of |x| (false: of x)
   bool e5m2 = false;       ///< float8_e5m2 (false: float8_e4m3fn)
-  float fp8_max = 448;     ///< clamp bound
+  float fp8_max = 448;     ///< clamp bound: the dtype's max (the cast saturates there)
   double scale_mul = 448;  ///< scale = scale_mul / max(amax, eps)
   double eps = 1e-12;
   Fp8Dest dests[kMaxDests];

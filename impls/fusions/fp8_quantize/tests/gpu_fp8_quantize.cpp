@@ -104,6 +104,19 @@ std::vector<GpuCase> cases() {
   synth("synthetic_rowwise_only_256x4096", rowwise);
   rowwise.shape = {33, 50};
   synth("synthetic_rowwise_only_33x50", rowwise);
+  // Each row width the one-pass kernel dispatches on (128 to 512 threads, 1 to 8 chunks of 8 per
+  // thread, odd tails), and rows wider than kRowwiseMaxCols (the streaming kernel).
+  for (int64_t cols : {1000, 2000, 6000, 14336, 20000, 40000}) {
+    rowwise.shape = {cols > 20000 ? 5 : 37, cols};
+    synth("synthetic_rowwise_only_" + std::to_string(rowwise.shape[0]) + "x" + std::to_string(cols),
+          rowwise);
+  }
+  QuantForm tiles = group;  // full 128 x 128 cast tiles and a partial one on each side
+  tiles.quants.resize(3);
+  tiles.shape = {384, 640};
+  synth("synthetic_group_384x640", tiles);
+  tiles.shape = {200, 136};
+  synth("synthetic_group_200x136", tiles);
   QuantForm rank3;
   rank3.shape = {2, 40, 96};
   rank3.quants = {QuantSpec{}, QuantSpec{}};
@@ -236,8 +249,11 @@ const Mutant kMutants[] = {
          if (q.fp8 == DType::kFloat8E4M3) return true;
        return false;
      },
-     [](Params& p) {
-       for (auto& q : p.quants) q.fp8 = DType::kFloat8E5M2;
+     [](Params& p) {  // e5m2's recipe (its max, its saturation) where e4m3's was asked
+       for (auto& q : p.quants) {
+         q.fp8 = DType::kFloat8E5M2;
+         q.fp8_max = 57344;
+       }
      }},
     {"amax_of_x_not_abs", [](const Params&) { return true; },
      [](Params& p) {
