@@ -80,6 +80,13 @@ struct Chunk {
 #pragma unroll
     for (int i = 0; i < kRaw; ++i) Vec<T>::unpack(raw[i], v + i * Vec<T>::kElems);
   }
+  /// An empty asm that "rewrites" the raw words: inside a loop it keeps the compiler from hoisting
+  /// the (cheap) unpack of every row out of the loop and holding 8 floats per row in registers.
+  __device__ __forceinline__ void pin() {
+#pragma unroll
+    for (int i = 0; i < kRaw; ++i)
+      asm volatile("" : "+r"(raw[i].x), "+r"(raw[i].y), "+r"(raw[i].z), "+r"(raw[i].w));
+  }
 };
 
 // The 8 float8 bytes of v[k] * s[k] clamped to the float8 dtype's max (byte k = element k,
@@ -163,6 +170,39 @@ struct Mag {
     return k16 ? key_of((cw[k / 2] >> (16 * (k % 2))) & 0xFFFFu) : key_of(cw[k]);
   }
 };
+
+// The max |x| key of the whole of x alone (a tensorwise quantization's amax: the common case),
+// x contiguous as n16 16-byte vectors: a grid-stride stream, 8 vectors in flight per thread,
+// packed magnitudes, one atomicMax per CTA.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    amax_all_kernel(const uint4* __restrict__ x, int64_t n16, uint32_t* glob_ws) {
+  using M = Mag<T>;
+  __shared__ uint32_t part[kWarps];
+  constexpr uint32_t kMask = M::k16 ? 0x7FFF7FFFu : 0x7FFFFFFFu;
+  auto mag = [](const uint4& v) {
+    return M::combine(M::combine(v.x & kMask, v.y & kMask), M::combine(v.z & kMask, v.w & kMask));
+  };
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  uint32_t m = 0;
+  for (; i < n16; i += 8 * stride) {  // the last round predicated, its loads still in flight
+    uint4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      v[u] = i + u * stride < n16 ? x[i + u * stride] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) m = M::combine(m, mag(v[u]));
+  }
+  const uint32_t k = __reduce_max_sync(0xffffffffu, M::key(m));
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = k;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t b = 0;
+    for (int w = 0; w < kWarps; ++w) b = max(b, part[w]);
+    atomicMax(glob_ws, b);
+  }
+}
 
 template <typename T, bool kAbs>
 __global__ void __launch_bounds__(kThreads)
@@ -292,7 +332,7 @@ __device__ __forceinline__ void transpose4x4(uint32_t a, uint32_t b, uint32_t c,
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB of x in flight
     cast_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
   __shared__ __align__(16) uint32_t tile_t[kMaxColMajor][kCastTile * kCastWords];
   const int64_t rows = a.rows, cols = a.cols;
@@ -319,6 +359,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int qi = 0; qi < a.n_quants; ++qi) {
     if (!((quants >> qi) & 1u) || !n) continue;
     const QuantArgs& q = a.q[qi];
+#pragma unroll
+    for (int i = 0; i < kCastRowsPerThread; ++i) ch[i].pin();
     float s[8];
     if (q.gran == Granularity::kTensorwise) {
       const float t = q.scale_ws[0];
@@ -409,9 +451,9 @@ struct RowScales {
 };
 
 // The row's scales from its keys (k[0]: of x, k[1]: of |x|), and the scale, reciprocal and amax
-// outputs (thread 0).
+// outputs (by the `writer` thread).
 __device__ __forceinline__ RowScales row_scales(const QuantizeArgs& a, unsigned quants, int64_t r,
-                                                const uint32_t (&k)[2]) {
+                                                const uint32_t (&k)[2], bool writer) {
   RowScales out;
 #pragma unroll
   for (int qi = 0; qi < kMaxQuants; ++qi) {
@@ -420,7 +462,7 @@ __device__ __forceinline__ RowScales row_scales(const QuantizeArgs& a, unsigned 
     const QuantArgs& q = a.q[qi];
     const float amax = from_max_key(q.abs ? k[1] : k[0]);
     out.s[qi] = scale_from_amax(amax, q.eps, q.scale_mul);
-    if (threadIdx.x == 0) {
+    if (writer) {
       for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, out.s[qi]);
       for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / out.s[qi]);
       for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
@@ -468,11 +510,72 @@ __device__ __forceinline__ void key_needs(const QuantizeArgs& a, unsigned quants
     if ((quants >> qi) & 1u) (a.q[qi].abs ? need_abs : need_x) = true;
 }
 
+// Rows of up to kV x 256 elements: a warp per row, grid-stride over rows. The row stays in the
+// lane's registers (kV chunks of 8, 16-byte loads all in flight), its amaxes take warp
+// reductions only (no barrier), then the cast: x is read once, and ~20 warps per SM each keep a
+// whole row of loads in flight.
+template <typename T, int kV>
+__global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
+    rowwise_warp_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
+  const int64_t rows = a.rows, cols = a.cols;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  bool need_x, need_abs;
+  key_needs(a, quants, need_x, need_abs);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+       r < rows; r += warps) {
+    Chunk<T> ch[kV];
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int64_t c0 = static_cast<int64_t>(j * 32 + lane) * 8;
+      if (c0 < cols) ch[j].load(x + r * cols, c0, cols, vec);
+    }
+    uint32_t k[2] = {0, 0};
+#pragma unroll
+    for (int j = 0; j < kV; ++j)
+      add_keys(ch[j], chunk_len(static_cast<int64_t>(j * 32 + lane) * 8, cols), need_x, need_abs,
+               k);
+    if (need_abs) k[1] = Mag<T>::key(k[1]);
+    k[0] = __reduce_max_sync(0xffffffffu, k[0]);
+    k[1] = __reduce_max_sync(0xffffffffu, k[1]);
+    // Quantization by quantization, dest by dest (one each in practice): the lane's chunks are
+    // 256 elements apart, so every store is the dest row's base plus a constant.
+    for (int qi = 0; qi < a.n_quants; ++qi) {
+      if (!((quants >> qi) & 1u)) continue;
+      const QuantArgs& q = a.q[qi];
+      const float amax = from_max_key(q.abs ? k[1] : k[0]);
+      const float sc = scale_from_amax(amax, q.eps, q.scale_mul);
+      if (lane == 0) {
+        for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, sc);
+        for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / sc);
+        for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
+      }
+      float s8[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s8[e] = sc;
+      for (int d = 0; d < q.n_dests; ++d) {
+        uint8_t* base = q.dests[d].ptr + r * q.dests[d].rs + lane * 8;
+#pragma unroll
+        for (int j = 0; j < kV; ++j) ch[j].pin();
+#pragma unroll
+        for (int j = 0; j < kV; ++j) {
+          const int n = chunk_len(static_cast<int64_t>(j * 32 + lane) * 8, cols);
+          if (!n) continue;
+          float v[8];
+          ch[j].unpack(v);
+          store8(base + j * 256, 1, n, pack8(v, s8, q.e5m2));
+        }
+      }
+    }
+  }
+}
+
 // A persistent CTA walks rows grid-stride; the row (kV chunks of 8 per thread) stays in registers
 // from its load to its cast. kPrefetch (short rows): the next row's loads are issued before this
 // row is reduced, in a second set of registers; long rows keep enough bytes in flight alone.
 template <typename T, int kThreadsR, int kV, bool kPrefetch>
-__global__ void __launch_bounds__(kThreadsR)
+__global__ void __launch_bounds__(kThreadsR,
+                                  kThreadsR >= 512 ? 1024 / kThreadsR : 3)  // >= 1024 threads
     rowwise_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
   constexpr int kW = kThreadsR / 32;
   __shared__ uint32_t part[2][2][kW];  // [row parity][x, |x|][warp]: one barrier per row
@@ -511,7 +614,7 @@ __global__ void __launch_bounds__(kThreadsR)
 #pragma unroll
       for (int w = 0; w < kW; ++w) k[f] = max(k[f], part[parity][f][w]);
     }
-    const RowScales rs = row_scales(a, quants, r, k);
+    const RowScales rs = row_scales(a, quants, r, k, threadIdx.x == 0);
 #pragma unroll
     for (int j = 0; j < kV; ++j) {
       const int64_t c0 = (static_cast<int64_t>(j) * kThreadsR + threadIdx.x) * 8;
@@ -561,7 +664,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int w = 0; w < kWarps; ++w) k[f] = max(k[f], part[f][w]);
     }
     __syncthreads();  // part is rewritten for the next row
-    const RowScales rs = row_scales(a, quants, r, k);
+    const RowScales rs = row_scales(a, quants, r, k, threadIdx.x == 0);
     for (int64_t c0 = threadIdx.x * 8; c0 < cols; c0 += kThreads * 8) {
       Chunk<T> ch;
       ch.load(row, c0, cols, vec);
@@ -628,6 +731,15 @@ void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
     if (rw) REPLAY_CUDA(cudaMemsetAsync(rw, 0, a.rows * sizeof(uint32_t), s));
     if (cw) REPLAY_CUDA(cudaMemsetAsync(cw, 0, a.cols * sizeof(uint32_t), s));
     if (gw) REPLAY_CUDA(cudaMemsetAsync(gw, 0, sizeof(uint32_t), s));
+    if (abs && !rw && !cw && vec_ok(a)) {  // the whole tensor's amax alone: one flat stream
+      static const int64_t all_resident = resident_ctas(amax_all_kernel<T>, kThreads);
+      const int64_t n16 = a.rows * a.cols * static_cast<int64_t>(sizeof(T)) / 16;
+      const auto g =
+          static_cast<unsigned>(std::min<int64_t>(all_resident, (n16 + kThreads - 1) / kThreads));
+      amax_all_kernel<T><<<g, kThreads, 0, s>>>(static_cast<const uint4*>(a.x), n16, gw);
+      REPLAY_CUDA_LAUNCH("fp8_quantize amax_all_kernel");
+      continue;
+    }
     if (abs)
       amax_kernel<T, true><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols,
                                                      vec_ok(a), rw, cw, gw);
@@ -650,7 +762,7 @@ void cast_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
 
 template <typename T, int kThreadsR, int kV>
 void rowwise_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  constexpr bool kPrefetch = kV <= 4;
+  constexpr bool kPrefetch = kV <= 4 && (sizeof(T) == 2 || kThreadsR < 256);  // registers
   static const int64_t resident =
       resident_ctas(rowwise_kernel<T, kThreadsR, kV, kPrefetch>, kThreadsR);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
@@ -659,15 +771,28 @@ void rowwise_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_kernel");
 }
 
+template <typename T, int kV>
+void rowwise_warp_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
+  static const int64_t resident = resident_ctas(rowwise_warp_kernel<T, kV>, 128);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((a.rows + 3) / 4, resident));
+  rowwise_warp_kernel<T, kV><<<grid, 128, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
+  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_warp_kernel");
+}
+
 template <typename T>
 void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  const int64_t chunks = (a.cols + 7) / 8;  // 8 columns per chunk, kV chunks per thread
-  if (chunks <= 128) return rowwise_launch<T, 128, 1>(a, quants, s);
-  if (chunks <= 256) return rowwise_launch<T, 128, 2>(a, quants, s);
+  const int64_t chunks = (a.cols + 7) / 8;  // 8 columns per chunk
+  // A warp per row up to 16 chunks per lane (8 for float32: registers), then a CTA per row.
+  if (chunks <= 32) return rowwise_warp_launch<T, 1>(a, quants, s);
+  if (chunks <= 64) return rowwise_warp_launch<T, 2>(a, quants, s);
+  if (chunks <= 128) return rowwise_warp_launch<T, 4>(a, quants, s);
+  if (chunks <= 256) return rowwise_warp_launch<T, 8>(a, quants, s);
+  if constexpr (sizeof(T) == 2)
+    if (chunks <= 512) return rowwise_warp_launch<T, 16>(a, quants, s);
   if (chunks <= 512) return rowwise_launch<T, 128, 4>(a, quants, s);
   if (chunks <= 1024) return rowwise_launch<T, 256, 4>(a, quants, s);
-  if (chunks <= 2048) return rowwise_launch<T, 256, 8>(a, quants, s);
-  if (chunks <= 4096) return rowwise_launch<T, 512, 8>(a, quants, s);
+  if (chunks <= 2048) return rowwise_launch<T, 512, 4>(a, quants, s);
+  if (chunks <= 4096) return rowwise_launch<T, 1024, 4>(a, quants, s);
   static_assert(kRowwiseMaxCols == 4096 * 8, "the dispatch above covers kRowwiseMaxCols");
   const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t(sm_count()) * 8));
   rowwise_stream_kernel<T>
