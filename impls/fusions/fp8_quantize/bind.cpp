@@ -95,10 +95,16 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     qa.scale_mul = q.fp8_max;
     qa.eps = q.eps;
     const int64_t len = vec_len(a, q.granularity);
-    const int slot = amax_slot(q.granularity, q.abs);
-    if (!a.amax_ws[slot])
-      a.amax_ws[slot] = static_cast<uint32_t*>(ctx.workspace(len * sizeof(uint32_t)));
-    slots |= 1u << slot;
+    if (q.given) {  // read where the scales are computed; no amax pass
+      const BoundTensor t = ctx.tensor(q.amax);
+      qa.given = t.ptr;
+      qa.given_dtype = t.layout.dtype;
+    } else {
+      const int slot = amax_slot(q.granularity, q.abs);
+      if (!a.amax_ws[slot])
+        a.amax_ws[slot] = static_cast<uint32_t*>(ctx.workspace(len * sizeof(uint32_t)));
+      slots |= 1u << slot;
+    }
     qa.scale_ws = static_cast<float*>(ctx.workspace(len * sizeof(float)));
     if (static_cast<int>(q.q_outs.size()) > kMaxDests) {
       b.unsupported = std::to_string(q.q_outs.size()) + " float8 copies of one quantization";
@@ -169,7 +175,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     Step st;
     st.args = a;
     st.quant = 1u << i;
-    st.slot = 1u << amax_slot(a.q[i].gran, a.q[i].abs);
+    st.slot = a.q[i].given ? 0u : 1u << amax_slot(a.q[i].gran, a.q[i].abs);
     QuantArgs& qa = st.args.q[i];
     Fp8Dest row_major;
     std::vector<Fp8Dest> others;

@@ -6,7 +6,8 @@
 // casts during the amax pass; the second read is a DRAM read whenever x exceeds the L2 (H200: 50
 // MiB; the realistic float8 linears' x is [8192, 4096] bfloat16, 64 MiB), and counting it keeps
 // the bound attainable at every size. A group of rowwise quantizations only is counted with one
-// read (a CTA that holds whole rows can cast them in the amax pass). FLOPs per element and
+// read (a CTA that holds whole rows can cast them in the amax pass), as is a quantization from a
+// given amax (its scale is known before x is read). FLOPs per element and
 // quantization: abs, max, multiply, two clamps, the cast (~6); memory-bound by far.
 #include "impls/fusions/fp8_quantize/params.hpp"
 #include "workloads/plan/match_util.hpp"
@@ -16,7 +17,7 @@ namespace {
 
 int x_reads(const Params& p) {
   for (const Quantization& q : p.quants)
-    if (q.granularity != Granularity::kRowwise) return 2;
+    if (q.granularity != Granularity::kRowwise && !q.given) return 2;
   return 1;
 }
 
@@ -41,7 +42,9 @@ nlohmann::json describe(const Graph& g, const Region& r) {
   for (const Quantization& q : p.quants)
     qs.push_back({{"granularity", granularity_name(q.granularity)},
                   {"dtype", dtype_name(q.fp8)},
-                  {"amax_of", q.abs ? "|x|" : "x"},
+                  {"amax_of", q.given ? "given"
+                              : q.abs ? "|x|"
+                                      : "x"},
                   {"eps", q.eps},
                   {"fp8_max", q.fp8_max},
                   {"amax", g.values[q.amax].name},

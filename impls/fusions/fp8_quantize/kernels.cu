@@ -302,7 +302,7 @@ __global__ void scales_kernel(QuantizeArgs a, unsigned quants, int64_t rows, int
   const uint32_t* ws = a.amax_ws[amax_slot(q.gran, q.abs)];
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < len;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float amax = from_max_key(ws[i]);
+    const float amax = q.given ? load_elem<float>(q.given, i, q.given_dtype) : from_max_key(ws[i]);
     const float s = scale_from_amax(amax, q.eps, q.scale_mul);
     q.scale_ws[i] = s;
     for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], i, s);

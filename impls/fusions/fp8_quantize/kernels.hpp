@@ -69,6 +69,9 @@ struct QuantArgs {
   int n_scales = 0, n_recips = 0, n_amaxes = 0;
   float* scale_ws =
       nullptr;  ///< [len] float32 scales (len 1, rows or cols), written by the scales kernel
+  /// A given amax (one element of given_dtype, tensorwise) instead of the amax workspace slot.
+  const void* given = nullptr;
+  DType given_dtype = DType::kFloat32;
 };
 
 struct QuantizeArgs {

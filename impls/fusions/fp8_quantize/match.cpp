@@ -3,7 +3,10 @@
 //   magnitudes  |x| through abs and exact upcasts (the rowwise forms write abs -> float32 -> abs),
 //               and x.float() (x itself when x is float32);
 //   amaxes      aten.amax / aten.max.default of a magnitude: every dim (tensorwise), dim -1 with
-//               keepdim (rowwise), dim 0 of a 2-D x (columnwise);
+//               keepdim (rowwise), dim 0 of a 2-D x (columnwise); or a given amax: a one-element
+//               value the graph did not compute from x here (the tensorwise min-cut backward
+//               requantizes the weight from the amax its forward saved), whose scale chain casts
+//               x.float();
 //   scales      amax -> float64 -> clamp_min(eps) -> reciprocal -> * M -> float32, each step read
 //               only by the next;
 //   casts       x.float() * scale -> clamp(-M', M') (clamp_min/clamp_max, either order, or one
@@ -104,6 +107,8 @@ class SourceMatcher {
 
   void collect_magnitudes();
   bool match_amax(int a, bool abs, Found& f);
+  bool match_chain(int a, int f64, Found& f);
+  bool match_given(int mul, int scale, Found& f);
   bool match_cast(int a, int mul, Found& f);
 
   const Graph& g_;
@@ -185,9 +190,17 @@ bool SourceMatcher::match_amax(int a, bool abs, Found& f) {
                                ": neither tensorwise (every dim), rowwise (dim -1) nor columnwise "
                                "(dim 0 of a 2-D tensor)");
   }
+  return match_chain(a, f64, f);
+}
+
+// The scale chain from the amax's float64 convert f64 on, and the cast it feeds; declines at `a`.
+bool SourceMatcher::match_chain(int a, int f64, Found& f) {
+  Quantization& q = f.q;
+  const auto& xs = meta(x_).shape;
   // amax -> float64 -> clamp_min(eps) -> reciprocal -> * M -> float32.
   auto chain_fail = [&](int at, const std::string& want) {
-    return out_.decline(a, "scale chain of amax '" + an.id + "': expected " + want + " at " +
+    return out_.decline(a, "scale chain of amax '" + g_.values[q.amax].name + "': expected " +
+                               want + " at " +
                                (at >= 0 ? node_str(g_, at) : std::string("(none)")));
   };
   f.nodes.push_back(f64);
@@ -275,6 +288,40 @@ bool SourceMatcher::match_amax(int a, bool abs, Found& f) {
                                std::string(dtype_name(q.fp8)) + "'s max " + num(fmax));
   q.fp8_max = fmax;
   return true;
+}
+
+// x.float() * scale, where the scale's chain starts from an amax not computed from x here: the
+// chain walked back from the scale to its float64 convert, then matched forward as any other.
+bool SourceMatcher::match_given(int mul, int scale, Found& f) {
+  auto back = [&](int v, Op op) {
+    const int p = v >= 0 ? g_.values[v].producer : -1;
+    return p >= 0 && node(p).op == op && node(p).outputs.size() == 1 ? p : -1;
+  };
+  const int s32 = back(scale, Op::kConvertElementType);
+  const int m = s32 >= 0 ? back(sole_tensor(node(s32)), Op::kMul) : -1;
+  int r = -1;
+  if (m >= 0)
+    for (const auto& o : node(m).operands)
+      if (o.is_tensor()) r = back(o.value, Op::kReciprocal);
+  const int c = r >= 0 ? g_.values[sole_tensor(node(r))].producer : -1;
+  const int f64 = c >= 0 && is_clamp(node(c).op) && node(c).operands[0].is_tensor()
+                      ? back(node(c).operands[0].value, Op::kConvertElementType)
+                      : -1;
+  if (f64 < 0 || meta(out0(f64)).dtype != DType::kFloat64)
+    return false;  // not a scale chain at all: the caller declines
+  Quantization& q = f.q;
+  q.amax = sole_tensor(node(f64));
+  q.given = true;
+  q.abs = true;
+  f.start = f64;
+  if (meta(q.amax).numel() != 1)
+    return out_.decline(mul, "the scale of x.float() of '" + g_.values[x_].name +
+                                 "' comes from a given amax '" + g_.values[q.amax].name +
+                                 "' of shape " + shape_str(meta(q.amax).shape) +
+                                 " (not computed from this tensor): only a one-element "
+                                 "(tensorwise) given amax is taken");
+  q.granularity = Granularity::kTensorwise;
+  return match_chain(f64, f64, f);
 }
 
 bool SourceMatcher::match_cast(int a, int mul, Found& f) {
@@ -385,6 +432,17 @@ void SourceMatcher::run() {
       while (w >= 0 && is_clamp(node(w).op)) w = single_user(g_, out0(w));
       if (w < 0 || node(w).op != Op::kConvertElementType || !is_float8(meta(out0(w)).dtype))
         continue;
+      Found gf;
+      if (match_given(u, other, gf)) {
+        if (static_cast<int>(found.size()) == kMaxQuants) {
+          out_.decline(u, "more than " + std::to_string(kMaxQuants) + " quantizations of '" +
+                              g_.values[x_].name + "' (the kernels' limit)");
+          continue;
+        }
+        found.push_back(std::move(gf));
+        continue;
+      }
+      if (gf.q.given) continue;  // a given amax's chain that declined, with its reason
       const int sp = g_.values[other].producer;
       out_.decline(u, "the scale '" + g_.values[other].name + "' (" +
                           (sp >= 0 ? std::string(op_name(node(sp).op)) : std::string("an input")) +
@@ -393,7 +451,8 @@ void SourceMatcher::run() {
     }
   }
   if (found.empty()) return;
-  const int first = found.front().start;
+  int first = found.front().start;
+  for (const auto& f : found) first = std::min(first, f.start);
   // The region: every quantization's nodes and the magnitude prefix nodes nothing outside reads.
   std::set<int> set;
   for (const auto& f : found) set.insert(f.nodes.begin(), f.nodes.end());
@@ -432,7 +491,7 @@ void SourceMatcher::run() {
     for (int v : q.q_outs) writable[v] = {qi, kQ};
     writable[q.scale] = {qi, kScale};
     for (int v : q.recip_outs) writable[v] = {qi, kRecip};
-    writable[q.amax] = {qi, kAmax};
+    if (!q.given) writable[q.amax] = {qi, kAmax};
   }
   for (auto& f : found) {
     f.q.q_outs.clear();
@@ -528,6 +587,26 @@ void match(const Graph& g, Matches& out) {
       if (p >= 0 && g.nodes[p].op == Op::kConvertElementType && sole_tensor(g.nodes[p]) >= 0 &&
           exact_upcast(g.meta(sole_tensor(g.nodes[p])).dtype, g.meta(x).dtype))
         x = sole_tensor(g.nodes[p]);
+    } else if (n.op == Op::kMul && n.outputs.size() == 1 &&
+               g.meta(n.outputs[0]).dtype == DType::kFloat32) {
+      // x.float() * s -> clamps -> float8 with no amax of x in sight (a given amax): x is the
+      // operand that is x.float() (a float32 upcast of x, or x itself in float32) of x's shape.
+      int w = single_user(g, n.outputs[0]);
+      while (w >= 0 && is_clamp(g.nodes[w].op)) w = single_user(g, g.nodes[w].outputs[0]);
+      if (w < 0 || g.nodes[w].op != Op::kConvertElementType ||
+          !is_float8(g.meta(g.nodes[w].outputs[0]).dtype))
+        continue;
+      for (const auto& o : n.operands) {
+        if (!o.is_tensor() || g.meta(o.value).shape != g.meta(n.outputs[0]).shape) continue;
+        const int p = g.values[o.value].producer;
+        if (p >= 0 && (g.nodes[p].op == Op::kConvertElementType || g.nodes[p].op == Op::kToCopy) &&
+            sole_tensor(g.nodes[p]) >= 0 &&
+            exact_upcast(g.meta(sole_tensor(g.nodes[p])).dtype, DType::kFloat32))
+          x = sole_tensor(g.nodes[p]);
+        else if (g.meta(o.value).dtype == DType::kFloat32)
+          x = o.value;
+        if (x >= 0) break;
+      }
     }
     if (x < 0 || seen.count(x)) continue;
     seen.insert(x);

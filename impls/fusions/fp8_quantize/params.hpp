@@ -29,6 +29,9 @@ struct Quantization {
   double fp8_max = 448;            ///< the dtype's largest finite value: scale factor, clamp bound
   double eps = 1e-12;              ///< the float64 amax's clamp_min
   int amax = -1;                   ///< the amax value (aten.amax or aten.max.default), in its dtype
+  /// The amax is given (a region input, e.g. the amax the forward saved), not computed from x:
+  /// the region reads it, and x only once (tensorwise only).
+  bool given = false;
   int scale = -1;  ///< the float32 scale: [] (or [1, 1]), [.., 1] rowwise, [1, cols] / [cols]
   int q = -1;      ///< the float8 tensor, x's shape (the convert's output)
   /// Float8 values the region writes: q itself, and its 2-D transpose (aten.permute [1, 0]) whose

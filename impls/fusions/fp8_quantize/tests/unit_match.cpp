@@ -236,23 +236,47 @@ TEST(Fp8QuantizeMatch, Float32SourceAndRank3Rowwise) {
   EXPECT_EQ(params(fp8_regions(p)[0]).cols, 64);
 }
 
-TEST(Fp8QuantizeMatch, ScaleFromAnotherTensorsAmaxIsDeclined) {
+// x.float() cast by a scale from y's amax: for x's region that amax is given (read, not computed
+// from x), so x's region takes both casts; y, whose scale casts no y.float(), is declined.
+TEST(Fp8QuantizeMatch, ScaleFromAnotherTensorsAmaxIsAGivenAmax) {
   QuantForm f;
   f.quants = {spec("tensorwise")};
   f.foreign_scale = true;
   Graph g;
   Plan p = plan_of(f, g);
-  // x's own quantization is still a region; the cast by y's scale is not part of it
-  ASSERT_EQ(fp8_regions(p).size(), 1u);
-  EXPECT_EQ(g.values[params(fp8_regions(p)[0]).x].name, "x");
-  EXPECT_NE(
-      declined_at(g, p, "scaled_xy")
-          .find("the scale 'scale_y' (prims.convert_element_type.default) multiplying x.float() "
-                "of 'x' is not computed from this tensor's amax"),
-      std::string::npos)
-      << fp8_declines(g, p);
+  ASSERT_EQ(fp8_regions(p).size(), 1u) << fp8_declines(g, p);
+  const Params& pr = params(fp8_regions(p)[0]);
+  EXPECT_EQ(g.values[pr.x].name, "x");
+  ASSERT_EQ(pr.quants.size(), 2u);
+  EXPECT_FALSE(pr.quants[0].given);
+  EXPECT_TRUE(pr.quants[1].given);
+  EXPECT_EQ(g.values[pr.quants[1].amax].name, "amax_y");
+  EXPECT_EQ(g.values[pr.quants[1].scale].name, "scale_y");
+  EXPECT_EQ(declined_at(g, p, "scaled_xy"), "") << fp8_declines(g, p);
   EXPECT_NE(declined_at(g, p, "amax_y").find("multiplies no x.float() of 'y'"), std::string::npos)
       << fp8_declines(g, p);
+}
+
+// torchao's tensorwise min-cut backward requantizes the weight from the amax its forward saved
+// (an input): one region for the weight, its quantization given, x read once.
+TEST(Fp8QuantizeMatch, WeightRequantizedFromTheSavedAmax) {
+  for (const char* t : {"byog/float8/float8_tensorwise_2d_mincut_train_bwd_16x64x32",
+                        "byog/float8/float8_tensorwise_mincut_train_bwd_2x8x64x32"}) {
+    Graph g = load_trace(trace_path(t));
+    Plan p = make_plan(g, fusion_registry());
+    const Region* w = nullptr;
+    for (const Region* r : fp8_regions(p))
+      if (g.values[params(r).x].name == "weight") w = r;
+    ASSERT_NE(w, nullptr) << t << ": " << fp8_declines(g, p);
+    const auto& q = params(w).quants;
+    ASSERT_EQ(q.size(), 1u) << t;
+    EXPECT_TRUE(q[0].given) << t;
+    EXPECT_EQ(g.values[q[0].amax].name, "max_2") << t;
+    EXPECT_EQ(q[0].granularity, Granularity::kTensorwise) << t;
+    EXPECT_EQ(q[0].fp8, DType::kFloat8E4M3) << t;
+    EXPECT_EQ(fusions::fp8_quantize.describe(g, *w)["x_reads"], 1) << t;
+    EXPECT_EQ(fp8_declines(g, p), "") << t;
+  }
 }
 
 TEST(Fp8QuantizeMatch, ClampBoundThatIsNotTheDtypesMaxIsDeclined) {
