@@ -1,0 +1,118 @@
+// rope binder: typed params (match.cpp) -> kernel jobs (kernels.hpp). Every operand is read
+// through the strides of its actual buffer (the views outside the region are aliases): q and k
+// as views of a fused qkv, the tables as broadcast views, outputs in the layout the graph made.
+#include "impls/fusions/binding.hpp"
+#include "impls/fusions/rope/params.hpp"
+
+namespace replay::rope {
+namespace {
+
+bool kernel_dtype(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat32;
+}
+
+// Strides of `m` right-aligned to the leading dims of an output of rank n_lead + 1 (a dim of
+// size 1, or one `m` lacks, broadcasts: stride 0); false when `m` does not broadcast.
+bool broadcast_strides(const TensorMeta& m, const std::vector<int64_t>& out_shape,
+                       int64_t* lead_stride, int64_t& last_stride) {
+  const int n = static_cast<int>(out_shape.size()), k = static_cast<int>(m.shape.size());
+  if (k > n || k == 0) return false;
+  for (int d = 0; d < n; ++d) {
+    const int e = d - (n - k);
+    int64_t st = 0;
+    if (e >= 0) {
+      if (m.shape[e] != 1 && m.shape[e] != out_shape[d]) return false;
+      st = m.shape[e] == 1 ? 0 : m.stride[e];
+    }
+    if (d == n - 1)
+      last_stride = st;
+    else
+      lead_stride[d] = st;
+  }
+  return true;
+}
+
+}  // namespace
+
+Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  Binding b;
+  if (v.role == Role::kAlternative) {
+    b.unsupported = "rope has no variant '" + std::string(v.name) + "'";
+    return b;
+  }
+  if (p.rotations.empty() || p.rotations.size() > static_cast<size_t>(kRopeMaxJobs)) {
+    b.unsupported = "rope region of " + std::to_string(p.rotations.size()) + " rotations (1 to " +
+                    std::to_string(kRopeMaxJobs) + ")";
+    return b;
+  }
+  RopeArgs a;
+  a.style = p.style;
+  a.sin_sign = p.sin_sign;
+  a.write_tail = p.write_tail;
+  for (const Rotation& rot : p.rotations) {
+    RopeJob& j = a.jobs[a.n_jobs++];
+    const BoundTensor out = ctx.tensor(rot.out), x = ctx.tensor(rot.x);
+    const BoundTensor cs = ctx.tensor(rot.cos), sn = ctx.tensor(rot.sin);
+    const std::vector<int64_t>& shape = out.layout.shape;
+    const int n = static_cast<int>(shape.size());
+    if (n < 1 || n - 1 > kRopeMaxLead || x.layout.shape != shape || shape.back() != rot.head_dim ||
+        rot.rotary_dim < 2 || rot.rotary_dim % 2 || rot.rotary_dim > rot.head_dim) {
+      b.unsupported = "rotation of " + g.values[rot.x].name + " " + x.layout.str() + " into " +
+                      out.layout.str() + ", rotary dim " + std::to_string(rot.rotary_dim) +
+                      ": needs the same [.., D] shape (rank 1 to " +
+                      std::to_string(kRopeMaxLead + 1) + "), an even rotary dim <= D";
+      return b;
+    }
+    for (const auto& [t, what] :
+         {std::pair{&x, "x"}, std::pair{&cs, "cos"}, std::pair{&sn, "sin"}, std::pair{&out, "out"}})
+      if (!kernel_dtype(t->layout.dtype)) {
+        b.unsupported = std::string(what) + " is " + t->layout.str() +
+                        " (the kernel takes bfloat16, float16, float32)";
+        return b;
+      }
+    j.n_lead = n - 1;
+    j.rows = 1;
+    for (int d = 0; d < n - 1; ++d) {
+      j.lead[d] = shape[d];
+      j.rows *= shape[d];
+      j.x.lead_stride[d] = x.layout.stride[d];
+      j.out_lead_stride[d] = out.layout.stride[d];
+    }
+    j.x.ptr = x.ptr;
+    j.x.dtype = x.layout.dtype;
+    j.x.last_stride = x.layout.stride.back();
+    j.out = out.ptr;
+    j.out_dtype = out.layout.dtype;
+    j.out_last_stride = out.layout.stride.back();
+    const std::vector<int64_t> rot_shape = [&] {
+      std::vector<int64_t> s = shape;
+      s.back() = rot.rotary_dim;
+      return s;
+    }();
+    for (const auto& [t, op, name] :
+         {std::tuple{&cs, &j.cos, "cos"}, std::tuple{&sn, &j.sin, "sin"}}) {
+      op->ptr = t->ptr;
+      op->dtype = t->layout.dtype;
+      if (!broadcast_strides(t->layout, rot_shape, op->lead_stride, op->last_stride)) {
+        b.unsupported = std::string(name) + " table " + t->layout.str() +
+                        " does not broadcast to " + shape_str(rot_shape);
+        return b;
+      }
+    }
+    j.head_dim = rot.head_dim;
+    j.rotary_dim = rot.rotary_dim;
+    j.mul_cos_dtype = rot.mul_cos_dtype;
+    j.mul_sin_dtype = rot.mul_sin_dtype;
+    j.add_dtype = rot.add_dtype;
+  }
+  if (v.role == Role::kOptimized) {
+    b.launch = [a](const LaunchContext& c) { rope_fwd_optimized(a, c.stream); };
+    return b;
+  }
+  void* ws = ctx.workspace(rope_baseline_workspace(a));
+  b.launch = [a, ws](const LaunchContext& c) { rope_fwd_baseline(a, ws, c.stream); };
+  return b;
+}
+
+}  // namespace replay::rope

@@ -1,0 +1,48 @@
+// rope cost and description.
+// Bytes that must move: per rotated tensor, its head vectors read once (x: the elements of the
+// view the region reads, not the fused qkv around it), its output written once, and the cos and
+// sin tables read once each (their own elements: a [B, 1, T, R] table broadcast over the heads
+// is read once, not once per head; q and k reading the same table count it once). FLOPs per
+// rotated element: two multiplies and an add (3); the pass-through tail moves bytes only.
+#include <set>
+
+#include "impls/fusions/rope/params.hpp"
+#include "workloads/plan/match_util.hpp"
+
+namespace replay::rope {
+
+Cost cost(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  Cost c;
+  std::set<int> tables;
+  for (const Rotation& rot : p.rotations) {
+    c.bytes +=
+        static_cast<double>(g.meta(rot.x).nbytes()) + static_cast<double>(g.meta(rot.out).nbytes());
+    tables.insert(rot.cos);
+    tables.insert(rot.sin);
+    const double rows =
+        static_cast<double>(g.meta(rot.out).numel() / std::max<int64_t>(rot.head_dim, 1));
+    c.flops += 3.0 * rows * static_cast<double>(rot.rotary_dim);
+  }
+  c.bytes += value_bytes(g, std::vector<int>(tables.begin(), tables.end()));
+  return c;
+}
+
+nlohmann::json describe(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  nlohmann::json rs = nlohmann::json::array();
+  for (const Rotation& rot : p.rotations)
+    rs.push_back({{"x", g.values[rot.x].name},
+                  {"cos", g.values[rot.cos].name},
+                  {"sin", g.values[rot.sin].name},
+                  {"out", g.values[rot.out].name},
+                  {"head_dim", rot.head_dim},
+                  {"rotary_dim", rot.rotary_dim},
+                  {"partial", rot.rotary_dim < rot.head_dim},
+                  {"mul_cos_dtype", dtype_name(rot.mul_cos_dtype)},
+                  {"mul_sin_dtype", dtype_name(rot.mul_sin_dtype)},
+                  {"add_dtype", dtype_name(rot.add_dtype)}});
+  return {{"style", style_name(p.style)}, {"rotations", rs}};
+}
+
+}  // namespace replay::rope

@@ -1,0 +1,362 @@
+// rope matcher. A candidate is every aten.neg of the canonical graph; from it the rotation is
+// read back and forth (decline reasons name the step that did not fit):
+//   rotate-half  neg(slice(x, -1, h, R)) -> cat([neg, slice(x, -1, 0, h)], -1)          = rot
+//   interleaved  neg(slice(x, -1, 1, R, 2)) -> unsqueeze(-1) -> cat([., unsqueeze(slice(x, -1,
+//                0, R, 2), -1)], -1) -> view(x's shape)                                  = rot
+//   then         rot * sin (the only reader of rot), x * cos, their sum (alpha 1), an optional
+//                float convert of the sum (Cohere's float32 math), and for partial rotary
+//                (x = slice(x_full, -1, 0, R)) the cat([sum, slice(x_full, -1, R, D)], -1).
+// x may be an exact upcast of the head vectors (x.float()) that only the region reads: the kernel
+// reads the source. cos and sin are read as the multiplies read them (a broadcast view of the
+// table): the table's own chain (an input, an index by position ids, sin/cos of the inverse
+// frequencies) stays outside, since a training forward returns the table for the backward. The
+// rotations of one graph that read the same cos and sin in the same style form one region (q and
+// k: one kernel), unless a reader of one's output comes before the other's last node.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "impls/fusions/rope/params.hpp"
+#include "workloads/plan/match_util.hpp"
+
+namespace replay::rope {
+namespace {
+
+std::string node_str(const Graph& g, int n) {
+  return "'" + g.nodes[n].id + "'";
+}
+std::string val_str(const Graph& g, int v) {
+  return "'" + g.values[v].name + "'";
+}
+
+int rank(const Graph& g, int v) {
+  return static_cast<int>(g.meta(v).shape.size());
+}
+int producer(const Graph& g, int v) {
+  return v < 0 ? -1 : g.values[v].producer;
+}
+
+int64_t norm_dim(int64_t d, int r) {
+  return d < 0 ? d + r : d;
+}
+
+// A slice of the last dim of its operand: the node, or -1.
+struct LastSlice {
+  int node = -1;
+  int src = -1;
+  int64_t start = 0, end = 0, step = 1;
+};
+LastSlice last_slice(const Graph& g, int v) {
+  LastSlice s;
+  const int p = producer(g, v);
+  if (p < 0 || g.nodes[p].op != Op::kSlice) return s;
+  const Node& n = g.nodes[p];
+  const int src = n.operands.at(0).value;
+  const int r = rank(g, src);
+  if (r == 0 || norm_dim(n.dim, r) != r - 1) return s;
+  const int64_t size = g.meta(src).shape.back();
+  s.node = p;
+  s.src = src;
+  s.start = std::clamp<int64_t>(n.start < 0 ? n.start + size : n.start, 0, size);
+  s.end = std::clamp<int64_t>(n.end < 0 ? n.end + size : n.end, 0, size);
+  s.step = n.step;
+  return s;
+}
+
+// `v` has the shape [.., R] of x or broadcasts to it (right-aligned, each dim equal or 1).
+bool broadcasts_to(const std::vector<int64_t>& s, const std::vector<int64_t>& x) {
+  if (s.size() > x.size()) return false;
+  const size_t off = x.size() - s.size();
+  for (size_t i = 0; i < s.size(); ++i)
+    if (s[i] != 1 && s[i] != x[off + i]) return false;
+  return true;
+}
+
+bool float_dtype(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat32;
+}
+
+struct Found {
+  Rotation rot;
+  Style style = Style::kRotateHalf;
+  std::vector<int> nodes;
+};
+
+class Matcher {
+ public:
+  Matcher(const Graph& g, Matches& out) : g_(g), out_(out) {}
+
+  // The rotation around neg node `neg`, or a decline.
+  bool rotation(int neg, Found& f) {
+    const Node& nn = g_.nodes[neg];
+    const int odd = nn.operands.at(0).value;
+    const LastSlice s_odd = last_slice(g_, odd);
+    if (s_odd.node < 0)
+      return out_.decline(
+          neg, "neg of " + val_str(g_, odd) + ", not a slice of the last dim of a head vector");
+    const int x = s_odd.src;
+    const std::vector<int64_t>& xs = g_.meta(x).shape;
+    const int64_t R = xs.back();
+    if (R < 2 || R % 2)
+      return out_.decline(
+          neg, "head vectors " + val_str(g_, x) + " of odd last dim " + std::to_string(R));
+    const int u = single_user(g_, nn.outputs[0]);
+    if (u < 0)
+      return out_.decline(neg, "neg " + node_str(g_, neg) + " has readers besides the rotation");
+    f.nodes = {s_odd.node, neg};
+    int rot = -1;
+    if (g_.nodes[u].op == Op::kCat) {
+      // rotate-half: cat([-x[h:R], x[0:h]], -1)
+      const Node& cat = g_.nodes[u];
+      if (norm_dim(cat.dim, rank(g_, cat.outputs[0])) != rank(g_, x) - 1 ||
+          cat.operands.size() != 2)
+        return out_.decline(neg,
+                            "cat " + node_str(g_, u) + " is not of two halves along the last dim");
+      if (cat.operands[0].value != nn.outputs[0])
+        return out_.decline(neg, "cat " + node_str(g_, u) +
+                                     " puts the negated half second: cat(x1, -x2) is not "
+                                     "rotate_half (cat(-x2, x1))");
+      const LastSlice s_even = last_slice(g_, cat.operands[1].value);
+      if (s_even.node < 0 || s_even.src != x)
+        return out_.decline(neg, "cat " + node_str(g_, u) +
+                                     ": its second half is not a slice of the same head vectors " +
+                                     val_str(g_, x));
+      const int64_t h = R / 2;
+      if (s_odd.step != 1 || s_even.step != 1)
+        return out_.decline(neg, "rotate-half slices with a step (" + std::to_string(s_odd.step) +
+                                     ", " + std::to_string(s_even.step) + ")");
+      if (s_odd.start == 0 && s_even.start == h)
+        return out_.decline(neg,
+                            "cat(-x1, x2): the first half is negated (the inverse rotation, "
+                            "sin's sign flipped), not rotate_half");
+      if (s_odd.start != h || s_odd.end != R || s_even.start != 0 || s_even.end != h)
+        return out_.decline(neg, "rotate-half halves [" + std::to_string(s_even.start) + ", " +
+                                     std::to_string(s_even.end) + ") and [" +
+                                     std::to_string(s_odd.start) + ", " +
+                                     std::to_string(s_odd.end) + ") do not split the rotary dim " +
+                                     std::to_string(R) + " at " + std::to_string(h));
+      f.style = Style::kRotateHalf;
+      f.nodes.push_back(s_even.node);
+      f.nodes.push_back(u);
+      rot = cat.outputs[0];
+    } else if (g_.nodes[u].op == Op::kUnsqueeze) {
+      // interleaved: cat([unsqueeze(-x[1::2], -1), unsqueeze(x[0::2], -1)], -1).view(x.shape)
+      const Node& un = g_.nodes[u];
+      const int r1 = rank(g_, un.outputs[0]);
+      if (norm_dim(un.dim, r1) != r1 - 1)
+        return out_.decline(neg, "unsqueeze " + node_str(g_, u) + " is not of a new last dim");
+      const int c = single_user(g_, un.outputs[0]);
+      if (c < 0 || g_.nodes[c].op != Op::kCat || g_.nodes[c].operands.size() != 2 ||
+          norm_dim(g_.nodes[c].dim, r1) != r1 - 1)
+        return out_.decline(neg,
+                            "the unsqueezed negation is not read by a cat of pairs along "
+                            "the last dim");
+      const Node& cat = g_.nodes[c];
+      if (cat.operands[0].value != un.outputs[0])
+        return out_.decline(neg, "cat " + node_str(g_, c) +
+                                     " puts the negated element second: (x_even, -x_odd) is not "
+                                     "the interleaved rotation (-x_odd, x_even)");
+      const int p_even = producer(g_, cat.operands[1].value);
+      if (p_even < 0 || g_.nodes[p_even].op != Op::kUnsqueeze ||
+          norm_dim(g_.nodes[p_even].dim, r1) != r1 - 1)
+        return out_.decline(neg, "cat " + node_str(g_, c) +
+                                     ": its second operand is not an unsqueeze of a new last dim");
+      const LastSlice s_even = last_slice(g_, g_.nodes[p_even].operands.at(0).value);
+      if (s_even.node < 0 || s_even.src != x)
+        return out_.decline(neg, "cat " + node_str(g_, c) +
+                                     ": the pair's second element is not a slice of the same head "
+                                     "vectors " +
+                                     val_str(g_, x));
+      if (s_odd.step != 2 || s_even.step != 2 || s_odd.start != 1 || s_even.start != 0 ||
+          s_odd.end != R || s_even.end < R - 1)
+        return out_.decline(
+            neg, "interleaved slices x[" + std::to_string(s_even.start) +
+                     "::" + std::to_string(s_even.step) + "] and x[" + std::to_string(s_odd.start) +
+                     "::" + std::to_string(s_odd.step) +
+                     "] are not the even and odd elements of the rotary dim " + std::to_string(R));
+      const int vw = single_user(g_, cat.outputs[0]);
+      if (vw < 0 || !is_flat_reshape(g_.nodes[vw].op) ||
+          g_.meta(g_.nodes[vw].outputs[0]).shape != xs)
+        return out_.decline(neg, "the pairs " + val_str(g_, cat.outputs[0]) +
+                                     " are not viewed back to the head vectors' shape");
+      if (single_user(g_, s_even.node >= 0 ? g_.nodes[s_even.node].outputs[0] : -1) != p_even)
+        return out_.decline(neg, "the even slice has readers besides the rotation");
+      f.style = Style::kInterleaved;
+      f.nodes.insert(f.nodes.end(), {u, s_even.node, p_even, c, vw});
+      rot = g_.nodes[vw].outputs[0];
+    } else {
+      return out_.decline(neg, "neg is read by " + node_str(g_, u) + " (" +
+                                   std::string(g_.nodes[u].raw.value("op", "?")) +
+                                   "), not a rotate-half cat or an interleaved unsqueeze (the "
+                                   "backward's slice_scatter form is not fused)");
+    }
+    // rot * sin, then (x * cos) + that.
+    const int ms = single_user(g_, rot);
+    if (ms < 0 || g_.nodes[ms].op != Op::kMul)
+      return out_.decline(
+          neg, "the rotation " + val_str(g_, rot) + " is not read by one multiply (by sin)");
+    const int sin = other_tensor(g_.nodes[ms], rot);
+    if (sin < 0 || sin == rot || !broadcasts_to(g_.meta(sin).shape, xs))
+      return out_.decline(neg, "rot is multiplied by " +
+                                   (sin < 0 ? std::string("a scalar") : val_str(g_, sin)) +
+                                   ", not a table broadcast to " + shape_str(xs));
+    const int ad = single_user(g_, g_.nodes[ms].outputs[0]);
+    if (ad < 0 || g_.nodes[ad].op != Op::kAdd || g_.nodes[ad].alpha != 1)
+      return out_.decline(neg, "rot * sin is not read by one add (alpha 1)");
+    const int mc_val = other_tensor(g_.nodes[ad], g_.nodes[ms].outputs[0]);
+    const int mc = producer(g_, mc_val);
+    if (mc < 0 || g_.nodes[mc].op != Op::kMul || single_user(g_, mc_val) != ad)
+      return out_.decline(neg,
+                          "the add " + node_str(g_, ad) +
+                              " does not sum rot * sin with a product x * cos read only by it");
+    const int cos = other_tensor(g_.nodes[mc], x);
+    if (cos < 0 || cos == x || !broadcasts_to(g_.meta(cos).shape, xs))
+      return out_.decline(neg, "the add's other product " + node_str(g_, mc) +
+                                   " is not the rotated head vectors " + val_str(g_, x) +
+                                   " times a table broadcast to " + shape_str(xs));
+    if (g_.meta(g_.nodes[ad].outputs[0]).shape != xs)
+      return out_.decline(neg, "x * cos + rot * sin has shape " +
+                                   shape_str(g_.meta(g_.nodes[ad].outputs[0]).shape) +
+                                   ", not the head vectors' " + shape_str(xs));
+    f.nodes.insert(f.nodes.end(), {ms, mc, ad});
+    Rotation& r = f.rot;
+    r.cos = cos;
+    r.sin = sin;
+    r.rotary_dim = R;
+    r.mul_cos_dtype = g_.meta(mc_val).dtype;
+    r.mul_sin_dtype = g_.meta(g_.nodes[ms].outputs[0]).dtype;
+    r.add_dtype = g_.meta(g_.nodes[ad].outputs[0]).dtype;
+    int y = g_.nodes[ad].outputs[0];
+    // An optional float convert of the sum (x.float() math, then back to the activations' dtype).
+    if (int cv = single_user(g_, y); cv >= 0 && g_.nodes[cv].op == Op::kConvertElementType &&
+                                     float_dtype(g_.meta(g_.nodes[cv].outputs[0]).dtype)) {
+      f.nodes.push_back(cv);
+      y = g_.nodes[cv].outputs[0];
+    }
+    // Partial rotary: x = x_full[..., :R], out = cat([y, x_full[..., R:]], -1).
+    int x_full = x;
+    const LastSlice s_rot = last_slice(g_, x);
+    const int tail_cat = single_user(g_, y);
+    if (s_rot.node >= 0 && s_rot.start == 0 && s_rot.step == 1 && tail_cat >= 0 &&
+        g_.nodes[tail_cat].op == Op::kCat && g_.nodes[tail_cat].operands.size() == 2 &&
+        g_.nodes[tail_cat].operands[0].value == y &&
+        norm_dim(g_.nodes[tail_cat].dim, rank(g_, y)) == rank(g_, y) - 1) {
+      const int D = static_cast<int>(g_.meta(s_rot.src).shape.back());
+      const LastSlice s_pass = last_slice(g_, g_.nodes[tail_cat].operands[1].value);
+      if (s_pass.node < 0 || s_pass.src != s_rot.src || s_pass.step != 1)
+        return out_.decline(neg, "partial rotary: the cat " + node_str(g_, tail_cat) + " appends " +
+                                     val_str(g_, g_.nodes[tail_cat].operands[1].value) +
+                                     ", not a slice of the same head vectors " +
+                                     val_str(g_, s_rot.src));
+      if (s_pass.start != R || s_pass.end != D)
+        return out_.decline(neg, "partial rotary: the pass-through [" +
+                                     std::to_string(s_pass.start) + ", " +
+                                     std::to_string(s_pass.end) +
+                                     ") does not follow the rotary "
+                                     "dim " +
+                                     std::to_string(R) + " of head dim " + std::to_string(D));
+      f.nodes.insert(f.nodes.end(), {s_rot.node, s_pass.node, tail_cat});
+      x_full = s_rot.src;
+      y = g_.nodes[tail_cat].outputs[0];
+    }
+    // An exact upcast of the head vectors that only the region reads: the kernel reads its source.
+    if (int p = producer(g_, x_full); p >= 0 && g_.nodes[p].op == Op::kConvertElementType) {
+      const int src = g_.nodes[p].operands.at(0).value;
+      const DType from = g_.meta(src).dtype, to = g_.meta(x_full).dtype;
+      bool only_region = !g_.values[x_full].graph_output;
+      std::set<int> in(f.nodes.begin(), f.nodes.end());
+      for (int w : g_.values[x_full].users) only_region &= in.count(w) > 0;
+      if (only_region && float_dtype(from) && exact_widening(from, to)) {
+        f.nodes.push_back(p);
+        x_full = src;
+      }
+    }
+    r.x = x_full;
+    r.out = y;
+    r.head_dim = g_.meta(x_full).shape.back();
+    for (int v : {r.x, r.cos, r.sin, r.out})
+      if (!float_dtype(g_.meta(v).dtype))
+        return out_.decline(neg, val_str(g_, v) + " is " +
+                                     std::string(dtype_name(g_.meta(v).dtype)) +
+                                     " (the kernel takes bfloat16, float16, float32)");
+    for (DType t : {r.mul_cos_dtype, r.mul_sin_dtype, r.add_dtype})
+      if (!float_dtype(t))
+        return out_.decline(neg, "an intermediate is " + std::string(dtype_name(t)) +
+                                     " (the kernel rounds to bfloat16, float16, float32)");
+    if (rank(g_, r.out) - 1 > kRopeMaxLead)
+      return out_.decline(neg, "head vectors of rank " + std::to_string(rank(g_, r.out)) +
+                                   " (at most " + std::to_string(kRopeMaxLead + 1) + ")");
+    if (!intermediates_private(g_, f.nodes, {r.out}))
+      return out_.decline(neg, "an intermediate of the rotation is read outside it (or returned)");
+    return true;
+  }
+
+  void run() {
+    std::vector<Found> found;
+    for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
+      if (g_.nodes[n].op != Op::kNeg) continue;
+      Found f;
+      if (rotation(n, f)) found.push_back(std::move(f));
+    }
+    // Group by (cos, sin, style), in graph order, at most kRopeMaxJobs per region.
+    std::vector<std::vector<size_t>> groups;
+    std::map<std::tuple<int, int, int>, size_t> open;
+    for (size_t i = 0; i < found.size(); ++i) {
+      const auto key =
+          std::make_tuple(found[i].rot.cos, found[i].rot.sin, static_cast<int>(found[i].style));
+      auto it = open.find(key);
+      if (it == open.end() || groups[it->second].size() >= static_cast<size_t>(kRopeMaxJobs)) {
+        open[key] = groups.size();
+        groups.push_back({i});
+      } else {
+        groups[it->second].push_back(i);
+      }
+    }
+    for (const auto& grp : groups) {
+      if (emit(found, grp)) continue;
+      // A reader of one rotation's output comes before another's last node: one region each.
+      for (size_t i : grp) emit(found, {i});
+    }
+  }
+
+ private:
+  // One region of the rotations `grp`; false (nothing emitted) when an outside reader of an
+  // output comes before the region's last node.
+  bool emit(const std::vector<Found>& found, const std::vector<size_t>& grp) {
+    std::set<int> nodes;
+    Params p;
+    p.style = found[grp[0]].style;
+    for (size_t i : grp) {
+      nodes.insert(found[i].nodes.begin(), found[i].nodes.end());
+      p.rotations.push_back(found[i].rot);
+    }
+    const int anchor = *nodes.rbegin();
+    for (const Rotation& r : p.rotations)
+      for (int u : g_.values[r.out].users)
+        if (!nodes.count(u) && u < anchor) {
+          if (grp.size() == 1)
+            out_.decline(found[grp[0]].nodes[1],
+                         "output " + val_str(g_, r.out) + " is read by " + node_str(g_, u) +
+                             " before the region's last node " + node_str(g_, anchor));
+          return false;
+        }
+    out_.regions.push_back(
+        make_region(g_, std::vector<int>(nodes.begin(), nodes.end()), std::move(p)));
+    return true;
+  }
+
+  const Graph& g_;
+  Matches& out_;
+};
+
+}  // namespace
+
+std::string_view style_name(Style s) {
+  return s == Style::kRotateHalf ? "rotate_half" : "interleaved";
+}
+
+void match(const Graph& g, Matches& out) {
+  Matcher(g, out).run();
+}
+
+}  // namespace replay::rope
