@@ -10,8 +10,8 @@
 // reads the source. cos and sin are read as the multiplies read them (a broadcast view of the
 // table): the table's own chain (an input, an index by position ids, sin/cos of the inverse
 // frequencies) stays outside, since a training forward returns the table for the backward. The
-// rotations of one graph that read the same cos and sin in the same style form one region (q and
-// k: one kernel), unless a reader of one's output comes before the other's last node.
+// rotations of one graph in the same style form one region (q and k: one kernel; each has its own
+// tables), unless a reader of one's output comes before the other's last node.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -298,51 +298,57 @@ class Matcher {
       Found f;
       if (rotation(n, f)) found.push_back(std::move(f));
     }
-    // Group by (cos, sin, style), in graph order, at most kRopeMaxJobs per region.
+    // Greedy groups in graph order: a rotation joins the last group of its style (each job has
+    // its own tables: GPT-J's default partition gives q and k separate copies of one table) while
+    // the group stays valid (no reader of an output before the group's last node) and below
+    // kRopeMaxJobs; else it opens a new group.
     std::vector<std::vector<size_t>> groups;
-    std::map<std::tuple<int, int, int>, size_t> open;
+    std::map<int, size_t> open;  // style -> group index
     for (size_t i = 0; i < found.size(); ++i) {
-      const auto key =
-          std::make_tuple(found[i].rot.cos, found[i].rot.sin, static_cast<int>(found[i].style));
-      auto it = open.find(key);
-      if (it == open.end() || groups[it->second].size() >= static_cast<size_t>(kRopeMaxJobs)) {
-        open[key] = groups.size();
-        groups.push_back({i});
-      } else {
-        groups[it->second].push_back(i);
+      const int style = static_cast<int>(found[i].style);
+      auto it = open.find(style);
+      if (it != open.end() && groups[it->second].size() < static_cast<size_t>(kRopeMaxJobs)) {
+        std::vector<size_t> grown = groups[it->second];
+        grown.push_back(i);
+        if (valid(found, grown).empty()) {
+          groups[it->second] = std::move(grown);
+          continue;
+        }
       }
+      open[style] = groups.size();
+      groups.push_back({i});
     }
     for (const auto& grp : groups) {
-      if (emit(found, grp)) continue;
-      // A reader of one rotation's output comes before another's last node: one region each.
-      for (size_t i : grp) emit(found, {i});
+      const std::string why = valid(found, grp);
+      if (!why.empty()) {
+        out_.decline(found[grp[0]].nodes[1], why);
+        continue;
+      }
+      std::set<int> nodes;
+      Params p;
+      p.style = found[grp[0]].style;
+      for (size_t i : grp) {
+        nodes.insert(found[i].nodes.begin(), found[i].nodes.end());
+        p.rotations.push_back(found[i].rot);
+      }
+      out_.regions.push_back(
+          make_region(g_, std::vector<int>(nodes.begin(), nodes.end()), std::move(p)));
     }
   }
 
  private:
-  // One region of the rotations `grp`; false (nothing emitted) when an outside reader of an
-  // output comes before the region's last node.
-  bool emit(const std::vector<Found>& found, const std::vector<size_t>& grp) {
+  // Why the rotations `grp` cannot be one region (the fused step runs at its last node): a reader
+  // of an output outside the region before that node; "" when they can.
+  std::string valid(const std::vector<Found>& found, const std::vector<size_t>& grp) const {
     std::set<int> nodes;
-    Params p;
-    p.style = found[grp[0]].style;
-    for (size_t i : grp) {
-      nodes.insert(found[i].nodes.begin(), found[i].nodes.end());
-      p.rotations.push_back(found[i].rot);
-    }
+    for (size_t i : grp) nodes.insert(found[i].nodes.begin(), found[i].nodes.end());
     const int anchor = *nodes.rbegin();
-    for (const Rotation& r : p.rotations)
-      for (int u : g_.values[r.out].users)
-        if (!nodes.count(u) && u < anchor) {
-          if (grp.size() == 1)
-            out_.decline(found[grp[0]].nodes[1],
-                         "output " + val_str(g_, r.out) + " is read by " + node_str(g_, u) +
-                             " before the region's last node " + node_str(g_, anchor));
-          return false;
-        }
-    out_.regions.push_back(
-        make_region(g_, std::vector<int>(nodes.begin(), nodes.end()), std::move(p)));
-    return true;
+    for (size_t i : grp)
+      for (int u : g_.values[found[i].rot.out].users)
+        if (!nodes.count(u) && u < anchor)
+          return "output " + val_str(g_, found[i].rot.out) + " is read by " + node_str(g_, u) +
+                 " before the region's last node " + node_str(g_, anchor);
+    return "";
   }
 
   const Graph& g_;

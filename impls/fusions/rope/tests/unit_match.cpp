@@ -1,0 +1,280 @@
+// rope matcher: every small bundled rotary forward (traces/byog/rope, both partitioners: Llama
+// with cos/sin given and computed from the inverse frequencies, GPT-NeoX's per-head qkv with
+// partial rotary, Phi-3's qkv split along the last dim, Cohere's and GPT-J's interleaved pairs)
+// gives one region with q and k; the backwards are declined with the reason; captured graphs
+// edited into the wrong forms (the first half negated, the halves not meeting at R / 2, strided
+// slices under a rotate-half cat, contiguous halves under an interleaved cat, a pass-through that
+// does not follow the rotary dim, an intermediate read outside) are declined with theirs; the
+// binder takes every region and refuses what its kernels cannot read; the cost counts each
+// tensor once.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "impls/fusions/registry.hpp"
+#include "impls/fusions/rope/params.hpp"
+#include "tests/unit/fake_buffers.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+namespace replay::fusions {
+extern const FusionSpec rope;
+}
+
+using namespace replay;
+using namespace replay::test;
+using rope::Params;
+using rope::Style;
+
+namespace {
+
+std::vector<const Region*> rope_regions(const Plan& p) {
+  std::vector<const Region*> out;
+  for (const Region& r : p.regions)
+    if (r.fusion == &fusions::rope) out.push_back(&r);
+  return out;
+}
+
+const Params& params(const Region* r) { return std::any_cast<const Params&>(r->params); }
+
+std::string rope_declines(const Graph& g, const Plan& p) {
+  std::string s;
+  for (const auto& d : p.declined)
+    if (d.fusion == "rope") s += g.nodes[d.node].id + ": " + d.reason + "\n";
+  return s;
+}
+
+std::string rope_trace(const std::string& family, const std::string& part,
+                       const std::string& phase) {
+  const std::string shape = family == "gptj_rope" ? "2x8x2x256" : "2x8x4x64";
+  return "byog/rope/" + family + "_" + part + "_train_" + phase + "_" + shape;
+}
+
+struct Expected {
+  const char* family;
+  Style style;
+  int64_t head_dim, rotary_dim;
+  DType mul_dtype;  ///< x * cos, rot * sin and the sum
+  DType out_dtype;
+};
+
+const Expected kForms[] = {
+    {"llama_rope_table", Style::kRotateHalf, 64, 64, DType::kBFloat16, DType::kBFloat16},
+    {"llama_rope_inv_freq", Style::kRotateHalf, 64, 64, DType::kBFloat16, DType::kBFloat16},
+    {"gpt_neox_rope", Style::kRotateHalf, 64, 16, DType::kBFloat16, DType::kBFloat16},
+    {"phi3_rope", Style::kRotateHalf, 64, 64, DType::kBFloat16, DType::kBFloat16},
+    // float32 math on x.float(), the sum converted back to bfloat16
+    {"cohere_rope", Style::kInterleaved, 64, 64, DType::kFloat32, DType::kBFloat16},
+    // bfloat16 x times a float32 table, the cat with the pass-through promoted to float32
+    {"gptj_rope", Style::kInterleaved, 256, 64, DType::kFloat32, DType::kFloat32},
+};
+
+// The node of `doc` with id `id`.
+nlohmann::json& node(nlohmann::json& doc, const std::string& id) {
+  for (auto& n : doc["nodes"])
+    if (n["id"] == id) return n;
+  throw std::runtime_error("no node " + id);
+}
+
+Plan plan_of(const nlohmann::json& doc, Graph& g) {
+  g = parse_trace(doc, doc["name"].get<std::string>());
+  return make_plan(g, fusion_registry());
+}
+
+}  // namespace
+
+TEST(RopeMatch, EverySmallBundledForwardIsOneRegionOfQAndK) {
+  for (const Expected& e : kForms)
+    for (const char* part : {"default", "mincut"}) {
+      const std::string t = rope_trace(e.family, part, "fwd");
+      Graph g = load_trace(trace_path(t));
+      const Plan p = make_plan(g, fusion_registry());
+      const auto rs = rope_regions(p);
+      ASSERT_EQ(rs.size(), 1u) << t << "\n" << rope_declines(g, p);
+      const Params& pr = params(rs[0]);
+      EXPECT_EQ(pr.style, e.style) << t;
+      ASSERT_EQ(pr.rotations.size(), 2u) << t;
+      for (const rope::Rotation& r : pr.rotations) {
+        EXPECT_EQ(r.head_dim, e.head_dim) << t;
+        EXPECT_EQ(r.rotary_dim, e.rotary_dim) << t;
+        EXPECT_EQ(r.mul_cos_dtype, e.mul_dtype) << t;
+        EXPECT_EQ(r.mul_sin_dtype, e.mul_dtype) << t;
+        EXPECT_EQ(r.add_dtype, e.mul_dtype) << t;
+        EXPECT_EQ(g.meta(r.out).dtype, e.out_dtype) << t;
+        // the region reads bfloat16 head vectors (Cohere's x.float() is absorbed) and writes
+        // what the rest of the graph reads
+        EXPECT_EQ(g.meta(r.x).dtype, DType::kBFloat16) << t;
+        EXPECT_EQ(g.meta(r.x).shape.back(), e.head_dim) << t;
+        EXPECT_TRUE(std::find(rs[0]->outputs.begin(), rs[0]->outputs.end(), r.out) !=
+                    rs[0]->outputs.end())
+            << t;
+        EXPECT_TRUE(std::find(rs[0]->inputs.begin(), rs[0]->inputs.end(), r.cos) !=
+                    rs[0]->inputs.end())
+            << t;
+      }
+      EXPECT_EQ(rope_declines(g, p), "") << t;
+      // q and k are different head vectors
+      EXPECT_NE(pr.rotations[0].x, pr.rotations[1].x) << t;
+    }
+}
+
+TEST(RopeMatch, BackwardsAreDeclinedWithTheReason) {
+  for (const Expected& e : kForms)
+    for (const char* part : {"default", "mincut"}) {
+      const std::string t = rope_trace(e.family, part, "bwd");
+      Graph g = load_trace(trace_path(t));
+      const Plan p = make_plan(g, fusion_registry());
+      EXPECT_TRUE(rope_regions(p).empty()) << t;
+      const std::string d = rope_declines(g, p);
+      EXPECT_NE(d.find("slice_scatter form is not fused"), std::string::npos) << t << "\n" << d;
+    }
+}
+
+// neg reads the first half and the cat is cat(-x1, x2): the inverse rotation (sin's sign
+// flipped), not the forward.
+TEST(RopeMatch, FirstHalfNegatedIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("llama_rope_table", "mincut", "fwd")));
+  node(doc, "neg")["args"][0]["ref"] = "slice_1";
+  node(doc, "cat")["args"][0] = nlohmann::json::array({ref("neg"), ref("slice_2")});
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  ASSERT_EQ(rope_regions(p).size(), 1u);  // k is still taken
+  EXPECT_EQ(params(rope_regions(p)[0]).rotations.size(), 1u);
+  EXPECT_NE(declined_at(g, p, "neg").find("the first half is negated"), std::string::npos)
+      << rope_declines(g, p);
+}
+
+// The negated half x[30:62] does not start at R / 2: the halves do not split the rotary dim.
+TEST(RopeMatch, HalvesThatDoNotMeetAtHalfTheRotaryDimAreDeclined) {
+  auto doc = read_json(trace_path(rope_trace("llama_rope_table", "mincut", "fwd")));
+  auto& s = node(doc, "slice_2");
+  s["args"][2] = 30;
+  s["args"][3] = 62;
+  s["outputs"][0]["storage_offset"] = 30;
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg").find(
+                "rotate-half halves [0, 32) and [30, 62) do not split the rotary dim 64 at 32"),
+            std::string::npos)
+      << rope_declines(g, p);
+}
+
+// A rotate-half cat over the even and odd elements (the two styles mixed up) is neither form.
+TEST(RopeMatch, RotateHalfCatOfInterleavedSlicesIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("llama_rope_table", "mincut", "fwd")));
+  for (const auto& [id, start] : {std::pair{"slice_1", 0}, std::pair{"slice_2", 1}}) {
+    auto& s = node(doc, id);
+    s["args"] = nlohmann::json::array({ref("permute"), 3, start, 9223372036854775807LL, 2});
+    s["outputs"][0]["stride"] = nlohmann::json::array({2048, 64, 256, 2});
+    s["outputs"][0]["storage_offset"] = start;
+  }
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg").find("rotate-half slices with a step (2, 2)"),
+            std::string::npos)
+      << rope_declines(g, p);
+}
+
+// An interleaving cat over the two contiguous halves (the styles mixed up the other way).
+TEST(RopeMatch, InterleavedCatOfContiguousHalvesIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("cohere_rope", "mincut", "fwd")));
+  for (const auto& [id, start] : {std::pair{"slice_1", 0}, std::pair{"slice_2", 32}}) {
+    auto& s = node(doc, id);
+    s["args"] = nlohmann::json::array({ref("convert_element_type_3"), 3, start, start + 32});
+    s["outputs"][0]["stride"] = nlohmann::json::array({2048, 64, 256, 1});
+    s["outputs"][0]["storage_offset"] = start;
+  }
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg").find("are not the even and odd elements of the rotary dim 64"),
+            std::string::npos)
+      << rope_declines(g, p);
+}
+
+// Partial rotary whose pass-through starts two elements after the rotary dim.
+TEST(RopeMatch, PassThroughThatDoesNotFollowTheRotaryDimIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("gptj_rope", "mincut", "fwd")));
+  auto& s = node(doc, "slice_2");  // k[..., 64:] -> k[..., 62:254]
+  s["args"][2] = 62;
+  s["args"][3] = 254;
+  s["outputs"][0]["storage_offset"] = 62;
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg").find(
+                "the pass-through [62, 254) does not follow the rotary dim 64 of head dim 256"),
+            std::string::npos)
+      << rope_declines(g, p);
+  // q's rotation is still taken
+  ASSERT_EQ(rope_regions(p).size(), 1u);
+  EXPECT_EQ(params(rope_regions(p)[0]).rotations.size(), 1u);
+}
+
+// The rotation returned as an output (an intermediate the fused step does not write).
+TEST(RopeMatch, IntermediateReadOutsideIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("phi3_rope", "mincut", "fwd")));
+  doc["outputs"].push_back("cat");
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg").find("is not read by one multiply"), std::string::npos)
+      << rope_declines(g, p);
+}
+
+// The sin product read by something else: the sum's operand is not private.
+TEST(RopeMatch, ProductReadOutsideIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("llama_rope_table", "mincut", "fwd")));
+  doc["outputs"].push_back("mul_1");
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg").find("rot * sin is not read by one add"), std::string::npos)
+      << rope_declines(g, p);
+}
+
+// The binder on the recorded layouts, without a device: every small bundled region binds in both
+// variants; an alternative variant and a table that does not broadcast are refused.
+TEST(RopeBind, EveryBundledRegionBindsAndABadTableIsRefused) {
+  for (const Expected& e : kForms)
+    for (const char* part : {"default", "mincut"}) {
+      const std::string t = rope_trace(e.family, part, "fwd");
+      Graph g = load_trace(trace_path(t));
+      const Plan p = make_plan(g, fusion_registry());
+      for (const Region* r : rope_regions(p)) {
+        for (const VariantSpec& v : fusions::rope.variants) {
+          FakeBuffers buf(g);
+          const Binding b = fusions::rope.bind(g, *r, v, buf);
+          EXPECT_EQ(b.unsupported, "") << t << " " << v.name;
+          EXPECT_TRUE(static_cast<bool>(b.launch)) << t << " " << v.name;
+        }
+        const VariantSpec other{"triton", Role::kAlternative, ""};
+        FakeBuffers buf(g);
+        EXPECT_NE(fusions::rope.bind(g, *r, other, buf).unsupported, "");
+        struct WrongTable : FakeBuffers {
+          WrongTable(const Graph& g, int v) : FakeBuffers(g), v_(v) {}
+          BoundTensor tensor(int v) override {
+            BoundTensor b = FakeBuffers::tensor(v);
+            if (v == v_) b.layout.shape.back() += 2;  // a table of R + 2
+            return b;
+          }
+          int v_;
+        } wrong(g, params(r).rotations[0].sin);
+        EXPECT_NE(fusions::rope.bind(g, *r, fusions::rope.variants[1], wrong)
+                      .unsupported.find("does not broadcast"),
+                  std::string::npos)
+            << t;
+      }
+    }
+}
+
+// Bytes: q and k read and written once each, each table once (read by both).
+TEST(RopeMatch, CostCountsEachTensorOnce) {
+  Graph g = load_trace(trace_path(rope_trace("llama_rope_table", "mincut", "fwd")));
+  const Plan p = make_plan(g, fusion_registry());
+  ASSERT_EQ(rope_regions(p).size(), 1u);
+  const Cost c = fusions::rope.cost(g, *rope_regions(p)[0]);
+  // q [2, 8, 4, 64] and k [2, 8, 2, 64] bf16 read and written, cos and sin [2, 1, 8, 64] bf16
+  EXPECT_EQ(c.bytes, 2.0 * (8192 + 4096) + 2 * 2048);
+  EXPECT_EQ(c.flops, 3.0 * (2 * 8 * 4 + 2 * 8 * 2) * 64);
+  const nlohmann::json d = fusions::rope.describe(g, *rope_regions(p)[0]);
+  EXPECT_EQ(d["style"], "rotate_half");
+  EXPECT_EQ(d["rotations"][0]["x"], "permute");
+  EXPECT_EQ(d["rotations"][1]["x"], "permute_1");
+}
