@@ -48,6 +48,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   }
   RopeArgs a;
   a.style = p.style;
+  a.backward = p.backward;
   a.sin_sign = p.sin_sign;
   a.write_tail = p.write_tail;
   for (const Rotation& rot : p.rotations) {
@@ -105,13 +106,18 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     j.mul_cos_dtype = rot.mul_cos_dtype;
     j.mul_sin_dtype = rot.mul_sin_dtype;
     j.add_dtype = rot.add_dtype;
+    j.mul_cos_cvt = rot.mul_cos_cvt;
+    j.mul_sin_cvt = rot.mul_sin_cvt;
+    j.sum_cvt = rot.sum_cvt;
+    j.tail_cvt = rot.tail_cvt;
+    j.zero_add = rot.zero_add;
   }
   if (v.role == Role::kOptimized) {
-    b.launch = [a](const LaunchContext& c) { rope_fwd_optimized(a, c.stream); };
+    b.launch = [a](const LaunchContext& c) { rope_optimized(a, c.stream); };
     return b;
   }
   void* ws = ctx.workspace(rope_baseline_workspace(a));
-  b.launch = [a, ws](const LaunchContext& c) { rope_fwd_baseline(a, ws, c.stream); };
+  b.launch = [a, ws](const LaunchContext& c) { rope_baseline(a, ws, c.stream); };
   return b;
 }
 

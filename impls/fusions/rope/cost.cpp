@@ -1,5 +1,6 @@
 // rope cost and description.
-// Bytes that must move: per rotated tensor, its head vectors read once (x: the elements of the
+// Bytes that must move (forward and backward alike: the backward reads the gradient where the
+// forward reads x): per rotated tensor, its head vectors read once (x: the elements of the
 // view the region reads, not the fused qkv around it), its output written once, and the cos and
 // sin tables read once each (their own elements: a [B, 1, T, R] table broadcast over the heads
 // is read once, not once per head; q and k reading the same table count it once). FLOPs per
@@ -41,8 +42,15 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                   {"partial", rot.rotary_dim < rot.head_dim},
                   {"mul_cos_dtype", dtype_name(rot.mul_cos_dtype)},
                   {"mul_sin_dtype", dtype_name(rot.mul_sin_dtype)},
-                  {"add_dtype", dtype_name(rot.add_dtype)}});
-  return {{"style", style_name(p.style)}, {"rotations", rs}};
+                  {"add_dtype", dtype_name(rot.add_dtype)},
+                  {"mul_cos_convert", dtype_name(rot.mul_cos_cvt)},
+                  {"mul_sin_convert", dtype_name(rot.mul_sin_cvt)},
+                  {"sum_convert", dtype_name(rot.sum_cvt)},
+                  {"tail_convert", dtype_name(rot.tail_cvt)},
+                  {"scattered_into_zeros", rot.zero_add}});
+  return {{"style", style_name(p.style)},
+          {"phase", p.backward ? "backward" : "forward"},
+          {"rotations", rs}};
 }
 
 }  // namespace replay::rope

@@ -172,60 +172,86 @@ __device__ __forceinline__ RowOffsets row_offsets(const RopeJob& j, int64_t row)
   return o;
 }
 
-// out = round(add, round(mul_cos, x * cos) + round(mul_sin, rot * sin)): separate multiplies and
-// an add (no FMA contraction), as the eager kernels compute it.
-__device__ __forceinline__ float rope_elem(const RopeJob& j, float x, float c, float rot, float s) {
-  const float a = round_to(j.mul_cos_dtype, __fmul_rn(x, c));
-  const float b = round_to(j.mul_sin_dtype, __fmul_rn(rot, s));
-  return round_to(j.add_dtype, __fadd_rn(a, b));
+// A product as the graph rounds it: to the mul's dtype, then to a convert's after it.
+__device__ __forceinline__ float product(DType mul, DType cvt, float a, float b) {
+  return round_to(cvt, round_to(mul, __fmul_rn(a, b)));
+}
+
+// The sum as the graph rounds it (no FMA contraction: separate multiplies and an add, as the
+// eager kernels compute it), then a convert after it, then the backward's scatter into zeros.
+__device__ __forceinline__ float sum(const RopeJob& j, float a, float b) {
+  float v = round_to(j.sum_cvt, round_to(j.add_dtype, __fadd_rn(a, b)));
+  if (j.zero_add) v = __fadd_rn(v, 0.0f);
+  return v;
 }
 
 // --- optimized: one kernel, every job (blockIdx.y), V elements per thread --------------------
 
 template <int V>
-__global__ void __launch_bounds__(256) rope_fwd_kernel(const RopeArgs a) {
+__global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
   const RopeJob& j = a.jobs[blockIdx.y];
   const int64_t cpr = j.head_dim / V;  // chunks per row
   const int64_t total = j.rows * cpr;
   const int64_t R = j.rotary_dim, h = R / 2;
+  const int64_t xs = j.x.last_stride, cs = j.cos.last_stride, ss = j.sin.last_stride;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / cpr;
     const int64_t c0 = (i - row * cpr) * V;
     const RowOffsets o = row_offsets(j, row);
     float xv[V], out[V];
-    load<V>(j.x.ptr, j.x.dtype, o.x + c0 * j.x.last_stride, j.x.last_stride, j.vec_x, xv);
+    load<V>(j.x.ptr, j.x.dtype, o.x + c0 * xs, xs, j.vec_x, xv);
     if (c0 >= R) {  // partial rotary: the pass-through tail
       if (!a.write_tail) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        out[k] = round_to(j.tail_cvt, xv[k]);
+        if (j.zero_add) out[k] = __fadd_rn(out[k], 0.0f);
+      }
       store<V>(j.out, j.out_dtype, o.out + c0 * j.out_last_stride, j.out_last_stride, j.vec_out,
-               xv);
+               out);
       continue;
     }
-    float rot[V], cv[V], sv[V];
+    float cv[V], sv[V], pv[V];
+    load<V>(j.cos.ptr, j.cos.dtype, o.cos + c0 * cs, cs, j.vec_cos, cv);
+    // The partner: rotate-half's other half (its own chunk), or the pair's other element (in
+    // this chunk when V >= 2). sign: forward rot = sign * x[p]; backward rotT = -sign * y[p].
+    int64_t pc = c0;
+    float sign = 1;
     if (a.style == Style::kRotateHalf) {
-      const bool first = c0 < h;
-      const int64_t pc = first ? c0 + h : c0 - h;
-      load<V>(j.x.ptr, j.x.dtype, o.x + pc * j.x.last_stride, j.x.last_stride, j.vec_x, rot);
-      if (first)
-#pragma unroll
-        for (int k = 0; k < V; ++k) rot[k] = -rot[k];
-    } else if constexpr (V >= 2) {
-#pragma unroll
-      for (int k = 0; k < V; k += 2) {
-        rot[k] = -xv[k + 1];
-        rot[k + 1] = xv[k];
-      }
-    } else {  // one element: its pair partner from memory
-      const int64_t pc = c0 ^ 1;
-      load<1>(j.x.ptr, j.x.dtype, o.x + pc * j.x.last_stride, j.x.last_stride, false, rot);
-      if ((c0 & 1) == 0) rot[0] = -rot[0];
+      pc = c0 < h ? c0 + h : c0 - h;
+      sign = c0 < h ? -1.f : 1.f;
+    } else if (V == 1) {
+      pc = c0 ^ 1;
+      sign = (c0 & 1) == 0 ? -1.f : 1.f;
     }
-    load<V>(j.cos.ptr, j.cos.dtype, o.cos + c0 * j.cos.last_stride, j.cos.last_stride, j.vec_cos,
-            cv);
-    load<V>(j.sin.ptr, j.sin.dtype, o.sin + c0 * j.sin.last_stride, j.sin.last_stride, j.vec_sin,
-            sv);
+    const bool paired = a.style == Style::kInterleaved && V >= 2;
+    if (!paired) load<V>(j.x.ptr, j.x.dtype, o.x + pc * xs, xs, j.vec_x, pv);
+    if (!a.backward) {
+      load<V>(j.sin.ptr, j.sin.dtype, o.sin + c0 * ss, ss, j.vec_sin, sv);
 #pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = rope_elem(j, xv[k], cv[k], rot[k], a.sin_sign * sv[k]);
+      for (int k = 0; k < V; ++k) {
+        const float rot = !paired ? sign * pv[k] : (k & 1) ? xv[(k + V - 1) % V] : -xv[(k + 1) % V];
+        out[k] = sum(j, product(j.mul_cos_dtype, j.mul_cos_cvt, xv[k], cv[k]),
+                     product(j.mul_sin_dtype, j.mul_sin_cvt, rot, a.sin_sign * sv[k]));
+      }
+    } else {
+      // rotT(g * sin)[c] = -sign * (g * sin)[p]: sin at the partner too.
+      load<V>(j.sin.ptr, j.sin.dtype, o.sin + (paired ? c0 : pc) * ss, ss, j.vec_sin, sv);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float t;
+        if (paired) {
+          const int p = (k ^ 1) % V;
+          const float y = product(j.mul_sin_dtype, j.mul_sin_cvt, xv[p], a.sin_sign * sv[p]);
+          t = (k & 1) ? -y : y;
+        } else {
+          t = -sign * product(j.mul_sin_dtype, j.mul_sin_cvt, pv[k], a.sin_sign * sv[k]);
+        }
+        t = __fadd_rn(t, 0.0f);  // the slice_scatter into zeros and their sum
+        out[k] = sum(j, t, product(j.mul_cos_dtype, j.mul_cos_cvt, xv[k], cv[k]));
+      }
+    }
     store<V>(j.out, j.out_dtype, o.out + c0 * j.out_last_stride, j.out_last_stride, j.vec_out, out);
   }
 }
@@ -251,22 +277,23 @@ int blocks_for(int64_t work, int threads) {
 // --- baseline: the eager sequence, one pass per op --------------------------------------------
 
 enum class Stage : int {
-  kMulCos,  ///< a = x * cos                      -> ws_a [rows, R] in mul_cos dtype
-  kRotate,  ///< rot = cat(-x2, x1) (or pairs)    -> ws_rot [rows, R] in x's dtype
-  kMulSin,  ///< b = rot * sin                    -> ws_b [rows, R] in mul_sin dtype
-  kAdd,     ///< out[:R] = a + b; out[R:] = x[R:] (the cat of partial rotary)
+  kMulCos,  ///< a = x * cos                                -> ws_a [rows, R]
+  kRotate,  ///< forward: rot = rot(x); backward: rotT(b) + 0 -> ws_rot [rows, R]
+  kMulSin,  ///< forward: b = rot * sin; backward: b = g * sin -> ws_b [rows, R]
+  kAdd,     ///< out[:R] = a + b (forward) or rotT + a (backward); out[R:] = the tail
 };
 
 struct BaselineJob {
   RopeJob j;
-  void* ws_a = nullptr;
+  void* ws_a = nullptr;  ///< in mul_cos_cvt (float32 when mul_cos_dtype is float32) ...
   void* ws_rot = nullptr;
   void* ws_b = nullptr;
+  DType a_dtype, rot_dtype, b_dtype;  ///< ... the dtypes the graph holds them in
 };
 
 __global__ void __launch_bounds__(256)
-    rope_baseline_kernel(const BaselineJob bj, Stage stage, Style style, float sin_sign,
-                         bool write_tail) {
+    rope_baseline_kernel(const BaselineJob bj, Stage stage, Style style, bool backward,
+                         float sin_sign, bool write_tail) {
   const RopeJob& j = bj.j;
   const int64_t R = j.rotary_dim, h = R / 2;
   const int64_t width = stage == Stage::kAdd ? j.head_dim : R;
@@ -282,8 +309,8 @@ __global__ void __launch_bounds__(256)
       case Stage::kMulCos:
         load<1>(j.x.ptr, j.x.dtype, o.x + c * j.x.last_stride, 1, false, v);
         load<1>(j.cos.ptr, j.cos.dtype, o.cos + c * j.cos.last_stride, 1, false, t);
-        v[0] = round_to(j.mul_cos_dtype, __fmul_rn(v[0], t[0]));
-        store<1>(bj.ws_a, j.mul_cos_dtype, w, 1, false, v);
+        v[0] = product(j.mul_cos_dtype, j.mul_cos_cvt, v[0], t[0]);
+        store<1>(bj.ws_a, bj.a_dtype, w, 1, false, v);
         break;
       case Stage::kRotate: {
         int64_t pc;
@@ -295,30 +322,49 @@ __global__ void __launch_bounds__(256)
           neg = (c & 1) == 0;
           pc = c ^ 1;
         }
-        load<1>(j.x.ptr, j.x.dtype, o.x + pc * j.x.last_stride, 1, false, v);
-        if (neg) v[0] = -v[0];
-        store<1>(bj.ws_rot, j.x.dtype, w, 1, false, v);
+        if (!backward) {
+          load<1>(j.x.ptr, j.x.dtype, o.x + pc * j.x.last_stride, 1, false, v);
+          if (neg) v[0] = -v[0];
+        } else {
+          load<1>(bj.ws_b, bj.b_dtype, row * R + pc, 1, false, v);
+          if (!neg) v[0] = -v[0];
+          v[0] = __fadd_rn(v[0], 0.0f);
+        }
+        store<1>(bj.ws_rot, bj.rot_dtype, w, 1, false, v);
         break;
       }
       case Stage::kMulSin:
-        load<1>(bj.ws_rot, j.x.dtype, w, 1, false, v);
+        if (!backward)
+          load<1>(bj.ws_rot, bj.rot_dtype, w, 1, false, v);
+        else
+          load<1>(j.x.ptr, j.x.dtype, o.x + c * j.x.last_stride, 1, false, v);
         load<1>(j.sin.ptr, j.sin.dtype, o.sin + c * j.sin.last_stride, 1, false, t);
-        v[0] = round_to(j.mul_sin_dtype, __fmul_rn(v[0], sin_sign * t[0]));
-        store<1>(bj.ws_b, j.mul_sin_dtype, w, 1, false, v);
+        v[0] = product(j.mul_sin_dtype, j.mul_sin_cvt, v[0], sin_sign * t[0]);
+        store<1>(bj.ws_b, bj.b_dtype, w, 1, false, v);
         break;
       case Stage::kAdd:
         if (c < R) {
-          load<1>(bj.ws_a, j.mul_cos_dtype, w, 1, false, v);
-          load<1>(bj.ws_b, j.mul_sin_dtype, w, 1, false, t);
-          v[0] = round_to(j.add_dtype, __fadd_rn(v[0], t[0]));
+          load<1>(bj.ws_a, bj.a_dtype, w, 1, false, v);
+          if (!backward)
+            load<1>(bj.ws_b, bj.b_dtype, w, 1, false, t);
+          else
+            load<1>(bj.ws_rot, bj.rot_dtype, w, 1, false, t);
+          v[0] = sum(j, t[0], v[0]);
         } else {
           if (!write_tail) continue;
           load<1>(j.x.ptr, j.x.dtype, o.x + c * j.x.last_stride, 1, false, v);
+          v[0] = round_to(j.tail_cvt, v[0]);
+          if (j.zero_add) v[0] = __fadd_rn(v[0], 0.0f);
         }
         store<1>(j.out, j.out_dtype, o.out + c * j.out_last_stride, 1, false, v);
         break;
     }
   }
+}
+
+// The dtype a value rounded to `mul` then `cvt` is held in (the narrower of the two).
+DType held_in(DType mul, DType cvt) {
+  return cvt == DType::kFloat32 ? mul : cvt;
 }
 
 size_t align256(size_t b) {
@@ -340,7 +386,7 @@ int rope_vector_width(const RopeArgs& a) {
   return 1;
 }
 
-void rope_fwd_optimized(const RopeArgs& in, cudaStream_t stream) {
+void rope_optimized(const RopeArgs& in, cudaStream_t stream) {
   if (in.n_jobs <= 0) return;
   RopeArgs a = in;
   const int v = rope_vector_width(a);
@@ -359,50 +405,60 @@ void rope_fwd_optimized(const RopeArgs& in, cudaStream_t stream) {
   const dim3 grid(blocks_for(max_work, kThreads), a.n_jobs);
   switch (v) {
     case 8:
-      rope_fwd_kernel<8><<<grid, kThreads, 0, stream>>>(a);
+      rope_kernel<8><<<grid, kThreads, 0, stream>>>(a);
       break;
     case 4:
-      rope_fwd_kernel<4><<<grid, kThreads, 0, stream>>>(a);
+      rope_kernel<4><<<grid, kThreads, 0, stream>>>(a);
       break;
     case 2:
-      rope_fwd_kernel<2><<<grid, kThreads, 0, stream>>>(a);
+      rope_kernel<2><<<grid, kThreads, 0, stream>>>(a);
       break;
     default:
-      rope_fwd_kernel<1><<<grid, kThreads, 0, stream>>>(a);
+      rope_kernel<1><<<grid, kThreads, 0, stream>>>(a);
       break;
   }
-  REPLAY_CUDA_LAUNCH("rope_fwd_kernel");
+  REPLAY_CUDA_LAUNCH("rope_kernel");
 }
+
+namespace {
+
+// Job k's workspace at `base` + `off` (advanced past it).
+BaselineJob baseline_job(const RopeArgs& a, int k, uintptr_t base, size_t& off) {
+  BaselineJob bj;
+  bj.j = a.jobs[k];
+  const RopeJob& j = bj.j;
+  bj.a_dtype = held_in(j.mul_cos_dtype, j.mul_cos_cvt);
+  bj.b_dtype = held_in(j.mul_sin_dtype, j.mul_sin_cvt);
+  bj.rot_dtype = a.backward ? bj.b_dtype : j.x.dtype;
+  const size_t n = static_cast<size_t>(j.rows * j.rotary_dim);
+  for (auto [ptr, t] : {std::pair{&bj.ws_a, bj.a_dtype}, std::pair{&bj.ws_rot, bj.rot_dtype},
+                        std::pair{&bj.ws_b, bj.b_dtype}}) {
+    *ptr = reinterpret_cast<void*>(base + off);
+    off += align256(n * dtype_size(t));
+  }
+  return bj;
+}
+
+}  // namespace
 
 size_t rope_baseline_workspace(const RopeArgs& a) {
-  size_t b = 0;
-  for (int k = 0; k < a.n_jobs; ++k) {
-    const RopeJob& j = a.jobs[k];
-    const size_t n = static_cast<size_t>(j.rows * j.rotary_dim);
-    b += align256(n * dtype_size(j.mul_cos_dtype)) + align256(n * dtype_size(j.x.dtype)) +
-         align256(n * dtype_size(j.mul_sin_dtype));
-  }
-  return b;
+  size_t off = 0;
+  for (int k = 0; k < a.n_jobs; ++k) baseline_job(a, k, 0, off);
+  return off;
 }
 
-void rope_fwd_baseline(const RopeArgs& a, void* workspace, cudaStream_t stream) {
-  char* ws = static_cast<char*>(workspace);
+void rope_baseline(const RopeArgs& a, void* workspace, cudaStream_t stream) {
+  size_t off = 0;
   constexpr int kThreads = 256;
+  // The eager order: forward x * cos, rot, rot * sin, sum; backward g * cos, g * sin, rotT, sum.
+  const Stage fwd[] = {Stage::kMulCos, Stage::kRotate, Stage::kMulSin, Stage::kAdd};
+  const Stage bwd[] = {Stage::kMulCos, Stage::kMulSin, Stage::kRotate, Stage::kAdd};
   for (int k = 0; k < a.n_jobs; ++k) {
-    BaselineJob bj;
-    bj.j = a.jobs[k];
-    const RopeJob& j = bj.j;
-    const size_t n = static_cast<size_t>(j.rows * j.rotary_dim);
-    bj.ws_a = ws;
-    ws += align256(n * dtype_size(j.mul_cos_dtype));
-    bj.ws_rot = ws;
-    ws += align256(n * dtype_size(j.x.dtype));
-    bj.ws_b = ws;
-    ws += align256(n * dtype_size(j.mul_sin_dtype));
-    for (Stage s : {Stage::kMulCos, Stage::kRotate, Stage::kMulSin, Stage::kAdd}) {
-      const int64_t work = j.rows * (s == Stage::kAdd ? j.head_dim : j.rotary_dim);
+    const BaselineJob bj = baseline_job(a, k, reinterpret_cast<uintptr_t>(workspace), off);
+    for (Stage s : a.backward ? bwd : fwd) {
+      const int64_t work = bj.j.rows * (s == Stage::kAdd ? bj.j.head_dim : bj.j.rotary_dim);
       rope_baseline_kernel<<<blocks_for(work, kThreads), kThreads, 0, stream>>>(
-          bj, s, a.style, a.sin_sign, a.write_tail);
+          bj, s, a.style, a.backward, a.sin_sign, a.write_tail);
       REPLAY_CUDA_LAUNCH("rope_baseline_kernel");
     }
   }

@@ -1,13 +1,19 @@
-// rope kernels (kernels.cu): the rotary position embedding forward over strided q / k views, both
-// variants. Each job is one rotated tensor: out[.., j] for a head vector x[.., 0:D] with the first
-// R = rotary_dim elements rotated and the rest passed through:
-//   j < R:   out = round(add, round(mul_cos, x[j] * cos[j]) + round(mul_sin, rot(x)[j] * sin[j]))
-//   j >= R:  out = x[j]                                        (partial rotary's pass-through)
-// rot(x) = cat(-x[h:R], x[0:h]) (rotate-half, h = R / 2) or, pair by pair,
-// (-x[2i+1], x[2i]) (interleaved). Each product and the sum are rounded to the dtype the graph
-// computes them in (a bfloat16 mul rounds to bfloat16), so the fused result is the eager op
-// sequence's bit for bit; the output is stored in its own dtype (a trailing convert, a promoting
-// cat).
+// rope kernels (kernels.cu): the rotary position embedding over strided q / k views (or their
+// gradients), forward and backward, both variants. Each job is one rotated tensor: a head vector
+// x[.., 0:D] (the backward: the incoming gradient g) with the first R = rotary_dim elements
+// rotated and the rest passed through:
+//   forward   j < R:   out = round(add, round(mul_cos, x[j] * cos[j]) + round(mul_sin, rot(x)[j] *
+//                            sin[j]))
+//             j >= R:  out = x[j]                                  (partial rotary's pass-through)
+//   backward  j < R:   out = round(add, rotT(round(mul_sin, g * sin))[j] + round(mul_cos, g[j] *
+//                            cos[j]))
+//             j >= R:  out = g[j]
+// rot(x) = cat(-x[h:R], x[0:h]) (rotate-half, h = R / 2) or, pair by pair, (-x[2i+1], x[2i])
+// (interleaved); rotT its transpose, cat(y[h:R], -y[0:h]) or (y[2i+1], -y[2i]). Each product
+// and the sum are rounded to the dtype the graph computes them in (a bfloat16 mul rounds to
+// bfloat16; a convert after it rounds again), so the fused result is the eager op sequence's bit
+// for bit; the backward's slice_scatter into zeros adds +0 (a -0 becomes +0, as it does there);
+// the output is stored in its own dtype (a trailing convert, a promoting cat).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,12 +56,20 @@ struct RopeJob {
   int64_t rotary_dim = 0;  ///< R (even, <= D)
   DType mul_cos_dtype = DType::kFloat32, mul_sin_dtype = DType::kFloat32,
         add_dtype = DType::kFloat32;
+  /// Converts the graph applies after a product, after the sum, and to the pass-through tail
+  /// (float32: none; rounding to float32 changes no float32 value).
+  DType mul_cos_cvt = DType::kFloat32, mul_sin_cvt = DType::kFloat32, sum_cvt = DType::kFloat32,
+        tail_cvt = DType::kFloat32;
+  /// The backward's partial rotary puts the rotated part and the tail into zeros by
+  /// slice_scatter and adds them: each element + 0.
+  bool zero_add = false;
   /// Set by rope_fwd_optimized: which operands take vector accesses (x, cos, sin, out).
   bool vec_x = false, vec_cos = false, vec_sin = false, vec_out = false;
 };
 
 struct RopeArgs {
   Style style = Style::kRotateHalf;
+  bool backward = false;  ///< the transposed rotation (dx from dout), else the forward
   int n_jobs = 0;
   RopeJob jobs[kRopeMaxJobs];
   float sin_sign = 1;      ///< test hook: -1 is the GPU mutant "sin sign flipped"
@@ -69,12 +83,13 @@ int rope_vector_width(const RopeArgs& a);
 
 /// optimized: one kernel for every job: x read once (its partner half from the same lines),
 /// cos / sin from their broadcast tables, out written once.
-void rope_fwd_optimized(const RopeArgs& a, cudaStream_t stream);
+void rope_optimized(const RopeArgs& a, cudaStream_t stream);
 
-/// baseline: the eager op sequence per job, each op a pass over memory: x * cos, the rotation
-/// (neg + cat) materialized, rot * sin, the sum (+ the pass-through copy). `workspace` holds
-/// rope_baseline_workspace(a) bytes.
-void rope_fwd_baseline(const RopeArgs& a, void* workspace, cudaStream_t stream);
+/// baseline: the eager op sequence per job, each op a pass over memory. Forward: x * cos, the
+/// rotation (neg + cat) materialized, rot * sin, the sum (+ the pass-through copy); backward:
+/// g * cos, g * sin, its transposed rotation (neg + slice_scatter) materialized, the sum (+ the
+/// tail). `workspace` holds rope_baseline_workspace(a) bytes.
+void rope_baseline(const RopeArgs& a, void* workspace, cudaStream_t stream);
 size_t rope_baseline_workspace(const RopeArgs& a);
 
 }  // namespace replay::rope

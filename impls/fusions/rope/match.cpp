@@ -79,6 +79,8 @@ bool float_dtype(DType t) {
 struct Found {
   Rotation rot;
   Style style = Style::kRotateHalf;
+  bool backward = false;
+  int neg = -1;  ///< the candidate it was found from
   std::vector<int> nodes;
 };
 
@@ -89,6 +91,8 @@ class Matcher {
   // The rotation around neg node `neg`, or a decline.
   bool rotation(int neg, Found& f) {
     const Node& nn = g_.nodes[neg];
+    if (int u = single_user(g_, nn.outputs[0]); u >= 0 && g_.nodes[u].op == Op::kSliceScatter)
+      return backward(neg, f);
     const int odd = nn.operands.at(0).value;
     const LastSlice s_odd = last_slice(g_, odd);
     if (s_odd.node < 0)
@@ -187,8 +191,8 @@ class Matcher {
     } else {
       return out_.decline(neg, "neg is read by " + node_str(g_, u) + " (" +
                                    std::string(g_.nodes[u].raw.value("op", "?")) +
-                                   "), not a rotate-half cat or an interleaved unsqueeze (the "
-                                   "backward's slice_scatter form is not fused)");
+                                   "), not a rotate-half cat, an interleaved unsqueeze or a "
+                                   "backward's slice_scatter");
     }
     // rot * sin, then (x * cos) + that.
     const int ms = single_user(g_, rot);
@@ -232,6 +236,7 @@ class Matcher {
                                      float_dtype(g_.meta(g_.nodes[cv].outputs[0]).dtype)) {
       f.nodes.push_back(cv);
       y = g_.nodes[cv].outputs[0];
+      r.sum_cvt = g_.meta(y).dtype;
     }
     // Partial rotary: x = x_full[..., :R], out = cat([y, x_full[..., R:]], -1).
     int x_full = x;
@@ -259,6 +264,230 @@ class Matcher {
       x_full = s_rot.src;
       y = g_.nodes[tail_cat].outputs[0];
     }
+    return finish(neg, f, x_full, y);
+  }
+
+  // A zero tensor of `shape` (aten.full with 0, aten.zeros): what the backward scatters into.
+  bool zeros(int v, const std::vector<int64_t>& shape) const {
+    const int p = producer(g_, v);
+    if (p < 0 || g_.meta(v).shape != shape) return false;
+    const Node& n = g_.nodes[p];
+    if (n.op == Op::kZeros) return true;
+    return n.op == Op::kFull && !n.operands.empty() && n.operands[0].is_scalar() &&
+           n.operands[0].scalar == 0;
+  }
+
+  // slice_scatter(zeros, src, last dim, start, end, step) read only by one add: the node, or -1.
+  int scatter_into_zeros(int ss, int src, int64_t start, int64_t end, int64_t step) const {
+    if (ss < 0 || g_.nodes[ss].op != Op::kSliceScatter) return -1;
+    const Node& n = g_.nodes[ss];
+    if (n.operands.size() != 2 || n.operands[1].value != src) return -1;
+    const std::vector<int64_t>& shape = g_.meta(n.outputs[0]).shape;
+    const int r = static_cast<int>(shape.size());
+    const int64_t size = shape.back();
+    const int64_t s0 = std::clamp<int64_t>(n.start < 0 ? n.start + size : n.start, 0, size);
+    const int64_t e0 = std::clamp<int64_t>(n.end < 0 ? n.end + size : n.end, 0, size);
+    if (norm_dim(n.dim, r) != r - 1 || s0 != start || e0 < end || n.step != step ||
+        (step == 1 && e0 != end) || !zeros(n.operands[0].value, shape))
+      return -1;
+    return ss;
+  }
+
+  // A value and the multiply under it: mul -> [float convert]. The mul node (or -1) and the
+  // convert's dtype (float32 when none).
+  std::pair<int, DType> product_of(int v) const {
+    int p = producer(g_, v);
+    DType cvt = DType::kFloat32;
+    if (p >= 0 && g_.nodes[p].op == Op::kConvertElementType &&
+        single_user(g_, g_.nodes[p].operands.at(0).value) == p && float_dtype(g_.meta(v).dtype)) {
+      cvt = g_.meta(v).dtype;
+      p = producer(g_, g_.nodes[p].operands.at(0).value);
+    }
+    if (p < 0 || g_.nodes[p].op != Op::kMul) return {-1, cvt};
+    return {p, cvt};
+  }
+
+  // The backward around neg node `neg` (read by a slice_scatter), or a decline:
+  //   rotate-half  y = g * sin; t = scatter(-y[0:h], h:R) + scatter(y[h:R], 0:h)
+  //   interleaved  y = g * sin viewed [.., R/2, 2]; t = scatter(-y[.., 0], 1::2) +
+  //                scatter(y[.., 1], 0::2)
+  //   then         dx = t + g * cos [-> float convert]; partial rotary: g = g_full[..., :R],
+  //                out = scatter(dx, 0:R) + scatter([convert] g_full[..., R:], R:D)
+  bool backward(int neg, Found& f) {
+    const Node& nn = g_.nodes[neg];
+    const int a = nn.operands.at(0).value;
+    const int pa = producer(g_, a);
+    const int ss_n = single_user(g_, nn.outputs[0]);
+    int y = -1, o = -1, ss_o = -1, R = 0;
+    std::vector<int> nodes = {neg, ss_n};
+    if (pa >= 0 && g_.nodes[pa].op == Op::kSelect) {  // interleaved
+      const Node& sel = g_.nodes[pa];
+      const int pairs = sel.operands.at(0).value;
+      const std::vector<int64_t>& ps = g_.meta(pairs).shape;
+      const int pr = static_cast<int>(ps.size());
+      const int pv = producer(g_, pairs);
+      if (pr < 2 || ps.back() != 2 || norm_dim(sel.dim, pr) != pr - 1 || sel.offset != 0 ||
+          pv < 0 || !is_flat_reshape(g_.nodes[pv].op))
+        return out_.decline(neg, "backward: neg of " + val_str(g_, a) +
+                                     ", not the even elements of pairs (select(view(y, [.., R/2, "
+                                     "2]), -1, 0))");
+      y = g_.nodes[pv].operands.at(0).value;
+      R = static_cast<int>(g_.meta(y).shape.back());
+      if (g_.meta(y).shape.size() + 1 != ps.size() || ps[pr - 2] * 2 != R)
+        return out_.decline(neg, "backward: the pairs " + val_str(g_, pairs) +
+                                     " are not a [.., R/2, 2] view of " + val_str(g_, y));
+      if (scatter_into_zeros(ss_n, nn.outputs[0], 1, R - 1, 2) < 0)
+        return out_.decline(neg,
+                            "backward: -y_even is not scattered into zeros at the odd "
+                            "positions (1::2) of the rotary dim");
+      for (int u : g_.values[pairs].users)
+        if (u != pa && g_.nodes[u].op == Op::kSelect && norm_dim(g_.nodes[u].dim, pr) == pr - 1 &&
+            g_.nodes[u].offset == 1)
+          o = g_.nodes[u].outputs[0], nodes.push_back(u);
+      if (o < 0)
+        return out_.decline(neg,
+                            "backward: no select of the odd elements of " + val_str(g_, pairs));
+      const int t = single_user(g_, g_.nodes[ss_n].outputs[0]);
+      if (t >= 0 && g_.nodes[t].op == Op::kAdd)
+        ss_o = producer(g_, other_tensor(g_.nodes[t], g_.nodes[ss_n].outputs[0]));
+      if (scatter_into_zeros(ss_o, o, 0, R - 1, 2) < 0)
+        return out_.decline(neg,
+                            "backward: y_odd is not scattered into zeros at the even "
+                            "positions (0::2) and added to the scattered -y_even");
+      nodes.insert(nodes.end(), {pa, pv, ss_o});
+      f.style = Style::kInterleaved;
+    } else {  // rotate-half
+      const LastSlice s_a = last_slice(g_, a);
+      if (s_a.node < 0)
+        return out_.decline(neg, "backward: neg of " + val_str(g_, a) +
+                                     ", not a slice or a select of the last dim");
+      y = s_a.src;
+      R = static_cast<int>(g_.meta(y).shape.back());
+      const int h = R / 2;
+      if (R % 2 || s_a.step != 1 || s_a.start != 0 || s_a.end != h)
+        return out_.decline(neg, "backward: the negated half [" + std::to_string(s_a.start) + ", " +
+                                     std::to_string(s_a.end) +
+                                     ") is not the first half "
+                                     "of the rotary dim " +
+                                     std::to_string(R));
+      if (scatter_into_zeros(ss_n, nn.outputs[0], h, R, 1) < 0)
+        return out_.decline(neg, "backward: -y[0:h] is not scattered into zeros at [h, R) = [" +
+                                     std::to_string(h) + ", " + std::to_string(R) + ")");
+      const int t = single_user(g_, g_.nodes[ss_n].outputs[0]);
+      if (t >= 0 && g_.nodes[t].op == Op::kAdd)
+        ss_o = producer(g_, other_tensor(g_.nodes[t], g_.nodes[ss_n].outputs[0]));
+      const LastSlice s_o = ss_o >= 0 && g_.nodes[ss_o].op == Op::kSliceScatter
+                                ? last_slice(g_, g_.nodes[ss_o].operands.at(1).value)
+                                : LastSlice{};
+      if (s_o.node < 0 || s_o.src != y || s_o.start != h || s_o.end != R || s_o.step != 1 ||
+          scatter_into_zeros(ss_o, g_.nodes[s_o.node].outputs[0], 0, h, 1) < 0)
+        return out_.decline(neg,
+                            "backward: y[h:R] is not scattered into zeros at [0, h) and "
+                            "added to the scattered -y[0:h]");
+      nodes.insert(nodes.end(), {s_a.node, s_o.node, ss_o});
+      f.style = Style::kRotateHalf;
+    }
+    const int t = single_user(g_, g_.nodes[ss_n].outputs[0]);
+    if (t < 0 || g_.nodes[t].alpha != 1 || single_user(g_, g_.nodes[ss_o].outputs[0]) != t)
+      return out_.decline(neg, "backward: the two scatters are not summed by one add (alpha 1)");
+    const int tv = g_.nodes[t].outputs[0];
+    // y = g * sin [-> convert]
+    const auto [ms, ms_cvt] = product_of(y);
+    if (ms < 0)
+      return out_.decline(neg, "backward: " + val_str(g_, y) + " is not a product (g * sin)");
+    // dx = t + g * cos [-> convert]
+    const int ad = single_user(g_, tv);
+    if (ad < 0 || g_.nodes[ad].op != Op::kAdd || g_.nodes[ad].alpha != 1)
+      return out_.decline(
+          neg, "backward: the rotated " + val_str(g_, tv) + " is not read by one add (alpha 1)");
+    const int mcv = other_tensor(g_.nodes[ad], tv);
+    const auto [mc, mc_cvt] =
+        mcv >= 0 ? product_of(mcv) : std::pair<int, DType>{-1, DType::kFloat32};
+    if (mc < 0 || single_user(g_, mcv) != ad)
+      return out_.decline(neg, "backward: the add " + node_str(g_, ad) +
+                                   " does not sum the rotation with a product g * cos read only "
+                                   "by it");
+    // g: the operand both products read
+    int gv = -1;
+    for (const Operand& p : g_.nodes[ms].operands)
+      for (const Operand& q : g_.nodes[mc].operands)
+        if (p.is_tensor() && p.value == q.value) gv = p.value;
+    const std::vector<int64_t>& ys = g_.meta(y).shape;
+    if (gv < 0 || g_.meta(gv).shape != ys)
+      return out_.decline(neg, "backward: the products " + node_str(g_, ms) + " and " +
+                                   node_str(g_, mc) + " do not read the same gradient of shape " +
+                                   shape_str(ys));
+    const int sin = other_tensor(g_.nodes[ms], gv), cos = other_tensor(g_.nodes[mc], gv);
+    if (sin < 0 || cos < 0 || sin == gv || cos == gv || !broadcasts_to(g_.meta(sin).shape, ys) ||
+        !broadcasts_to(g_.meta(cos).shape, ys))
+      return out_.decline(
+          neg, "backward: the gradient is not multiplied by tables broadcast to " + shape_str(ys));
+    if (g_.meta(g_.nodes[ad].outputs[0]).shape != ys)
+      return out_.decline(neg, "backward: the sum is not of the gradient's shape");
+    nodes.insert(nodes.end(), {t, ms, mc, ad});
+    for (int mul : {ms, mc})
+      if (int cv = single_user(g_, g_.nodes[mul].outputs[0]);
+          cv >= 0 && g_.nodes[cv].op == Op::kConvertElementType)
+        nodes.push_back(cv);
+    Rotation& r = f.rot;
+    r.cos = cos;
+    r.sin = sin;
+    r.rotary_dim = R;
+    r.mul_cos_dtype = g_.meta(g_.nodes[mc].outputs[0]).dtype;
+    r.mul_sin_dtype = g_.meta(g_.nodes[ms].outputs[0]).dtype;
+    r.mul_cos_cvt = mc_cvt;
+    r.mul_sin_cvt = ms_cvt;
+    r.add_dtype = g_.meta(g_.nodes[ad].outputs[0]).dtype;
+    int out = g_.nodes[ad].outputs[0];
+    if (int cv = single_user(g_, out); cv >= 0 && g_.nodes[cv].op == Op::kConvertElementType &&
+                                       float_dtype(g_.meta(g_.nodes[cv].outputs[0]).dtype)) {
+      nodes.push_back(cv);
+      out = g_.nodes[cv].outputs[0];
+      r.sum_cvt = g_.meta(out).dtype;
+    }
+    // Partial rotary: g = g_full[..., :R]; out = scatter(dx, 0:R) + scatter(g_full[..., R:], R:D).
+    int g_full = gv;
+    const LastSlice s_g = last_slice(g_, gv);
+    if (s_g.node >= 0 && s_g.start == 0 && s_g.step == 1) {
+      const int D = static_cast<int>(g_.meta(s_g.src).shape.back());
+      const int ss_dx = scatter_into_zeros(single_user(g_, out), out, 0, R, 1);
+      const int sum = ss_dx >= 0 ? single_user(g_, g_.nodes[ss_dx].outputs[0]) : -1;
+      if (sum >= 0 && g_.nodes[sum].op == Op::kAdd && g_.nodes[sum].alpha == 1) {
+        const int ss_p = producer(g_, other_tensor(g_.nodes[sum], g_.nodes[ss_dx].outputs[0]));
+        int pass = ss_p >= 0 && g_.nodes[ss_p].op == Op::kSliceScatter
+                       ? g_.nodes[ss_p].operands.at(1).value
+                       : -1;
+        std::vector<int> tail = {s_g.node, ss_dx, sum};
+        if (ss_p >= 0) tail.push_back(ss_p);
+        if (int pc = producer(g_, pass); pc >= 0 && g_.nodes[pc].op == Op::kConvertElementType &&
+                                         float_dtype(g_.meta(pass).dtype)) {
+          r.tail_cvt = g_.meta(pass).dtype;
+          tail.push_back(pc);
+          pass = g_.nodes[pc].operands.at(0).value;
+        }
+        const LastSlice s_p = last_slice(g_, pass);
+        if (s_p.node < 0 || s_p.src != s_g.src || s_p.start != R || s_p.end != D || s_p.step != 1 ||
+            scatter_into_zeros(ss_p, g_.nodes[ss_p].operands.at(1).value, R, D, 1) < 0)
+          return out_.decline(neg, "backward, partial rotary: the sum " + node_str(g_, sum) +
+                                       " does not add the gradient's pass-through [" +
+                                       std::to_string(R) + ", " + std::to_string(D) +
+                                       ") scattered into zeros");
+        tail.push_back(s_p.node);
+        nodes.insert(nodes.end(), tail.begin(), tail.end());
+        g_full = s_g.src;
+        out = g_.nodes[sum].outputs[0];
+        r.zero_add = true;
+      }
+    }
+    f.nodes = std::move(nodes);
+    f.backward = true;
+    return finish(neg, f, g_full, out);
+  }
+
+  // Shared by both directions: an exact upcast of the head vectors only the region reads is
+  // absorbed; dtypes, rank and privacy checked.
+  bool finish(int neg, Found& f, int x_full, int y) {
+    Rotation& r = f.rot;
     // An exact upcast of the head vectors that only the region reads: the kernel reads its source.
     if (int p = producer(g_, x_full); p >= 0 && g_.nodes[p].op == Op::kConvertElementType) {
       const int src = g_.nodes[p].operands.at(0).value;
@@ -290,12 +519,12 @@ class Matcher {
       return out_.decline(neg, "an intermediate of the rotation is read outside it (or returned)");
     return true;
   }
-
   void run() {
     std::vector<Found> found;
     for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
       if (g_.nodes[n].op != Op::kNeg) continue;
       Found f;
+      f.neg = n;
       if (rotation(n, f)) found.push_back(std::move(f));
     }
     // Greedy groups in graph order: a rotation joins the last group of its style (each job has
@@ -303,9 +532,9 @@ class Matcher {
     // the group stays valid (no reader of an output before the group's last node) and below
     // kRopeMaxJobs; else it opens a new group.
     std::vector<std::vector<size_t>> groups;
-    std::map<int, size_t> open;  // style -> group index
+    std::map<int, size_t> open;  // style, direction -> group index
     for (size_t i = 0; i < found.size(); ++i) {
-      const int style = static_cast<int>(found[i].style);
+      const int style = static_cast<int>(found[i].style) * 2 + found[i].backward;
       auto it = open.find(style);
       if (it != open.end() && groups[it->second].size() < static_cast<size_t>(kRopeMaxJobs)) {
         std::vector<size_t> grown = groups[it->second];
@@ -321,15 +550,26 @@ class Matcher {
     for (const auto& grp : groups) {
       const std::string why = valid(found, grp);
       if (!why.empty()) {
-        out_.decline(found[grp[0]].nodes[1], why);
+        out_.decline(found[grp[0]].neg, why);
         continue;
       }
       std::set<int> nodes;
       Params p;
       p.style = found[grp[0]].style;
+      p.backward = found[grp[0]].backward;
       for (size_t i : grp) {
         nodes.insert(found[i].nodes.begin(), found[i].nodes.end());
         p.rotations.push_back(found[i].rot);
+      }
+      // The backward's zero tensors, where only the region reads them.
+      for (int n : std::set<int>(nodes)) {
+        for (const Operand& op : g_.nodes[n].operands) {
+          const int z = producer(g_, op.value);
+          if (z < 0 || (g_.nodes[z].op != Op::kFull && g_.nodes[z].op != Op::kZeros)) continue;
+          bool inside = !g_.values[op.value].graph_output;
+          for (int u : g_.values[op.value].users) inside &= nodes.count(u) > 0;
+          if (inside) nodes.insert(z);
+        }
       }
       out_.regions.push_back(
           make_region(g_, std::vector<int>(nodes.begin(), nodes.end()), std::move(p)));
