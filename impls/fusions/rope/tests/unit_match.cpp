@@ -1,15 +1,18 @@
 // rope matcher: every small bundled rotary forward (traces/byog/rope, both partitioners: Llama
 // with cos/sin given and computed from the inverse frequencies, GPT-NeoX's per-head qkv with
 // partial rotary, Phi-3's qkv split along the last dim, Cohere's and GPT-J's interleaved pairs)
-// gives one region with q and k; the backwards are declined with the reason; captured graphs
+// gives one region with q and k, every backward one with dq and dk; captured graphs
 // edited into the wrong forms (the first half negated, the halves not meeting at R / 2, strided
 // slices under a rotate-half cat, contiguous halves under an interleaved cat, a pass-through that
-// does not follow the rotary dim, an intermediate read outside) are declined with theirs; the
+// does not follow the rotary dim, an intermediate read outside; a backward scattering into the
+// wrong half, or with a misplaced pass-through) are declined with their reasons; the
 // binder takes every region and refuses what its kernels cannot read; the cost counts each
 // tensor once.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+
+#include "workloads/ops/op_id.hpp"
 
 #include "impls/fusions/registry.hpp"
 #include "impls/fusions/rope/params.hpp"
@@ -35,7 +38,9 @@ std::vector<const Region*> rope_regions(const Plan& p) {
   return out;
 }
 
-const Params& params(const Region* r) { return std::any_cast<const Params&>(r->params); }
+const Params& params(const Region* r) {
+  return std::any_cast<const Params&>(r->params);
+}
 
 std::string rope_declines(const Graph& g, const Plan& p) {
   std::string s;
@@ -118,16 +123,80 @@ TEST(RopeMatch, EverySmallBundledForwardIsOneRegionOfQAndK) {
     }
 }
 
-TEST(RopeMatch, BackwardsAreDeclinedWithTheReason) {
+// The backwards as aot_autograd writes them (neg + slice_scatter into zeros, select pairs for
+// the interleaved forms, the partial tail scattered into zeros): one region of dq and dk each,
+// with the converts each form applies.
+TEST(RopeMatch, EverySmallBundledBackwardIsOneRegionOfDqAndDk) {
   for (const Expected& e : kForms)
     for (const char* part : {"default", "mincut"}) {
       const std::string t = rope_trace(e.family, part, "bwd");
       Graph g = load_trace(trace_path(t));
       const Plan p = make_plan(g, fusion_registry());
-      EXPECT_TRUE(rope_regions(p).empty()) << t;
-      const std::string d = rope_declines(g, p);
-      EXPECT_NE(d.find("slice_scatter form is not fused"), std::string::npos) << t << "\n" << d;
+      const auto rs = rope_regions(p);
+      ASSERT_EQ(rs.size(), 1u) << t << "\n" << rope_declines(g, p);
+      const Params& pr = params(rs[0]);
+      EXPECT_TRUE(pr.backward) << t;
+      EXPECT_EQ(pr.style, e.style) << t;
+      ASSERT_EQ(pr.rotations.size(), 2u) << t;
+      const bool gptj = std::string(e.family) == "gptj_rope";
+      const bool cohere = std::string(e.family) == "cohere_rope";
+      for (const rope::Rotation& r : pr.rotations) {
+        EXPECT_EQ(r.head_dim, e.head_dim) << t;
+        EXPECT_EQ(r.rotary_dim, e.rotary_dim) << t;
+        EXPECT_EQ(r.mul_cos_dtype, e.mul_dtype) << t;
+        EXPECT_EQ(r.mul_sin_dtype, e.mul_dtype) << t;
+        // GPT-J: float32 products converted to bfloat16, summed in bfloat16, the float32
+        // pass-through gradient converted to bfloat16; Cohere: the float32 sum converted
+        EXPECT_EQ(r.add_dtype, gptj ? DType::kBFloat16 : e.mul_dtype) << t;
+        EXPECT_EQ(r.mul_cos_cvt, gptj ? DType::kBFloat16 : DType::kFloat32) << t;
+        EXPECT_EQ(r.mul_sin_cvt, gptj ? DType::kBFloat16 : DType::kFloat32) << t;
+        EXPECT_EQ(r.sum_cvt, cohere ? DType::kBFloat16 : DType::kFloat32) << t;
+        EXPECT_EQ(r.tail_cvt, gptj ? DType::kBFloat16 : DType::kFloat32) << t;
+        EXPECT_EQ(r.zero_add, e.rotary_dim < e.head_dim) << t;
+        EXPECT_EQ(g.meta(r.out).shape.back(), e.head_dim) << t;
+        int x = r.x;  // the gradient, through views
+        while (g.values[x].producer >= 0) x = g.nodes[g.values[x].producer].operands.at(0).value;
+        EXPECT_EQ(g.values[x].role, "tangent") << t;
+      }
+      EXPECT_EQ(rope_declines(g, p), "") << t;
+      // the zero tensors are the region's own
+      for (int v : rs[0]->inputs)
+        EXPECT_TRUE(g.values[v].producer < 0 || g.nodes[g.values[v].producer].op != Op::kFull)
+            << t << ": " << g.values[v].name;
     }
+}
+
+// The backward with -y[0:h] scattered back at [0, h) and y[h:R] at [h, R): not the transposed
+// rotation (its sign and halves are wrong).
+TEST(RopeMatch, BackwardScatterAtTheWrongHalfIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("llama_rope_table", "mincut", "bwd")));
+  auto& a = node(doc, "slice_scatter");  // -y[0:h] at [h, end) -> [0, h)
+  a["args"][3] = 0;
+  a["args"][4] = 32;
+  auto& b = node(doc, "slice_scatter_1");  // y[h:R] at [0, h) -> [h, R)
+  b["args"][3] = 32;
+  b["args"][4] = 64;
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg_2").find("-y[0:h] is not scattered into zeros at [h, R)"),
+            std::string::npos)
+      << rope_declines(g, p);
+  ASSERT_EQ(rope_regions(p).size(), 1u);  // dq is still taken
+  EXPECT_EQ(params(rope_regions(p)[0]).rotations.size(), 1u);
+}
+
+// The backward's pass-through gradient taken two elements before the rotary dim ends.
+TEST(RopeMatch, BackwardPassThroughThatDoesNotFollowTheRotaryDimIsDeclined) {
+  auto doc = read_json(trace_path(rope_trace("gptj_rope", "mincut", "bwd")));
+  auto& s = node(doc, "slice_10");  // permute_3[..., 64:256] -> [62:254]
+  s["args"][2] = 62;
+  s["args"][3] = 254;
+  s["outputs"][0]["storage_offset"] = 62;
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "neg_2").find("does not add the gradient's pass-through [64, 256)"),
+            std::string::npos)
+      << rope_declines(g, p);
 }
 
 // neg reads the first half and the cat is cat(-x1, x2): the inverse rotation (sin's sign
@@ -153,9 +222,10 @@ TEST(RopeMatch, HalvesThatDoNotMeetAtHalfTheRotaryDimAreDeclined) {
   s["outputs"][0]["storage_offset"] = 30;
   Graph g;
   const Plan p = plan_of(doc, g);
-  EXPECT_NE(declined_at(g, p, "neg").find(
-                "rotate-half halves [0, 32) and [30, 62) do not split the rotary dim 64 at 32"),
-            std::string::npos)
+  EXPECT_NE(
+      declined_at(g, p, "neg")
+          .find("rotate-half halves [0, 32) and [30, 62) do not split the rotary dim 64 at 32"),
+      std::string::npos)
       << rope_declines(g, p);
 }
 
@@ -200,9 +270,10 @@ TEST(RopeMatch, PassThroughThatDoesNotFollowTheRotaryDimIsDeclined) {
   s["outputs"][0]["storage_offset"] = 62;
   Graph g;
   const Plan p = plan_of(doc, g);
-  EXPECT_NE(declined_at(g, p, "neg").find(
-                "the pass-through [62, 254) does not follow the rotary dim 64 of head dim 256"),
-            std::string::npos)
+  EXPECT_NE(
+      declined_at(g, p, "neg")
+          .find("the pass-through [62, 254) does not follow the rotary dim 64 of head dim 256"),
+      std::string::npos)
       << rope_declines(g, p);
   // q's rotation is still taken
   ASSERT_EQ(rope_regions(p).size(), 1u);
@@ -229,39 +300,42 @@ TEST(RopeMatch, ProductReadOutsideIsDeclined) {
       << rope_declines(g, p);
 }
 
-// The binder on the recorded layouts, without a device: every small bundled region binds in both
+// The binder on the recorded layouts, without a device: every small bundled region (forward and
+// backward) binds in both
 // variants; an alternative variant and a table that does not broadcast are refused.
 TEST(RopeBind, EveryBundledRegionBindsAndABadTableIsRefused) {
   for (const Expected& e : kForms)
-    for (const char* part : {"default", "mincut"}) {
-      const std::string t = rope_trace(e.family, part, "fwd");
-      Graph g = load_trace(trace_path(t));
-      const Plan p = make_plan(g, fusion_registry());
-      for (const Region* r : rope_regions(p)) {
-        for (const VariantSpec& v : fusions::rope.variants) {
-          FakeBuffers buf(g);
-          const Binding b = fusions::rope.bind(g, *r, v, buf);
-          EXPECT_EQ(b.unsupported, "") << t << " " << v.name;
-          EXPECT_TRUE(static_cast<bool>(b.launch)) << t << " " << v.name;
-        }
-        const VariantSpec other{"triton", Role::kAlternative, ""};
-        FakeBuffers buf(g);
-        EXPECT_NE(fusions::rope.bind(g, *r, other, buf).unsupported, "");
-        struct WrongTable : FakeBuffers {
-          WrongTable(const Graph& g, int v) : FakeBuffers(g), v_(v) {}
-          BoundTensor tensor(int v) override {
-            BoundTensor b = FakeBuffers::tensor(v);
-            if (v == v_) b.layout.shape.back() += 2;  // a table of R + 2
-            return b;
+    for (const char* part : {"default", "mincut"})
+      for (const char* phase : {"fwd", "bwd"}) {
+        const std::string t = rope_trace(e.family, part, phase);
+        Graph g = load_trace(trace_path(t));
+        const Plan p = make_plan(g, fusion_registry());
+        ASSERT_EQ(rope_regions(p).size(), 1u) << t;
+        for (const Region* r : rope_regions(p)) {
+          for (const VariantSpec& v : fusions::rope.variants) {
+            FakeBuffers buf(g);
+            const Binding b = fusions::rope.bind(g, *r, v, buf);
+            EXPECT_EQ(b.unsupported, "") << t << " " << v.name;
+            EXPECT_TRUE(static_cast<bool>(b.launch)) << t << " " << v.name;
           }
-          int v_;
-        } wrong(g, params(r).rotations[0].sin);
-        EXPECT_NE(fusions::rope.bind(g, *r, fusions::rope.variants[1], wrong)
-                      .unsupported.find("does not broadcast"),
-                  std::string::npos)
-            << t;
+          const VariantSpec other{"triton", Role::kAlternative, ""};
+          FakeBuffers buf(g);
+          EXPECT_NE(fusions::rope.bind(g, *r, other, buf).unsupported, "");
+          struct WrongTable : FakeBuffers {
+            WrongTable(const Graph& g, int v) : FakeBuffers(g), v_(v) {}
+            BoundTensor tensor(int v) override {
+              BoundTensor b = FakeBuffers::tensor(v);
+              if (v == v_) b.layout.shape.back() += 2;  // a table of R + 2
+              return b;
+            }
+            int v_;
+          } wrong(g, params(r).rotations[0].sin);
+          EXPECT_NE(fusions::rope.bind(g, *r, fusions::rope.variants[1], wrong)
+                        .unsupported.find("does not broadcast"),
+                    std::string::npos)
+              << t;
+        }
       }
-    }
 }
 
 // Bytes: q and k read and written once each, each table once (read by both).
