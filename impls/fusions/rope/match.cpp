@@ -445,39 +445,48 @@ class Matcher {
       out = g_.nodes[cv].outputs[0];
       r.sum_cvt = g_.meta(out).dtype;
     }
-    // Partial rotary: g = g_full[..., :R]; out = scatter(dx, 0:R) + scatter(g_full[..., R:], R:D).
-    int g_full = gv;
+    // Partial rotary: g = g_full[..., :R]; out = scatter(dx, 0:R) + scatter([convert]
+    // g_full[..., R:], R:D). With R = D (Phi-3's min-cut backward) the slice of g and the scatter
+    // of dx are gone (identities) and an empty tail is still scattered and added: + 0.
+    int g_full = gv, ss_dx = -1, sum = -1;
     const LastSlice s_g = last_slice(g_, gv);
     if (s_g.node >= 0 && s_g.start == 0 && s_g.step == 1) {
-      const int D = static_cast<int>(g_.meta(s_g.src).shape.back());
-      const int ss_dx = scatter_into_zeros(single_user(g_, out), out, 0, R, 1);
-      const int sum = ss_dx >= 0 ? single_user(g_, g_.nodes[ss_dx].outputs[0]) : -1;
-      if (sum >= 0 && g_.nodes[sum].op == Op::kAdd && g_.nodes[sum].alpha == 1) {
-        const int ss_p = producer(g_, other_tensor(g_.nodes[sum], g_.nodes[ss_dx].outputs[0]));
-        int pass = ss_p >= 0 && g_.nodes[ss_p].op == Op::kSliceScatter
-                       ? g_.nodes[ss_p].operands.at(1).value
-                       : -1;
-        std::vector<int> tail = {s_g.node, ss_dx, sum};
-        if (ss_p >= 0) tail.push_back(ss_p);
-        if (int pc = producer(g_, pass); pc >= 0 && g_.nodes[pc].op == Op::kConvertElementType &&
-                                         float_dtype(g_.meta(pass).dtype)) {
-          r.tail_cvt = g_.meta(pass).dtype;
-          tail.push_back(pc);
-          pass = g_.nodes[pc].operands.at(0).value;
-        }
-        const LastSlice s_p = last_slice(g_, pass);
-        if (s_p.node < 0 || s_p.src != s_g.src || s_p.start != R || s_p.end != D || s_p.step != 1 ||
-            scatter_into_zeros(ss_p, g_.nodes[ss_p].operands.at(1).value, R, D, 1) < 0)
-          return out_.decline(neg, "backward, partial rotary: the sum " + node_str(g_, sum) +
-                                       " does not add the gradient's pass-through [" +
-                                       std::to_string(R) + ", " + std::to_string(D) +
-                                       ") scattered into zeros");
-        tail.push_back(s_p.node);
-        nodes.insert(nodes.end(), tail.begin(), tail.end());
+      ss_dx = scatter_into_zeros(single_user(g_, out), out, 0, R, 1);
+      if (ss_dx >= 0) {
+        sum = single_user(g_, g_.nodes[ss_dx].outputs[0]);
         g_full = s_g.src;
-        out = g_.nodes[sum].outputs[0];
-        r.zero_add = true;
       }
+    } else {
+      sum = single_user(g_, out);
+    }
+    const int summand = ss_dx >= 0 ? g_.nodes[ss_dx].outputs[0] : out;
+    const int ss_p = sum >= 0 && g_.nodes[sum].op == Op::kAdd && g_.nodes[sum].alpha == 1
+                         ? producer(g_, other_tensor(g_.nodes[sum], summand))
+                         : -1;
+    if (ss_p >= 0 && g_.nodes[ss_p].op == Op::kSliceScatter) {
+      const int D = static_cast<int>(g_.meta(g_full).shape.back());
+      int pass = g_.nodes[ss_p].operands.at(1).value;
+      std::vector<int> tail = {sum, ss_p};
+      if (ss_dx >= 0) tail.insert(tail.end(), {s_g.node, ss_dx});
+      if (int pc = producer(g_, pass); pc >= 0 && g_.nodes[pc].op == Op::kConvertElementType &&
+                                       float_dtype(g_.meta(pass).dtype)) {
+        r.tail_cvt = g_.meta(pass).dtype;
+        tail.push_back(pc);
+        pass = g_.nodes[pc].operands.at(0).value;
+      }
+      const LastSlice s_p = last_slice(g_, pass);
+      if (s_p.node < 0 || s_p.src != g_full || s_p.start != R || s_p.end != D || s_p.step != 1 ||
+          scatter_into_zeros(ss_p, g_.nodes[ss_p].operands.at(1).value, R, D, 1) < 0)
+        return out_.decline(neg, "backward, partial rotary: the sum " + node_str(g_, sum) +
+                                     " does not add the gradient's pass-through [" +
+                                     std::to_string(R) + ", " + std::to_string(D) +
+                                     ") scattered into zeros");
+      tail.push_back(s_p.node);
+      nodes.insert(nodes.end(), tail.begin(), tail.end());
+      out = g_.nodes[sum].outputs[0];
+      r.zero_add = true;
+    } else {
+      g_full = gv;
     }
     f.nodes = std::move(nodes);
     f.backward = true;
