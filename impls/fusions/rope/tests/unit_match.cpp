@@ -16,6 +16,7 @@
 
 #include "impls/fusions/registry.hpp"
 #include "impls/fusions/rope/params.hpp"
+#include "impls/fusions/rope/tests/synthetic.hpp"
 #include "tests/unit/fake_buffers.hpp"
 #include "tests/unit/test_util.hpp"
 #include "workloads/loader/trace_loader.hpp"
@@ -353,4 +354,53 @@ TEST(RopeMatch, CostCountsEachTensorOnce) {
   EXPECT_EQ(d["style"], "rotate_half");
   EXPECT_EQ(d["rotations"][0]["x"], "permute");
   EXPECT_EQ(d["rotations"][1]["x"], "permute_1");
+}
+
+// Synthetic forwards (tests/synthetic.hpp): head dims 72, 80, 96 and rotary dims 20, 32 (rotate-
+// half halves that are not multiples of 8), both styles, float16 and float32 tables: one region,
+// the dims read back; the kernels' vector width follows the dims.
+TEST(RopeMatch, SyntheticShapesStylesAndDtypes) {
+  struct Case {
+    int64_t D, R;
+    bool interleaved;
+    const char* dtype;
+    const char* table;
+    int vector_width;
+  };
+  const Case cases[] = {
+      {72, 72, false, "bfloat16", "bfloat16", 4}, {80, 80, false, "bfloat16", "float32", 8},
+      {96, 32, false, "bfloat16", "bfloat16", 8}, {96, 20, false, "float16", "float16", 2},
+      {72, 20, true, "bfloat16", "bfloat16", 4},  {80, 32, true, "float32", "float32", 8},
+      {128, 128, true, "bfloat16", "float32", 8}, {66, 66, false, "bfloat16", "bfloat16", 1},
+  };
+  for (const Case& c : cases) {
+    RopeForm f;
+    f.D = c.D;
+    f.R = c.R;
+    f.interleaved = c.interleaved;
+    f.dtype = c.dtype;
+    f.table_dtype = c.table;
+    const std::string label = "D" + std::to_string(c.D) + " R" + std::to_string(c.R) +
+                              (c.interleaved ? " interleaved " : " rotate_half ") + c.dtype +
+                              " table " + c.table;
+    Graph g = parse_trace(rope_trace_json(f), "synthetic");
+    const Plan p = make_plan(g, fusion_registry());
+    const auto rs = rope_regions(p);
+    ASSERT_EQ(rs.size(), 1u) << label << "\n" << rope_declines(g, p);
+    const Params& pr = params(rs[0]);
+    EXPECT_EQ(pr.style, c.interleaved ? Style::kInterleaved : Style::kRotateHalf) << label;
+    ASSERT_EQ(pr.rotations.size(), 1u);
+    EXPECT_EQ(pr.rotations[0].head_dim, c.D) << label;
+    EXPECT_EQ(pr.rotations[0].rotary_dim, c.R) << label;
+    EXPECT_EQ(g.values[pr.rotations[0].x].name, "permute") << label;
+    rope::RopeArgs a;
+    a.style = pr.style;
+    a.n_jobs = 1;
+    a.jobs[0].head_dim = c.D;
+    a.jobs[0].rotary_dim = c.R;
+    EXPECT_EQ(rope::rope_vector_width(a), c.vector_width) << label;
+    FakeBuffers buf(g);
+    EXPECT_EQ(fusions::rope.bind(g, *rs[0], fusions::rope.variants[1], buf).unsupported, "")
+        << label;
+  }
 }
