@@ -1,6 +1,8 @@
 // rope binder: typed params (match.cpp) -> kernel jobs (kernels.hpp). Every operand is read
 // through the strides of its actual buffer (the views outside the region are aliases): q and k
 // as views of a fused qkv, the tables as broadcast views, outputs in the layout the graph made.
+#include <algorithm>
+
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/rope/params.hpp"
 
@@ -30,6 +32,26 @@ bool broadcast_strides(const TensorMeta& m, const std::vector<int64_t>& out_shap
       lead_stride[d] = st;
   }
   return true;
+}
+
+// Reorders the lead dims by the output's strides, largest first (the rows then run in the
+// output's memory order: a [B, H, T, D] view of a [B, T, H, D] buffer is walked b, t, h, so that
+// consecutive rows are adjacent in memory and the heads of one position read the same table row
+// back to back). A stable sort: equal strides (size-1 dims) keep their order.
+void order_rows_by_memory(RopeJob& j) {
+  int perm[kRopeMaxLead];
+  for (int d = 0; d < j.n_lead; ++d) perm[d] = d;
+  std::stable_sort(perm, perm + j.n_lead,
+                   [&](int a, int b) { return j.out_lead_stride[a] > j.out_lead_stride[b]; });
+  RopeJob o = j;
+  for (int d = 0; d < j.n_lead; ++d) {
+    const int e = perm[d];
+    j.lead[d] = o.lead[e];
+    j.out_lead_stride[d] = o.out_lead_stride[e];
+    j.x.lead_stride[d] = o.x.lead_stride[e];
+    j.cos.lead_stride[d] = o.cos.lead_stride[e];
+    j.sin.lead_stride[d] = o.sin.lead_stride[e];
+  }
 }
 
 }  // namespace
@@ -101,6 +123,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
         return b;
       }
     }
+    order_rows_by_memory(j);
     j.head_dim = rot.head_dim;
     j.rotary_dim = rot.rotary_dim;
     j.mul_cos_dtype = rot.mul_cos_dtype;
