@@ -134,6 +134,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     j.sum_cvt = rot.sum_cvt;
     j.tail_cvt = rot.tail_cvt;
     j.zero_add = rot.zero_add;
+    j.sum_order = rot.sum_order;
   }
   if (v.role == Role::kOptimized) {
     b.launch = [a](const LaunchContext& c) { rope_optimized(a, c.stream); };

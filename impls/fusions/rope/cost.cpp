@@ -47,7 +47,8 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                   {"mul_sin_convert", dtype_name(rot.mul_sin_cvt)},
                   {"sum_convert", dtype_name(rot.sum_cvt)},
                   {"tail_convert", dtype_name(rot.tail_cvt)},
-                  {"scattered_into_zeros", rot.zero_add}});
+                  {"scattered_into_zeros", rot.zero_add},
+                  {"sum_order", rot.sum_order}});
   return {{"style", style_name(p.style)},
           {"phase", p.backward ? "backward" : "forward"},
           {"rotations", rs}};

@@ -185,6 +185,15 @@ __device__ __forceinline__ float sum(const RopeJob& j, float a, float b) {
   return v;
 }
 
+// The backward's dx from t = rotT(y)[c] (`negated`: t is a negated y, placed by the scatter of
+// the negated half) and mc = g * cos, associated as the graph sums them (RopeJob::sum_order).
+__device__ __forceinline__ float bwd_sum(const RopeJob& j, float t, bool negated, float mc) {
+  if (j.sum_order == 0) return sum(j, __fadd_rn(t, 0.0f), mc);  // (t + 0) + mc
+  const bool first = negated == (j.sum_order == 1);             // t's scatter meets mc first
+  const float v = round_to(j.add_dtype, __fadd_rn(mc, first ? t : 0.0f));
+  return sum(j, v, first ? 0.0f : t);
+}
+
 // --- optimized: one kernel, every job (blockIdx.y), V elements per thread --------------------
 
 template <int V>
@@ -240,16 +249,18 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
       load<V>(j.sin.ptr, j.sin.dtype, o.sin + (paired ? c0 : pc) * ss, ss, j.vec_sin, sv);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        float t;
+        float y;
+        bool negated;
         if (paired) {
           const int p = (k ^ 1) % V;
-          const float y = product(j.mul_sin_dtype, j.mul_sin_cvt, xv[p], a.sin_sign * sv[p]);
-          t = (k & 1) ? -y : y;
+          y = product(j.mul_sin_dtype, j.mul_sin_cvt, xv[p], a.sin_sign * sv[p]);
+          negated = (k & 1) != 0;
         } else {
-          t = -sign * product(j.mul_sin_dtype, j.mul_sin_cvt, pv[k], a.sin_sign * sv[k]);
+          y = product(j.mul_sin_dtype, j.mul_sin_cvt, pv[k], a.sin_sign * sv[k]);
+          negated = sign > 0;  // t = -sign * y
         }
-        t = __fadd_rn(t, 0.0f);  // the slice_scatter into zeros and their sum
-        out[k] = sum(j, t, product(j.mul_cos_dtype, j.mul_cos_cvt, xv[k], cv[k]));
+        out[k] = bwd_sum(j, negated ? -y : y, negated,
+                         product(j.mul_cos_dtype, j.mul_cos_cvt, xv[k], cv[k]));
       }
     }
     store<V>(j.out, j.out_dtype, o.out + c0 * j.out_last_stride, j.out_last_stride, j.vec_out, out);
@@ -327,8 +338,7 @@ __global__ void __launch_bounds__(256)
           if (neg) v[0] = -v[0];
         } else {
           load<1>(bj.ws_b, bj.b_dtype, row * R + pc, 1, false, v);
-          if (!neg) v[0] = -v[0];
-          v[0] = __fadd_rn(v[0], 0.0f);
+          if (!neg) v[0] = -v[0];  // the scatters' + 0 is in bwd_sum
         }
         store<1>(bj.ws_rot, bj.rot_dtype, w, 1, false, v);
         break;
@@ -345,11 +355,14 @@ __global__ void __launch_bounds__(256)
       case Stage::kAdd:
         if (c < R) {
           load<1>(bj.ws_a, bj.a_dtype, w, 1, false, v);
-          if (!backward)
+          if (!backward) {
             load<1>(bj.ws_b, bj.b_dtype, w, 1, false, t);
-          else
+            v[0] = sum(j, t[0], v[0]);
+          } else {
             load<1>(bj.ws_rot, bj.rot_dtype, w, 1, false, t);
-          v[0] = sum(j, t[0], v[0]);
+            const bool negated = style == Style::kRotateHalf ? c >= h : (c & 1) != 0;
+            v[0] = bwd_sum(j, t[0], negated, v[0]);
+          }
         } else {
           if (!write_tail) continue;
           load<1>(j.x.ptr, j.x.dtype, o.x + c * j.x.last_stride, 1, false, v);

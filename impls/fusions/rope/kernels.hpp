@@ -63,6 +63,11 @@ struct RopeJob {
   /// The backward's partial rotary puts the rotated part and the tail into zeros by
   /// slice_scatter and adds them: each element + 0.
   bool zero_add = false;
+  /// The backward's association of rotT(y) (each element one scattered value, the other scatter's
+  /// zero) and mc = g * cos: 0 (scatters summed first, Hugging Face) (t + 0) + mc; 1 (litgpt)
+  /// mc + the negated scatter first, then the other: (mc + t) + 0 where t is negated, else
+  /// (mc + 0) + t; 2 the other scatter first.
+  int sum_order = 0;
   /// Set by rope_fwd_optimized: which operands take vector accesses (x, cos, sin, out).
   bool vec_x = false, vec_cos = false, vec_sin = false, vec_out = false;
 };

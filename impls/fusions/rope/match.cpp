@@ -307,6 +307,58 @@ class Matcher {
     return {p, cvt};
   }
 
+  // How the backward sums the two scatters and g * cos (aot_autograd keeps the model code's
+  // association): order 0 (Hugging Face) t = ss_n + ss_o, dx = t + mc; order 1 (litgpt)
+  // (mc + ss_n) + ss_o; order 2 (mc + ss_o) + ss_n. The adds' nodes, ss_o, mc's value and the
+  // add producing dx; ss_o = -1 when none of these fits.
+  struct Sums {
+    int order = 0;
+    int ss_o = -1, mcv = -1, ad = -1;
+    std::vector<int> adds;
+  };
+  Sums find_sums(int ss_n) const {
+    Sums r;
+    const int sn = g_.nodes[ss_n].outputs[0];
+    const int u1 = single_user(g_, sn);
+    if (u1 < 0 || g_.nodes[u1].op != Op::kAdd || g_.nodes[u1].alpha != 1) return r;
+    const int other = other_tensor(g_.nodes[u1], sn);
+    const int po = producer(g_, other);
+    if (po < 0 || other == sn) return r;
+    if (g_.nodes[po].op == Op::kSliceScatter) {  // order 0
+      const int ad = single_user(g_, g_.nodes[u1].outputs[0]);
+      if (ad < 0 || g_.nodes[ad].op != Op::kAdd || g_.nodes[ad].alpha != 1) return r;
+      r.ss_o = po;
+      r.mcv = other_tensor(g_.nodes[ad], g_.nodes[u1].outputs[0]);
+      r.ad = ad;
+      r.adds = {u1, ad};
+      return r;
+    }
+    if (g_.nodes[po].op == Op::kAdd && g_.nodes[po].alpha == 1 &&
+        single_user(g_, other) == u1) {  // order 2: (mc + ss_o) + ss_n
+      for (const Operand& op : g_.nodes[po].operands) {
+        const int q = producer(g_, op.value);
+        if (q >= 0 && g_.nodes[q].op == Op::kSliceScatter) r.ss_o = q;
+      }
+      if (r.ss_o < 0) return r;
+      r.mcv = other_tensor(g_.nodes[po], g_.nodes[r.ss_o].outputs[0]);
+      r.order = 2;
+      r.ad = u1;
+      r.adds = {po, u1};
+      return r;
+    }
+    // order 1: (mc + ss_n) + ss_o
+    const int u2 = single_user(g_, g_.nodes[u1].outputs[0]);
+    if (u2 < 0 || g_.nodes[u2].op != Op::kAdd || g_.nodes[u2].alpha != 1) return r;
+    const int q = producer(g_, other_tensor(g_.nodes[u2], g_.nodes[u1].outputs[0]));
+    if (q < 0 || g_.nodes[q].op != Op::kSliceScatter) return r;
+    r.ss_o = q;
+    r.mcv = other;
+    r.order = 1;
+    r.ad = u2;
+    r.adds = {u1, u2};
+    return r;
+  }
+
   // The backward around neg node `neg` (read by a slice_scatter), or a decline:
   //   rotate-half  y = g * sin; t = scatter(-y[0:h], h:R) + scatter(y[h:R], 0:h)
   //   interleaved  y = g * sin viewed [.., R/2, 2]; t = scatter(-y[.., 0], 1::2) +
@@ -318,8 +370,10 @@ class Matcher {
     const int a = nn.operands.at(0).value;
     const int pa = producer(g_, a);
     const int ss_n = single_user(g_, nn.outputs[0]);
-    int y = -1, o = -1, ss_o = -1, R = 0;
+    int y = -1, o = -1, R = 0;
     std::vector<int> nodes = {neg, ss_n};
+    const Sums sums = find_sums(ss_n);
+    const int ss_o = sums.ss_o;
     if (pa >= 0 && g_.nodes[pa].op == Op::kSelect) {  // interleaved
       const Node& sel = g_.nodes[pa];
       const int pairs = sel.operands.at(0).value;
@@ -347,9 +401,6 @@ class Matcher {
       if (o < 0)
         return out_.decline(neg,
                             "backward: no select of the odd elements of " + val_str(g_, pairs));
-      const int t = single_user(g_, g_.nodes[ss_n].outputs[0]);
-      if (t >= 0 && g_.nodes[t].op == Op::kAdd)
-        ss_o = producer(g_, other_tensor(g_.nodes[t], g_.nodes[ss_n].outputs[0]));
       if (scatter_into_zeros(ss_o, o, 0, R - 1, 2) < 0)
         return out_.decline(neg,
                             "backward: y_odd is not scattered into zeros at the even "
@@ -373,9 +424,6 @@ class Matcher {
       if (scatter_into_zeros(ss_n, nn.outputs[0], h, R, 1) < 0)
         return out_.decline(neg, "backward: -y[0:h] is not scattered into zeros at [h, R) = [" +
                                      std::to_string(h) + ", " + std::to_string(R) + ")");
-      const int t = single_user(g_, g_.nodes[ss_n].outputs[0]);
-      if (t >= 0 && g_.nodes[t].op == Op::kAdd)
-        ss_o = producer(g_, other_tensor(g_.nodes[t], g_.nodes[ss_n].outputs[0]));
       const LastSlice s_o = ss_o >= 0 && g_.nodes[ss_o].op == Op::kSliceScatter
                                 ? last_slice(g_, g_.nodes[ss_o].operands.at(1).value)
                                 : LastSlice{};
@@ -387,26 +435,23 @@ class Matcher {
       nodes.insert(nodes.end(), {s_a.node, s_o.node, ss_o});
       f.style = Style::kRotateHalf;
     }
-    const int t = single_user(g_, g_.nodes[ss_n].outputs[0]);
-    if (t < 0 || g_.nodes[t].alpha != 1 || single_user(g_, g_.nodes[ss_o].outputs[0]) != t)
-      return out_.decline(neg, "backward: the two scatters are not summed by one add (alpha 1)");
-    const int tv = g_.nodes[t].outputs[0];
+    if (single_user(g_, g_.nodes[ss_o].outputs[0]) != sums.adds[0] &&
+        single_user(g_, g_.nodes[ss_o].outputs[0]) != sums.adds[1])
+      return out_.decline(neg, "backward: the scattered y is read besides the sums");
     // y = g * sin [-> convert]
     const auto [ms, ms_cvt] = product_of(y);
     if (ms < 0)
       return out_.decline(neg, "backward: " + val_str(g_, y) + " is not a product (g * sin)");
-    // dx = t + g * cos [-> convert]
-    const int ad = single_user(g_, tv);
-    if (ad < 0 || g_.nodes[ad].op != Op::kAdd || g_.nodes[ad].alpha != 1)
-      return out_.decline(
-          neg, "backward: the rotated " + val_str(g_, tv) + " is not read by one add (alpha 1)");
-    const int mcv = other_tensor(g_.nodes[ad], tv);
+    // dx = the scatters + g * cos [-> convert]
+    const int ad = sums.ad, mcv = sums.mcv;
     const auto [mc, mc_cvt] =
         mcv >= 0 ? product_of(mcv) : std::pair<int, DType>{-1, DType::kFloat32};
-    if (mc < 0 || single_user(g_, mcv) != ad)
+    if (mc < 0 || single_user(g_, mcv) != (sums.order == 0 ? ad : sums.adds[0]))
       return out_.decline(neg, "backward: the add " + node_str(g_, ad) +
                                    " does not sum the rotation with a product g * cos read only "
                                    "by it");
+    if (g_.meta(g_.nodes[sums.adds[0]].outputs[0]).dtype != g_.meta(g_.nodes[ad].outputs[0]).dtype)
+      return out_.decline(neg, "backward: the two adds round to different dtypes");
     // g: the operand both products read
     int gv = -1;
     for (const Operand& p : g_.nodes[ms].operands)
@@ -424,7 +469,8 @@ class Matcher {
           neg, "backward: the gradient is not multiplied by tables broadcast to " + shape_str(ys));
     if (g_.meta(g_.nodes[ad].outputs[0]).shape != ys)
       return out_.decline(neg, "backward: the sum is not of the gradient's shape");
-    nodes.insert(nodes.end(), {t, ms, mc, ad});
+    nodes.insert(nodes.end(), {sums.adds[0], ms, mc, ad});
+    f.rot.sum_order = sums.order;
     for (int mul : {ms, mc})
       if (int cv = single_user(g_, g_.nodes[mul].outputs[0]);
           cv >= 0 && g_.nodes[cv].op == Op::kConvertElementType)
@@ -448,8 +494,17 @@ class Matcher {
     // Partial rotary: g = g_full[..., :R]; out = scatter(dx, 0:R) + scatter([convert]
     // g_full[..., R:], R:D). With R = D (Phi-3's min-cut backward) the slice of g and the scatter
     // of dx are gone (identities) and an empty tail is still scattered and added: + 0.
-    int g_full = gv, ss_dx = -1, sum = -1;
-    const LastSlice s_g = last_slice(g_, gv);
+    // (An exact upcast of g is looked through: litgpt slices the bfloat16 gradient, then widens.)
+    int g_in = gv, up = -1;
+    if (int p = producer(g_, gv);
+        p >= 0 && g_.nodes[p].op == Op::kConvertElementType &&
+        float_dtype(g_.meta(g_.nodes[p].operands.at(0).value).dtype) &&
+        exact_widening(g_.meta(g_.nodes[p].operands.at(0).value).dtype, g_.meta(gv).dtype)) {
+      up = p;
+      g_in = g_.nodes[p].operands.at(0).value;
+    }
+    int g_full = g_in, ss_dx = -1, sum = -1;
+    const LastSlice s_g = last_slice(g_, g_in);
     if (s_g.node >= 0 && s_g.start == 0 && s_g.step == 1) {
       ss_dx = scatter_into_zeros(single_user(g_, out), out, 0, R, 1);
       if (ss_dx >= 0) {
@@ -468,6 +523,7 @@ class Matcher {
       int pass = g_.nodes[ss_p].operands.at(1).value;
       std::vector<int> tail = {sum, ss_p};
       if (ss_dx >= 0) tail.insert(tail.end(), {s_g.node, ss_dx});
+      if (up >= 0) tail.push_back(up);
       if (int pc = producer(g_, pass); pc >= 0 && g_.nodes[pc].op == Op::kConvertElementType &&
                                        float_dtype(g_.meta(pass).dtype)) {
         r.tail_cvt = g_.meta(pass).dtype;

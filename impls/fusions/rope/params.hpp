@@ -37,6 +37,8 @@ struct Rotation {
         tail_cvt = DType::kFloat32;
   /// The backward's partial rotary: rotated part and tail slice_scattered into zeros and added.
   bool zero_add = false;
+  /// The backward's association of its three summands (kernels.hpp, RopeJob::sum_order).
+  int sum_order = 0;
 };
 
 /// A matched region: the rotations that read the same tables (q and k), one kernel.
