@@ -110,7 +110,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     j.out_last_stride = out.layout.stride.back();
     const std::vector<int64_t> rot_shape = [&] {
       std::vector<int64_t> s = shape;
-      s.back() = rot.rotary_dim;
+      s.back() = rot.pair_table ? rot.rotary_dim / 2 : rot.rotary_dim;
       return s;
     }();
     for (const auto& [t, op, name] :
@@ -135,6 +135,11 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     j.tail_cvt = rot.tail_cvt;
     j.zero_add = rot.zero_add;
     j.sum_order = rot.sum_order;
+    j.pair_table = rot.pair_table;
+    if (rot.pair_table && p.style != Style::kInterleaved) {
+      b.unsupported = "a table per pair with the rotate-half style";
+      return b;
+    }
   }
   if (v.role == Role::kOptimized) {
     b.launch = [a](const LaunchContext& c) { rope_optimized(a, c.stream); };

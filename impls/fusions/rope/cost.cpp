@@ -48,7 +48,8 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                   {"sum_convert", dtype_name(rot.sum_cvt)},
                   {"tail_convert", dtype_name(rot.tail_cvt)},
                   {"scattered_into_zeros", rot.zero_add},
-                  {"sum_order", rot.sum_order}});
+                  {"sum_order", rot.sum_order},
+                  {"pair_table", rot.pair_table}});
   return {{"style", style_name(p.style)},
           {"phase", p.backward ? "backward" : "forward"},
           {"rotations", rs}};

@@ -172,6 +172,25 @@ __device__ __forceinline__ RowOffsets row_offsets(const RopeJob& j, int64_t row)
   return o;
 }
 
+// V table entries for elements c0 .. c0 + V - 1: entries c0 .. (or c0 / 2 .. each twice for a
+// per-pair table; V is even then, or 1).
+template <int V>
+__device__ __forceinline__ void load_table(const RopeOperand& t, int64_t off, int64_t c0, bool pair,
+                                           bool vec, float* f) {
+  if constexpr (V >= 2) {
+    if (pair) {
+      float h[V / 2];
+      load<V / 2>(t.ptr, t.dtype, off + (c0 / 2) * t.last_stride, t.last_stride, vec, h);
+#pragma unroll
+      for (int k = 0; k < V; ++k) f[k] = h[k / 2];
+      return;
+    }
+  } else {
+    if (pair) return load<1>(t.ptr, t.dtype, off + (c0 / 2) * t.last_stride, 1, false, f);
+  }
+  load<V>(t.ptr, t.dtype, off + c0 * t.last_stride, t.last_stride, vec, f);
+}
+
 // A product as the graph rounds it: to the mul's dtype, then to a convert's after it.
 __device__ __forceinline__ float product(DType mul, DType cvt, float a, float b) {
   return round_to(cvt, round_to(mul, __fmul_rn(a, b)));
@@ -202,7 +221,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
   const int64_t cpr = j.head_dim / V;  // chunks per row
   const int64_t total = j.rows * cpr;
   const int64_t R = j.rotary_dim, h = R / 2;
-  const int64_t xs = j.x.last_stride, cs = j.cos.last_stride, ss = j.sin.last_stride;
+  const int64_t xs = j.x.last_stride;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / cpr;
@@ -222,7 +241,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
       continue;
     }
     float cv[V], sv[V], pv[V];
-    load<V>(j.cos.ptr, j.cos.dtype, o.cos + c0 * cs, cs, j.vec_cos, cv);
+    load_table<V>(j.cos, o.cos, c0, j.pair_table, j.vec_cos, cv);
     // The partner: rotate-half's other half (its own chunk), or the pair's other element (in
     // this chunk when V >= 2). sign: forward rot = sign * x[p]; backward rotT = -sign * y[p].
     int64_t pc = c0;
@@ -237,7 +256,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
     const bool paired = a.style == Style::kInterleaved && V >= 2;
     if (!paired) load<V>(j.x.ptr, j.x.dtype, o.x + pc * xs, xs, j.vec_x, pv);
     if (!a.backward) {
-      load<V>(j.sin.ptr, j.sin.dtype, o.sin + c0 * ss, ss, j.vec_sin, sv);
+      load_table<V>(j.sin, o.sin, c0, j.pair_table, j.vec_sin, sv);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const float rot = !paired ? sign * pv[k] : (k & 1) ? xv[(k + V - 1) % V] : -xv[(k + 1) % V];
@@ -246,7 +265,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
       }
     } else {
       // rotT(g * sin)[c] = -sign * (g * sin)[p]: sin at the partner too.
-      load<V>(j.sin.ptr, j.sin.dtype, o.sin + (paired ? c0 : pc) * ss, ss, j.vec_sin, sv);
+      load_table<V>(j.sin, o.sin, paired ? c0 : pc, j.pair_table, j.vec_sin, sv);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         float y;
@@ -319,7 +338,7 @@ __global__ void __launch_bounds__(256)
     switch (stage) {
       case Stage::kMulCos:
         load<1>(j.x.ptr, j.x.dtype, o.x + c * j.x.last_stride, 1, false, v);
-        load<1>(j.cos.ptr, j.cos.dtype, o.cos + c * j.cos.last_stride, 1, false, t);
+        load_table<1>(j.cos, o.cos, c, j.pair_table, false, t);
         v[0] = product(j.mul_cos_dtype, j.mul_cos_cvt, v[0], t[0]);
         store<1>(bj.ws_a, bj.a_dtype, w, 1, false, v);
         break;
@@ -348,7 +367,7 @@ __global__ void __launch_bounds__(256)
           load<1>(bj.ws_rot, bj.rot_dtype, w, 1, false, v);
         else
           load<1>(j.x.ptr, j.x.dtype, o.x + c * j.x.last_stride, 1, false, v);
-        load<1>(j.sin.ptr, j.sin.dtype, o.sin + c * j.sin.last_stride, 1, false, t);
+        load_table<1>(j.sin, o.sin, c, j.pair_table, false, t);
         v[0] = product(j.mul_sin_dtype, j.mul_sin_cvt, v[0], sin_sign * t[0]);
         store<1>(bj.ws_b, bj.b_dtype, w, 1, false, v);
         break;
@@ -407,10 +426,11 @@ void rope_optimized(const RopeArgs& in, cudaStream_t stream) {
   for (int k = 0; k < a.n_jobs; ++k) {
     RopeJob& j = a.jobs[k];
     j.vec_x = vectorizable(j.x.ptr, j.x.dtype, j.x.lead_stride, j.n_lead, j.x.last_stride, v);
+    const int tv = j.pair_table ? v / 2 : v;  // table entries per vector
     j.vec_cos =
-        vectorizable(j.cos.ptr, j.cos.dtype, j.cos.lead_stride, j.n_lead, j.cos.last_stride, v);
+        vectorizable(j.cos.ptr, j.cos.dtype, j.cos.lead_stride, j.n_lead, j.cos.last_stride, tv);
     j.vec_sin =
-        vectorizable(j.sin.ptr, j.sin.dtype, j.sin.lead_stride, j.n_lead, j.sin.last_stride, v);
+        vectorizable(j.sin.ptr, j.sin.dtype, j.sin.lead_stride, j.n_lead, j.sin.last_stride, tv);
     j.vec_out = vectorizable(j.out, j.out_dtype, j.out_lead_stride, j.n_lead, j.out_last_stride, v);
     max_work = std::max(max_work, j.rows * (j.head_dim / v));
   }

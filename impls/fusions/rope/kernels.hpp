@@ -68,6 +68,9 @@ struct RopeJob {
   /// mc + the negated scatter first, then the other: (mc + t) + 0 where t is negated, else
   /// (mc + 0) + t; 2 the other scatter first.
   int sum_order = 0;
+  /// The tables hold one value per pair ([.., R / 2]: Meta's apply_rotary_emb on real pairs, its
+  /// freqs_cis as cos and sin): element j reads entry j / 2. Interleaved style only.
+  bool pair_table = false;
   /// Set by rope_fwd_optimized: which operands take vector accesses (x, cos, sin, out).
   bool vec_x = false, vec_cos = false, vec_sin = false, vec_out = false;
 };

@@ -93,6 +93,8 @@ class Matcher {
     const Node& nn = g_.nodes[neg];
     if (int u = single_user(g_, nn.outputs[0]); u >= 0 && g_.nodes[u].op == Op::kSliceScatter)
       return backward(neg, f);
+    if (int u = single_user(g_, nn.outputs[0]); u >= 0 && g_.nodes[u].op == Op::kMul)
+      return pairs_backward(neg, f);
     const int odd = nn.operands.at(0).value;
     const LastSlice s_odd = last_slice(g_, odd);
     if (s_odd.node < 0)
@@ -584,13 +586,243 @@ class Matcher {
       return out_.decline(neg, "an intermediate of the rotation is read outside it (or returned)");
     return true;
   }
+  // The even (index 0) or odd (1) elements of pairs: select(view(x, [.., R/2, 2]), -1, index).
+  // The pairs' source x (-1 when `v` is not that) and the view's node.
+  struct PairSel {
+    int x = -1, pairs = -1, view = -1, node = -1;
+  };
+  PairSel pair_select(int v, int64_t index) const {
+    PairSel r;
+    const int p = producer(g_, v);
+    if (p < 0 || g_.nodes[p].op != Op::kSelect) return r;
+    const Node& sel = g_.nodes[p];
+    const int pairs = sel.operands.at(0).value;
+    const std::vector<int64_t>& ps = g_.meta(pairs).shape;
+    const int pr = static_cast<int>(ps.size());
+    const int pv = producer(g_, pairs);
+    if (pr < 2 || ps.back() != 2 || norm_dim(sel.dim, pr) != pr - 1 || sel.offset != index ||
+        pv < 0 || !is_flat_reshape(g_.nodes[pv].op))
+      return r;
+    const int x = g_.nodes[pv].operands.at(0).value;
+    const std::vector<int64_t>& xs = g_.meta(x).shape;
+    if (xs.size() + 1 != ps.size() || ps[pr - 2] * 2 != xs.back()) return r;
+    return {x, pairs, pv, p};
+  }
+
+  // The multiply reading `v` and `table` (either order) that only `reader` reads, or -1.
+  int mul_of(int v, int table) const {
+    for (int u : g_.values[v].users)
+      if (g_.nodes[u].op == Op::kMul && other_tensor(g_.nodes[u], v) == table) return u;
+    return -1;
+  }
+
+  // The select of index `index` of `pairs` other than `not_node`, or -1.
+  int other_select(int pairs, int64_t index) const {
+    const int pr = rank(g_, pairs);
+    for (int u : g_.values[pairs].users)
+      if (g_.nodes[u].op == Op::kSelect && norm_dim(g_.nodes[u].dim, pr) == pr - 1 &&
+          g_.nodes[u].offset == index)
+        return u;
+    return -1;
+  }
+
+  // Meta Llama's apply_rotary_emb on real pairs (freqs_cis as cos and sin, one entry per pair),
+  // from its aten.sub: out_even = x_e * c - x_o * s, out_odd = x_e * s + x_o * c, stacked by
+  // unsqueeze + cat and viewed back to [.., D] (+ a float convert). The interleaved rotation with
+  // a per-pair table: out[2i] = x[2i] c + (-x[2i+1]) s is x_e c - x_o s bit for bit.
+  bool pairs_forward(int sb, Found& f) {
+    const Node& sn = g_.nodes[sb];
+    if (sn.alpha != 1 || sn.operands.size() != 2 || !sn.operands[0].is_tensor() ||
+        !sn.operands[1].is_tensor())
+      return out_.decline(sb, "sub is not of two tensors (alpha 1)");
+    const int m1 = producer(g_, sn.operands[0].value), m2 = producer(g_, sn.operands[1].value);
+    if (m1 < 0 || m2 < 0 || g_.nodes[m1].op != Op::kMul || g_.nodes[m2].op != Op::kMul)
+      return out_.decline(sb, "sub is not of two products (x_even * cos - x_odd * sin)");
+    PairSel xe, xo;
+    int cos = -1, sin = -1;
+    for (const Operand& o : g_.nodes[m1].operands)
+      if (PairSel p = pair_select(o.value, 0); p.x >= 0) {
+        xe = p;
+        cos = other_tensor(g_.nodes[m1], o.value);
+      }
+    for (const Operand& o : g_.nodes[m2].operands)
+      if (PairSel p = pair_select(o.value, 1); p.x >= 0) {
+        xo = p;
+        sin = other_tensor(g_.nodes[m2], o.value);
+      }
+    if (xe.x < 0 || xo.x < 0 || xe.pairs != xo.pairs || cos < 0 || sin < 0)
+      return out_.decline(sb,
+                          "sub is not x_even * cos - x_odd * sin of the same pairs "
+                          "(select(view(x, [.., R/2, 2]), -1, 0 / 1))");
+    const int x = xe.x;
+    const std::vector<int64_t> half =
+        g_.meta(xe.node >= 0 ? g_.nodes[xe.node].outputs[0] : x).shape;
+    if (!broadcasts_to(g_.meta(cos).shape, half) || !broadcasts_to(g_.meta(sin).shape, half))
+      return out_.decline(sb, "cos / sin do not broadcast to the pairs' " + shape_str(half));
+    const int m3 = mul_of(g_.nodes[xe.node].outputs[0], sin);
+    const int m4 = mul_of(g_.nodes[xo.node].outputs[0], cos);
+    const int ad = m3 >= 0 ? single_user(g_, g_.nodes[m3].outputs[0]) : -1;
+    if (m4 < 0 || ad < 0 || g_.nodes[ad].op != Op::kAdd || g_.nodes[ad].alpha != 1 ||
+        other_tensor(g_.nodes[ad], g_.nodes[m3].outputs[0]) != g_.nodes[m4].outputs[0] ||
+        single_user(g_, g_.nodes[m4].outputs[0]) != ad)
+      return out_.decline(sb, "no x_even * sin + x_odd * cos beside the sub");
+    // stack: cat([unsqueeze(sub, -1), unsqueeze(add, -1)], -1).view(x.shape)
+    const int r1 = rank(g_, x) + 1;
+    const int us = single_user(g_, sn.outputs[0]), ua = single_user(g_, g_.nodes[ad].outputs[0]);
+    const int cat = us >= 0 ? single_user(g_, g_.nodes[us].outputs[0]) : -1;
+    const int vw = cat >= 0 ? single_user(g_, g_.nodes[cat].outputs[0]) : -1;
+    if (us < 0 || ua < 0 || g_.nodes[us].op != Op::kUnsqueeze ||
+        g_.nodes[ua].op != Op::kUnsqueeze || norm_dim(g_.nodes[us].dim, r1) != r1 - 1 ||
+        norm_dim(g_.nodes[ua].dim, r1) != r1 - 1 || cat < 0 || g_.nodes[cat].op != Op::kCat ||
+        g_.nodes[cat].operands.size() != 2 ||
+        g_.nodes[cat].operands[0].value != g_.nodes[us].outputs[0] ||
+        g_.nodes[cat].operands[1].value != g_.nodes[ua].outputs[0] ||
+        norm_dim(g_.nodes[cat].dim, r1) != r1 - 1 || vw < 0 || !is_flat_reshape(g_.nodes[vw].op) ||
+        g_.meta(g_.nodes[vw].outputs[0]).shape != g_.meta(x).shape)
+      return out_.decline(sb,
+                          "the even and odd results are not stacked as pairs "
+                          "(cat([sub, add] unsqueezed, -1)) and viewed back to " +
+                              shape_str(g_.meta(x).shape));
+    Rotation& r = f.rot;
+    r.mul_cos_dtype = g_.meta(g_.nodes[m1].outputs[0]).dtype;
+    r.mul_sin_dtype = g_.meta(g_.nodes[m2].outputs[0]).dtype;
+    r.add_dtype = g_.meta(sn.outputs[0]).dtype;
+    if (g_.meta(g_.nodes[m4].outputs[0]).dtype != r.mul_cos_dtype ||
+        g_.meta(g_.nodes[m3].outputs[0]).dtype != r.mul_sin_dtype ||
+        g_.meta(g_.nodes[ad].outputs[0]).dtype != r.add_dtype)
+      return out_.decline(sb, "the even and odd halves round to different dtypes");
+    r.cos = cos;
+    r.sin = sin;
+    r.rotary_dim = g_.meta(x).shape.back();
+    r.pair_table = true;
+    f.style = Style::kInterleaved;
+    f.nodes = {sb, m1, m2, m3, m4, ad, xe.node, xo.node, xe.view, us, ua, cat, vw};
+    int y = g_.nodes[vw].outputs[0];
+    if (int cv = single_user(g_, y); cv >= 0 && g_.nodes[cv].op == Op::kConvertElementType &&
+                                     float_dtype(g_.meta(g_.nodes[cv].outputs[0]).dtype)) {
+      f.nodes.push_back(cv);
+      y = g_.nodes[cv].outputs[0];
+      r.sum_cvt = g_.meta(y).dtype;
+    }
+    return finish(sb, f, x, y);
+  }
+
+  // Its backward, from the neg of the gradient's even elements:
+  //   dx_odd = g_o * c + (-g_e) * s, dx_even = g_o * s + g_e * c, select_scattered into zeros at
+  //   index 1 / 0 of the pairs, summed, viewed back to [.., D] (+ a float convert).
+  bool pairs_backward(int neg, Found& f) {
+    const Node& nn = g_.nodes[neg];
+    const PairSel ge = pair_select(nn.operands.at(0).value, 0);
+    if (ge.x < 0)
+      return out_.decline(neg, "backward (pairs): neg of " + val_str(g_, nn.operands.at(0).value) +
+                                   ", not the even elements of pairs");
+    const int m10 = single_user(g_, nn.outputs[0]);
+    const int sin = other_tensor(g_.nodes[m10], nn.outputs[0]);
+    const int go_node = other_select(ge.pairs, 1);
+    if (go_node < 0 || sin < 0)
+      return out_.decline(neg, "backward (pairs): no odd elements, or -g_even not times a table");
+    const int go = g_.nodes[go_node].outputs[0], gev = g_.nodes[ge.node].outputs[0];
+    const int a2 = single_user(g_, g_.nodes[m10].outputs[0]);
+    const int m8v = a2 >= 0 && g_.nodes[a2].op == Op::kAdd && g_.nodes[a2].alpha == 1
+                        ? other_tensor(g_.nodes[a2], g_.nodes[m10].outputs[0])
+                        : -1;
+    const int m8 = producer(g_, m8v);
+    const int cos = m8 >= 0 && g_.nodes[m8].op == Op::kMul ? other_tensor(g_.nodes[m8], go) : -1;
+    const int m9 = mul_of(go, sin), m11 = mul_of(gev, cos);
+    const int a3 = m9 >= 0 ? single_user(g_, g_.nodes[m9].outputs[0]) : -1;
+    if (cos < 0 || cos == go || m9 < 0 || m11 < 0 || a3 < 0 || g_.nodes[a3].op != Op::kAdd ||
+        g_.nodes[a3].alpha != 1 ||
+        other_tensor(g_.nodes[a3], g_.nodes[m9].outputs[0]) != g_.nodes[m11].outputs[0])
+      return out_.decline(neg,
+                          "backward (pairs): not dx_odd = g_odd * cos + (-g_even) * sin and "
+                          "dx_even = g_odd * sin + g_even * cos");
+    const std::vector<int64_t> half = g_.meta(gev).shape;
+    if (!broadcasts_to(g_.meta(cos).shape, half) || !broadcasts_to(g_.meta(sin).shape, half))
+      return out_.decline(neg,
+                          "backward (pairs): cos / sin do not broadcast to " + shape_str(half));
+    // select_scatter(zeros, dx_odd, -1, 1) + select_scatter(zeros, dx_even, -1, 0), viewed
+    const std::vector<int64_t>& ps = g_.meta(ge.pairs).shape;
+    const int pr = static_cast<int>(ps.size());
+    auto scatter = [&](int src, int64_t index) {
+      const int u = single_user(g_, src);
+      if (u < 0 || g_.nodes[u].op != Op::kSelectScatter) return -1;
+      const Node& n = g_.nodes[u];
+      if (n.operands.size() != 2 || n.operands[1].value != src || norm_dim(n.dim, pr) != pr - 1 ||
+          n.offset != index || !zeros(n.operands[0].value, ps))
+        return -1;
+      return u;
+    };
+    const int s_odd = scatter(g_.nodes[a2].outputs[0], 1),
+              s_even = scatter(g_.nodes[a3].outputs[0], 0);
+    const int sum = s_odd >= 0 ? single_user(g_, g_.nodes[s_odd].outputs[0]) : -1;
+    const int vw = sum >= 0 ? single_user(g_, g_.nodes[sum].outputs[0]) : -1;
+    if (s_even < 0 || sum < 0 || g_.nodes[sum].op != Op::kAdd || g_.nodes[sum].alpha != 1 ||
+        other_tensor(g_.nodes[sum], g_.nodes[s_odd].outputs[0]) != g_.nodes[s_even].outputs[0] ||
+        vw < 0 || !is_flat_reshape(g_.nodes[vw].op) ||
+        g_.meta(g_.nodes[vw].outputs[0]).shape != g_.meta(ge.x).shape)
+      return out_.decline(neg,
+                          "backward (pairs): dx_odd and dx_even are not select_scattered "
+                          "into zeros, summed and viewed back to " +
+                              shape_str(g_.meta(ge.x).shape));
+    Rotation& r = f.rot;
+    r.mul_cos_dtype = g_.meta(m8v).dtype;
+    r.mul_sin_dtype = g_.meta(g_.nodes[m10].outputs[0]).dtype;
+    r.add_dtype = g_.meta(g_.nodes[a2].outputs[0]).dtype;
+    if (g_.meta(g_.nodes[m11].outputs[0]).dtype != r.mul_cos_dtype ||
+        g_.meta(g_.nodes[m9].outputs[0]).dtype != r.mul_sin_dtype ||
+        g_.meta(g_.nodes[a3].outputs[0]).dtype != r.add_dtype ||
+        g_.meta(g_.nodes[sum].outputs[0]).dtype != r.add_dtype)
+      return out_.decline(neg, "backward (pairs): the halves round to different dtypes");
+    r.cos = cos;
+    r.sin = sin;
+    r.rotary_dim = g_.meta(ge.x).shape.back();
+    r.pair_table = true;
+    f.style = Style::kInterleaved;
+    f.backward = true;
+    f.nodes = {neg, ge.node, go_node, ge.view, m8, m9, m10, m11, a2, a3, s_odd, s_even, sum, vw};
+    int y = g_.nodes[vw].outputs[0];
+    if (int cv = single_user(g_, y); cv >= 0 && g_.nodes[cv].op == Op::kConvertElementType &&
+                                     float_dtype(g_.meta(g_.nodes[cv].outputs[0]).dtype)) {
+      f.nodes.push_back(cv);
+      y = g_.nodes[cv].outputs[0];
+      r.sum_cvt = g_.meta(y).dtype;
+    }
+    return finish(neg, f, ge.x, y);
+  }
+
+  // A RoPE candidate: a neg of a slice or select of the last dim (a half or the elements of
+  // pairs), or a sub of two products one of which reads such a select (Meta's real pairs). Other
+  // negs and subs (a centered x, a GELU backward) are not considered, nor listed as declined.
+  bool candidate(int n) const {
+    const Node& nd = g_.nodes[n];
+    auto last_dim_part = [&](int v) {
+      const int p = producer(g_, v);
+      if (p < 0 || (g_.nodes[p].op != Op::kSlice && g_.nodes[p].op != Op::kSelect)) return false;
+      const int src = g_.nodes[p].operands.at(0).value;
+      const int r = rank(g_, src);
+      return r > 0 && norm_dim(g_.nodes[p].dim, r) == r - 1;
+    };
+    if (nd.op == Op::kNeg) return last_dim_part(nd.operands.at(0).value);
+    if (nd.op != Op::kSub) return false;
+    for (const Operand& o : nd.operands) {
+      const int m = o.is_tensor() ? producer(g_, o.value) : -1;
+      if (m < 0 || g_.nodes[m].op != Op::kMul) continue;
+      for (const Operand& q : g_.nodes[m].operands)
+        if (q.is_tensor() && g_.nodes[m].op == Op::kMul && producer(g_, q.value) >= 0 &&
+            g_.nodes[producer(g_, q.value)].op == Op::kSelect && last_dim_part(q.value))
+          return true;
+    }
+    return false;
+  }
+
   void run() {
     std::vector<Found> found;
     for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
-      if (g_.nodes[n].op != Op::kNeg) continue;
+      if (!candidate(n)) continue;
       Found f;
       f.neg = n;
-      if (rotation(n, f)) found.push_back(std::move(f));
+      if (g_.nodes[n].op == Op::kSub ? pairs_forward(n, f) : rotation(n, f))
+        found.push_back(std::move(f));
     }
     // Greedy groups in graph order: a rotation joins the last group of its style (each job has
     // its own tables: GPT-J's default partition gives q and k separate copies of one table) while

@@ -39,6 +39,8 @@ struct Rotation {
   bool zero_add = false;
   /// The backward's association of its three summands (kernels.hpp, RopeJob::sum_order).
   int sum_order = 0;
+  /// cos / sin hold one entry per pair, broadcast to [.., R / 2] (Meta Llama's real-pair form).
+  bool pair_table = false;
 };
 
 /// A matched region: the rotations that read the same tables (q and k), one kernel.
