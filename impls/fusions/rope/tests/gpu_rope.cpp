@@ -1,7 +1,8 @@
 // rope on the GPU: both variants on every bundled rotary trace (traces/byog/rope: Llama with
 // cos/sin given and computed, GPT-NeoX's per-head qkv with partial rotary, Phi-3's split qkv,
 // Cohere's and GPT-J's interleaved pairs; forward and backward, both partitioners; the small
-// shapes and the realistic min-cut ones) and on synthetic forwards (head dims 72, 80, 96, 66;
+// shapes and the realistic min-cut ones; traces/: litgpt, Meta Llama's real pairs) and on
+// synthetic forwards (head dims 72, 80, 96, 66;
 // rotary 20, 32; both styles; float16 and float32 tables): every value the region writes
 // bit-identical to the eager executor's, and (small shapes) the graph's outputs passing the
 // harness's numerics check against the float64 reference.
@@ -52,6 +53,18 @@ std::vector<GpuCase> cases() {
     const std::string t = "byog/rope/" + n;
     out.push_back({t, [t] { return load_trace(trace_path(t)); }, small});
   }
+  // The hand-captured ones (traces/): litgpt (partial rotary at the small shape, its backward's
+  // association) and Meta Llama's real pairs (a table per pair), both phases, both shapes.
+  for (const char* model : {"litgpt_rope_train_", "meta_llama_rope_train_"})
+    for (const char* phase : {"fwd_", "bwd_"})
+      for (bool small : {true, false}) {
+        const std::string t =
+            std::string(model) + phase +
+            (small ? "1x8x4x2x16"
+                   : (std::string(model) == "litgpt_rope_train_" ? "2x4096x40x40x128"
+                                                                 : "2x4096x32x8x128"));
+        out.push_back({t, [t] { return load_trace(trace_path(t)); }, small});
+      }
   struct Synth {
     int64_t D, R;
     bool interleaved;
@@ -246,7 +259,8 @@ std::vector<size_t> mutant_cases() {
   const auto cs = cases();
   for (size_t i = 0; i < cs.size(); ++i) {
     const std::string& n = cs[i].name;
-    if ((n.rfind("byog/rope/", 0) == 0 && cs[i].reference) ||
+    if (((n.rfind("byog/rope/", 0) == 0 || n.find("_rope_train_") != std::string::npos) &&
+         cs[i].reference) ||
         n == "synthetic_half_D96_R20_float16_float16" ||
         n == "synthetic_interleaved_D72_R20_bfloat16_bfloat16" ||
         n == "synthetic_half_D66_R66_bfloat16_bfloat16")

@@ -404,3 +404,79 @@ TEST(RopeMatch, SyntheticShapesStylesAndDtypes) {
         << label;
   }
 }
+
+// The hand-captured rotary traces (traces/: litgpt's qkv split + RoPE with partial rotary at the
+// small shape, Meta Llama's apply_rotary_emb on real pairs) and the decoder layers that hold a
+// rotary embedding: one region of q and k (dq and dk) each, in both phases. litgpt's backward
+// sums g * cos with the negated scatter first (sum_order 1); Meta's forms read a table per pair.
+TEST(RopeMatch, LitgptMetaLlamaAndDecoderLayers) {
+  struct Case {
+    const char* trace;
+    Style style;
+    int64_t head_dim, rotary_dim;
+    bool pair_table;
+    int sum_order;
+  };
+  const Case cases[] = {
+      {"litgpt_rope_train_fwd_1x8x4x2x16", Style::kRotateHalf, 16, 4, false, 0},
+      {"litgpt_rope_train_bwd_1x8x4x2x16", Style::kRotateHalf, 16, 4, false, 1},
+      {"litgpt_rope_train_fwd_2x4096x40x40x128", Style::kRotateHalf, 128, 128, false, 0},
+      {"litgpt_rope_train_bwd_2x4096x40x40x128", Style::kRotateHalf, 128, 128, false, 1},
+      {"meta_llama_rope_train_fwd_1x8x4x2x16", Style::kInterleaved, 16, 16, true, 0},
+      {"meta_llama_rope_train_bwd_1x8x4x2x16", Style::kInterleaved, 16, 16, true, 0},
+      {"meta_llama_rope_train_fwd_2x4096x32x8x128", Style::kInterleaved, 128, 128, true, 0},
+      {"meta_llama_rope_train_bwd_2x4096x32x8x128", Style::kInterleaved, 128, 128, true, 0},
+      {"byog/decoder/llama_decoder_layer_mincut_train_fwd_2x64x256", Style::kRotateHalf, 64, 64,
+       false, 0},
+      {"byog/decoder/llama_decoder_layer_mincut_train_bwd_2x64x256", Style::kRotateHalf, 64, 64,
+       false, 0},
+      {"byog/decoder/qwen3_decoder_layer_default_train_fwd_2x64x256", Style::kRotateHalf, 64, 64,
+       false, 0},
+      {"byog/decoder/qwen3_decoder_layer_default_train_bwd_2x64x256", Style::kRotateHalf, 64, 64,
+       false, 0},
+  };
+  for (const Case& c : cases) {
+    Graph g = load_trace(trace_path(c.trace), cut_options());  // the decoders' attention is cut
+    const Plan p = make_plan(g, fusion_registry());
+    const auto rs = rope_regions(p);
+    ASSERT_EQ(rs.size(), 1u) << c.trace << "\n" << rope_declines(g, p);
+    const Params& pr = params(rs[0]);
+    EXPECT_EQ(pr.backward, std::string(c.trace).find("_bwd_") != std::string::npos) << c.trace;
+    EXPECT_EQ(pr.style, c.style) << c.trace;
+    ASSERT_EQ(pr.rotations.size(), 2u) << c.trace;
+    for (const rope::Rotation& r : pr.rotations) {
+      EXPECT_EQ(r.head_dim, c.head_dim) << c.trace;
+      EXPECT_EQ(r.rotary_dim, c.rotary_dim) << c.trace;
+      EXPECT_EQ(r.pair_table, c.pair_table) << c.trace;
+      EXPECT_EQ(r.sum_order, c.sum_order) << c.trace;
+    }
+    EXPECT_EQ(rope_declines(g, p), "") << c.trace;
+    for (const VariantSpec& v : fusions::rope.variants) {
+      FakeBuffers buf(g);
+      EXPECT_EQ(fusions::rope.bind(g, *rs[0], v, buf).unsupported, "") << c.trace << " " << v.name;
+    }
+  }
+}
+
+// Meta's pairs with the odd products swapped into the sub (x_e * c - x_o * c): not the rotation.
+TEST(RopeMatch, MetaPairsWithTheWrongTableIsDeclined) {
+  auto doc = read_json(trace_path("meta_llama_rope_train_fwd_1x8x4x2x16"));
+  node(doc, "mul_1")["args"][1] = ref("view_1");  // x_o * cos where x_o * sin was
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  EXPECT_NE(declined_at(g, p, "sub").find("no x_even * sin + x_odd * cos beside the sub"),
+            std::string::npos)
+      << rope_declines(g, p);
+}
+
+// Unrelated negs and subs (a LayerNorm's centered x, SiLU's backward) are not candidates: no
+// declines.
+TEST(RopeMatch, UnrelatedNegsAndSubsAreNotCandidates) {
+  for (const char* t :
+       {"nanogpt_layernorm_fwd_2x8x1600", "llama_swiglu_mlp_train_bwd_2x8x64x176"}) {
+    Graph g = load_trace(trace_path(t));
+    const Plan p = make_plan(g, fusion_registry());
+    EXPECT_EQ(rope_declines(g, p), "") << t;
+    EXPECT_TRUE(rope_regions(p).empty()) << t;
+  }
+}
