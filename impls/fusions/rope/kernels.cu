@@ -15,22 +15,12 @@
 #include <stdexcept>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/fusions/rope/rope_math.hpp"
 
 namespace replay::rope {
 namespace {
 
 // --- element access by runtime dtype ---------------------------------------------------------
-
-__device__ __forceinline__ float round_to(DType t, float v) {
-  switch (t) {
-    case DType::kBFloat16:
-      return __bfloat162float(__float2bfloat16_rn(v));
-    case DType::kFloat16:
-      return __half2float(__float2half_rn(v));
-    default:
-      return v;
-  }
-}
 
 template <typename T>
 struct Bits;
@@ -191,28 +181,6 @@ __device__ __forceinline__ void load_table(const RopeOperand& t, int64_t off, in
   load<V>(t.ptr, t.dtype, off + c0 * t.last_stride, t.last_stride, vec, f);
 }
 
-// A product as the graph rounds it: to the mul's dtype, then to a convert's after it.
-__device__ __forceinline__ float product(DType mul, DType cvt, float a, float b) {
-  return round_to(cvt, round_to(mul, __fmul_rn(a, b)));
-}
-
-// The sum as the graph rounds it (no FMA contraction: separate multiplies and an add, as the
-// eager kernels compute it), then a convert after it, then the backward's scatter into zeros.
-__device__ __forceinline__ float sum(const RopeJob& j, float a, float b) {
-  float v = round_to(j.sum_cvt, round_to(j.add_dtype, __fadd_rn(a, b)));
-  if (j.zero_add) v = __fadd_rn(v, 0.0f);
-  return v;
-}
-
-// The backward's dx from t = rotT(y)[c] (`negated`: t is a negated y, placed by the scatter of
-// the negated half) and mc = g * cos, associated as the graph sums them (RopeJob::sum_order).
-__device__ __forceinline__ float bwd_sum(const RopeJob& j, float t, bool negated, float mc) {
-  if (j.sum_order == 0) return sum(j, __fadd_rn(t, 0.0f), mc);  // (t + 0) + mc
-  const bool first = negated == (j.sum_order == 1);             // t's scatter meets mc first
-  const float v = round_to(j.add_dtype, __fadd_rn(mc, first ? t : 0.0f));
-  return sum(j, v, first ? 0.0f : t);
-}
-
 // --- optimized: one kernel, every job (blockIdx.y), V elements per thread --------------------
 
 template <int V>
@@ -233,8 +201,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
       if (!a.write_tail) continue;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        out[k] = round_to(j.tail_cvt, xv[k]);
-        if (j.zero_add) out[k] = __fadd_rn(out[k], 0.0f);
+        out[k] = tail(j, xv[k]);
       }
       store<V>(j.out, j.out_dtype, o.out + c0 * j.out_last_stride, j.out_last_stride, j.vec_out,
                out);
@@ -385,8 +352,7 @@ __global__ void __launch_bounds__(256)
         } else {
           if (!write_tail) continue;
           load<1>(j.x.ptr, j.x.dtype, o.x + c * j.x.last_stride, 1, false, v);
-          v[0] = round_to(j.tail_cvt, v[0]);
-          if (j.zero_add) v[0] = __fadd_rn(v[0], 0.0f);
+          v[0] = tail(j, v[0]);
         }
         store<1>(j.out, j.out_dtype, o.out + c * j.out_last_stride, 1, false, v);
         break;
