@@ -73,6 +73,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.backward = p.backward;
   a.sin_sign = p.sin_sign;
   a.write_tail = p.write_tail;
+  a.force_index64 = p.force_index64;
   for (const Rotation& rot : p.rotations) {
     RopeJob& j = a.jobs[a.n_jobs++];
     const BoundTensor out = ctx.tensor(rot.out), x = ctx.tensor(rot.x);

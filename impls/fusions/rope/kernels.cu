@@ -162,6 +162,23 @@ __device__ __forceinline__ RowOffsets row_offsets(const RopeJob& j, int64_t row)
   return o;
 }
 
+// The same with 32-bit indices and the job's FastDivs (rows * chunks < 2^31).
+__device__ __forceinline__ RowOffsets row_offsets32(const RopeJob& j, uint32_t row) {
+  RowOffsets o;
+#pragma unroll
+  for (int d = kRopeMaxLead - 1; d >= 0; --d) {
+    if (d >= j.n_lead) continue;
+    const uint32_t q = j.div_lead[d].div(row);
+    const int64_t i = row - q * j.div_lead[d].divisor;
+    row = q;
+    o.x += i * j.x.lead_stride[d];
+    o.cos += i * j.cos.lead_stride[d];
+    o.sin += i * j.sin.lead_stride[d];
+    o.out += i * j.out_lead_stride[d];
+  }
+  return o;
+}
+
 // V table entries for elements c0 .. c0 + V - 1: entries c0 .. (or c0 / 2 .. each twice for a
 // per-pair table; V is even then, or 1).
 template <int V>
@@ -183,7 +200,7 @@ __device__ __forceinline__ void load_table(const RopeOperand& t, int64_t off, in
 
 // --- optimized: one kernel, every job (blockIdx.y), V elements per thread --------------------
 
-template <int V>
+template <int V, bool kIdx32>
 __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
   const RopeJob& j = a.jobs[blockIdx.y];
   const int64_t cpr = j.head_dim / V;  // chunks per row
@@ -192,9 +209,18 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
   const int64_t xs = j.x.last_stride;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / cpr;
-    const int64_t c0 = (i - row * cpr) * V;
-    const RowOffsets o = row_offsets(j, row);
+    int64_t row, c0;
+    RowOffsets o;
+    if constexpr (kIdx32) {
+      const uint32_t r32 = j.div_chunks.div(static_cast<uint32_t>(i));
+      row = r32;
+      c0 = (i - row * cpr) * V;
+      o = row_offsets32(j, r32);
+    } else {
+      row = i / cpr;
+      c0 = (i - row * cpr) * V;
+      o = row_offsets(j, row);
+    }
     float xv[V], out[V];
     load<V>(j.x.ptr, j.x.dtype, o.x + c0 * xs, xs, j.vec_x, xv);
     if (c0 >= R) {  // partial rotary: the pass-through tail
@@ -400,20 +426,42 @@ void rope_optimized(const RopeArgs& in, cudaStream_t stream) {
     j.vec_out = vectorizable(j.out, j.out_dtype, j.out_lead_stride, j.n_lead, j.out_last_stride, v);
     max_work = std::max(max_work, j.rows * (j.head_dim / v));
   }
+  // 32-bit indices when every job's chunks (and so its rows and lead sizes) fit 31 bits
+  bool idx32 = !a.force_index64;
+  for (int k = 0; k < a.n_jobs; ++k) {
+    RopeJob& j = a.jobs[k];
+    idx32 &= j.rows * (j.head_dim / v) < (int64_t(1) << 31);
+    if (!idx32) break;
+    j.div_chunks = FastDiv(static_cast<uint32_t>(j.head_dim / v));
+    for (int d = 0; d < j.n_lead; ++d) j.div_lead[d] = FastDiv(static_cast<uint32_t>(j.lead[d]));
+  }
   constexpr int kThreads = 256;
   const dim3 grid(blocks_for(max_work, kThreads), a.n_jobs);
-  switch (v) {
+  auto launch = [&](auto kernel) { kernel<<<grid, kThreads, 0, stream>>>(a); };
+  switch (v * 2 + idx32) {
+    case 17:
+      launch(rope_kernel<8, true>);
+      break;
+    case 16:
+      launch(rope_kernel<8, false>);
+      break;
+    case 9:
+      launch(rope_kernel<4, true>);
+      break;
     case 8:
-      rope_kernel<8><<<grid, kThreads, 0, stream>>>(a);
+      launch(rope_kernel<4, false>);
+      break;
+    case 5:
+      launch(rope_kernel<2, true>);
       break;
     case 4:
-      rope_kernel<4><<<grid, kThreads, 0, stream>>>(a);
+      launch(rope_kernel<2, false>);
       break;
-    case 2:
-      rope_kernel<2><<<grid, kThreads, 0, stream>>>(a);
+    case 3:
+      launch(rope_kernel<1, true>);
       break;
     default:
-      rope_kernel<1><<<grid, kThreads, 0, stream>>>(a);
+      launch(rope_kernel<1, false>);
       break;
   }
   REPLAY_CUDA_LAUNCH("rope_kernel");

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "impls/eager/fast_div.cuh"
 #include "workloads/ir/dtype.hpp"
 
 namespace replay::rope {
@@ -71,8 +72,11 @@ struct RopeJob {
   /// The tables hold one value per pair ([.., R / 2]: Meta's apply_rotary_emb on real pairs, its
   /// freqs_cis as cos and sin): element j reads entry j / 2. Interleaved style only.
   bool pair_table = false;
-  /// Set by rope_fwd_optimized: which operands take vector accesses (x, cos, sin, out).
+  /// Set by rope_optimized: which operands take vector accesses (x, cos, sin, out).
   bool vec_x = false, vec_cos = false, vec_sin = false, vec_out = false;
+  /// Set by rope_optimized when every index fits 31 bits: divisions by the chunks per row and
+  /// by each lead size as multiply-high and shift (impls/eager/fast_div.cuh).
+  FastDiv div_chunks, div_lead[kRopeMaxLead];
 };
 
 struct RopeArgs {
@@ -80,8 +84,9 @@ struct RopeArgs {
   bool backward = false;  ///< the transposed rotation (dx from dout), else the forward
   int n_jobs = 0;
   RopeJob jobs[kRopeMaxJobs];
-  float sin_sign = 1;      ///< test hook: -1 is the GPU mutant "sin sign flipped"
-  bool write_tail = true;  ///< test hook: false is the mutant "pass-through tail dropped"
+  float sin_sign = 1;          ///< test hook: -1 is the GPU mutant "sin sign flipped"
+  bool write_tail = true;      ///< test hook: false is the mutant "pass-through tail dropped"
+  bool force_index64 = false;  ///< test hook: the 64-bit index path at any size
 };
 
 /// Elements per thread the optimized kernel can use for these jobs: the largest of 8, 4, 2 that

@@ -53,6 +53,7 @@ struct Params {
   /// false leaves the pass-through tail unwritten (the mutant "tail dropped").
   float sin_sign = 1;
   bool write_tail = true;
+  bool force_index64 = false;  ///< the optimized kernel's 64-bit index path (a GPU test)
 };
 
 std::string_view style_name(Style s);

@@ -279,3 +279,38 @@ INSTANTIATE_TEST_SUITE_P(Kernels, RopeMutant,
                                             "_" + cases()[std::get<1>(info.param)].name + "_" +
                                             std::get<2>(info.param));
                          });
+
+// The optimized kernel's 64-bit index path (taken beyond 2^31 chunks per job; forced here) gives
+// the eager executor's bits too.
+namespace {
+Binding index64_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  Region m = r;
+  auto p = std::any_cast<Params>(r.params);
+  p.force_index64 = true;
+  m.params = p;
+  return rope::bind(g, m, v, ctx);
+}
+}  // namespace
+
+TEST(RopeGpuIndex64, BitIdenticalToEager) {
+  REQUIRE_GPU();
+  for (const char* t :
+       {"byog/rope/gpt_neox_rope_mincut_train_fwd_2x8x4x64",
+        "byog/rope/gptj_rope_mincut_train_bwd_2x8x2x256", "meta_llama_rope_train_fwd_1x8x4x2x16"}) {
+    Graph g = load_trace(trace_path(t));
+    FusionSpec spec = fusions::rope;
+    spec.bind = index64_bind;
+    const FusionSpec* fusions[] = {&spec};
+    const Plan plan = make_plan(g, fusions);
+    ASSERT_FALSE(plan.regions.empty()) << t;
+    const auto inputs = generate_inputs(g, 5);
+    GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
+    eager.run_all(LaunchContext{});
+    GpuProgram prog(g, plan, "optimized", inputs, nullptr);
+    expect_fused_where_available(plan, prog, "optimized", t);
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(first_difference(g, prog, eager, region_outputs(plan)), "") << t;
+  }
+}

@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 
 #include "impls/fusions/registry.hpp"
 #include "impls/fusions/rope/params.hpp"
