@@ -1,7 +1,7 @@
 // rope on the GPU: both variants on every bundled rotary trace (traces/byog/rope: Llama with
 // cos/sin given and computed, GPT-NeoX's per-head qkv with partial rotary, Phi-3's split qkv,
 // Cohere's and GPT-J's interleaved pairs; forward and backward, both partitioners; the small
-// shapes and the realistic min-cut ones; traces/: litgpt, Meta Llama's real pairs) and on
+// shapes and six realistic ones; traces/: litgpt, Meta Llama's real pairs) and on
 // synthetic forwards (head dims 72, 80, 96, 66;
 // rotary 20, 32; both styles; float16 and float32 tables): every value the region writes
 // bit-identical to the eager executor's, and (small shapes) the graph's outputs passing the
@@ -46,25 +46,30 @@ std::vector<GpuCase> cases() {
     for (const auto& e : std::filesystem::directory_iterator(dir))
       if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
   std::sort(names.begin(), names.end());
+  // The realistic shapes (bit-identity only, no float64 reference): one per form the kernels
+  // treat differently (rotate-half forward and backward, partial rotary with the backward's
+  // scatters, a float32 table with an interleaved partial forward; litgpt's and Meta's below).
+  const std::vector<std::string> big = {"llama_rope_table_mincut_train_fwd_1x8192x32x128",
+                                        "llama_rope_table_mincut_train_bwd_1x8192x32x128",
+                                        "gpt_neox_rope_mincut_train_bwd_2x2048x32x128",
+                                        "gptj_rope_mincut_train_fwd_1x2048x16x256"};
   for (const std::string& n : names) {
     const bool small = n.find("_2x8x") != std::string::npos;
-    // the realistic shapes: min-cut only (bit-identity, no float64 reference)
-    if (!small && n.find("_mincut_") == std::string::npos) continue;
+    if (!small && std::find(big.begin(), big.end(), n) == big.end()) continue;
     const std::string t = "byog/rope/" + n;
     out.push_back({t, [t] { return load_trace(trace_path(t)); }, small});
   }
   // The hand-captured ones (traces/): litgpt (partial rotary at the small shape, its backward's
-  // association) and Meta Llama's real pairs (a table per pair), both phases, both shapes.
-  for (const char* model : {"litgpt_rope_train_", "meta_llama_rope_train_"})
-    for (const char* phase : {"fwd_", "bwd_"})
-      for (bool small : {true, false}) {
-        const std::string t =
-            std::string(model) + phase +
-            (small ? "1x8x4x2x16"
-                   : (std::string(model) == "litgpt_rope_train_" ? "2x4096x40x40x128"
-                                                                 : "2x4096x32x8x128"));
-        out.push_back({t, [t] { return load_trace(trace_path(t)); }, small});
-      }
+  // association) and Meta Llama's real pairs (a table per pair), both phases, the small shape
+  // (and the realistic litgpt backward and Meta forward).
+  for (const char* t :
+       {"litgpt_rope_train_fwd_1x8x4x2x16", "litgpt_rope_train_bwd_1x8x4x2x16",
+        "meta_llama_rope_train_fwd_1x8x4x2x16", "meta_llama_rope_train_bwd_1x8x4x2x16",
+        "litgpt_rope_train_bwd_2x4096x40x40x128", "meta_llama_rope_train_fwd_2x4096x32x8x128"}) {
+    const std::string name = t;
+    out.push_back({name, [name] { return load_trace(trace_path(name)); },
+                   name.find("1x8x4x2x16") != std::string::npos});
+  }
   struct Synth {
     int64_t D, R;
     bool interleaved;
