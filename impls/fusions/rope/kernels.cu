@@ -201,7 +201,7 @@ __device__ __forceinline__ void load_table(const RopeOperand& t, int64_t off, in
 // --- optimized: one kernel, every job (blockIdx.y), V elements per thread --------------------
 
 template <int V, bool kIdx32>
-__global__ void __launch_bounds__(256) rope_kernel(const RopeArgs a) {
+__global__ void __launch_bounds__(256) rope_kernel(const __grid_constant__ RopeArgs a) {
   const RopeJob& j = a.jobs[blockIdx.y];
   const int64_t cpr = j.head_dim / V;  // chunks per row
   const int64_t total = j.rows * cpr;
@@ -315,8 +315,8 @@ struct BaselineJob {
 };
 
 __global__ void __launch_bounds__(256)
-    rope_baseline_kernel(const BaselineJob bj, Stage stage, Style style, bool backward,
-                         float sin_sign, bool write_tail) {
+    rope_baseline_kernel(const __grid_constant__ BaselineJob bj, Stage stage, Style style,
+                         bool backward, float sin_sign, bool write_tail) {
   const RopeJob& j = bj.j;
   const int64_t R = j.rotary_dim, h = R / 2;
   const int64_t width = stage == Stage::kAdd ? j.head_dim : R;
