@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/rope/joint.hpp"
 #include "impls/fusions/rope/params.hpp"
 
 namespace replay::rope {
@@ -74,22 +75,48 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.sin_sign = p.sin_sign;
   a.write_tail = p.write_tail;
   a.force_index64 = p.force_index64;
-  for (const Rotation& rot : p.rotations) {
+  if (p.joint.value >= 0 && p.joint.steps.size() != p.rotations.size()) {
+    b.unsupported = "joint gradient without a layout for every job";
+    return b;
+  }
+  for (size_t ri = 0; ri < p.rotations.size(); ++ri) {
+    const Rotation& rot = p.rotations[ri];
+    const bool copy = rot.cos < 0;  // a cat operand copied into the joint gradient
     RopeJob& j = a.jobs[a.n_jobs++];
-    const BoundTensor out = ctx.tensor(rot.out), x = ctx.tensor(rot.x);
-    const BoundTensor cs = ctx.tensor(rot.cos), sn = ctx.tensor(rot.sin);
+    const BoundTensor x = ctx.tensor(rot.x);
+    // The output: its own buffer, or its part of the joint gradient (joint.hpp).
+    BoundTensor out;
+    if (p.joint.value >= 0) {
+      const BoundTensor jt = ctx.tensor(p.joint.value);
+      const auto l =
+          apply_steps(StridedLayout{jt.layout.shape, jt.layout.stride, 0}, p.joint.steps[ri]);
+      if (!l) {
+        b.unsupported = "the joint gradient " + jt.layout.str() + " cannot be viewed as the part " +
+                        "of '" + g.values[rot.x].name + "'";
+        return b;
+      }
+      out.ptr = static_cast<char*>(jt.ptr) +
+                l->offset * static_cast<int64_t>(dtype_size(jt.layout.dtype));
+      out.layout = TensorMeta{l->shape, l->stride, jt.layout.dtype};
+    } else {
+      out = ctx.tensor(rot.out);
+    }
+    const BoundTensor cs = copy ? x : ctx.tensor(rot.cos), sn = copy ? x : ctx.tensor(rot.sin);
     const std::vector<int64_t>& shape = out.layout.shape;
     const int n = static_cast<int>(shape.size());
+    const bool dims_ok =
+        copy ? rot.rotary_dim == 0
+             : rot.rotary_dim >= 2 && rot.rotary_dim % 2 == 0 && rot.rotary_dim <= rot.head_dim;
     if (n < 1 || n - 1 > kRopeMaxLead || x.layout.shape != shape || shape.back() != rot.head_dim ||
-        rot.rotary_dim < 2 || rot.rotary_dim % 2 || rot.rotary_dim > rot.head_dim) {
+        !dims_ok) {
       b.unsupported = "rotation of " + g.values[rot.x].name + " " + x.layout.str() + " into " +
                       out.layout.str() + ", rotary dim " + std::to_string(rot.rotary_dim) +
                       ": needs the same [.., D] shape (rank 1 to " +
                       std::to_string(kRopeMaxLead + 1) + "), an even rotary dim <= D";
       return b;
     }
-    for (const auto& [t, what] :
-         {std::pair{&x, "x"}, std::pair{&cs, "cos"}, std::pair{&sn, "sin"}, std::pair{&out, "out"}})
+    for (const auto& [t, what] : {std::pair{&x, "x"}, std::pair{&cs, "cos"}, std::pair{&sn, "sin"},
+                                  std::pair{static_cast<const BoundTensor*>(&out), "out"}})
       if (!kernel_dtype(t->layout.dtype)) {
         b.unsupported = std::string(what) + " is " + t->layout.str() +
                         " (the kernel takes bfloat16, float16, float32)";
@@ -116,6 +143,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     }();
     for (const auto& [t, op, name] :
          {std::tuple{&cs, &j.cos, "cos"}, std::tuple{&sn, &j.sin, "sin"}}) {
+      if (copy) break;  // no table: every element is the tail
       op->ptr = t->ptr;
       op->dtype = t->layout.dtype;
       if (!broadcast_strides(t->layout, rot_shape, op->lead_stride, op->last_stride)) {

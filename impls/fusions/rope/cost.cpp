@@ -3,7 +3,9 @@
 // forward reads x): per rotated tensor, its head vectors read once (x: the elements of the
 // view the region reads, not the fused qkv around it), its output written once, and the cos and
 // sin tables read once each (their own elements: a [B, 1, T, R] table broadcast over the heads
-// is read once, not once per head; q and k reading the same table count it once). FLOPs per
+// is read once, not once per head; q and k reading the same table count it once). A backward
+// writing the joint gradient (joint.hpp) writes it once instead, and reads what it copies in (dv).
+// FLOPs per
 // rotated element: two multiplies and an add (3); the pass-through tail moves bytes only.
 #include <set>
 
@@ -17,14 +19,16 @@ Cost cost(const Graph& g, const Region& r) {
   Cost c;
   std::set<int> tables;
   for (const Rotation& rot : p.rotations) {
-    c.bytes +=
-        static_cast<double>(g.meta(rot.x).nbytes()) + static_cast<double>(g.meta(rot.out).nbytes());
+    c.bytes += static_cast<double>(g.meta(rot.x).nbytes());
+    if (p.joint.value < 0) c.bytes += static_cast<double>(g.meta(rot.out).nbytes());
+    if (rot.cos < 0) continue;  // a copy into the joint gradient
     tables.insert(rot.cos);
     tables.insert(rot.sin);
     const double rows =
-        static_cast<double>(g.meta(rot.out).numel() / std::max<int64_t>(rot.head_dim, 1));
+        static_cast<double>(g.meta(rot.x).numel() / std::max<int64_t>(rot.head_dim, 1));
     c.flops += 3.0 * rows * static_cast<double>(rot.rotary_dim);
   }
+  if (p.joint.value >= 0) c.bytes += static_cast<double>(g.meta(p.joint.value).nbytes());
   c.bytes += value_bytes(g, std::vector<int>(tables.begin(), tables.end()));
   return c;
 }
@@ -32,11 +36,12 @@ Cost cost(const Graph& g, const Region& r) {
 nlohmann::json describe(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
   nlohmann::json rs = nlohmann::json::array();
+  auto name = [&](int v) { return v < 0 ? std::string() : g.values[v].name; };
   for (const Rotation& rot : p.rotations)
-    rs.push_back({{"x", g.values[rot.x].name},
-                  {"cos", g.values[rot.cos].name},
-                  {"sin", g.values[rot.sin].name},
-                  {"out", g.values[rot.out].name},
+    rs.push_back({{"x", name(rot.x)},
+                  {"cos", name(rot.cos)},
+                  {"sin", name(rot.sin)},
+                  {"out", name(rot.out)},
                   {"head_dim", rot.head_dim},
                   {"rotary_dim", rot.rotary_dim},
                   {"partial", rot.rotary_dim < rot.head_dim},
@@ -52,7 +57,8 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                   {"pair_table", rot.pair_table}});
   return {{"style", style_name(p.style)},
           {"phase", p.backward ? "backward" : "forward"},
-          {"rotations", rs}};
+          {"rotations", rs},
+          {"joint", name(p.joint.value)}};
 }
 
 }  // namespace replay::rope

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "impls/fusions/rope/params.hpp"
+#include "workloads/ir/layout.hpp"
 #include "workloads/plan/match_util.hpp"
 
 namespace replay::rope {
@@ -815,6 +816,140 @@ class Matcher {
     return false;
   }
 
+  // An op that passes a tensor on with another shape or layout of the same values: permute,
+  // clone, view / reshape.
+  static bool layout_op(Op op) {
+    return op == Op::kPermute || op == Op::kClone || is_flat_reshape(op);
+  }
+
+  // The step that undoes layout node `n` (input a -> output b), seen from b; none for a clone.
+  std::optional<LayoutStep> undo(int n) const {
+    const Node& nd = g_.nodes[n];
+    LayoutStep s;
+    if (nd.op == Op::kClone) return std::nullopt;
+    if (nd.op == Op::kPermute) {
+      s.kind = LayoutStep::Kind::kPermute;
+      s.dims = nd.dims;
+    } else {
+      s.kind = LayoutStep::Kind::kView;
+      s.shape = g_.meta(nd.operands.at(0).value).shape;
+    }
+    return s;
+  }
+
+  // A backward group whose outputs the graph stacks into one tensor (cat of dq, dk and others,
+  // through permutes, clones and views on either side): the region writes that tensor instead,
+  // copying the cat's other operands (dv) in. Nothing changes when the graph does not, when a view
+  // cannot be undone on the joint tensor's layout, or when the jobs would exceed kRopeMaxJobs.
+  void try_joint(std::set<int>& nodes, Params& p) const {
+    const size_t nrot = p.rotations.size();
+    int cat = -1;
+    std::vector<int> ends(nrot);                 // the cat operand each rotation becomes
+    std::vector<std::vector<int>> chains(nrot);  // its layout nodes, from the rotation on
+    for (size_t i = 0; i < nrot; ++i) {
+      int v = p.rotations[i].out;
+      for (;;) {
+        const int u = single_user(g_, v);
+        if (u < 0) return;
+        if (g_.nodes[u].op == Op::kCat) {
+          if (cat >= 0 && cat != u) return;
+          cat = u;
+          break;
+        }
+        if (!layout_op(g_.nodes[u].op)) return;
+        chains[i].push_back(u);
+        v = g_.nodes[u].outputs[0];
+      }
+      ends[i] = v;
+    }
+    if (cat < 0) return;
+    const Node& cn = g_.nodes[cat];
+    const int r = rank(g_, cn.outputs[0]);
+    const int cd = static_cast<int>(norm_dim(cn.dim, r));
+    const DType dt = g_.meta(cn.outputs[0]).dtype;
+    // after the cat: its layout nodes up to the joint value
+    std::vector<int> after;
+    int joint = cn.outputs[0];
+    for (int u; (u = single_user(g_, joint)) >= 0 && layout_op(g_.nodes[u].op);) {
+      after.push_back(u);
+      joint = g_.nodes[u].outputs[0];
+    }
+    std::vector<LayoutStep> base;
+    for (auto it = after.rbegin(); it != after.rend(); ++it)
+      if (auto st = undo(*it)) base.push_back(*st);
+    // each operand: its part of the cat, then its own layout nodes undone down to its job's value
+    Params q = p;
+    q.rotations.clear();
+    std::vector<std::vector<LayoutStep>> rot_steps(nrot), copy_steps;
+    std::vector<Rotation> copies;
+    std::set<int> added(after.begin(), after.end());
+    added.insert(cat);
+    int64_t start = 0;
+    for (const Operand& op : cn.operands) {
+      const int v = op.value;
+      if (v < 0 || g_.meta(v).dtype != dt) return;
+      LayoutStep part;
+      part.kind = LayoutStep::Kind::kPart;
+      part.dim = cd;
+      part.start = start;
+      part.size = g_.meta(v).shape.at(cd);
+      start += part.size;
+      std::vector<LayoutStep> steps = base;
+      steps.push_back(part);
+      const auto e = std::find(ends.begin(), ends.end(), v);
+      if (e != ends.end()) {
+        const size_t i = static_cast<size_t>(e - ends.begin());
+        for (auto it = chains[i].rbegin(); it != chains[i].rend(); ++it)
+          if (auto st = undo(*it)) steps.push_back(*st);
+        added.insert(chains[i].begin(), chains[i].end());
+        rot_steps[i] = std::move(steps);
+        continue;
+      }
+      // a copy operand: walk back through the layout nodes that only lead to the cat
+      int origin = v, next = cat;
+      for (;;) {
+        if (single_user(g_, origin) != next) break;  // read elsewhere: a region input from here
+        const int pn = producer(g_, origin);
+        if (pn < 0 || !layout_op(g_.nodes[pn].op)) break;
+        if (auto st = undo(pn)) steps.push_back(*st);
+        added.insert(pn);
+        next = pn;
+        origin = g_.nodes[pn].operands.at(0).value;
+      }
+      if (!float_dtype(g_.meta(origin).dtype) || g_.meta(origin).dtype != dt) return;
+      Rotation c;
+      c.x = origin;
+      c.head_dim = g_.meta(origin).shape.back();
+      c.rotary_dim = 0;
+      copies.push_back(c);
+      copy_steps.push_back(std::move(steps));
+    }
+    if (nrot + copies.size() > static_cast<size_t>(kRopeMaxJobs)) return;
+    // every job's layout must follow from the joint value's (dense, as the program allocates it)
+    StridedLayout jl;
+    jl.shape = g_.meta(joint).shape;
+    jl.stride = contiguous_strides(jl.shape);
+    if (g_.meta(joint).storage_elems() == g_.meta(joint).numel()) jl.stride = g_.meta(joint).stride;
+    for (size_t i = 0; i < nrot; ++i) {
+      const auto l = apply_steps(jl, rot_steps[i]);
+      if (!l || l->shape != g_.meta(p.rotations[i].out).shape) return;
+    }
+    for (size_t i = 0; i < copies.size(); ++i) {
+      const auto l = apply_steps(jl, copy_steps[i]);
+      if (!l || l->shape != g_.meta(copies[i].x).shape) return;
+    }
+    std::set<int> all = nodes;
+    all.insert(added.begin(), added.end());
+    if (!intermediates_private(g_, std::vector<int>(all.begin(), all.end()), {joint})) return;
+    nodes = std::move(all);
+    p.joint.value = joint;
+    p.joint.steps = std::move(rot_steps);
+    for (size_t i = 0; i < copies.size(); ++i) {
+      p.rotations.push_back(copies[i]);
+      p.joint.steps.push_back(std::move(copy_steps[i]));
+    }
+  }
+
   void run() {
     std::vector<Found> found;
     for (int n = 0; n < static_cast<int>(g_.nodes.size()); ++n) {
@@ -858,6 +993,7 @@ class Matcher {
         nodes.insert(found[i].nodes.begin(), found[i].nodes.end());
         p.rotations.push_back(found[i].rot);
       }
+      if (p.backward) try_joint(nodes, p);
       // The backward's zero tensors, where only the region reads them.
       for (int n : std::set<int>(nodes)) {
         for (const Operand& op : g_.nodes[n].operands) {

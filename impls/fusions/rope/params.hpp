@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/rope/joint.hpp"
 #include "impls/fusions/rope/kernels.hpp"
 #include "workloads/plan/fusion_spec.hpp"
 
@@ -43,12 +44,20 @@ struct Rotation {
   bool pair_table = false;
 };
 
+/// The joint gradient a backward region writes (joint.hpp): the value, and per rotation (in
+/// order) the layout steps from it down to the rotation's output.
+struct Joint {
+  int value = -1;  ///< -1: none (each rotation writes its own output)
+  std::vector<std::vector<LayoutStep>> steps;
+};
+
 /// A matched region: the rotations that read the same tables (q and k), one kernel.
 struct Params {
   Style style = Style::kRotateHalf;
   /// The backward: out = dx from x = the incoming gradient (rotT(g * sin) + g * cos).
   bool backward = false;
-  std::vector<Rotation> rotations;  ///< graph order, at most kRopeMaxJobs
+  std::vector<Rotation> rotations;  ///< graph order (copies last), at most kRopeMaxJobs
+  Joint joint;
   /// Test hooks, no matcher sets them: -1 flips sin's sign (the GPU mutant "sin sign flipped");
   /// false leaves the pass-through tail unwritten (the mutant "tail dropped").
   float sin_sign = 1;

@@ -138,11 +138,23 @@ TEST(RopeMatch, EverySmallBundledBackwardIsOneRegionOfDqAndDk) {
       const Params& pr = params(rs[0]);
       EXPECT_TRUE(pr.backward) << t;
       EXPECT_EQ(pr.style, e.style) << t;
-      ASSERT_EQ(pr.rotations.size(), 2u) << t;
       const bool gptj = std::string(e.family) == "gptj_rope";
       const bool cohere = std::string(e.family) == "cohere_rope";
       const bool phi3 = std::string(e.family) == "phi3_rope";
+      // GPT-NeoX stacks dq, dk and dv into its qkv gradient: the region writes it (joint.hpp),
+      // dv copied in as a third job
+      const bool neox = std::string(e.family) == "gpt_neox_rope";
+      ASSERT_EQ(pr.rotations.size(), neox ? 3u : 2u) << t;
+      EXPECT_EQ(pr.joint.value >= 0, neox) << t;
+      if (neox) {
+        EXPECT_EQ(g.values[pr.joint.value].name, "view_5") << t;
+        EXPECT_EQ(pr.rotations[2].rotary_dim, 0) << t;
+        EXPECT_EQ(g.values[pr.rotations[2].x].name, "tangents_3") << t;
+        ASSERT_EQ(rs[0]->outputs.size(), 1u) << t;
+        EXPECT_EQ(rs[0]->outputs[0], pr.joint.value) << t;
+      }
       for (const rope::Rotation& r : pr.rotations) {
+        if (r.cos < 0) continue;  // the copy
         EXPECT_EQ(r.head_dim, e.head_dim) << t;
         EXPECT_EQ(r.rotary_dim, e.rotary_dim) << t;
         EXPECT_EQ(r.mul_cos_dtype, e.mul_dtype) << t;
@@ -443,8 +455,13 @@ TEST(RopeMatch, LitgptMetaLlamaAndDecoderLayers) {
     const Params& pr = params(rs[0]);
     EXPECT_EQ(pr.backward, std::string(c.trace).find("_bwd_") != std::string::npos) << c.trace;
     EXPECT_EQ(pr.style, c.style) << c.trace;
-    ASSERT_EQ(pr.rotations.size(), 2u) << c.trace;
+    // litgpt's backward stacks dq, dk, dv (each permuted, cloned, viewed) by a cat: the region
+    // writes it, dv copied in
+    const bool litgpt_bwd = std::string(c.trace).rfind("litgpt_rope_train_bwd", 0) == 0;
+    ASSERT_EQ(pr.rotations.size(), litgpt_bwd ? 3u : 2u) << c.trace;
+    EXPECT_EQ(pr.joint.value >= 0, litgpt_bwd) << c.trace;
     for (const rope::Rotation& r : pr.rotations) {
+      if (r.cos < 0) continue;  // the copy
       EXPECT_EQ(r.head_dim, c.head_dim) << c.trace;
       EXPECT_EQ(r.rotary_dim, c.rotary_dim) << c.trace;
       EXPECT_EQ(r.pair_table, c.pair_table) << c.trace;
@@ -478,5 +495,54 @@ TEST(RopeMatch, UnrelatedNegsAndSubsAreNotCandidates) {
     const Plan p = make_plan(g, fusion_registry());
     EXPECT_EQ(rope_declines(g, p), "") << t;
     EXPECT_TRUE(rope_regions(p).empty()) << t;
+  }
+}
+
+// The output side's alias algebra (joint.hpp) against hand-computed layouts: GPT-NeoX's qkv
+// gradient view_5 [2, 8, 768] (contiguous) is view(clone(permute(cat([dq, dk, dv], -1), [0, 2, 1,
+// 3])), [2, 8, 768]); undone, dq is [2, 4, 8, 64] at strides [6144, 192, 768, 1] offset 0, dk the
+// same at offset 64, dv at 128; a view that needs a copy is refused.
+TEST(RopeJoint, LayoutStepsAgainstHandComputedLayouts) {
+  using rope::LayoutStep;
+  using rope::StridedLayout;
+  const StridedLayout joint{{2, 8, 768}, {6144, 768, 1}, 0};
+  LayoutStep view{LayoutStep::Kind::kView, {2, 8, 4, 192}, {}, 0, 0, 0};
+  LayoutStep perm{LayoutStep::Kind::kPermute, {}, {0, 2, 1, 3}, 0, 0, 0};
+  for (int64_t part = 0; part < 3; ++part) {
+    LayoutStep cat{LayoutStep::Kind::kPart, {}, {}, 3, 64 * part, 64};
+    const auto l = rope::apply_steps(joint, {view, perm, cat});
+    ASSERT_TRUE(l.has_value());
+    EXPECT_EQ(l->shape, (std::vector<int64_t>{2, 4, 8, 64}));
+    EXPECT_EQ(l->stride, (std::vector<int64_t>{6144, 192, 768, 1}));
+    EXPECT_EQ(l->offset, 64 * part);
+  }
+  // litgpt: cat([view(clone(permute(dq))) [1, 8, 64], ...], 2) of [1, 8, 128]: dk's part
+  const StridedLayout lit{{1, 8, 128}, {1024, 128, 1}, 0};
+  const auto dk =
+      rope::apply_steps(lit, {LayoutStep{LayoutStep::Kind::kPart, {}, {}, 2, 64, 32},
+                              LayoutStep{LayoutStep::Kind::kView, {1, 8, 2, 16}, {}, 0, 0, 0},
+                              LayoutStep{LayoutStep::Kind::kPermute, {}, {0, 2, 1, 3}, 0, 0, 0}});
+  ASSERT_TRUE(dk.has_value());
+  EXPECT_EQ(dk->shape, (std::vector<int64_t>{1, 2, 8, 16}));
+  EXPECT_EQ(dk->stride, (std::vector<int64_t>{1024, 16, 128, 1}));
+  EXPECT_EQ(dk->offset, 64);
+  // a transposed [4, 6] cannot be viewed as [24] without a copy; a part past the end is refused
+  EXPECT_FALSE(rope::apply_steps(StridedLayout{{4, 6}, {1, 4}, 0},
+                                 {LayoutStep{LayoutStep::Kind::kView, {24}, {}, 0, 0, 0}}));
+  EXPECT_FALSE(
+      rope::apply_steps(joint, {LayoutStep{LayoutStep::Kind::kPart, {}, {}, 2, 700, 100}}));
+  // the matcher's steps for the bundled GPT-NeoX backward give the same layouts
+  Graph g = load_trace(trace_path(rope_trace("gpt_neox_rope", "mincut", "bwd")));
+  const Plan p = make_plan(g, fusion_registry());
+  ASSERT_EQ(rope_regions(p).size(), 1u);
+  const Params& pr = params(rope_regions(p)[0]);
+  ASSERT_EQ(pr.joint.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto l = rope::apply_steps(joint, pr.joint.steps[i]);
+    ASSERT_TRUE(l.has_value());
+    EXPECT_EQ(l->stride, (std::vector<int64_t>{6144, 192, 768, 1})) << i;
+    // dq is add_7 (tangents_1), dk add_6: the cat's order is [dq, dk, dv]
+    const std::string x = g.values[pr.rotations[i].x].name;
+    EXPECT_EQ(l->offset, x == "tangents_1" ? 0 : x == "tangents_2" ? 64 : 128) << x;
   }
 }
