@@ -1,17 +1,27 @@
-// rope matcher. A candidate is every aten.neg of the canonical graph; from it the rotation is
-// read back and forth (decline reasons name the step that did not fit):
+// rope matcher. Candidates: every aten.neg of a slice or select of the last dim, and every
+// aten.sub of products of the elements of pairs (other negs and subs are not RoPE and are not
+// listed as declined). From a candidate the rotation is read back and forth; a decline names the
+// step that did not fit.
+// Forward:
 //   rotate-half  neg(slice(x, -1, h, R)) -> cat([neg, slice(x, -1, 0, h)], -1)          = rot
 //   interleaved  neg(slice(x, -1, 1, R, 2)) -> unsqueeze(-1) -> cat([., unsqueeze(slice(x, -1,
 //                0, R, 2), -1)], -1) -> view(x's shape)                                  = rot
 //   then         rot * sin (the only reader of rot), x * cos, their sum (alpha 1), an optional
 //                float convert of the sum (Cohere's float32 math), and for partial rotary
 //                (x = slice(x_full, -1, 0, R)) the cat([sum, slice(x_full, -1, R, D)], -1).
-// x may be an exact upcast of the head vectors (x.float()) that only the region reads: the kernel
+//   Meta pairs   sub(x_e * c, x_o * s) and x_e * s + x_o * c stacked (pairs_forward): the
+//                interleaved rotation with a table per pair.
+// Backward (aot_autograd's transposes): y = g * sin [-> convert]; rotT(y) through neg +
+//   slice_scatter into zeros (select for pairs), summed with g * cos in the graph's association
+//   (backward, find_sums); partial rotary: the tail scattered into zeros and added; Meta's pairs
+//   through select_scatter (pairs_backward). Where the graph then stacks dq, dk and dv into one
+//   tensor, the region writes that tensor (try_joint, joint.hpp).
+// x (or g) may be an exact upcast of the head vectors that only the region reads: the kernel
 // reads the source. cos and sin are read as the multiplies read them (a broadcast view of the
 // table): the table's own chain (an input, an index by position ids, sin/cos of the inverse
 // frequencies) stays outside, since a training forward returns the table for the backward. The
-// rotations of one graph in the same style form one region (q and k: one kernel; each has its own
-// tables), unless a reader of one's output comes before the other's last node.
+// rotations of one graph in the same style and direction form one region (q and k: one kernel;
+// each has its own tables), unless a reader of one's output comes before the other's last node.
 #include <algorithm>
 #include <map>
 #include <set>
