@@ -187,7 +187,12 @@ bool has_tail(const Params& p) {  // partial rotary, or a copy into the joint gr
 
 const Mutant kMutants[] = {
     {"sin_sign_flipped", [](const Params&) { return true; }, [](Params& p) { p.sin_sign = -1; }},
-    {"other_rotation_style", [](const Params&) { return true; },
+    {"other_rotation_style",
+     [](const Params& p) {  // a table per pair exists only for the interleaved pairs
+       for (const auto& r : p.rotations)
+         if (r.pair_table) return false;
+       return true;
+     },
      [](Params& p) {
        p.style = p.style == Style::kRotateHalf ? Style::kInterleaved : Style::kRotateHalf;
      }},

@@ -340,7 +340,7 @@ TEST(RopeBind, EveryBundledRegionBindsAndABadTableIsRefused) {
             WrongTable(const Graph& g, int v) : FakeBuffers(g), v_(v) {}
             BoundTensor tensor(int v) override {
               BoundTensor b = FakeBuffers::tensor(v);
-              if (v == v_) b.layout.shape.back() += 2;  // a table of R + 2
+              if (v == v_) b.layout.shape.back() -= 2;  // a table of R - 2
               return b;
             }
             int v_;
