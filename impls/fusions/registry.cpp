@@ -2,7 +2,7 @@
 
 // One line per fusion: impls/fusions/<name>/ defines `const FusionSpec replay::fusions::<name>`.
 #define REPLAY_FUSIONS(X) \
-  X(layernorm_fwd) X(norm_bwd) X(fp8_quantize) X(matmul_epilogue) X(scaled_mm) X(amax_reuse)
+  X(layernorm_fwd) X(norm_bwd) X(fp8_quantize) X(matmul_epilogue) X(scaled_mm) X(amax_reuse) X(rope)
 
 namespace replay {
 namespace fusions {

@@ -1,0 +1,174 @@
+// rope numerics without a GPU: the kernels' arithmetic (rope_math.hpp: the per-element rotation,
+// each product and sum rounded as the graph rounds it, the backward's association and the +0 of
+// its scatters) with the matcher's params, against the reference executor's value of every
+// region output and against PyTorch's golden tensors where the output is a graph output, bit for
+// bit (sign of zero included: sin is 0 at position 0), on every small rotary trace (both phases,
+// both partitioners, litgpt, Meta Llama) and the synthetic forms. A model with sin's sign flipped
+// must differ.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+
+#include "impls/fusions/registry.hpp"
+#include "impls/fusions/rope/params.hpp"
+#include "impls/fusions/rope/rope_math.hpp"
+#include "impls/fusions/rope/tests/synthetic.hpp"
+#include "impls/reference/reference.hpp"
+#include "workloads/loader/inputs.hpp"
+#include "workloads/loader/trace_loader.hpp"
+
+namespace replay::fusions {
+extern const FusionSpec rope;
+}
+
+using namespace replay;
+using namespace replay::test;
+using rope::Params;
+using rope::Rotation;
+
+namespace {
+
+rope::RopeJob job_of(const Rotation& r) {
+  rope::RopeJob j;
+  j.head_dim = r.head_dim;
+  j.rotary_dim = r.rotary_dim;
+  j.mul_cos_dtype = r.mul_cos_dtype;
+  j.mul_sin_dtype = r.mul_sin_dtype;
+  j.add_dtype = r.add_dtype;
+  j.mul_cos_cvt = r.mul_cos_cvt;
+  j.mul_sin_cvt = r.mul_sin_cvt;
+  j.sum_cvt = r.sum_cvt;
+  j.tail_cvt = r.tail_cvt;
+  j.zero_add = r.zero_add;
+  j.sum_order = r.sum_order;
+  j.pair_table = r.pair_table;
+  return j;
+}
+
+bool same_bits(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+}
+
+// The model's output of rotation `r` ([.., D], row-major) from the values `vals`.
+std::vector<float> model(const Graph& g, const Params& p, const Rotation& r,
+                         const std::map<int, HostTensor>& vals, float sin_sign) {
+  const rope::RopeJob j = job_of(r);
+  const std::vector<int64_t>& shape = g.meta(r.out).shape;
+  const int n = static_cast<int>(shape.size());
+  const int64_t D = shape.back(), R = r.rotary_dim;
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < n; ++d) rows *= shape[d];
+  const HostTensor &X = vals.at(r.x), &C = vals.at(r.cos), &S = vals.at(r.sin);
+  // Row-major offset in table `t` ([.., R] or [.., R / 2] broadcast) of lead coords and column.
+  auto table_at = [&](const HostTensor& t, const std::vector<int64_t>& lead, int64_t col) {
+    const std::vector<int64_t>& ts = t.meta.shape;
+    const int k = static_cast<int>(ts.size());
+    int64_t off = 0, stride = 1;
+    for (int e = k - 1; e >= 0; --e) {
+      const int d = e - (k - n);  // out dim
+      const int64_t i = d == n - 1 ? col : (d >= 0 ? lead[d] : 0);
+      if (ts[e] != 1) off += i * stride;
+      stride *= ts[e];
+    }
+    return static_cast<float>(t.data[off]);
+  };
+  std::vector<float> out(static_cast<size_t>(rows * D));
+  std::vector<int64_t> lead(n > 0 ? n - 1 : 0);
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t q = row;
+    for (int d = n - 2; d >= 0; --d) {
+      lead[d] = q % shape[d];
+      q /= shape[d];
+    }
+    auto x = [&](int64_t k) { return static_cast<float>(X.data[row * D + k]); };
+    auto cos = [&](int64_t k) { return table_at(C, lead, r.pair_table ? k / 2 : k); };
+    auto sin = [&](int64_t k) { return table_at(S, lead, r.pair_table ? k / 2 : k); };
+    for (int64_t c = 0; c < D; ++c)
+      out[row * D + c] = c < R ? rope::rotated(j, p.style, p.backward, sin_sign, c, x, cos, sin)
+                               : rope::tail(j, x(c));
+  }
+  return out;
+}
+
+// "" when every rope region output equals the model bit for bit (the reference's value, and
+// PyTorch's where it is a golden graph output); else the first difference.
+std::string check(const Graph& g, const std::map<int, HostTensor>& vals,
+                  const std::map<std::string, HostTensor>& golden, float sin_sign = 1,
+                  int* golden_checked = nullptr) {
+  const Plan plan = make_plan(g, fusion_registry());
+  int regions = 0;
+  for (const Region& reg : plan.regions) {
+    if (reg.fusion != &fusions::rope) continue;
+    ++regions;
+    const auto& p = std::any_cast<const Params&>(reg.params);
+    for (const Rotation& r : p.rotations) {
+      if (r.cos < 0) continue;  // a copy into the joint gradient (GPU tests check it)
+      const std::vector<float> m = model(g, p, r, vals, sin_sign);
+      const std::string& name = g.values[r.out].name;
+      std::vector<const HostTensor*> wants = {&vals.at(r.out)};
+      if (auto it = golden.find(name); it != golden.end() && g.values[r.out].graph_output) {
+        wants.push_back(&it->second);
+        if (golden_checked) ++*golden_checked;
+      }
+      for (const HostTensor* w : wants)
+        for (size_t i = 0; i < m.size(); ++i)
+          if (!same_bits(m[i], w->data[i]))
+            return name + "[" + std::to_string(i) + "]: model " + std::to_string(m[i]) + " vs " +
+                   (w == wants[0] ? "reference " : "golden ") + std::to_string(w->data[i]);
+    }
+  }
+  return regions ? "" : "no rope region";
+}
+
+std::vector<std::string> small_rotary_traces() {
+  std::vector<std::string> out;
+  const std::filesystem::path dir = std::filesystem::path(REPLAY_TRACES_DIR) / "byog" / "rope";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".json" &&
+        e.path().stem().string().find("_2x8x") != std::string::npos)
+      out.push_back("byog/rope/" + e.path().stem().string());
+  for (const char* t :
+       {"litgpt_rope_train_fwd_1x8x4x2x16", "litgpt_rope_train_bwd_1x8x4x2x16",
+        "meta_llama_rope_train_fwd_1x8x4x2x16", "meta_llama_rope_train_bwd_1x8x4x2x16"})
+    out.push_back(t);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class RopeNumerics : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(RopeNumerics, ModelMatchesReferenceAndGoldenBitForBit) {
+  Graph g = load_trace(trace_path(GetParam()));
+  const ReplayInputs in = make_inputs(g, 7);
+  const auto vals = run_reference(g, in.values);
+  int golden_checked = 0;
+  EXPECT_EQ(check(g, vals, in.golden, 1, &golden_checked), "")
+      << GetParam() << " (inputs " << in.source << ")";
+  // PyTorch's own outputs, where the sidecar has them and the region writes a graph output
+  if (!in.golden.empty()) std::cout << GetParam() << ": " << golden_checked << " golden outputs\n";
+  // the check can fail: sin's sign flipped
+  EXPECT_NE(check(g, vals, in.golden, -1), "") << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, RopeNumerics, ::testing::ValuesIn(small_rotary_traces()),
+                         [](const auto& info) { return test_name(info.param); });
+
+TEST(RopeNumerics, SyntheticFormsMatchTheReferenceBitForBit) {
+  for (bool interleaved : {false, true})
+    for (const auto& [D, R] : {std::pair{72, 72}, std::pair{96, 20}, std::pair{80, 32}})
+      for (const char* table : {"bfloat16", "float32", "float16"}) {
+        RopeForm f;
+        f.D = D;
+        f.R = R;
+        f.interleaved = interleaved;
+        f.table_dtype = table;
+        f.dtype = std::string(table) == "float16" ? "float16" : "bfloat16";
+        Graph g = parse_trace(rope_trace_json(f), "synthetic");
+        const auto vals = run_reference(g, generate_inputs(g, 3));
+        EXPECT_EQ(check(g, vals, {}), "") << D << " " << R << " " << interleaved << " " << table;
+      }
+}
