@@ -11,6 +11,7 @@
 // interleaved graph (and the interleaved one for a rotate-half graph), the rotary dim two short
 // (the last pair passed through unrotated), the pass-through tail dropped (left unwritten).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 
@@ -243,6 +244,34 @@ TEST_P(RopeMutant, Fails) {
     const auto inputs = generate_inputs(g, seed);
     GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
     eager.run_all(LaunchContext{});
+    if (std::string_view(g_mutant->name) == "rotary_dim_two_short") {
+      // Interleaved pairs: the mutant leaves only the last (lowest-frequency) pair unrotated. With
+      // in-graph tables at a short sequence its angle can be so small that no bfloat16 output
+      // bit changes (Cohere at T = 8: < 1e-3 rad): no check can see it there, so say so.
+      double max_sin = 0;
+      bool interleaved = false;
+      for (const Region& r : plan.regions) {
+        const auto& p = std::any_cast<const Params&>(r.params);
+        if (p.style != Style::kInterleaved) continue;
+        interleaved = true;
+        for (const auto& rot : p.rotations) {
+          if (rot.cos < 0) continue;
+          const HostTensor t = eager.download(rot.sin, nullptr);
+          const int64_t w = t.meta.shape.empty() ? 1 : t.meta.shape.back();
+          // the dropped pair's columns: R - 2 and R - 1 (one entry per pair: R / 2 - 1)
+          const int64_t lo = rot.pair_table ? rot.rotary_dim / 2 - 1 : rot.rotary_dim - 2;
+          const int64_t hi = rot.pair_table ? rot.rotary_dim / 2 : rot.rotary_dim;
+          for (size_t i = 0; i < t.data.size(); ++i) {
+            const int64_t col = static_cast<int64_t>(i) % w;
+            if (col >= lo && col < hi) max_sin = std::max(max_sin, std::fabs(t.data[i]));
+          }
+        }
+      }
+      if (interleaved && max_sin < std::ldexp(1.0, -9))
+        GTEST_SKIP() << c.name << ": the last pair's |sin| is at most " << max_sin
+                     << " (< 2^-9) at every position: leaving it unrotated changes no bfloat16 "
+                        "bit, so no check can catch this mutant at this shape";
+    }
     GpuProgram prog(g, plan, variant, inputs, nullptr);
     for (size_t r = 0; r < plan.regions.size(); ++r)
       ASSERT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << "the mutant must run fused";
