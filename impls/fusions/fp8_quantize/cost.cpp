@@ -7,7 +7,8 @@
 // MiB; the realistic float8 linears' x is [8192, 4096] bfloat16, 64 MiB), and counting it keeps
 // the bound attainable at every size. A group of rowwise quantizations only is counted with one
 // read (a CTA that holds whole rows can cast them in the amax pass), as is a quantization from a
-// given amax (its scale is known before x is read). FLOPs per element and
+// given amax (its scale is known before x is read; with rowwise quantizations beside it the
+// kernels still take two passes, a CTA holding whole rows could take one). FLOPs per element and
 // quantization: abs, max, multiply, two clamps, the cast (~6); memory-bound by far.
 #include "impls/fusions/fp8_quantize/params.hpp"
 #include "workloads/plan/match_util.hpp"

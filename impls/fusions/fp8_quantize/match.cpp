@@ -309,6 +309,9 @@ bool SourceMatcher::match_given(int mul, int scale, Found& f) {
                       : -1;
   if (f64 < 0 || meta(out0(f64)).dtype != DType::kFloat64)
     return false;  // not a scale chain at all: the caller declines
+  // The scale casts another tensor too (its own source's region claims the chain): not given.
+  for (int u : g_.values[scale].users)
+    if (u != mul && node(u).op == Op::kMul) return false;
   Quantization& q = f.q;
   q.amax = sole_tensor(node(f64));
   q.given = true;
@@ -320,6 +323,20 @@ bool SourceMatcher::match_given(int mul, int scale, Found& f) {
                                  "' of shape " + shape_str(meta(q.amax).shape) +
                                  " (not computed from this tensor): only a one-element "
                                  "(tensorwise) given amax is taken");
+  const DType ad = meta(q.amax).dtype;
+  if (ad != DType::kBFloat16 && ad != DType::kFloat16 && ad != DType::kFloat32)
+    return out_.decline(mul, "the given amax '" + g_.values[q.amax].name + "' is " +
+                                 std::string(dtype_name(ad)) +
+                                 ": the kernels read a given amax as float32 (bfloat16, float16 "
+                                 "or float32 only)");
+  // x's own amax feeding a second scale chain: computed in this region, not given.
+  const int pa = g_.values[q.amax].producer;
+  if (pa >= 0 && (node(pa).op == Op::kAmax || node(pa).op == Op::kMax) &&
+      std::any_of(mags_.begin(), mags_.end(),
+                  [&](const auto& m) { return m.first == sole_tensor(node(pa)); }))
+    return out_.decline(mul, "amax '" + g_.values[q.amax].name + "' of '" + g_.values[x_].name +
+                                 "' feeds a second scale chain (its own quantization takes the "
+                                 "first): one scale chain per amax");
   q.granularity = Granularity::kTensorwise;
   return match_chain(f64, f64, f);
 }

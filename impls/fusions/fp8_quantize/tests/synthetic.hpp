@@ -34,6 +34,9 @@ struct QuantForm {
   /// A second tensor y (same shape) quantized tensorwise, whose scale multiplies x.float() (the
   /// negative "a scale not computed from this tensor's amax").
   bool foreign_scale = false;
+  /// With foreign_scale: y's scale also casts y.float() (y's own quantization, which claims the
+  /// scale chain; x's cast by it then stays eager).
+  bool foreign_scale_casts_y = false;
 };
 
 inline double float8_max_of(const std::string& fp8) {
@@ -155,6 +158,15 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
     QuantSpec t;
     const std::string sy = scale_chain("y", t, "abs_y", dt);
     cast_chain("xy", t, x32, sy);
+    if (f.foreign_scale_casts_y) {
+      std::string y32 = "y";
+      if (dt != "float32") {
+        node("y32", "prims.convert_element_type.default",
+             {test::ref("y"), json{{"dtype", "float32"}}}, tensor(xs, "float32"));
+        y32 = "y32";
+      }
+      cast_chain("yy", t, y32, sy);
+    }
   }
   return {{"schema", "replay-trace/1"},
           {"name", name},

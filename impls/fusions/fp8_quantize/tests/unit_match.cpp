@@ -257,6 +257,30 @@ TEST(Fp8QuantizeMatch, ScaleFromAnotherTensorsAmaxIsAGivenAmax) {
       << fp8_declines(g, p);
 }
 
+// y's scale casts y.float() and x.float(): y's own region claims the scale chain, so for x it is
+// not a given amax (taking it would overlap y's region and drop one of them); x's cast by it is
+// declined and both tensors' own quantizations are regions.
+TEST(Fp8QuantizeMatch, ScaleThatAlsoCastsItsOwnTensorIsNotGiven) {
+  QuantForm f;
+  f.quants = {spec("tensorwise")};
+  f.foreign_scale = true;
+  f.foreign_scale_casts_y = true;
+  Graph g;
+  Plan p = plan_of(f, g);
+  ASSERT_EQ(fp8_regions(p).size(), 2u) << fp8_declines(g, p);
+  for (const Region* r : fp8_regions(p)) {
+    ASSERT_EQ(params(r).quants.size(), 1u);
+    EXPECT_FALSE(params(r).quants[0].given);
+  }
+  EXPECT_NE(
+      declined_at(g, p, "scaled_xy")
+          .find("the scale 'scale_y' (prims.convert_element_type.default) multiplying x.float() "
+                "of 'x' is not computed from this tensor's amax"),
+      std::string::npos)
+      << fp8_declines(g, p);
+  for (const auto& d : p.dropped) EXPECT_NE(d.fusion, "fp8_quantize") << d.reason;
+}
+
 // torchao's tensorwise min-cut backward requantizes the weight from the amax its forward saved
 // (an input): one region for the weight, its quantization given, x read once.
 TEST(Fp8QuantizeMatch, WeightRequantizedFromTheSavedAmax) {

@@ -178,6 +178,11 @@ struct Mutant {
   const char* name;
   bool (*applies)(const Params&);
   void (*mutate)(Params&);
+  /// Wrong only on inputs where it shows: some seed must fail, not every one. Rotary dim two
+  /// short on interleaved pairs leaves only the lowest-frequency pair unrotated, which at a short
+  /// sequence turns by < 1e-3 rad: on Cohere's T = 8 traces the inputs of seed 41 change no
+  /// output bit, those of seed 42 change 168 (unit test RopeNumerics.RotaryDimTwoShort...).
+  bool some_seed = false;
 };
 
 bool has_tail(const Params& p) {  // partial rotary, or a copy into the joint gradient
@@ -206,7 +211,8 @@ const Mutant kMutants[] = {
      [](Params& p) {
        for (auto& r : p.rotations)
          if (r.cos >= 0) r.rotary_dim -= 2;  // not the copies into a joint gradient
-     }},
+     },
+     true},
     {"tail_dropped", has_tail, [](Params& p) { p.write_tail = false; }},
 };
 
@@ -240,55 +246,39 @@ TEST_P(RopeMutant, Fails) {
     applies |= g_mutant->applies(std::any_cast<const Params&>(r.params));
   if (!applies) GTEST_SKIP() << g_mutant->name << " does not apply to " << c.name;
   const auto bounds = default_value_bounds(g);
+  bool caught_bits = false, caught_numerics = false;  // some_seed mutants: over the seeds
   for (uint64_t seed : {41u, 42u}) {
     const auto inputs = generate_inputs(g, seed);
     GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
     eager.run_all(LaunchContext{});
-    if (std::string_view(g_mutant->name) == "rotary_dim_two_short") {
-      // Interleaved pairs: the mutant leaves only the last (lowest-frequency) pair unrotated. With
-      // in-graph tables at a short sequence its angle can be so small that no bfloat16 output
-      // bit changes (Cohere at T = 8: < 1e-3 rad): no check can see it there, so say so.
-      double max_sin = 0;
-      bool interleaved = false;
-      for (const Region& r : plan.regions) {
-        const auto& p = std::any_cast<const Params&>(r.params);
-        if (p.style != Style::kInterleaved) continue;
-        interleaved = true;
-        for (const auto& rot : p.rotations) {
-          if (rot.cos < 0) continue;
-          const HostTensor t = eager.download(rot.sin, nullptr);
-          const int64_t w = t.meta.shape.empty() ? 1 : t.meta.shape.back();
-          // the dropped pair's columns: R - 2 and R - 1 (one entry per pair: R / 2 - 1)
-          const int64_t lo = rot.pair_table ? rot.rotary_dim / 2 - 1 : rot.rotary_dim - 2;
-          const int64_t hi = rot.pair_table ? rot.rotary_dim / 2 : rot.rotary_dim;
-          for (size_t i = 0; i < t.data.size(); ++i) {
-            const int64_t col = static_cast<int64_t>(i) % w;
-            if (col >= lo && col < hi) max_sin = std::max(max_sin, std::fabs(t.data[i]));
-          }
-        }
-      }
-      if (interleaved && max_sin < std::ldexp(1.0, -9))
-        GTEST_SKIP() << c.name << ": the last pair's |sin| is at most " << max_sin
-                     << " (< 2^-9) at every position: leaving it unrotated changes no bfloat16 "
-                        "bit, so no check can catch this mutant at this shape";
-    }
     GpuProgram prog(g, plan, variant, inputs, nullptr);
     for (size_t r = 0; r < plan.regions.size(); ++r)
       ASSERT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << "the mutant must run fused";
     prog.poison_outputs(nullptr);
     prog.run_all(LaunchContext{});
     REPLAY_CUDA(cudaDeviceSynchronize());
-    EXPECT_NE(first_difference(g, prog, eager, region_outputs(plan)), "")
-        << c.name << " " << variant << " " << g_mutant->name << " seed " << seed
-        << ": bit-identical to eager";
+    const bool identical = first_difference(g, prog, eager, region_outputs(plan)).empty();
     const auto ref = run_reference(g, inputs);
     bool all_pass = true;
     for (int v : g.outputs)
       all_pass &= check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
                               output_bounds(g, plan, bounds, v))
                       .pass();
+    if (g_mutant->some_seed) {
+      caught_bits |= !identical;
+      caught_numerics |= !all_pass;
+      continue;
+    }
+    EXPECT_FALSE(identical) << c.name << " " << variant << " " << g_mutant->name << " seed " << seed
+                            << ": bit-identical to eager";
     EXPECT_FALSE(all_pass) << c.name << " " << variant << " " << g_mutant->name << " seed " << seed
                            << ": passed the numerics check";
+  }
+  if (g_mutant->some_seed) {
+    EXPECT_TRUE(caught_bits) << c.name << " " << variant << " " << g_mutant->name
+                             << ": bit-identical to eager on every seed";
+    EXPECT_TRUE(caught_numerics) << c.name << " " << variant << " " << g_mutant->name
+                                 << ": passed the numerics check on every seed";
   }
 }
 
