@@ -591,8 +591,8 @@ const FixedForm* find_fixed_form(const RopeArgs& a) {
     const RopeJob& j = a.jobs[k];
     if (j.x.dtype != form->x || j.out_dtype != form->out) return nullptr;
     if (j.head_dim / kFixedV - j.rotary_dim / (form->interleaved ? kFixedV : 2 * kFixedV) > 256)
-      return nullptr;  // one block row holds a row's items
-    if (j.rows >= (int64_t(1) << 31)) return nullptr;
+      return nullptr;                                  // one block row holds a row's items
+    if (j.rows >= (int64_t(1) << 30)) return nullptr;  // row + the grid's step stays in 31 bits
     const int64_t last = j.head_dim - 1;
     auto fits = [&](const int64_t* st, int64_t m) {
       const int64_t o = max_offset(st, j.lead, j.n_lead, m);
