@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <random>
 #include <set>
 
 #include "impls/fusions/registry.hpp"
@@ -335,4 +336,55 @@ TEST(RopeFixedForms, RefuseWhatNoFormCompiles) {
     mutate(m);
     EXPECT_EQ(rope::rope_fixed_form(m), nullptr) << what;
   }
+}
+
+// The fixed forms' arithmetic: rope_math's sum / bwd_sum on a type of static constants (as the
+// kernel instantiates them) give a RopeJob's bits; a product's mul and convert, each float32 or
+// bfloat16, round as one bfloat16 rounding. A form with the wrong add dtype must differ.
+namespace {
+template <DType A, DType S, bool Z, int O>
+struct FixedLike {
+  static constexpr DType add_dtype = A, sum_cvt = S;
+  static constexpr bool zero_add = Z;
+  static constexpr int sum_order = O;
+};
+
+template <typename F>
+int differences(const rope::RopeJob& j, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-4.f, 4.f);
+  int diff = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float a = u(rng), b = i % 97 == 0 ? -0.0f : u(rng);
+    const float x = u(rng), c = u(rng);
+    diff += !same_bits(rope::sum(F{}, a, b), rope::sum(j, a, b));
+    for (bool neg : {false, true})
+      diff += !same_bits(rope::bwd_sum(F{}, neg ? -a : a, neg, b),
+                         rope::bwd_sum(j, neg ? -a : a, neg, b));
+    const float once = rope::product(DType::kBFloat16, DType::kFloat32, x, c);
+    diff += !same_bits(rope::product(DType::kFloat32, DType::kBFloat16, x, c), once);
+    diff += !same_bits(rope::product(DType::kBFloat16, DType::kBFloat16, x, c), once);
+  }
+  return diff;
+}
+}  // namespace
+
+TEST(RopeFixedForms, StaticRoundingStepsGiveTheJobsBits) {
+  rope::RopeJob j;
+  j.add_dtype = DType::kBFloat16;
+  j.sum_cvt = DType::kFloat32;
+  j.zero_add = true;
+  j.sum_order = 1;
+  using BF = FixedLike<DType::kBFloat16, DType::kFloat32, true, 1>;
+  EXPECT_EQ(differences<BF>(j, 1), 0);
+  j.zero_add = false;
+  j.sum_order = 0;
+  EXPECT_EQ((differences<FixedLike<DType::kBFloat16, DType::kFloat32, false, 0>>(j, 2)), 0);
+  j.add_dtype = DType::kFloat32;
+  j.sum_cvt = DType::kBFloat16;
+  EXPECT_EQ((differences<FixedLike<DType::kFloat32, DType::kBFloat16, false, 0>>(j, 3)), 0);
+  // wrong: the sum left in float32 where the job rounds it to bfloat16 first
+  j.add_dtype = DType::kBFloat16;
+  j.sum_cvt = DType::kFloat32;
+  EXPECT_GT((differences<FixedLike<DType::kFloat32, DType::kFloat32, false, 0>>(j, 4)), 0);
 }
