@@ -209,10 +209,11 @@ __device__ __forceinline__ void load_table(const RopeOperand& t, int64_t off, in
 // index (ncu, Llama-3-8B forward: ~600 instructions per chunk of 8, issue-bound at 26 % of SOL).
 // A fixed form makes all of those template parameters: the per-element work is the loads, the
 // same rope_math products and sums (the switches fold on constants: the same __fmul_rn /
-// __fadd_rn and conversions, so the same bits) and the store. A thread takes one item of a row
+// __fadd_rn and conversions, so the same bits) and the store. A row is split into items
 // (rotate-half: chunk c and its partner c + R / 2, each x element loaded once; interleaved: one
-// chunk; the tail: one chunk) and walks rows; the row's offsets come from one 32-bit pass over its
-// lead dims (size-1 dims dropped, contiguous ones merged: [B, T, H] -> [T, H] at B = 1).
+// chunk; the tail: one chunk); a thread takes about two items of a row (blockDim.x threads per
+// row, blockDim.y rows per block) and walks rows; the row's offsets come from one 32-bit pass over
+// its lead dims (size-1 dims dropped, contiguous ones merged: [B, T, H] -> [T, H] at B = 1).
 
 // A fixed form's rounding steps as static constants (rope_math's sum / bwd_sum read them as
 // j.add_dtype ...). Each product is rounded once to P: where a product's mul dtype and its
@@ -294,16 +295,83 @@ __device__ __forceinline__ float fixed_product(float a, float b) {
   return round_to(F::mul_dtype, mul_rn(a, b));
 }
 
+// Item `item` of one row (x, cs, sn, out: the row's bases).
 template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, typename F>
-__global__ void __launch_bounds__(256) rope_fixed_kernel(const __grid_constant__ FixedArgs a) {
-  static_assert(kBwd || F::sum_order == 0, "the forward has no association to choose");
-  const FixedJob& j = a.jobs[blockIdx.y];
-  const int item = static_cast<int>(threadIdx.x);  // blockDim.x: the largest job's items
-  if (item >= j.n_items) return;
+__device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j, int item,
+                                           const TX* x, const TT* cs, const TT* sn, TO* out) {
   const bool is_tail = item >= j.n_rot;
   if (is_tail && !a.write_tail) return;
   const F f{};
   const int c0 = is_tail ? j.rotary_dim + (item - j.n_rot) * kFixedV : item * kFixedV;
+  if (is_tail) {  // partial rotary's pass-through: tail() with its convert hoisted
+    float v[kFixedV];
+    load8(x + c0, 0, v);
+    if (j.tail_cvt == DType::kBFloat16) {
+#pragma unroll
+      for (int k = 0; k < kFixedV; ++k) v[k] = round_to(DType::kBFloat16, v[k]);
+    } else if (j.tail_cvt == DType::kFloat16) {
+#pragma unroll
+      for (int k = 0; k < kFixedV; ++k) v[k] = round_to(DType::kFloat16, v[k]);
+    }
+    if (j.zero_add) {
+#pragma unroll
+      for (int k = 0; k < kFixedV; ++k) v[k] = add_rn(v[k], 0.0f);
+    }
+    store8(out + c0, v);
+    return;
+  }
+  if constexpr (!kInter) {
+    // the pair of chunks c0 < R / 2 and c1 = c0 + R / 2: rot(x) = (-x1, x0), rotT(y) = (y1, -y0)
+    const int c1 = c0 + j.half;
+    float x0[kFixedV], x1[kFixedV], cv0[kFixedV], cv1[kFixedV], sv0[kFixedV], sv1[kFixedV];
+    load8(x + c0, 0, x0);
+    load8(x + c1, 0, x1);
+    load8(cs + c0, 0, cv0);
+    load8(cs + c1, 0, cv1);
+    load8(sn + c0, a.sin_xor, sv0);
+    load8(sn + c1, a.sin_xor, sv1);
+    float o0[kFixedV], o1[kFixedV];
+#pragma unroll
+    for (int k = 0; k < kFixedV; ++k) {
+      if constexpr (!kBwd) {
+        o0[k] = sum(f, fixed_product<F>(x0[k], cv0[k]), fixed_product<F>(-x1[k], sv0[k]));
+        o1[k] = sum(f, fixed_product<F>(x1[k], cv1[k]), fixed_product<F>(x0[k], sv1[k]));
+      } else {
+        o0[k] = bwd_sum(f, fixed_product<F>(x1[k], sv1[k]), false, fixed_product<F>(x0[k], cv0[k]));
+        o1[k] = bwd_sum(f, -fixed_product<F>(x0[k], sv0[k]), true, fixed_product<F>(x1[k], cv1[k]));
+      }
+    }
+    store8(out + c0, o0);
+    store8(out + c1, o1);
+  } else {
+    // the pairs (2i, 2i + 1) in the chunk: rot(x) = (-x[2i+1], x[2i]), rotT(y) = (y[2i+1],
+    // -y[2i])
+    float xv[kFixedV], cv[kFixedV], sv[kFixedV], o[kFixedV];
+    load8(x + c0, 0, xv);
+    load8(cs + c0, 0, cv);
+    load8(sn + c0, a.sin_xor, sv);
+#pragma unroll
+    for (int k = 0; k < kFixedV; ++k) {
+      if constexpr (!kBwd) {
+        const float rot = (k & 1) ? xv[k - 1] : -xv[k + 1];
+        o[k] = sum(f, fixed_product<F>(xv[k], cv[k]), fixed_product<F>(rot, sv[k]));
+      } else {
+        const int p = k ^ 1;
+        const float y = fixed_product<F>(xv[p], sv[p]);
+        const bool negated = (k & 1) != 0;
+        o[k] = bwd_sum(f, negated ? -y : y, negated, fixed_product<F>(xv[k], cv[k]));
+      }
+    }
+    store8(out + c0, o);
+  }
+}
+
+template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, typename F>
+__global__ void __launch_bounds__(256) rope_fixed_kernel(const __grid_constant__ FixedArgs a) {
+  static_assert(kBwd || F::sum_order == 0, "the forward has no association to choose");
+  const FixedJob& j = a.jobs[blockIdx.y];
+  // blockDim.x threads share a row's items (about two each: the row's offsets once per two)
+  if (static_cast<int>(threadIdx.x) >= j.n_items) return;
   const int32_t row_step = static_cast<int32_t>(gridDim.x * blockDim.y);
   for (int32_t row = static_cast<int32_t>(blockIdx.x * blockDim.y + threadIdx.y); row < j.rows;
        row += row_step) {
@@ -322,71 +390,11 @@ __global__ void __launch_bounds__(256) rope_fixed_kernel(const __grid_constant__
     }
     const TX* x = static_cast<const TX*>(j.x) + ox;
     TO* out = static_cast<TO*>(j.out) + oo;
-    if (is_tail) {  // partial rotary's pass-through: tail() with its convert hoisted
-      float v[kFixedV];
-      load8(x + c0, 0, v);
-      if (j.tail_cvt == DType::kBFloat16) {
-#pragma unroll
-        for (int k = 0; k < kFixedV; ++k) v[k] = round_to(DType::kBFloat16, v[k]);
-      } else if (j.tail_cvt == DType::kFloat16) {
-#pragma unroll
-        for (int k = 0; k < kFixedV; ++k) v[k] = round_to(DType::kFloat16, v[k]);
-      }
-      if (j.zero_add) {
-#pragma unroll
-        for (int k = 0; k < kFixedV; ++k) v[k] = add_rn(v[k], 0.0f);
-      }
-      store8(out + c0, v);
-      continue;
-    }
     const TT* cs = static_cast<const TT*>(j.cos) + oc;
     const TT* sn = static_cast<const TT*>(j.sin) + os;
-    if constexpr (!kInter) {
-      // the pair of chunks c0 < R / 2 and c1 = c0 + R / 2: rot(x) = (-x1, x0), rotT(y) = (y1, -y0)
-      const int c1 = c0 + j.half;
-      float x0[kFixedV], x1[kFixedV], cv0[kFixedV], cv1[kFixedV], sv0[kFixedV], sv1[kFixedV];
-      load8(x + c0, 0, x0);
-      load8(x + c1, 0, x1);
-      load8(cs + c0, 0, cv0);
-      load8(cs + c1, 0, cv1);
-      load8(sn + c0, a.sin_xor, sv0);
-      load8(sn + c1, a.sin_xor, sv1);
-      float o0[kFixedV], o1[kFixedV];
-#pragma unroll
-      for (int k = 0; k < kFixedV; ++k) {
-        if constexpr (!kBwd) {
-          o0[k] = sum(f, fixed_product<F>(x0[k], cv0[k]), fixed_product<F>(-x1[k], sv0[k]));
-          o1[k] = sum(f, fixed_product<F>(x1[k], cv1[k]), fixed_product<F>(x0[k], sv1[k]));
-        } else {
-          o0[k] =
-              bwd_sum(f, fixed_product<F>(x1[k], sv1[k]), false, fixed_product<F>(x0[k], cv0[k]));
-          o1[k] =
-              bwd_sum(f, -fixed_product<F>(x0[k], sv0[k]), true, fixed_product<F>(x1[k], cv1[k]));
-        }
-      }
-      store8(out + c0, o0);
-      store8(out + c1, o1);
-    } else {
-      // the pairs (2i, 2i + 1) in the chunk: rot(x) = (-x[2i+1], x[2i]), rotT(y) = (y[2i+1],
-      // -y[2i])
-      float xv[kFixedV], cv[kFixedV], sv[kFixedV], o[kFixedV];
-      load8(x + c0, 0, xv);
-      load8(cs + c0, 0, cv);
-      load8(sn + c0, a.sin_xor, sv);
-#pragma unroll
-      for (int k = 0; k < kFixedV; ++k) {
-        if constexpr (!kBwd) {
-          const float rot = (k & 1) ? xv[k - 1] : -xv[k + 1];
-          o[k] = sum(f, fixed_product<F>(xv[k], cv[k]), fixed_product<F>(rot, sv[k]));
-        } else {
-          const int p = k ^ 1;
-          const float y = fixed_product<F>(xv[p], sv[p]);
-          const bool negated = (k & 1) != 0;
-          o[k] = bwd_sum(f, negated ? -y : y, negated, fixed_product<F>(xv[k], cv[k]));
-        }
-      }
-      store8(out + c0, o);
-    }
+    for (int item = static_cast<int>(threadIdx.x); item < j.n_items;
+         item += static_cast<int>(blockDim.x))
+      fixed_item<TX, TT, TO, kInter, kBwd, F>(a, j, item, x, cs, sn, out);
   }
 }
 
@@ -678,10 +686,11 @@ void launch_fixed(const FixedForm& form, const RopeArgs& a, cudaStream_t stream)
     items = std::max(items, static_cast<int>(fa.jobs[k].n_items));
     rows = std::max(rows, a.jobs[k].rows);
   }
-  const int rows_per_block = std::max(1, 256 / items);
+  const int threads_x = items >= 4 ? (items + 1) / 2 : items;  // two items per thread
+  const int rows_per_block = std::max(1, 256 / threads_x);
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 132 * 32)), a.n_jobs);
-  form.kernel<<<grid, dim3(items, rows_per_block), 0, stream>>>(fa);
+  form.kernel<<<grid, dim3(threads_x, rows_per_block), 0, stream>>>(fa);
   REPLAY_CUDA_LAUNCH("rope_fixed_kernel");
   g_fixed_launches.fetch_add(1, std::memory_order_relaxed);
 }
