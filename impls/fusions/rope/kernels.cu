@@ -12,7 +12,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <optional>
 #include <stdexcept>
+#include <type_traits>
+#include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/fusions/rope/rope_math.hpp"
@@ -198,6 +202,202 @@ __device__ __forceinline__ void load_table(const RopeOperand& t, int64_t off, in
   load<V>(t.ptr, t.dtype, off + c0 * t.last_stride, t.last_stride, vec, f);
 }
 
+// --- fixed forms: a kernel compiled per (dtypes, style, phase, rounding) the traces use -------
+//
+// The generic kernel below switches at run time, per element, on every operand's dtype, on each
+// product's and sum's rounding dtype, on the style and the phase, and decomposes each chunk's row
+// index (ncu, Llama-3-8B forward: ~600 instructions per chunk of 8, issue-bound at 26 % of SOL).
+// A fixed form makes all of those template parameters: the per-element work is the loads, the
+// same rope_math products and sums (the switches fold on constants: the same __fmul_rn /
+// __fadd_rn and conversions, so the same bits) and the store. A row is split into items
+// (rotate-half: chunk c and its partner c + R / 2, each x element loaded once; interleaved: one
+// chunk; the tail: one chunk); a thread takes about two items of a row (blockDim.x threads per
+// row, blockDim.y rows per block) and walks rows; the row's offsets come from one 32-bit pass over
+// its lead dims (size-1 dims dropped, contiguous ones merged: [B, T, H] -> [T, H] at B = 1).
+
+// A fixed form's rounding steps as static constants (rope_math's sum / bwd_sum read them as
+// j.add_dtype ...). Each product is rounded once to P: where a product's mul dtype and its
+// convert's are each float32 or P, rounding to P then to P again (or to float32) is rounding to
+// P once.
+template <DType P, DType A, DType S, bool Z, int O>
+struct Fixed {
+  static constexpr DType mul_dtype = P, add_dtype = A, sum_cvt = S;
+  static constexpr bool zero_add = Z;
+  static constexpr int sum_order = O;
+};
+
+constexpr int kFixedV = 8;  ///< elements per chunk: every operand takes 16-byte accesses
+
+/// One job of a fixed-form launch: element offsets (32-bit) and lead dims after simplification.
+struct FixedJob {
+  const void* x = nullptr;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  void* out = nullptr;
+  int n_lead = 0;
+  FastDiv div_lead[kRopeMaxLead];
+  int32_t x_st[kRopeMaxLead] = {}, cos_st[kRopeMaxLead] = {}, sin_st[kRopeMaxLead] = {},
+          out_st[kRopeMaxLead] = {};
+  int32_t rows = 0;
+  int32_t n_rot = 0;    ///< rotation items per row: R / 16 chunk pairs (rotate-half), R / 8 chunks
+  int32_t n_items = 0;  ///< n_rot + the tail's (D - R) / 8 chunks
+  int32_t rotary_dim = 0, half = 0;
+  bool zero_add = false;             ///< the tail's + 0 (a copy job into a joint gradient has none)
+  DType tail_cvt = DType::kFloat32;  ///< the tail's convert
+};
+
+struct FixedArgs {
+  FixedJob jobs[kRopeMaxJobs];
+  int n_jobs = 0;
+  uint32_t sin_xor = 0;  ///< sin's sign bits flipped in each 32-bit word (the sin_sign hook)
+  bool write_tail = true;
+};
+
+template <typename T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return DType::kBFloat16;
+  else if constexpr (std::is_same_v<T, __half>)
+    return DType::kFloat16;
+  else
+    return DType::kFloat32;
+}
+
+// 8 elements at p (16-byte aligned), each 32-bit word XORed with `flip` first (sign bits).
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, uint32_t flip, float* f) {
+  using B = typename Bits<T>::type;
+  constexpr int kN = kFixedV * static_cast<int>(sizeof(T)) / 16;
+  union {
+    uint4 r[kN];
+    B b[kFixedV];
+  } u;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    uint4 v = reinterpret_cast<const uint4*>(p)[k];
+    v.x ^= flip;
+    v.y ^= flip;
+    v.z ^= flip;
+    v.w ^= flip;
+    u.r[k] = v;
+  }
+#pragma unroll
+  for (int i = 0; i < kFixedV; ++i) f[i] = Bits<T>::to_float(u.b[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float* f) {
+  store_t<T, kFixedV>(p, 1, true, f);
+}
+
+template <typename F>
+__device__ __forceinline__ float fixed_product(float a, float b) {
+  return round_to(F::mul_dtype, mul_rn(a, b));
+}
+
+// Item `item` of one row (x, cs, sn, out: the row's bases).
+template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, typename F>
+__device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j, int item,
+                                           const TX* x, const TT* cs, const TT* sn, TO* out) {
+  const bool is_tail = item >= j.n_rot;
+  if (is_tail && !a.write_tail) return;
+  const F f{};
+  const int c0 = is_tail ? j.rotary_dim + (item - j.n_rot) * kFixedV : item * kFixedV;
+  if (is_tail) {  // partial rotary's pass-through: tail() with its convert hoisted
+    float v[kFixedV];
+    load8(x + c0, 0, v);
+    if (j.tail_cvt == DType::kBFloat16) {
+#pragma unroll
+      for (int k = 0; k < kFixedV; ++k) v[k] = round_to(DType::kBFloat16, v[k]);
+    } else if (j.tail_cvt == DType::kFloat16) {
+#pragma unroll
+      for (int k = 0; k < kFixedV; ++k) v[k] = round_to(DType::kFloat16, v[k]);
+    }
+    if (j.zero_add) {
+#pragma unroll
+      for (int k = 0; k < kFixedV; ++k) v[k] = add_rn(v[k], 0.0f);
+    }
+    store8(out + c0, v);
+    return;
+  }
+  if constexpr (!kInter) {
+    // the pair of chunks c0 < R / 2 and c1 = c0 + R / 2: rot(x) = (-x1, x0), rotT(y) = (y1, -y0)
+    const int c1 = c0 + j.half;
+    float x0[kFixedV], x1[kFixedV], cv0[kFixedV], cv1[kFixedV], sv0[kFixedV], sv1[kFixedV];
+    load8(x + c0, 0, x0);
+    load8(x + c1, 0, x1);
+    load8(cs + c0, 0, cv0);
+    load8(cs + c1, 0, cv1);
+    load8(sn + c0, a.sin_xor, sv0);
+    load8(sn + c1, a.sin_xor, sv1);
+    float o0[kFixedV], o1[kFixedV];
+#pragma unroll
+    for (int k = 0; k < kFixedV; ++k) {
+      if constexpr (!kBwd) {
+        o0[k] = sum(f, fixed_product<F>(x0[k], cv0[k]), fixed_product<F>(-x1[k], sv0[k]));
+        o1[k] = sum(f, fixed_product<F>(x1[k], cv1[k]), fixed_product<F>(x0[k], sv1[k]));
+      } else {
+        o0[k] = bwd_sum(f, fixed_product<F>(x1[k], sv1[k]), false, fixed_product<F>(x0[k], cv0[k]));
+        o1[k] = bwd_sum(f, -fixed_product<F>(x0[k], sv0[k]), true, fixed_product<F>(x1[k], cv1[k]));
+      }
+    }
+    store8(out + c0, o0);
+    store8(out + c1, o1);
+  } else {
+    // the pairs (2i, 2i + 1) in the chunk: rot(x) = (-x[2i+1], x[2i]), rotT(y) = (y[2i+1],
+    // -y[2i])
+    float xv[kFixedV], cv[kFixedV], sv[kFixedV], o[kFixedV];
+    load8(x + c0, 0, xv);
+    load8(cs + c0, 0, cv);
+    load8(sn + c0, a.sin_xor, sv);
+#pragma unroll
+    for (int k = 0; k < kFixedV; ++k) {
+      if constexpr (!kBwd) {
+        const float rot = (k & 1) ? xv[k - 1] : -xv[k + 1];
+        o[k] = sum(f, fixed_product<F>(xv[k], cv[k]), fixed_product<F>(rot, sv[k]));
+      } else {
+        const int p = k ^ 1;
+        const float y = fixed_product<F>(xv[p], sv[p]);
+        const bool negated = (k & 1) != 0;
+        o[k] = bwd_sum(f, negated ? -y : y, negated, fixed_product<F>(xv[k], cv[k]));
+      }
+    }
+    store8(out + c0, o);
+  }
+}
+
+template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, typename F>
+__global__ void __launch_bounds__(256) rope_fixed_kernel(const __grid_constant__ FixedArgs a) {
+  static_assert(kBwd || F::sum_order == 0, "the forward has no association to choose");
+  const FixedJob& j = a.jobs[blockIdx.y];
+  // blockDim.x threads share a row's items (about two each: the row's offsets once per two)
+  if (static_cast<int>(threadIdx.x) >= j.n_items) return;
+  const int32_t row_step = static_cast<int32_t>(gridDim.x * blockDim.y);
+  for (int32_t row = static_cast<int32_t>(blockIdx.x * blockDim.y + threadIdx.y); row < j.rows;
+       row += row_step) {
+    int32_t ox = 0, oc = 0, os = 0, oo = 0;
+    uint32_t r = static_cast<uint32_t>(row);
+#pragma unroll
+    for (int d = kRopeMaxLead - 1; d >= 0; --d) {
+      if (d >= j.n_lead) continue;
+      const uint32_t q = j.div_lead[d].div(r);
+      const int32_t i = static_cast<int32_t>(r - q * j.div_lead[d].divisor);
+      r = q;
+      ox += i * j.x_st[d];
+      oc += i * j.cos_st[d];
+      os += i * j.sin_st[d];
+      oo += i * j.out_st[d];
+    }
+    const TX* x = static_cast<const TX*>(j.x) + ox;
+    TO* out = static_cast<TO*>(j.out) + oo;
+    const TT* cs = static_cast<const TT*>(j.cos) + oc;
+    const TT* sn = static_cast<const TT*>(j.sin) + os;
+    for (int item = static_cast<int>(threadIdx.x); item < j.n_items;
+         item += static_cast<int>(blockDim.x))
+      fixed_item<TX, TT, TO, kInter, kBwd, F>(a, j, item, x, cs, sn, out);
+  }
+}
+
 // --- optimized: one kernel, every job (blockIdx.y), V elements per thread --------------------
 
 template <int V, bool kIdx32>
@@ -295,6 +495,204 @@ bool vectorizable(const void* ptr, DType t, const int64_t* lead_stride, int n_le
 int blocks_for(int64_t work, int threads) {
   const int64_t b = (work + threads - 1) / threads;
   return static_cast<int>(std::clamp<int64_t>(b, 1, 132 * 32));
+}
+
+// --- fixed forms: the table and the launcher's choice -----------------------------------------
+
+using FixedKernel = void (*)(FixedArgs);
+
+struct FixedForm {
+  const char* name;
+  DType x, table, out;
+  bool interleaved, backward;
+  DType mul, add, sum_cvt;  ///< mul: each product's single rounding (Fixed)
+  bool zero_add;
+  int sum_order;  ///< the backward's association (the forward has none: 0)
+  FixedKernel kernel;
+};
+
+#define REPLAY_ROPE_FIXED(NAME, TX, TT, TO, INTER, BWD, P, A, S, Z, O)                        \
+  FixedForm {                                                                                 \
+    NAME, dtype_of<TX>(), dtype_of<TT>(), dtype_of<TO>(), INTER, BWD, DType::P, DType::A,     \
+        DType::S, Z, O,                                                                       \
+        &rope_fixed_kernel<TX, TT, TO, INTER, BWD, Fixed<DType::P, DType::A, DType::S, Z, O>> \
+  }
+
+using bf16 = __nv_bfloat16;
+
+// The forms the bundled traces take (`replay plan TRACE` prints each rotation's dtypes; the unit
+// test RopeFixedForms lists which trace takes which, and fails on a form no trace takes):
+//   half_fwd_bf16ops           Llama, Phi-3, GPT-NeoX forward: every product and the sum in bf16
+//   half_fwd_fp32math_f32table litgpt forward: float32 products and sum, the sum converted to bf16
+//   half_fwd_fp32out_f32table  a bf16 x with a float32 table, no convert (a synthetic form)
+//   half_bwd_bf16ops           Llama backward
+//   half_bwd_bf16ops_zero      Phi-3's and GPT-NeoX's backward (the scatters' + 0)
+//   half_bwd_bf16ops_zero_order1_f32table  litgpt's backward (float32 products converted to bf16:
+//                              the same single rounding; its association, sum_order 1)
+//   inter_fwd_fp32math         Cohere forward (float32 math, the sum converted)
+//   inter_fwd_fp32out_f32table GPT-J forward (float32 throughout, a float32 output)
+//   inter_bwd_fp32math         Cohere backward
+//   inter_bwd_bf16ops_zero_f32x_f32table  GPT-J backward (its float32 incoming gradient)
+// Anything else (float16 or float32 x but GPT-J's, other rounding steps, Meta Llama's per-pair
+// tables, vector width below 8) takes the generic kernel.
+const FixedForm kFixedForms[] = {
+    REPLAY_ROPE_FIXED("half_fwd_bf16ops", bf16, bf16, bf16, false, false, kBFloat16, kBFloat16,
+                      kFloat32, false, 0),
+    REPLAY_ROPE_FIXED("half_fwd_fp32math_f32table", bf16, float, bf16, false, false, kFloat32,
+                      kFloat32, kBFloat16, false, 0),
+    REPLAY_ROPE_FIXED("half_fwd_fp32out_f32table", bf16, float, float, false, false, kFloat32,
+                      kFloat32, kFloat32, false, 0),
+    REPLAY_ROPE_FIXED("half_bwd_bf16ops", bf16, bf16, bf16, false, true, kBFloat16, kBFloat16,
+                      kFloat32, false, 0),
+    REPLAY_ROPE_FIXED("half_bwd_bf16ops_zero", bf16, bf16, bf16, false, true, kBFloat16, kBFloat16,
+                      kFloat32, true, 0),
+    REPLAY_ROPE_FIXED("half_bwd_bf16ops_zero_order1_f32table", bf16, float, bf16, false, true,
+                      kBFloat16, kBFloat16, kFloat32, true, 1),
+    REPLAY_ROPE_FIXED("inter_fwd_fp32math", bf16, bf16, bf16, true, false, kFloat32, kFloat32,
+                      kBFloat16, false, 0),
+    REPLAY_ROPE_FIXED("inter_fwd_fp32out_f32table", bf16, float, float, true, false, kFloat32,
+                      kFloat32, kFloat32, false, 0),
+    REPLAY_ROPE_FIXED("inter_bwd_fp32math", bf16, bf16, bf16, true, true, kFloat32, kFloat32,
+                      kBFloat16, false, 0),
+    REPLAY_ROPE_FIXED("inter_bwd_bf16ops_zero_f32x_f32table", float, float, bf16, true, true,
+                      kBFloat16, kBFloat16, kFloat32, true, 0),
+};
+
+#undef REPLAY_ROPE_FIXED
+
+// A product's rounding as one step: mul then cvt, each float32 or the same narrower dtype.
+std::optional<DType> single_rounding(DType mul, DType cvt) {
+  if (mul == DType::kFloat32) return cvt;
+  if (cvt == DType::kFloat32 || cvt == mul) return mul;
+  return std::nullopt;
+}
+
+// Element offsets below 2^31 with non-negative strides: the largest reached, or -1.
+int64_t max_offset(const int64_t* lead_stride, const int64_t* lead, int n_lead, int64_t last) {
+  int64_t m = last;
+  for (int d = 0; d < n_lead; ++d) {
+    if (lead_stride[d] < 0) return -1;
+    m += (lead[d] - 1) * lead_stride[d];
+  }
+  return m;
+}
+
+// The form these jobs match and their operands allow, or nullptr.
+const FixedForm* find_fixed_form(const RopeArgs& a) {
+  if (a.force_generic || a.force_index64 || a.n_jobs <= 0) return nullptr;
+  if (rope_vector_width(a) != kFixedV) return nullptr;
+  const RopeJob* r0 = nullptr;
+  for (int k = 0; k < a.n_jobs && !r0; ++k)
+    if (a.jobs[k].rotary_dim > 0) r0 = &a.jobs[k];
+  if (!r0) return nullptr;
+  const auto mul = single_rounding(r0->mul_cos_dtype, r0->mul_cos_cvt);
+  if (!mul || single_rounding(r0->mul_sin_dtype, r0->mul_sin_cvt) != mul) return nullptr;
+  const FixedForm* form = nullptr;
+  for (const FixedForm& f : kFixedForms)
+    if (f.x == r0->x.dtype && f.table == r0->cos.dtype && f.out == r0->out_dtype &&
+        f.interleaved == (a.style == Style::kInterleaved) && f.backward == a.backward &&
+        f.mul == *mul && f.add == r0->add_dtype && f.sum_cvt == r0->sum_cvt &&
+        f.zero_add == r0->zero_add && (!a.backward || f.sum_order == r0->sum_order))
+      form = &f;
+  if (!form) return nullptr;
+  for (int k = 0; k < a.n_jobs; ++k) {
+    const RopeJob& j = a.jobs[k];
+    if (j.x.dtype != form->x || j.out_dtype != form->out) return nullptr;
+    if (j.head_dim / kFixedV - j.rotary_dim / (form->interleaved ? kFixedV : 2 * kFixedV) > 256)
+      return nullptr;                                  // one block row holds a row's items
+    if (j.rows >= (int64_t(1) << 30)) return nullptr;  // row + the grid's step stays in 31 bits
+    const int64_t last = j.head_dim - 1;
+    auto fits = [&](const int64_t* st, int64_t m) {
+      const int64_t o = max_offset(st, j.lead, j.n_lead, m);
+      return o >= 0 && o < (int64_t(1) << 31);
+    };
+    if (!vectorizable(j.x.ptr, j.x.dtype, j.x.lead_stride, j.n_lead, j.x.last_stride, kFixedV) ||
+        !vectorizable(j.out, j.out_dtype, j.out_lead_stride, j.n_lead, j.out_last_stride,
+                      kFixedV) ||
+        !fits(j.x.lead_stride, last) || !fits(j.out_lead_stride, last))
+      return nullptr;
+    if (j.rotary_dim == 0) continue;  // a copy job: the tail alone
+    const auto m = single_rounding(j.mul_cos_dtype, j.mul_cos_cvt);
+    if (j.cos.dtype != form->table || j.sin.dtype != form->table || j.pair_table || m != mul ||
+        single_rounding(j.mul_sin_dtype, j.mul_sin_cvt) != mul || j.add_dtype != form->add ||
+        j.sum_cvt != form->sum_cvt || j.zero_add != form->zero_add ||
+        (a.backward && j.sum_order != form->sum_order))
+      return nullptr;
+    for (const RopeOperand* t : {&j.cos, &j.sin})
+      if (!vectorizable(t->ptr, t->dtype, t->lead_stride, j.n_lead, t->last_stride, kFixedV) ||
+          !fits(t->lead_stride, j.rotary_dim - 1))
+        return nullptr;
+  }
+  return form;
+}
+
+// Job j's lead dims for the fixed kernel: size-1 dims dropped, a dim merged into the next inner
+// one where every operand's stride steps over it exactly (stride[d] = stride[d+1] * lead[d+1]).
+FixedJob fixed_job(const RopeJob& j, bool interleaved) {
+  FixedJob f;
+  f.x = j.x.ptr;
+  f.cos = j.cos.ptr;
+  f.sin = j.sin.ptr;
+  f.out = j.out;
+  struct Dim {
+    int64_t n;
+    int64_t st[4];
+  };
+  std::vector<Dim> dims;
+  for (int d = 0; d < j.n_lead; ++d) {
+    if (j.lead[d] == 1) continue;
+    const Dim cur{
+        j.lead[d],
+        {j.x.lead_stride[d], j.cos.lead_stride[d], j.sin.lead_stride[d], j.out_lead_stride[d]}};
+    bool merge = !dims.empty();
+    for (int k = 0; k < 4 && merge; ++k) merge = dims.back().st[k] == cur.st[k] * cur.n;
+    if (merge) {
+      dims.back().n *= cur.n;
+      for (int k = 0; k < 4; ++k) dims.back().st[k] = cur.st[k];
+    } else {
+      dims.push_back(cur);
+    }
+  }
+  f.n_lead = static_cast<int>(dims.size());
+  for (int d = 0; d < f.n_lead; ++d) {
+    f.div_lead[d] = FastDiv(static_cast<uint32_t>(dims[d].n));
+    f.x_st[d] = static_cast<int32_t>(dims[d].st[0]);
+    f.cos_st[d] = static_cast<int32_t>(dims[d].st[1]);
+    f.sin_st[d] = static_cast<int32_t>(dims[d].st[2]);
+    f.out_st[d] = static_cast<int32_t>(dims[d].st[3]);
+  }
+  f.rows = static_cast<int32_t>(j.rows);
+  f.rotary_dim = static_cast<int32_t>(j.rotary_dim);
+  f.half = static_cast<int32_t>(j.rotary_dim / 2);
+  f.n_rot = static_cast<int32_t>(j.rotary_dim / (interleaved ? kFixedV : 2 * kFixedV));
+  f.n_items = f.n_rot + static_cast<int32_t>((j.head_dim - j.rotary_dim) / kFixedV);
+  f.zero_add = j.zero_add;
+  f.tail_cvt = j.tail_cvt;
+  return f;
+}
+
+std::atomic<uint64_t> g_fixed_launches{0};
+
+// Launches the fixed form's kernel for these jobs.
+void launch_fixed(const FixedForm& form, const RopeArgs& a, cudaStream_t stream) {
+  FixedArgs fa;
+  fa.n_jobs = a.n_jobs;
+  fa.write_tail = a.write_tail;
+  if (a.sin_sign < 0) fa.sin_xor = form.table == DType::kFloat32 ? 0x80000000u : 0x80008000u;
+  int items = 1;
+  int64_t rows = 1;
+  for (int k = 0; k < a.n_jobs; ++k) {
+    fa.jobs[k] = fixed_job(a.jobs[k], form.interleaved);
+    items = std::max(items, static_cast<int>(fa.jobs[k].n_items));
+    rows = std::max(rows, a.jobs[k].rows);
+  }
+  const int threads_x = items >= 4 ? (items + 1) / 2 : items;  // two items per thread
+  const int rows_per_block = std::max(1, 256 / threads_x);
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 132 * 32)), a.n_jobs);
+  form.kernel<<<grid, dim3(threads_x, rows_per_block), 0, stream>>>(fa);
+  REPLAY_CUDA_LAUNCH("rope_fixed_kernel");
+  g_fixed_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 // --- baseline: the eager sequence, one pass per op --------------------------------------------
@@ -410,8 +808,24 @@ int rope_vector_width(const RopeArgs& a) {
   return 1;
 }
 
+const char* rope_fixed_form(const RopeArgs& a) {
+  const FixedForm* f = find_fixed_form(a);
+  return f ? f->name : nullptr;
+}
+
+std::vector<const char*> rope_fixed_form_names() {
+  std::vector<const char*> out;
+  for (const FixedForm& f : kFixedForms) out.push_back(f.name);
+  return out;
+}
+
+uint64_t rope_fixed_form_launches() {
+  return g_fixed_launches.load(std::memory_order_relaxed);
+}
+
 void rope_optimized(const RopeArgs& in, cudaStream_t stream) {
   if (in.n_jobs <= 0) return;
+  if (const FixedForm* f = find_fixed_form(in)) return launch_fixed(*f, in, stream);
   RopeArgs a = in;
   const int v = rope_vector_width(a);
   int64_t max_work = 0;

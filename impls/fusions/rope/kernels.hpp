@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "impls/eager/fast_div.cuh"
 #include "workloads/ir/dtype.hpp"
@@ -87,12 +88,26 @@ struct RopeArgs {
   float sin_sign = 1;          ///< test hook: -1 is the GPU mutant "sin sign flipped"
   bool write_tail = true;      ///< test hook: false is the mutant "pass-through tail dropped"
   bool force_index64 = false;  ///< test hook: the 64-bit index path at any size
+  bool force_generic = false;  ///< test hook: the generic kernel where a fixed form would apply
 };
 
 /// Elements per thread the optimized kernel can use for these jobs: the largest of 8, 4, 2 that
 /// divides D, R and (rotate-half) R / 2 of every job; 1 otherwise. 16-byte accesses then happen
 /// on each operand whose last stride is 1 and whose base and lead strides are aligned.
 int rope_vector_width(const RopeArgs& a);
+
+/// The fixed form (a kernel compiled for these operand dtypes, style, phase and rounding steps:
+/// kernels.cu, kFixedForms) rope_optimized launches for these jobs, or nullptr where it launches
+/// the generic kernel (another form, a vector width below 8, an unaligned or non-unit-stride
+/// operand, an offset beyond 31 bits, the force_generic or force_index64 hook). Host only; reads
+/// the pointers' alignment, never the data.
+const char* rope_fixed_form(const RopeArgs& a);
+
+/// The names of every fixed form compiled (kernels.cu, kFixedForms).
+std::vector<const char*> rope_fixed_form_names();
+
+/// Test hook: how many launches rope_optimized has sent to a fixed-form kernel in this process.
+uint64_t rope_fixed_form_launches();
 
 /// optimized: one kernel for every job: x read once (its partner half from the same lines),
 /// cos / sin from their broadcast tables, out written once.

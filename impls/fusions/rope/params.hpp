@@ -63,6 +63,7 @@ struct Params {
   float sin_sign = 1;
   bool write_tail = true;
   bool force_index64 = false;  ///< the optimized kernel's 64-bit index path (a GPU test)
+  bool force_generic = false;  ///< the optimized variant's generic kernel (a GPU test)
 };
 
 std::string_view style_name(Style s);

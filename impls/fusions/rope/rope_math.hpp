@@ -54,8 +54,10 @@ REPLAY_ROPE_HD float product(DType mul, DType cvt, float a, float b) {
 }
 
 /// The sum as the graph rounds it, then a convert after it, then the backward's scatter into
-/// zeros (+ 0: a -0 becomes +0).
-REPLAY_ROPE_HD float sum(const RopeJob& j, float a, float b) {
+/// zeros (+ 0: a -0 becomes +0). `J`: a RopeJob, or a type whose add_dtype, sum_cvt, zero_add
+/// and sum_order are static constexpr (the optimized kernel's fixed forms: the switches fold).
+template <typename J>
+REPLAY_ROPE_HD float sum(const J& j, float a, float b) {
   float v = round_to(j.sum_cvt, round_to(j.add_dtype, add_rn(a, b)));
   if (j.zero_add) v = add_rn(v, 0.0f);
   return v;
@@ -63,7 +65,8 @@ REPLAY_ROPE_HD float sum(const RopeJob& j, float a, float b) {
 
 /// The backward's dx from t = rotT(y)[c] (`negated`: t is a negated y, placed by the scatter of
 /// the negated half) and mc = g * cos, associated as the graph sums them (RopeJob::sum_order).
-REPLAY_ROPE_HD float bwd_sum(const RopeJob& j, float t, bool negated, float mc) {
+template <typename J>
+REPLAY_ROPE_HD float bwd_sum(const J& j, float t, bool negated, float mc) {
   if (j.sum_order == 0) return sum(j, add_rn(t, 0.0f), mc);  // (t + 0) + mc
   const bool first = negated == (j.sum_order == 1);          // t's scatter meets mc first
   const float v = round_to(j.add_dtype, add_rn(mc, first ? t : 0.0f));

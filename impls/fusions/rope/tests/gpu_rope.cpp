@@ -345,3 +345,63 @@ TEST(RopeGpuIndex64, BitIdenticalToEager) {
     EXPECT_EQ(first_difference(g, prog, eager, region_outputs(plan)), "") << t;
   }
 }
+
+// The optimized kernel's fixed forms (kernels.cu, kFixedForms) against its generic kernel (forced
+// by the force_generic hook): the same bits on the realistic shapes and small ones of every form,
+// the fixed form launched where rope_fixed_form says so (the realistic shapes but Meta's real
+// pairs) and never under the hook. The other tests here run both kernels against the eager
+// executor: the fixed forms on every trace of vector width 8, the generic kernel on litgpt's and
+// Meta's small traces and the synthetic forms of head dim 72 and 66 and of rotary dim 20.
+namespace {
+Binding generic_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  Region m = r;
+  auto p = std::any_cast<Params>(r.params);
+  p.force_generic = true;
+  m.params = p;
+  return rope::bind(g, m, v, ctx);
+}
+}  // namespace
+
+TEST(RopeGpuFixedForms, BitIdenticalToTheGenericKernel) {
+  REQUIRE_GPU();
+  const std::pair<const char*, bool> traces[] = {
+      {"byog/rope/llama_rope_table_mincut_train_fwd_1x8192x32x128", true},
+      {"byog/rope/llama_rope_table_mincut_train_bwd_1x8192x32x128", true},
+      {"byog/rope/phi3_rope_mincut_train_bwd_1x4096x40x128", true},
+      {"byog/rope/gpt_neox_rope_mincut_train_fwd_2x2048x32x128", true},
+      {"byog/rope/gpt_neox_rope_mincut_train_bwd_2x2048x32x128", true},
+      {"byog/rope/cohere_rope_mincut_train_fwd_2x8x4x64", true},
+      {"byog/rope/cohere_rope_mincut_train_bwd_2x8x4x64", true},
+      {"byog/rope/gptj_rope_mincut_train_fwd_1x2048x16x256", true},
+      {"byog/rope/gptj_rope_mincut_train_bwd_2x8x2x256", true},
+      {"litgpt_rope_train_fwd_2x4096x40x40x128", true},
+      {"litgpt_rope_train_bwd_2x4096x40x40x128", true},
+      {"litgpt_rope_train_bwd_1x8x4x2x16", false},      // rotary dim 4: vector width 2
+      {"meta_llama_rope_train_fwd_1x8x4x2x16", false},  // a table per pair
+  };
+  for (const auto& [t, fixed] : traces) {
+    Graph g = load_trace(trace_path(t));
+    const Plan plan = make_plan(g, fusion_registry());
+    FusionSpec spec = fusions::rope;
+    spec.bind = generic_bind;
+    const FusionSpec* fusions[] = {&spec};
+    const Plan generic_plan = make_plan(g, fusions);
+    ASSERT_FALSE(region_outputs(plan).empty()) << t;
+    const auto inputs = generate_inputs(g, 11);
+    uint64_t before = rope::rope_fixed_form_launches();
+    GpuProgram fast(g, plan, "optimized", inputs, nullptr);
+    expect_fused_where_available(plan, fast, "optimized", t);
+    fast.poison_outputs(nullptr);
+    fast.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(rope::rope_fixed_form_launches() > before, fixed) << t;
+    before = rope::rope_fixed_form_launches();
+    GpuProgram generic(g, generic_plan, "optimized", inputs, nullptr);
+    expect_fused_where_available(generic_plan, generic, "optimized", t);
+    generic.poison_outputs(nullptr);
+    generic.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(rope::rope_fixed_form_launches(), before) << t << ": the hook must force generic";
+    EXPECT_EQ(first_difference(g, fast, generic, region_outputs(plan)), "") << t;
+  }
+}

@@ -9,7 +9,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <random>
+#include <set>
 
 #include "impls/fusions/registry.hpp"
 #include "impls/fusions/rope/params.hpp"
@@ -205,4 +208,217 @@ TEST(RopeNumerics, RotaryDimTwoShortShowsOnSomeSeed) {
   }
   for (uint64_t seed : {41u, 42u})
     EXPECT_GT(diffs("byog/rope/gptj_rope_mincut_train_fwd_2x8x2x256", seed), 0) << seed;
+}
+
+// The optimized kernel's fixed forms (kernels.cu, kFixedForms: one kernel per operand dtypes,
+// style, phase and rounding steps) cover every bundled rotary trace whose vector width is 8 and
+// whose tables hold one entry per element (every realistic shape but Meta Llama's real pairs):
+// rope_fixed_form on the matcher's params with the graph's dtypes and aligned operands. The
+// launcher takes the generic kernel for what no form compiles (each refusal below).
+namespace {
+
+rope::RopeArgs args_of(const Graph& g, const Params& p) {
+  rope::RopeArgs a;
+  a.style = p.style;
+  a.backward = p.backward;
+  // never dereferenced: rope_fixed_form reads the alignment alone
+  alignas(256) static char base[256];
+  for (const Rotation& r : p.rotations) {
+    rope::RopeJob& j = a.jobs[a.n_jobs++];
+    j = job_of(r);
+    const std::vector<int64_t>& shape = g.meta(r.x).shape;
+    j.n_lead = static_cast<int>(shape.size()) - 1;
+    j.rows = 1;
+    int64_t st = shape.back();
+    for (int d = j.n_lead - 1; d >= 0; --d) {
+      j.lead[d] = shape[d];
+      j.rows *= shape[d];
+      j.x.lead_stride[d] = j.out_lead_stride[d] = st;
+      st *= shape[d];
+    }
+    j.x.ptr = base;
+    j.x.dtype = g.meta(r.x).dtype;
+    j.out = base;
+    j.out_dtype = g.meta(p.joint.value >= 0 ? p.joint.value : r.out).dtype;
+    if (r.cos < 0) continue;  // a copy into the joint gradient
+    j.cos.ptr = j.sin.ptr = base;
+    j.cos.dtype = g.meta(r.cos).dtype;
+    j.sin.dtype = g.meta(r.sin).dtype;
+  }
+  return a;
+}
+
+std::vector<std::string> rotary_traces() {
+  std::vector<std::string> out;
+  const std::filesystem::path dir = std::filesystem::path(REPLAY_TRACES_DIR) / "byog" / "rope";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".json") out.push_back("byog/rope/" + e.path().stem().string());
+  for (const char* t :
+       {"litgpt_rope_train_fwd_1x8x4x2x16", "litgpt_rope_train_bwd_1x8x4x2x16",
+        "litgpt_rope_train_fwd_2x4096x40x40x128", "litgpt_rope_train_bwd_2x4096x40x40x128",
+        "meta_llama_rope_train_fwd_1x8x4x2x16", "meta_llama_rope_train_fwd_2x4096x32x8x128"})
+    out.push_back(t);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST(RopeFixedForms, CoverEveryBundledTraceOfVectorWidth8) {
+  int fixed = 0;
+  std::set<std::string> used;
+  std::vector<std::pair<std::string, std::function<Graph()>>> graphs;
+  for (const std::string& t : rotary_traces())
+    graphs.emplace_back(t, [t] { return load_trace(trace_path(t)); });
+  // the synthetic forms of the GPU tests (gpu_rope.cpp)
+  // (fixed: a form takes it; float32 x forwards have none)
+  struct Synth {
+    int64_t D, R;
+    bool interleaved;
+    const char* dtype;
+    const char* table;
+    bool fixed;
+  };
+  const Synth synth[] = {
+      {72, 72, false, "bfloat16", "bfloat16", false},
+      {80, 80, false, "bfloat16", "float32", true},
+      {96, 32, false, "bfloat16", "bfloat16", true},
+      {96, 20, false, "float16", "float16", false},
+      {72, 20, true, "bfloat16", "bfloat16", false},
+      {80, 32, true, "float32", "float32", false},
+      {128, 128, true, "bfloat16", "float32", true},
+      {66, 66, false, "bfloat16", "bfloat16", false},
+  };
+  std::map<std::string, bool> synth_fixed;
+  for (const Synth& sy : synth) {
+    RopeForm f;
+    f.D = sy.D;
+    f.R = sy.R;
+    f.interleaved = sy.interleaved;
+    f.dtype = sy.dtype;
+    f.table_dtype = sy.table;
+    f.T = 33;
+    const std::string name = "synthetic_" + std::to_string(sy.D) + "_" + std::to_string(sy.R) +
+                             (sy.interleaved ? "_interleaved_" : "_half_") + sy.dtype + "_" +
+                             sy.table;
+    graphs.emplace_back(name, [f, name] { return parse_trace(rope_trace_json(f, name), name); });
+    synth_fixed[name] = sy.fixed;
+  }
+  for (const auto& [t, load] : graphs) {
+    Graph g = load();
+    const Plan plan = make_plan(g, fusion_registry());
+    for (const Region& reg : plan.regions) {
+      if (reg.fusion != &fusions::rope) continue;
+      const auto& p = std::any_cast<const Params&>(reg.params);
+      const rope::RopeArgs a = args_of(g, p);
+      bool pair = false;
+      for (const Rotation& r : p.rotations) pair |= r.pair_table;
+      const bool expect =
+          synth_fixed.count(t) ? synth_fixed.at(t) : rope::rope_vector_width(a) == 8 && !pair;
+      const char* form = rope::rope_fixed_form(a);
+      EXPECT_EQ(form != nullptr, expect) << t;
+      std::cout << t << ": " << (form ? form : "generic") << "\n";
+      fixed += form != nullptr;
+      if (form) used.insert(form);
+    }
+  }
+  EXPECT_GT(fixed, 40);
+  // every compiled form is one a bundled trace or a synthetic form takes (so the GPU tests run it)
+  for (const char* f : rope::rope_fixed_form_names()) EXPECT_TRUE(used.count(f)) << f;
+}
+
+TEST(RopeFixedForms, RefuseWhatNoFormCompiles) {
+  Graph g = load_trace(trace_path("byog/rope/llama_rope_table_mincut_train_bwd_2x8x4x64"));
+  const Plan plan = make_plan(g, fusion_registry());
+  ASSERT_FALSE(plan.regions.empty());
+  const rope::RopeArgs a = args_of(g, std::any_cast<const Params&>(plan.regions[0].params));
+  ASSERT_STREQ(rope::rope_fixed_form(a), "half_bwd_bf16ops");
+  // float32 products converted to bfloat16 round as bfloat16 products do: the same form
+  rope::RopeArgs b = a;
+  for (int k = 0; k < b.n_jobs; ++k) {
+    b.jobs[k].mul_cos_dtype = b.jobs[k].mul_sin_dtype = DType::kFloat32;
+    b.jobs[k].mul_cos_cvt = b.jobs[k].mul_sin_cvt = DType::kBFloat16;
+  }
+  EXPECT_STREQ(rope::rope_fixed_form(b), "half_bwd_bf16ops");
+  const std::pair<const char*, void (*)(rope::RopeArgs&)> refusals[] = {
+      {"float16 products", [](rope::RopeArgs& r) { r.jobs[1].mul_cos_dtype = DType::kFloat16; }},
+      {"float16 then bfloat16",
+       [](rope::RopeArgs& r) {
+         r.jobs[0].mul_sin_dtype = DType::kFloat16;
+         r.jobs[0].mul_sin_cvt = DType::kBFloat16;
+       }},
+      {"float32 sum", [](rope::RopeArgs& r) { r.jobs[0].add_dtype = DType::kFloat32; }},
+      {"scatters' + 0 in one job", [](rope::RopeArgs& r) { r.jobs[1].zero_add = true; }},
+      {"association 2", [](rope::RopeArgs& r) { r.jobs[0].sum_order = 2; }},
+      {"float16 x", [](rope::RopeArgs& r) { r.jobs[1].x.dtype = DType::kFloat16; }},
+      {"misaligned out",
+       [](rope::RopeArgs& r) { r.jobs[0].out = static_cast<char*>(r.jobs[0].out) + 2; }},
+      {"odd lead stride", [](rope::RopeArgs& r) { r.jobs[1].x.lead_stride[0] += 1; }},
+      {"strided table", [](rope::RopeArgs& r) { r.jobs[0].cos.last_stride = 2; }},
+      {"rotary dim 8 (vector width 4)",
+       [](rope::RopeArgs& r) {
+         for (int k = 0; k < r.n_jobs; ++k) r.jobs[k].rotary_dim = 8;
+       }},
+      {"interleaved", [](rope::RopeArgs& r) { r.style = rope::Style::kInterleaved; }},
+      {"offsets beyond 31 bits",
+       [](rope::RopeArgs& r) { r.jobs[0].x.lead_stride[0] = int64_t(1) << 31; }},
+      {"force_generic", [](rope::RopeArgs& r) { r.force_generic = true; }},
+      {"force_index64", [](rope::RopeArgs& r) { r.force_index64 = true; }},
+  };
+  for (const auto& [what, mutate] : refusals) {
+    rope::RopeArgs m = a;
+    mutate(m);
+    EXPECT_EQ(rope::rope_fixed_form(m), nullptr) << what;
+  }
+}
+
+// The fixed forms' arithmetic: rope_math's sum / bwd_sum on a type of static constants (as the
+// kernel instantiates them) give a RopeJob's bits; a product's mul and convert, each float32 or
+// bfloat16, round as one bfloat16 rounding. A form with the wrong add dtype must differ.
+namespace {
+template <DType A, DType S, bool Z, int O>
+struct FixedLike {
+  static constexpr DType add_dtype = A, sum_cvt = S;
+  static constexpr bool zero_add = Z;
+  static constexpr int sum_order = O;
+};
+
+template <typename F>
+int differences(const rope::RopeJob& j, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-4.f, 4.f);
+  int diff = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float a = u(rng), b = i % 97 == 0 ? -0.0f : u(rng);
+    const float x = u(rng), c = u(rng);
+    diff += !same_bits(rope::sum(F{}, a, b), rope::sum(j, a, b));
+    for (bool neg : {false, true})
+      diff += !same_bits(rope::bwd_sum(F{}, neg ? -a : a, neg, b),
+                         rope::bwd_sum(j, neg ? -a : a, neg, b));
+    const float once = rope::product(DType::kBFloat16, DType::kFloat32, x, c);
+    diff += !same_bits(rope::product(DType::kFloat32, DType::kBFloat16, x, c), once);
+    diff += !same_bits(rope::product(DType::kBFloat16, DType::kBFloat16, x, c), once);
+  }
+  return diff;
+}
+}  // namespace
+
+TEST(RopeFixedForms, StaticRoundingStepsGiveTheJobsBits) {
+  rope::RopeJob j;
+  j.add_dtype = DType::kBFloat16;
+  j.sum_cvt = DType::kFloat32;
+  j.zero_add = true;
+  j.sum_order = 1;
+  using BF = FixedLike<DType::kBFloat16, DType::kFloat32, true, 1>;
+  EXPECT_EQ(differences<BF>(j, 1), 0);
+  j.zero_add = false;
+  j.sum_order = 0;
+  EXPECT_EQ((differences<FixedLike<DType::kBFloat16, DType::kFloat32, false, 0>>(j, 2)), 0);
+  j.add_dtype = DType::kFloat32;
+  j.sum_cvt = DType::kBFloat16;
+  EXPECT_EQ((differences<FixedLike<DType::kFloat32, DType::kBFloat16, false, 0>>(j, 3)), 0);
+  // wrong: the sum left in float32 where the job rounds it to bfloat16 first
+  j.add_dtype = DType::kBFloat16;
+  j.sum_cvt = DType::kFloat32;
+  EXPECT_GT((differences<FixedLike<DType::kFloat32, DType::kFloat32, false, 0>>(j, 4)), 0);
 }
