@@ -79,6 +79,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   a.write_tail = p.write_tail;
   a.force_index64 = p.force_index64;
   a.force_generic = p.force_generic;
+  a.fixed_forms = p.fixed_forms;
   if (p.joint.value >= 0 && p.joint.steps.size() != p.rotations.size()) {
     b.unsupported = "joint gradient without a layout for every job";
     return b;

@@ -825,7 +825,8 @@ uint64_t rope_fixed_form_launches() {
 
 void rope_optimized(const RopeArgs& in, cudaStream_t stream) {
   if (in.n_jobs <= 0) return;
-  if (const FixedForm* f = find_fixed_form(in)) return launch_fixed(*f, in, stream);
+  if (in.fixed_forms)
+    if (const FixedForm* f = find_fixed_form(in)) return launch_fixed(*f, in, stream);
   RopeArgs a = in;
   const int v = rope_vector_width(a);
   int64_t max_work = 0;

@@ -89,6 +89,11 @@ struct RopeArgs {
   bool write_tail = true;      ///< test hook: false is the mutant "pass-through tail dropped"
   bool force_index64 = false;  ///< test hook: the 64-bit index path at any size
   bool force_generic = false;  ///< test hook: the generic kernel where a fixed form would apply
+  /// The compile-time fixed forms where one applies. Off by default: written after this
+  /// session's last device run, they have not yet run on a GPU (the GPU test RopeGpuFixedForms
+  /// turns them on and compares them with the generic kernel bit for bit; flip the default once
+  /// it passes).
+  bool fixed_forms = false;
 };
 
 /// Elements per thread the optimized kernel can use for these jobs: the largest of 8, 4, 2 that

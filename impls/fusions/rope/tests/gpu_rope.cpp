@@ -349,10 +349,17 @@ TEST(RopeGpuIndex64, BitIdenticalToEager) {
 // The optimized kernel's fixed forms (kernels.cu, kFixedForms) against its generic kernel (forced
 // by the force_generic hook): the same bits on the realistic shapes and small ones of every form,
 // the fixed form launched where rope_fixed_form says so (the realistic shapes but Meta's real
-// pairs) and never under the hook. The other tests here run both kernels against the eager
-// executor: the fixed forms on every trace of vector width 8, the generic kernel on litgpt's and
-// Meta's small traces and the synthetic forms of head dim 72 and 66 and of rotary dim 20.
+// pairs) and never under the hook. The fixed forms are off by default (RopeArgs::fixed_forms: not
+// yet run on a GPU when written), so the other tests here run the generic kernel; this one turns
+// them on.
 namespace {
+Binding fixed_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  Region m = r;
+  auto p = std::any_cast<Params>(r.params);
+  p.fixed_forms = true;
+  m.params = p;
+  return rope::bind(g, m, v, ctx);
+}
 Binding generic_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   Region m = r;
   auto p = std::any_cast<Params>(r.params);
@@ -381,7 +388,10 @@ TEST(RopeGpuFixedForms, BitIdenticalToTheGenericKernel) {
   };
   for (const auto& [t, fixed] : traces) {
     Graph g = load_trace(trace_path(t));
-    const Plan plan = make_plan(g, fusion_registry());
+    FusionSpec fixed_spec = fusions::rope;
+    fixed_spec.bind = fixed_bind;
+    const FusionSpec* fixed_fusions[] = {&fixed_spec};
+    const Plan plan = make_plan(g, fixed_fusions);
     FusionSpec spec = fusions::rope;
     spec.bind = generic_bind;
     const FusionSpec* fusions[] = {&spec};
