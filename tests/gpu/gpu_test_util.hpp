@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include "harness/replay/gpu_program.hpp"
 #include "harness/report/numerics.hpp"
 #include "impls/fusions/registry.hpp"
@@ -13,6 +18,32 @@
   if (::replay::cuda_device_count() == 0) GTEST_SKIP() << "skipped: no CUDA device"
 
 namespace replay::test {
+
+/// Values the regions of fusion `fusion` write, in plan order.
+inline std::vector<int> fusion_region_outputs(const Plan& plan, std::string_view fusion) {
+  std::vector<int> out;
+  for (const Region& r : plan.regions)
+    if (r.fusion->name == fusion) out.insert(out.end(), r.outputs.begin(), r.outputs.end());
+  return out;
+}
+
+/// The first value of `vals` whose bits differ between two programs, as "name[i]: a vs b" ("" when
+/// none): every element compared as its bits (a NaN equals any NaN, -0 differs from +0).
+inline std::string first_bit_difference(const Graph& g, const GpuProgram& a, const GpuProgram& b,
+                                        const std::vector<int>& vals) {
+  for (int v : vals) {
+    const HostTensor x = a.download(v, nullptr), y = b.download(v, nullptr);
+    for (size_t i = 0; i < x.data.size(); ++i) {
+      const double p = x.data[i], q = y.data[i];
+      const bool same =
+          (std::isnan(p) && std::isnan(q)) || (p == q && std::signbit(p) == std::signbit(q));
+      if (!same)
+        return g.values[v].name + "[" + std::to_string(i) + "]: " + std::to_string(p) + " vs " +
+               std::to_string(q);
+    }
+  }
+  return "";
+}
 
 /// Every region whose fusion has `variant` runs fused in `prog` (no fallback to eager).
 inline void expect_fused_where_available(const Plan& plan, const GpuProgram& prog,

@@ -128,27 +128,13 @@ std::vector<GpuCase> cases() {
 
 // Values the fp8_quantize regions write.
 std::vector<int> region_outputs(const Plan& plan) {
-  std::vector<int> out;
-  for (const Region& r : plan.regions)
-    if (r.fusion->name == "fp8_quantize") out.insert(out.end(), r.outputs.begin(), r.outputs.end());
-  return out;
+  return fusion_region_outputs(plan, "fp8_quantize");
 }
 
 // The first value of `vals` whose bits differ between the two programs ("" when none).
 std::string first_difference(const Graph& g, const GpuProgram& a, const GpuProgram& b,
                              const std::vector<int>& vals) {
-  for (int v : vals) {
-    const HostTensor x = a.download(v, nullptr), y = b.download(v, nullptr);
-    for (size_t i = 0; i < x.data.size(); ++i) {
-      const double p = x.data[i], q = y.data[i];
-      const bool same =
-          (std::isnan(p) && std::isnan(q)) || (p == q && std::signbit(p) == std::signbit(q));
-      if (!same)
-        return g.values[v].name + "[" + std::to_string(i) + "]: " + std::to_string(p) + " vs " +
-               std::to_string(q);
-    }
-  }
-  return "";
+  return first_bit_difference(g, a, b, vals);
 }
 
 class Fp8QuantizeGpu : public ::testing::TestWithParam<std::tuple<size_t, std::string>> {};
