@@ -37,6 +37,9 @@ struct QuantForm {
   /// With foreign_scale: y's scale also casts y.float() (y's own quantization, which claims the
   /// scale chain; x's cast by it then stays eager).
   bool foreign_scale_casts_y = false;
+  /// The first quantization's (tensorwise) amax feeds a second scale chain of its own, whose scale
+  /// casts x.float() again (the negative "one scale chain per amax").
+  bool second_chain_from_own_amax = false;
 };
 
 inline double float8_max_of(const std::string& fp8) {
@@ -144,6 +147,19 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
       node("rcp_" + k, "aten.reciprocal.default", {test::ref(scale)}, tensor(ss, "float32"));
       outputs.push_back("rcp_" + k);
     }
+  }
+  if (f.second_chain_from_own_amax) {  // amax_0 -> a second float64 chain -> scale_b -> cast
+    const QuantSpec& q = f.quants.at(0);
+    node("amax64_b", "prims.convert_element_type.default",
+         {test::ref("amax_0"), {{"dtype", "float64"}}}, tensor({}, "float64"));
+    node("clamp_b", "aten.clamp_min.default", {test::ref("amax64_b"), 1e-12},
+         tensor({}, "float64"));
+    node("rcp64_b", "aten.reciprocal.default", {test::ref("clamp_b")}, tensor({}, "float64"));
+    node("mul64_b", "aten.mul.Tensor", {test::ref("rcp64_b"), float8_max_of(q.fp8)},
+         tensor({}, "float64"));
+    node("scale_b", "prims.convert_element_type.default",
+         {test::ref("mul64_b"), {{"dtype", "float32"}}}, tensor({}, "float32"));
+    cast_chain("b", q, x32, "scale_b");
   }
   json inputs = json::array();
   json xin = tensor(xs, dt);

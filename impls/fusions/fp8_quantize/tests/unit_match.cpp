@@ -281,6 +281,23 @@ TEST(Fp8QuantizeMatch, ScaleThatAlsoCastsItsOwnTensorIsNotGiven) {
   for (const auto& d : p.dropped) EXPECT_NE(d.fusion, "fp8_quantize") << d.reason;
 }
 
+// x's own amax feeding a second scale chain: not a given amax (the region computes it: reading it
+// in the launch that writes it would race); the first chain's quantization is still the region.
+TEST(Fp8QuantizeMatch, OwnAmaxFeedingASecondScaleChainIsDeclined) {
+  QuantForm f;
+  f.quants = {spec("tensorwise")};
+  f.second_chain_from_own_amax = true;
+  Graph g;
+  Plan p = plan_of(f, g);
+  ASSERT_EQ(fp8_regions(p).size(), 1u) << fp8_declines(g, p);
+  const auto& q = params(fp8_regions(p)[0]).quants;
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_FALSE(q[0].given);
+  EXPECT_EQ(g.values[q[0].scale].name, "scale_0");
+  EXPECT_NE(declined_at(g, p, "scaled_b").find("feeds a second scale chain"), std::string::npos)
+      << fp8_declines(g, p);
+}
+
 // torchao's tensorwise min-cut backward requantizes the weight from the amax its forward saved
 // (an input): one region for the weight, its quantization given, x read once.
 TEST(Fp8QuantizeMatch, WeightRequantizedFromTheSavedAmax) {
