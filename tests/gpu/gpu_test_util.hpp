@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "harness/replay/gpu_program.hpp"
+#include "harness/replay/variants.hpp"
 #include "harness/report/numerics.hpp"
 #include "impls/fusions/registry.hpp"
 #include "impls/reference/reference.hpp"
@@ -73,6 +74,34 @@ inline void expect_variant_matches(const Graph& g, const std::string& variant, u
                               output_bounds(g, plan, bounds, v));
     EXPECT_TRUE(res.pass()) << g.name << " " << variant << " seed " << seed << ": "
                             << res.failure();
+  }
+}
+
+/// Runs `variant` of `plan` and the eager executor on the inputs of `seed` (the variant's outputs
+/// poisoned first; every region with the variant fused): the values `outs` must be the same bits,
+/// and with `reference` every graph output must pass the numerics check against the float64
+/// reference with the run's bounds. `label` names the case in failures.
+inline void expect_bit_identical_to_eager(const Graph& g, const Plan& plan,
+                                          const std::string& variant, const std::vector<int>& outs,
+                                          uint64_t seed, bool reference, const std::string& label) {
+  const auto inputs = generate_inputs(g, seed);
+  GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
+  eager.run_all(LaunchContext{});
+  GpuProgram prog(g, plan, variant, inputs, nullptr);
+  expect_fused_where_available(plan, prog, variant, label);
+  prog.poison_outputs(nullptr);
+  prog.run_all(LaunchContext{});
+  REPLAY_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(first_bit_difference(g, prog, eager, outs), "")
+      << label << " " << variant << " seed " << seed;
+  if (!reference) return;
+  const auto ref = run_reference(g, inputs);
+  const auto bounds = default_value_bounds(g);
+  for (int v : g.outputs) {
+    const auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                                 output_bounds(g, plan, bounds, v));
+    EXPECT_TRUE(res.pass()) << label << " " << variant << " seed " << seed << " "
+                            << g.values[v].name << ": " << res.failure();
   }
 }
 

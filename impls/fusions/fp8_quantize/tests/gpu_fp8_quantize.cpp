@@ -149,26 +149,8 @@ TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
   const Plan plan = make_plan(g, fusion_registry());
   const std::vector<int> outs = region_outputs(plan);
   ASSERT_FALSE(outs.empty()) << c.name << ": no fp8_quantize region";
-  const auto bounds = default_value_bounds(g);
   for (uint64_t seed : {41u, 42u, 43u}) {
-    const auto inputs = generate_inputs(g, seed);
-    GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
-    eager.run_all(LaunchContext{});
-    GpuProgram prog(g, plan, variant, inputs, nullptr);
-    expect_fused_where_available(plan, prog, variant, c.name);
-    prog.poison_outputs(nullptr);
-    prog.run_all(LaunchContext{});
-    REPLAY_CUDA(cudaDeviceSynchronize());
-    EXPECT_EQ(first_difference(g, prog, eager, outs), "")
-        << c.name << " " << variant << " seed " << seed;
-    if (!c.reference) continue;
-    const auto ref = run_reference(g, inputs);
-    for (int v : g.outputs) {
-      const auto res = check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
-                                   output_bounds(g, plan, bounds, v));
-      EXPECT_TRUE(res.pass()) << c.name << " " << variant << " seed " << seed << " "
-                              << g.values[v].name << ": " << res.failure();
-    }
+    expect_bit_identical_to_eager(g, plan, variant, outs, seed, c.reference, c.name);
   }
 }
 
