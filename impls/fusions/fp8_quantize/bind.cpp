@@ -86,7 +86,6 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     qa.gran = q.granularity;
     qa.abs = q.abs;
     qa.e5m2 = q.fp8 == DType::kFloat8E5M2;
-    qa.fp8_max = static_cast<float>(q.fp8_max);
     if (q.fp8_max != float8_max(qa.e5m2)) {  // the kernels' cast saturates at the dtype's max
       b.unsupported = "a float8 clamp bound of " + std::to_string(q.fp8_max) + ", not " +
                       std::string(dtype_name(q.fp8)) + "'s max";

@@ -93,7 +93,7 @@ struct Chunk {
 // little-endian in x then y): the clamp and the cast are one saturating conversion of two floats
 // (cvt.rn.satfinite.{e4m3,e5m2}x2.f32). A product past the max rounds to it either way, and a
 // NaN product (the GPU's canonical, positive NaN) becomes 0x7F as float8_bits writes it. The
-// binder declines a clamp bound other than the dtype's max (QuantArgs::fp8_max).
+// binder declines a clamp bound other than the dtype's max (Quantization::fp8_max).
 template <bool kE5M2>
 __device__ __forceinline__ uint2 pack8_sat(const float (&v)[8], const float (&s)[8]) {
   uint32_t h[4];

@@ -60,7 +60,6 @@ struct QuantArgs {
   Granularity gran = Granularity::kTensorwise;
   bool abs = true;         ///< amax of |x| (false: of x)
   bool e5m2 = false;       ///< float8_e5m2 (false: float8_e4m3fn)
-  float fp8_max = 448;     ///< clamp bound: the dtype's max (the cast saturates there)
   double scale_mul = 448;  ///< scale = scale_mul / max(amax, eps)
   double eps = 1e-12;
   Fp8Dest dests[kMaxDests];
