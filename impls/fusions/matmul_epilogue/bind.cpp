@@ -82,6 +82,7 @@ Binding bind_backward(const Graph& g, const Params& p, bool optimized, BindConte
   };
   if (!rows(w.x, a.x) || !rows(w.dx, a.dx)) return b;
   if (w.gated && (!rows(w.up, a.up) || !rows(w.dup, a.dup))) return b;
+  if (w.act_saved >= 0 && !rows(w.act_saved, a.act_in)) return b;
   if (w.dbias >= 0) {
     BoundTensor t = ctx.tensor(w.dbias);
     if (t.layout.numel() != N || (N > 1 && t.layout.stride.back() != 1)) {
@@ -126,15 +127,18 @@ Binding bind_backward(const Graph& g, const Params& p, bool optimized, BindConte
     d.dx = grad;
     d.dbias = nullptr;
     if (w.gated) {
-      EpilogueArgs act;  // act(gate), rounded as the graph rounds it
+      EpilogueArgs act;  // act(gate), rounded as the graph rounds it (or as the forward saved it)
       act.M = M;
       act.N = N;
       act.z = a.x;
       act.act_step = true;
       act.act = w.act;
       act.act_round = w.act_round;
-      act.y = buffer(w.act_round);
-      steps.push_back({{}, act, false});
+      act.y = a.act_in;
+      if (!a.act_in.ptr) {
+        act.y = buffer(w.act_round);
+        steps.push_back({{}, act, false});
+      }
       pointwise(z, act.y, a.dup);  // d_up = g * act
       const EpiMat h = buffer(w.h_round);
       pointwise(z, a.up, h);  // h = g * up

@@ -92,11 +92,13 @@ nlohmann::json describe_backward(const Graph& g, const Params& p) {
   for (int ni : b.chain) ops.push_back(g.nodes[ni].id);
   nlohmann::json epi = nlohmann::json::array();
   if (b.gated) {
-    epi.push_back({{"op", std::string("backward: d_up = g * ") + act_name(b.act) + "(gate)"},
-                   {"gate", g.values[b.x].name},
-                   {"value", g.values[b.dup].name},
-                   {"act_round", dtype_name(b.act_round)},
-                   {"round", dtype_name(b.dup_round)}});
+    epi.push_back(
+        {{"op", std::string("backward: d_up = g * ") + act_name(b.act) + "(gate)"},
+         {"gate", g.values[b.x].name},
+         {"value", g.values[b.dup].name},
+         {"act_round", b.act_saved >= 0 ? std::string("saved: ") + g.values[b.act_saved].name
+                                        : std::string(dtype_name(b.act_round))},
+         {"round", dtype_name(b.dup_round)}});
     epi.push_back(
         {{"op", std::string("backward: d_gate = g * up * ") + act_name(b.act) + "'(gate)"},
          {"up", g.values[b.up].name},

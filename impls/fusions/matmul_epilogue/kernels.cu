@@ -254,11 +254,12 @@ __global__ void backward_kernel(BackwardArgs a) {
       }
       load8(a.x.ptr, m * a.x.ld + t.n, a.x.dtype, xv);
       if (a.gated) {
-        float uv[kV], du[kV];
+        float uv[kV], du[kV], av[kV];
         load8(a.up.ptr, m * a.up.ld + t.n, a.up.dtype, uv);
+        if (a.act_in.ptr) load8(a.act_in.ptr, m * a.act_in.ld + t.n, a.act_in.dtype, av);
 #pragma unroll
         for (int k = 0; k < kV; ++k) {
-          const float act = round_to(a.act_round, act_f(a.act, xv[k]));
+          const float act = a.act_in.ptr ? av[k] : round_to(a.act_round, act_f(a.act, xv[k]));
           du[k] = gv[k] * act;
           const float h = round_to(a.h_round, gv[k] * uv[k]);
           dx[k] = h * act_grad_f(a.act, xv[k]);
@@ -341,7 +342,8 @@ void reduce_partials(const float* partial, int blocks, int64_t N, void* dbias, D
 
 bool backward_vectorized(const BackwardArgs& a) {
   return a.N % kV == 0 && vec_ok(a.g) && a.x.ptr && vec_ok(a.x) && a.dx.ptr && vec_ok(a.dx) &&
-         (!a.gated || (a.up.ptr && a.dup.ptr && vec_ok(a.up) && vec_ok(a.dup))) &&
+         (!a.gated ||
+          (a.up.ptr && a.dup.ptr && vec_ok(a.up) && vec_ok(a.dup) && vec_ok(a.act_in))) &&
          (!a.dbias || (a.partial && reinterpret_cast<uintptr_t>(a.partial) % 16 == 0));
 }
 

@@ -65,7 +65,8 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
 
 /// The backward epilogue (params.hpp, Backward), per element (m, n) of [M, N], in float32:
 ///   gv = g[m, n] (1 when g.ptr is null: the kernel then writes act'(x) alone), xv = x[m, n]
-///   gated:  a = round(act_round, act(xv));  dup[m, n] = round(dup.dtype, gv * a)
+///   gated:  a = round(act_round, act(xv)) (act_in[m, n] when act_in.ptr is set)
+///           dup[m, n] = round(dup.dtype, gv * a)
 ///           h = round(h_round, gv * up[m, n]);  dx[m, n] = round(dx.dtype, h * act'(xv))
 ///   plain:  dx[m, n] = round(dx.dtype, gv * act'(xv))
 /// With dbias: dbias[n] = round(dbias_dtype, sum over m of dx[m, n] as stored), summed in float32
@@ -77,6 +78,7 @@ struct BackwardArgs {
   Act act = Act::kNone;
   bool gated = false;
   EpiMat g, x, up, dx, dup;
+  EpiMat act_in;  ///< gated, optional: act(x) as saved, read instead of computed
   DType act_round = DType::kFloat32, h_round = DType::kFloat32;
   void* dbias = nullptr;  ///< [N] unit stride; nullptr: no bias gradient
   DType dbias_dtype = DType::kFloat32;

@@ -502,15 +502,16 @@ bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes
       return false;
     }
   }
-  const bool gated = saved.size() == 2;
-  if (saved.size() > 2 || outs.size() != saved.size()) {
+  // Roles of the saved tensors: plain {x}; gated {gate, up}, or {gate, up, act(gate)} where the
+  // forward saved the activation too (the default partitioner).
+  const bool gated = saved.size() >= 2;
+  if (saved.size() > 3 || outs.size() != (gated ? 2u : 1u)) {
     why = "the chain after the GEMM reads " + std::to_string(saved.size()) +
           " saved tensors and has " + std::to_string(outs.size()) +
-          " results read outside (fused: 1 and 1, an activation's derivative; 2 and 2, a gated "
-          "pair's)";
+          " results read outside (fused: 1 and 1, an activation's derivative; 2 or 3 and 2, a "
+          "gated pair's)";
     return false;
   }
-  // Which function: at sample points, without roundings.
   auto at = [&](double gval, const std::vector<double>& xs, std::map<int, double>& val,
                 bool rounded) {
     val.clear();
@@ -518,43 +519,59 @@ bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes
     for (size_t i = 0; i < saved.size(); ++i) val[saved[i]] = xs[i];
     return eval_chain(g, chain, val, rounded);
   };
-  std::map<int, double> val;
+  // The model: d_up and d_gate (or d_pre) from g and the saved values in role order, with the
+  // kernel's roundings ar (act), hr (g * up) and the results' dtypes; `rounds` false: none.
   Backward b;
   b.on = true;
   b.gated = gated;
+  auto model = [&](Act act, double gs, const std::vector<double>& r, DType ar, DType hr,
+                   bool rounds, double& dx, double& dup) {
+    auto rd = [&](DType t, double v) { return rounds ? round_to(t, v) : v; };
+    if (!gated) {
+      dx = rd(b.dx_round, gs * act_grad_reference(act, r[0]));
+      return;
+    }
+    const double a = r.size() == 3 ? r[2] : rd(ar, act_reference(act, r[0]));
+    dup = rd(b.dup_round, gs * a);
+    dx = rd(b.dx_round, rd(hr, gs * r[1]) * act_grad_reference(act, r[0]));
+  };
+  std::vector<int> perm(saved.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
+  std::map<int, double> val;
   bool found = false;
-  for (Act act : kGradActs) {
-    for (int gi = 0; gi < (gated ? 2 : 1) && !found; ++gi) {
+  do {
+    for (Act act : kGradActs) {
       for (int oi = 0; oi < (gated ? 2 : 1) && !found; ++oi) {
+        const int odx = outs[oi], odup = gated ? outs[1 - oi] : -1;
         bool ok = true;
         for (double gs : kGradG)
           for (double x : kGradX)
             for (double u : kGradUp) {
               if (!ok) break;
+              std::vector<double> r{x, u, 0.8125 - u};  // role values: x / gate, up, act
+              r.resize(saved.size());
               std::vector<double> xs(saved.size());
-              xs[gi] = x;
-              if (gated) xs[1 - gi] = u;
+              for (size_t k = 0; k < perm.size(); ++k) xs[perm[k]] = r[k];
               if (!at(gs, xs, val, false)) return false;
-              if (gated)
-                ok = near(val[outs[oi]], gs * u * act_grad_reference(act, x)) &&
-                     near(val[outs[1 - oi]], gs * act_reference(act, x));
-              else
-                ok = near(val[outs[0]], gs * act_grad_reference(act, x));
+              double dx = 0, dup = 0;
+              model(act, gs, r, DType::kFloat32, DType::kFloat32, false, dx, dup);
+              ok = near(val[odx], dx) && (!gated || near(val[odup], dup));
             }
         if (ok) {
           found = true;
           b.act = act;
-          b.x = saved[gi];
-          b.dx = outs[oi];
+          b.x = saved[perm[0]];
+          b.dx = odx;
           if (gated) {
-            b.up = saved[1 - gi];
-            b.dup = outs[1 - oi];
+            b.up = saved[perm[1]];
+            b.dup = odup;
           }
+          if (saved.size() == 3) b.act_saved = saved[perm[2]];
         }
       }
+      if (found) break;
     }
-    if (found) break;
-  }
+  } while (!found && std::next_permutation(perm.begin(), perm.end()));
   if (!found) {
     why = gated ? "the chain after the GEMM is not a gated activation's backward (d_gate = g * "
                   "up * act'(gate), d_up = g * act(gate) for GELU erf/tanh or SiLU)"
@@ -562,8 +579,9 @@ bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes
     return false;
   }
   // Where it rounds: the kernel rounds the results and, gated, act(gate) and g * up, each to
-  // float32 (not at all) or the GEMM's dtype; the graph's per-node roundings must give the same
-  // values at random points the tensors could hold.
+  // float32 (not at all) or the GEMM's dtype; the graph's per-node roundings (16-bit ones: the
+  // kernel computes in float32) must give the same values at random points the tensors could
+  // hold.
   b.dx_round = g.meta(b.dx).dtype;
   if (gated) b.dup_round = g.meta(b.dup).dtype;
   const DType dt = p.gemm_dtype;
@@ -578,16 +596,11 @@ bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes
         std::vector<double> xs;
         for (int v : saved) xs.push_back(sample(state, g.meta(v).dtype));
         if (!at(gs, xs, val, true)) return false;
-        const double x = gated ? xs[b.x == saved[0] ? 0 : 1] : xs[0];
-        if (gated) {
-          const double u = xs[b.x == saved[0] ? 1 : 0];
-          const double a = round_to(ar, act_reference(b.act, x));
-          const double h = round_to(hr, gs * u);
-          ok = near(val[b.dup], round_to(b.dup_round, gs * a)) &&
-               near(val[b.dx], round_to(b.dx_round, h * act_grad_reference(b.act, x)));
-        } else {
-          ok = near(val[b.dx], round_to(b.dx_round, gs * act_grad_reference(b.act, x)));
-        }
+        std::vector<double> r(saved.size());
+        for (size_t k = 0; k < perm.size(); ++k) r[k] = xs[perm[k]];
+        double dx = 0, dup = 0;
+        model(b.act, gs, r, ar, hr, true, dx, dup);
+        ok = near(val[b.dx], dx) && (!gated || near(val[b.dup], dup));
       }
       if (ok) {
         rounds_ok = true;

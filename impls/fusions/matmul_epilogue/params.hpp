@@ -35,7 +35,7 @@ struct Gemm {
 /// activation's output, times the activation's derivative at the tensors the forward saved; all
 /// [M, N] elementwise, in float32 with the graph's roundings (each `round` a cast to that dtype):
 ///   plain:  dx  = round(dx_round, g * act'(x))                 x: the saved pre-activation
-///   gated:  a   = round(act_round, act(x))                      x: the saved gate projection
+///   gated:  a   = round(act_round, act(x))  (or act_saved)      x: the saved gate projection
 ///           dup = round(dup_round, g * a)                       up: the saved up projection
 ///           h   = round(h_round, g * up)
 ///           dx  = round(dx_round, h * act'(x))                  (d_gate)
@@ -45,8 +45,11 @@ struct Backward {
   bool on = false;
   bool gated = false;
   Act act = Act::kNone;
-  int x = -1;    ///< value index: the saved pre-activation (plain) or gate projection (gated)
-  int up = -1;   ///< gated: the saved up projection
+  int x = -1;   ///< value index: the saved pre-activation (plain) or gate projection (gated)
+  int up = -1;  ///< gated: the saved up projection
+  /// gated: act(gate) as the forward saved it (the default partitioner), read in place of
+  /// computing round(act_round, act(x)); -1: computed
+  int act_saved = -1;
   int dx = -1;   ///< output: d(pre-activation) (plain) or d(gate) (gated)
   int dup = -1;  ///< gated output: d(up)
   DType dx_round = DType::kBFloat16, dup_round = DType::kBFloat16;
