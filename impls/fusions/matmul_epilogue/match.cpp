@@ -445,8 +445,8 @@ double sample(uint64_t& state, DType t) {
 // tensors, two results), with the graph's roundings at the places the kernel rounds; and a
 // bias gradient sum(d_pre, rows) after the plain form. Fills p.bwd, p.out and `nodes` and
 // returns true; otherwise `why` says why (empty when the mm has no such chain at all).
-bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes,
-                    std::string& why) {
+bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes, std::string& why,
+                    std::vector<int>& tried) {
   if (p.gemm.bias >= 0) return false;
   const int64_t mn = p.M * p.N;
   const int gv = p.gemm.out;
@@ -480,6 +480,7 @@ bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes
       }
   }
   std::vector<int> chain(S.begin(), S.end());
+  tried = chain;
   for (int ni : chain) produced.insert(g.nodes[ni].outputs[0]);
   std::vector<int> saved, outs;
   for (int ni : chain) {
@@ -506,10 +507,15 @@ bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes
   // forward saved the activation too (the default partitioner).
   const bool gated = saved.size() >= 2;
   if (saved.size() > 3 || outs.size() != (gated ? 2u : 1u)) {
-    why = "the chain after the GEMM reads " + std::to_string(saved.size()) +
-          " saved tensors and has " + std::to_string(outs.size()) +
-          " results read outside (fused: 1 and 1, an activation's derivative; 2 or 3 and 2, a "
-          "gated pair's)";
+    auto names = [&](const std::vector<int>& vs) {
+      std::string l;
+      for (int v : vs) l += (l.empty() ? "" : ", ") + vname(g, v);
+      return l;
+    };
+    why = "the chain after the GEMM reads " + std::to_string(saved.size()) + " saved tensors (" +
+          names(saved) + ") and its values " + names(outs) +
+          " are read outside it (fused: 1 and 1, an activation's derivative; 2 or 3 and 2, a gated "
+          "pair's d_gate and d_up): an intermediate read outside is not written by the fused step";
     return false;
   }
   auto at = [&](double gval, const std::vector<double>& xs, std::map<int, double>& val,
@@ -895,17 +901,24 @@ void match(const Graph& g, Matches& out) {
     // The backward epilogue first; else the forward forms, and when these take nothing either,
     // why the backward one was not taken.
     Params p;
-    std::vector<int> nodes{i};
+    std::vector<int> nodes{i}, tried;
     std::string why;
     if (read_gemm(g, i, p.gemm, p.M, p.N, p.K, p.gemm_dtype).empty() &&
-        match_backward(g, i, p, nodes, why)) {
+        match_backward(g, i, p, nodes, why, tried)) {
       add_backward(g, i, p, nodes, out);
+      if (!why.empty()) out.decline(i, "backward epilogue: " + why);  // its bias gradient
       continue;
     }
+    // Said unless a forward form takes every node the backward one looked at (an mm + residual
+    // add reads as a chain of one saved tensor too).
     const size_t before = out.regions.size();
     match_gemm(g, i, claimed_up, out);
-    if (out.regions.size() == before && !why.empty())
-      out.decline(i, "backward epilogue not fused: " + why);
+    const bool covered =
+        out.regions.size() > before && std::all_of(tried.begin(), tried.end(), [&](int n) {
+          const auto& rn = out.regions.back().nodes;
+          return std::find(rn.begin(), rn.end(), n) != rn.end();
+        });
+    if (!why.empty() && !covered) out.decline(i, "backward epilogue not fused: " + why);
   }
 }
 
