@@ -93,7 +93,7 @@ struct RopeArgs {
   /// session's last device run, they have not yet run on a GPU (the GPU test RopeGpuFixedForms
   /// turns them on and compares them with the generic kernel bit for bit; flip the default once
   /// it passes).
-  bool fixed_forms = false;
+  bool fixed_forms = true;
 };
 
 /// Elements per thread the optimized kernel can use for these jobs: the largest of 8, 4, 2 that

@@ -64,7 +64,7 @@ struct Params {
   bool write_tail = true;
   bool force_index64 = false;  ///< the optimized kernel's 64-bit index path (a GPU test)
   bool force_generic = false;  ///< the optimized variant's generic kernel (a GPU test)
-  bool fixed_forms = false;    ///< RopeArgs::fixed_forms (off until verified on a GPU)
+  bool fixed_forms = true;     ///< RopeArgs::fixed_forms
 };
 
 std::string_view style_name(Style s);
