@@ -49,6 +49,10 @@ struct Rotation {
 struct Joint {
   int value = -1;  ///< -1: none (each rotation writes its own output)
   std::vector<std::vector<LayoutStep>> steps;
+  /// The parts of the joint tensor no job writes, which the graph leaves zero (a sum of scatters
+  /// into zeros that covers only dq and dk: Phi-3): the layout steps from the joint down to each,
+  /// zeroed by a 2-D memset beside the kernel.
+  std::vector<std::vector<LayoutStep>> zero_steps;
 };
 
 /// A matched region: the rotations that read the same tables (q and k), one kernel.
