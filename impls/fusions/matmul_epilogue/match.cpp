@@ -1,5 +1,10 @@
 // matmul_epilogue matcher: a GEMM and the pointwise epilogue after it (issue 26).
 //
+// Backward first (match_backward, TUNING.md "Backward epilogues"): an mm whose output g feeds an
+// elementwise chain that also reads tensors the forward saved, computing g * act'(x) (GELU erf /
+// tanh, SiLU) or a gated pair's d_gate and d_up, recognized by value and checked for the graph's
+// roundings, with the bias gradient sum(d_pre, rows) after it. Otherwise the forward forms:
+//
 // Candidates: every aten.mm / aten.addmm of the canonical graph. A region is
 //   z = mm(a, b) | addmm(bias, a, b)            2-D, one dtype (bf16, f16, f32); addmm with
 //                                                beta = alpha = 1 and a [N] (or [1, N]) bias
