@@ -449,9 +449,10 @@ double sample(uint64_t& state, DType t) {
 // one result) or the gated pair d_up = g * act(gate), d_gate = g * up * act'(gate) (two saved
 // tensors, two results), with the graph's roundings at the places the kernel rounds; and a
 // bias gradient sum(d_pre, rows) after the plain form. Fills p.bwd, p.out and `nodes` and
-// returns true; otherwise `why` says why (empty when the mm has no such chain at all).
+// returns true; otherwise `why` says why (empty when the mm has no such chain at all). `tried`:
+// the chain's nodes; `saved_ok`: its saved tensors were all [M, N] float tensors.
 bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes, std::string& why,
-                    std::vector<int>& tried) {
+                    std::vector<int>& tried, bool& saved_ok) {
   if (p.gemm.bias >= 0) return false;
   const int64_t mn = p.M * p.N;
   const int gv = p.gemm.out;
@@ -510,6 +511,7 @@ bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes
   }
   // Roles of the saved tensors: plain {x}; gated {gate, up}, or {gate, up, act(gate)} where the
   // forward saved the activation too (the default partitioner).
+  saved_ok = true;
   const bool gated = saved.size() >= 2;
   if (saved.size() > 3 || outs.size() != (gated ? 2u : 1u)) {
     auto names = [&](const std::vector<int>& vs) {
@@ -908,22 +910,32 @@ void match(const Graph& g, Matches& out) {
     Params p;
     std::vector<int> nodes{i}, tried;
     std::string why;
+    bool saved_ok = false;  // the chain's saved tensors were all [M, N]
     if (read_gemm(g, i, p.gemm, p.M, p.N, p.K, p.gemm_dtype).empty() &&
-        match_backward(g, i, p, nodes, why, tried)) {
+        match_backward(g, i, p, nodes, why, tried, saved_ok)) {
       add_backward(g, i, p, nodes, out);
       if (!why.empty()) out.decline(i, "backward epilogue: " + why);  // its bias gradient
       continue;
     }
-    // Said unless a forward form takes every node the backward one looked at (an mm + residual
-    // add reads as a chain of one saved tensor too).
+    // Said when the chain looked like an activation's backward (erf, tanh, exp or sigmoid in it,
+    // or 6 or more ops over [M, N] saved tensors: GPT-2's saves the tanh) and no forward form
+    // with an activation, gating or residual took the GEMM instead.
     const size_t before = out.regions.size();
     match_gemm(g, i, claimed_up, out);
-    const bool covered =
-        out.regions.size() > before && std::all_of(tried.begin(), tried.end(), [&](int n) {
-          const auto& rn = out.regions.back().nodes;
-          return std::find(rn.begin(), rn.end(), n) != rn.end();
-        });
-    if (!why.empty() && !covered) out.decline(i, "backward epilogue not fused: " + why);
+    bool forward = false;
+    if (out.regions.size() > before) {
+      const auto& f = std::any_cast<const Params&>(out.regions.back().params);
+      forward = (f.has_act_step && f.act != Act::kNone) || f.up.node >= 0 || f.split_halves ||
+                f.residual >= 0;
+    }
+    const bool act_like = std::any_of(tried.begin(), tried.end(),
+                                      [&](int n) {
+                                        const Op op = g.nodes[n].op;
+                                        return op == Op::kErf || op == Op::kTanh ||
+                                               op == Op::kExp || op == Op::kSigmoid;
+                                      }) ||
+                          (saved_ok && tried.size() >= 6);
+    if (!why.empty() && act_like && !forward) out.decline(i, "backward epilogue not fused: " + why);
   }
 }
 
