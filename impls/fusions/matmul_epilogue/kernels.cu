@@ -240,39 +240,48 @@ __device__ __forceinline__ void block_column_partials(const float (&sum)[kV], in
   }
 }
 
+// The backward epilogue. A and the dtypes are template parameters where the dispatcher knows
+// them (kAct != kDynamic: that activation; kBf16: every operand bfloat16), so the per-element
+// switches of act_f / act_grad_f / load8 / store8 fold away; the generic instance reads them from
+// `a`. Every instance computes the same float32 steps in the same order: the same bits.
+constexpr int kDynamic = -1;
+
+template <int kAct, bool kBf16>
 __global__ void backward_kernel(BackwardArgs a) {
+  const Act act = kAct == kDynamic ? a.act : static_cast<Act>(kAct);
+  auto dt = [](DType t) { return kBf16 ? DType::kBFloat16 : t; };
   const Tile t = tile(a.M, a.N);
   float sum[kV] = {};
   if (t.n < a.N) {
     for (int64_t m = t.m0; m < t.m1; m += kRowLanes) {
       float gv[kV], xv[kV], dx[kV];
       if (a.g.ptr) {
-        load8(a.g.ptr, m * a.g.ld + t.n, a.g.dtype, gv);
+        load8(a.g.ptr, m * a.g.ld + t.n, dt(a.g.dtype), gv);
       } else {
 #pragma unroll
         for (int k = 0; k < kV; ++k) gv[k] = 1.0f;
       }
-      load8(a.x.ptr, m * a.x.ld + t.n, a.x.dtype, xv);
+      load8(a.x.ptr, m * a.x.ld + t.n, dt(a.x.dtype), xv);
       if (a.gated) {
         float uv[kV], du[kV], av[kV];
-        load8(a.up.ptr, m * a.up.ld + t.n, a.up.dtype, uv);
-        if (a.act_in.ptr) load8(a.act_in.ptr, m * a.act_in.ld + t.n, a.act_in.dtype, av);
+        load8(a.up.ptr, m * a.up.ld + t.n, dt(a.up.dtype), uv);
+        if (a.act_in.ptr) load8(a.act_in.ptr, m * a.act_in.ld + t.n, dt(a.act_in.dtype), av);
 #pragma unroll
         for (int k = 0; k < kV; ++k) {
-          const float act = a.act_in.ptr ? av[k] : round_to(a.act_round, act_f(a.act, xv[k]));
-          du[k] = gv[k] * act;
+          const float at = a.act_in.ptr ? av[k] : round_to(a.act_round, act_f(act, xv[k]));
+          du[k] = gv[k] * at;
           const float h = round_to(a.h_round, gv[k] * uv[k]);
-          dx[k] = h * act_grad_f(a.act, xv[k]);
+          dx[k] = h * act_grad_f(act, xv[k]);
         }
-        store8(a.dup.ptr, m * a.dup.ld + t.n, a.dup.dtype, du);
+        store8(a.dup.ptr, m * a.dup.ld + t.n, dt(a.dup.dtype), du);
       } else {
 #pragma unroll
-        for (int k = 0; k < kV; ++k) dx[k] = gv[k] * act_grad_f(a.act, xv[k]);
+        for (int k = 0; k < kV; ++k) dx[k] = gv[k] * act_grad_f(act, xv[k]);
       }
-      store8(a.dx.ptr, m * a.dx.ld + t.n, a.dx.dtype, dx);
+      store8(a.dx.ptr, m * a.dx.ld + t.n, dt(a.dx.dtype), dx);
       if (a.dbias) {
 #pragma unroll
-        for (int k = 0; k < kV; ++k) sum[k] += round_to(a.dx.dtype, dx[k]);
+        for (int k = 0; k < kV; ++k) sum[k] += round_to(dt(a.dx.dtype), dx[k]);
       }
     }
   }
@@ -356,7 +365,24 @@ void launch_backward(const BackwardArgs& a, cudaStream_t stream) {
   if (!backward_vectorized(a))
     throw RuntimeFailure("matmul_epilogue: the backward epilogue's layout is not vectorizable");
   const dim3 grid = backward_grid(a.M, a.N);
-  backward_kernel<<<grid, kColVecs * kRowLanes, 0, stream>>>(a);
+  const unsigned threads = kColVecs * kRowLanes;
+  auto bf16 = [](const EpiMat& m) { return !m.ptr || m.dtype == DType::kBFloat16; };
+  const bool all_bf16 =
+      bf16(a.g) && bf16(a.x) && bf16(a.up) && bf16(a.dx) && bf16(a.dup) && bf16(a.act_in);
+  switch (all_bf16 ? a.act : static_cast<Act>(kDynamic)) {
+    case Act::kGeluErf:
+      backward_kernel<static_cast<int>(Act::kGeluErf), true><<<grid, threads, 0, stream>>>(a);
+      break;
+    case Act::kGeluTanh:
+      backward_kernel<static_cast<int>(Act::kGeluTanh), true><<<grid, threads, 0, stream>>>(a);
+      break;
+    case Act::kSilu:
+      backward_kernel<static_cast<int>(Act::kSilu), true><<<grid, threads, 0, stream>>>(a);
+      break;
+    default:
+      backward_kernel<kDynamic, false><<<grid, threads, 0, stream>>>(a);
+      break;
+  }
   REPLAY_CUDA_LAUNCH("matmul_epilogue::backward_kernel");
   if (a.dbias)
     reduce_partials(a.partial, static_cast<int>(grid.y), a.N, a.dbias, a.dbias_dtype, stream);
