@@ -4,7 +4,9 @@
 // block. Each iteration is one cold sample of the harness's own timing primitive (cold_samples: L2
 // flushed by reading, events around the region's launches), as `replay run` and replay_bench
 // time them. Counters: median_us, pct_SOL (the region's cost model against the session's measured
-// copy bandwidth), split (rows per block), blocks (partial rows of dw/db).
+// copy bandwidth), copy_us (a device copy of the region's bytes, timed the same way: the floor at
+// this size) and x_copy (median_us / copy_us), split (rows per block), blocks (partial rows of
+// dw/db).
 //
 // Usage: replay_bench_norm_bwd [--traces-dir DIR] [--trace NAME]... [--shape
 // ROWSxCOLS[:DTYPE][:rms]]...
@@ -103,6 +105,11 @@ void run(benchmark::State& state, std::shared_ptr<Fixture> fx, size_t row, std::
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rr.cost.bytes));
     state.counters["median_us"] = median;
     state.counters["pct_SOL"] = rr.sol_pct(median, c);
+    // The floor at this size: a device-to-device copy moving the region's bytes (half read, half
+    // written), timed the same way (cold, events; cached per size), and the variant against it.
+    const double copy = gpu.copy_us(rr.cost.bytes, StopRule{});
+    state.counters["copy_us"] = copy;
+    state.counters["x_copy"] = copy > 0 ? median / copy : 0;
     if (variant == "optimized") {
       const auto& p = std::any_cast<const norm_bwd::Params&>(fx->plan.regions[rr.region].params);
       // The fields that choose the row kernel and its occupancy (the heuristic's split), as the
