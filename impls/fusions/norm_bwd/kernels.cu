@@ -692,9 +692,23 @@ int max_vpt(DType t) {
   return t == DType::kFloat32 ? 4 : 3;
 }
 
-NormBwdGeometry geometry_of(int64_t nvec, DType t) {
+// Wide rows (issue 25): a 16-bit row of 128 to 512 vectors (C = 1024 .. 4096 bf16) in one dtype,
+// without a saved xhat or db, takes up to 4 vectors per thread (groups of 32 .. 128 threads)
+// instead of at most 3 (64 .. 256): each row pays a fixed cost per thread (ring copies issued,
+// statistics loaded, addresses, two group reductions with a block barrier: ~250 instructions per
+// warp and row in the H200 SASS of the G = 256 kernel, 36 executed instructions per element in
+// all), so twice the elements per thread halve it per element. The dw accumulators (32 fp32
+// registers at 4 vectors) fit the 128-register cap of 2 blocks per SM; with db they would not.
+constexpr int kWideVpt = 4;
+
+bool wide_rows(int64_t nvec, const NormBwdArgs& a) {
+  return a.dy_dtype != DType::kFloat32 && a.x_dtype == a.dy_dtype && !a.xs && !a.db &&
+         nvec >= 128 && nvec <= 512;
+}
+
+NormBwdGeometry geometry_of(int64_t nvec, DType t, bool wide) {
   NormBwdGeometry g;
-  const int mv = max_vpt(t);
+  const int mv = wide ? kWideVpt : max_vpt(t);
   g.threads_per_row = std::clamp(pow2ceil((nvec + mv - 1) / mv), kMinGroup, kMaxGroup);
   g.vectors_per_thread =
       std::max<int>(mv - 1, static_cast<int>((nvec + g.threads_per_row - 1) / g.threads_per_row));
@@ -743,14 +757,31 @@ RowsKernel pick_rows(bool acc, int mode, bool db) {
             : norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, kRndNone, false>;
 }
 
+// Wide rows (kWideVpt vectors per thread, 16-bit, one dtype, no saved xhat, no db): dx only, or
+// with the dw accumulators in each rounding mode.
+template <typename T, int G>
+RowsKernel pick_rows_wide(bool acc, int mode) {
+  constexpr int V = kWideVpt;
+  if (!acc)
+    return mode == kRndNone ? norm_bwd_rows_kernel<T, T, void, G, V, false, kRndNone, false>
+                            : norm_bwd_rows_kernel<T, T, void, G, V, false, kRndAny, false>;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (mode == kRndBf16) return norm_bwd_rows_kernel<T, T, void, G, V, true, kRndBf16, false>;
+  return mode == kRndNone ? norm_bwd_rows_kernel<T, T, void, G, V, true, kRndNone, false>
+                          : norm_bwd_rows_kernel<T, T, void, G, V, true, kRndAny, false>;
+}
+
 template <typename T, typename TX, typename TS, int G>
 RowsKernel pick_vpt(int vpt, bool acc, int mode, bool db) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     return vpt == 3 ? pick_rows<T, TX, TS, G, 3>(acc, mode, db)
                     : pick_rows<T, TX, TS, G, 4>(acc, mode, db);
-  else
+  } else {
+    if constexpr (std::is_same_v<T, TX> && std::is_void_v<TS> && G >= 32 && G <= 128)
+      if (vpt == kWideVpt) return pick_rows_wide<T, G>(acc, mode);
     return vpt == 2 ? pick_rows<T, TX, TS, G, 2>(acc, mode, db)
                     : pick_rows<T, TX, TS, G, 3>(acc, mode, db);
+  }
 }
 
 template <typename T, typename TX = T, typename TS = void>
@@ -906,7 +937,8 @@ void launch_cols(const NormBwdArgs& a, const ColShape& c, const float* stats, fl
 }  // namespace
 
 NormBwdGeometry norm_bwd_geometry(const NormBwdArgs& a) {
-  return geometry_of(a.cols / elems_of(a.dy_dtype), a.dy_dtype);
+  const int64_t nvec = a.cols / elems_of(a.dy_dtype);
+  return geometry_of(nvec, a.dy_dtype, wide_rows(nvec, a));
 }
 
 std::string norm_bwd_supports(const NormBwdArgs& a) {
