@@ -606,8 +606,11 @@ __global__ void __launch_bounds__(kColThreads)
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 3 (both): dw[c] = rnd(sum over partial rows p of part[p][c]), p in a fixed order:
-// slice y of 16 sums p = y, y + 16, ... in order, then slices 0..15 in order.
-constexpr int kFinCols = 32, kFinSlices = 16;
+// slice y of 32 sums p = y, y + 32, ... in order, then slices 0..31 in order. 32 slices (16
+// before issue 25): the kernel runs after the row kernel, so its read of the partial rows (264
+// x 4096 x 4 B = 4.3 MB for the Llama shape) is latency-bound tail time: with 1024 threads per
+// 32 columns every thread's ~8 loads are in flight at once.
+constexpr int kFinCols = 32, kFinSlices = 32;
 
 __global__ void __launch_bounds__(kFinCols* kFinSlices)
     norm_bwd_finalize_kernel(const float* part_dw, const float* part_db, int64_t nparts,
