@@ -4,7 +4,9 @@
 // block. Each iteration is one cold sample of the harness's own timing primitive (cold_samples: L2
 // flushed by reading, events around the region's launches), as `replay run` and replay_bench
 // time them. Counters: median_us, pct_SOL (the region's cost model against the session's measured
-// copy bandwidth), split (rows per block), blocks (partial rows of dw/db).
+// copy bandwidth), copy_us (a device copy of the region's bytes, timed the same way: the floor at
+// this size) and x_copy (median_us / copy_us), split (rows per block), blocks (partial rows of
+// dw/db).
 //
 // Usage: replay_bench_norm_bwd [--traces-dir DIR] [--trace NAME]... [--shape
 // ROWSxCOLS[:DTYPE][:rms]]...
@@ -69,6 +71,35 @@ const FusionSpec& split_spec() {
   return s;
 }
 
+// The fields of a region's NormBwdArgs that choose the row kernel, its geometry and occupancy
+// (the heuristic's split), as the binder sets them; the pointers only say present or absent here.
+NormBwdArgs shape_args(const Graph& g, const norm_bwd::Params& p) {
+  static const float present[4] = {};
+  auto at = [](int v) -> const void* { return v >= 0 ? present : nullptr; };
+  NormBwdArgs a;
+  a.rows = p.rows;
+  a.cols = p.cols;
+  a.layernorm = p.layernorm;
+  a.stats = p.stats;
+  a.x_dtype = g.meta(p.x).dtype;
+  a.dy_dtype = g.meta(p.dy).dtype;
+  a.xs = at(p.xs);
+  if (p.xs >= 0) a.xs_dtype = g.meta(p.xs).dtype;
+  a.w = at(p.w);
+  if (p.w >= 0) a.w_dtype = g.meta(p.w).dtype;
+  a.w_offset = static_cast<float>(p.w_offset);
+  a.w_round = p.w_round;
+  a.g_round = p.g_round;
+  a.xhat_round = p.xhat_round;
+  a.dwt_round = p.dwt_round;
+  a.recenter = p.recenter;
+  if (p.dx_part_round == DType::kBFloat16 || p.dx_part_round == DType::kFloat16)
+    a.dx_part_round = p.dx_part_round;
+  a.dw = const_cast<void*>(at(p.dw));
+  a.db = const_cast<void*>(at(p.db));
+  return a;
+}
+
 void run(benchmark::State& state, std::shared_ptr<Fixture> fx, size_t row, std::string variant,
          int64_t split) {
   if (cuda_device_count() == 0) {
@@ -103,30 +134,14 @@ void run(benchmark::State& state, std::shared_ptr<Fixture> fx, size_t row, std::
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rr.cost.bytes));
     state.counters["median_us"] = median;
     state.counters["pct_SOL"] = rr.sol_pct(median, c);
+    // The floor at this size: a device-to-device copy moving the region's bytes (half read, half
+    // written), timed the same way (cold, events; cached per size), and the variant against it.
+    const double copy = gpu.copy_us(rr.cost.bytes, StopRule{});
+    state.counters["copy_us"] = copy;
+    state.counters["x_copy"] = copy > 0 ? median / copy : 0;
     if (variant == "optimized") {
       const auto& p = std::any_cast<const norm_bwd::Params&>(fx->plan.regions[rr.region].params);
-      // The fields that choose the row kernel and its occupancy (the heuristic's split), as the
-      // binder sets them; the pointers only say present or absent here.
-      static const float present[4] = {};
-      auto at = [](int v) -> const void* { return v >= 0 ? present : nullptr; };
-      NormBwdArgs a;
-      a.rows = p.rows;
-      a.cols = p.cols;
-      a.layernorm = p.layernorm;
-      a.stats = p.stats;
-      a.x_dtype = fx->graph.meta(p.x).dtype;
-      a.dy_dtype = fx->graph.meta(p.dy).dtype;
-      a.xs = at(p.xs);
-      if (p.xs >= 0) a.xs_dtype = fx->graph.meta(p.xs).dtype;
-      a.w = at(p.w);
-      a.g_round = p.g_round;
-      a.xhat_round = p.xhat_round;
-      a.dwt_round = p.dwt_round;
-      a.recenter = p.recenter;
-      if (p.dx_part_round == DType::kBFloat16 || p.dx_part_round == DType::kFloat16)
-        a.dx_part_round = p.dx_part_round;
-      a.dw = const_cast<void*>(at(p.dw));
-      a.db = const_cast<void*>(at(p.db));
+      const NormBwdArgs a = shape_args(fx->graph, p);
       const int64_t rpi = norm_bwd_geometry(a).rows_per_iter;
       int64_t eff = split > 0 ? split : norm_bwd_default_split(a);
       eff = (eff + rpi - 1) / rpi * rpi;
@@ -145,11 +160,7 @@ void register_fixture(std::shared_ptr<Fixture> fx) {
     const RegionResult& rr = fx->rows[row];
     if (rr.region < 0) continue;
     const auto& p = std::any_cast<const norm_bwd::Params&>(fx->plan.regions[rr.region].params);
-    NormBwdArgs a;
-    a.cols = p.cols;
-    a.x_dtype = fx->graph.meta(p.x).dtype;
-    a.dy_dtype = fx->graph.meta(p.dy).dtype;
-    const int64_t rpi = norm_bwd_geometry(a).rows_per_iter;
+    const int64_t rpi = norm_bwd_geometry(shape_args(fx->graph, p)).rows_per_iter;
     const std::string base = fx->graph.name + "/region" + std::to_string(rr.region) + "/";
     auto add = [&](const std::string& name, const std::string& variant, int64_t split) {
       benchmark::RegisterBenchmark((base + name).c_str(), run, fx, row, variant, split)

@@ -181,12 +181,15 @@ __host__ __device__ constexpr size_t ring_offset(int64_t cols) {
 // 3 for the Llama min-cut form (one dtype, kRndBf16, no db: 94 registers at 2 blocks, 80 and no
 // spills at 3), whose 64 KiB block at C = 4096 leaves room for a third block: 6 rows in flight per
 // SM instead of 4. H200: Llama [8192, 4096] 86.6 -> 83.8 µs, qk_norm rows of 128 84.5 -> 79.7 µs.
-template <typename T, typename TX, typename TS, int G, bool kAcc, int kRnd, bool kDb>
+// Issue 25 (packed Llama form): only at 2 vectors per thread (its g is kept packed for pass 2,
+// VPT x 4 registers: at 3 vectors ptxas spilled 16-26 bytes under the 80-register cap); and the
+// one-dtype form without rounding or bias (litgpt's RMSNorm) likewise, to be measured.
+template <typename T, typename TX, typename TS, int G, int VPT, bool kAcc, int kRnd, bool kDb>
 constexpr int rows_min_blocks() {
   if constexpr (G > 256)
     return 1;
-  else if constexpr (kAcc && !kDb && kRnd == kRndBf16 && std::is_same_v<T, TX> &&
-                     std::is_void_v<TS>)
+  else if constexpr (kAcc && !kDb && (kRnd == kRndBf16 || kRnd == kRndNone) && VPT <= 2 &&
+                     std::is_same_v<T, TX> && std::is_void_v<TS>)
     return 3;
   else
     return 2;
@@ -196,7 +199,8 @@ constexpr int rows_min_blocks() {
 // none, dw uses xhat; only with kAcc). kRnd: RoundMode. kDb: db accumulated (with kAcc; false for
 // a norm without bias: the db accumulators and their adds are dropped, VPT x 8 registers for bf16).
 template <typename T, typename TX, typename TS, int G, int VPT, bool kAcc, int kRnd, bool kDb>
-__global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAcc, kRnd, kDb>())
+__global__ void __launch_bounds__(block_of(G),
+                                  rows_min_blocks<T, TX, TS, G, VPT, kAcc, kRnd, kDb>())
     norm_bwd_rows_kernel(NormBwdArgs a, int64_t split, float* part_dw, float* part_db,
                          float* stats_out) {
   using V = Vec<T>;
@@ -257,13 +261,25 @@ __global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAc
     }
   };
 
+  // The finalize (a programmatic dependent) may launch once every block of this grid has
+  // started; it waits for this grid's completion before it reads (norm_bwd_finalize_kernel).
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   int64_t row = r0 + grp;
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(row + i * RPI, i);  // in flight during staging
   float nm, ns;
   load_stats(row, nm, ns);
-  for (int64_t c = threadIdx.x; c < a.cols; c += kBlock)  // no weight: w = 1 (dy * 1 is exact)
-    w_s[c] = a.w ? round_as(load_elem<float>(a.w, c, a.w_dtype) + a.w_offset, a.w_round) : 1.f;
+  // No weight: w = 1 (dy * 1 is exact). The Llama form stages w_eff as bfloat16 (exact: round_mode
+  // requires it) for the packed product g = rnd(dy * w).
+  __nv_bfloat16* w_b = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  for (int64_t c = threadIdx.x; c < a.cols; c += kBlock) {
+    const float w =
+        a.w ? round_as(load_elem<float>(a.w, c, a.w_dtype) + a.w_offset, a.w_round) : 1.f;
+    if constexpr (kRnd == kRndBf16)
+      w_b[c] = __float2bfloat16_rn(w);
+    else
+      w_s[c] = w;
+  }
   float eps = a.eps;
   if (a.stats == NormBwdStats::kRecompute && a.eps_ptr)
     eps += load_elem<float>(a.eps_ptr, 0, a.eps_dtype);
@@ -277,9 +293,12 @@ __global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAc
       for (int e = 0; e < E; ++e) acc_w[k][e] = acc_b[kDb ? k : 0][e] = 0.f;
   }
   const int64_t iters = (r1 - r0 + RPI - 1) / RPI;
-  for (int64_t it = 0; it < iters; ++it, row += RPI) {
-    const int st = static_cast<int>(it % kStages);
-    issue(row + (kStages - 1) * RPI, static_cast<int>((it + kStages - 1) % kStages));
+  // Ring stages of this row and of the row issued now, rotated (a 64-bit `it % kStages` per row
+  // was two 64-bit divisions per row and thread).
+  int st = 0, st_issue = kStages - 1;
+  for (int64_t it = 0; it < iters; ++it, row += RPI, st = st + 1 == kStages ? 0 : st + 1,
+               st_issue = st_issue + 1 == kStages ? 0 : st_issue + 1) {
+    issue(row + (kStages - 1) * RPI, st_issue);
     float m = nm, s = ns;
     load_stats(row + RPI, nm, ns);
     cp_async_wait<kStages - 1>();  // this row's copies (this thread's own) have landed
@@ -320,11 +339,42 @@ __global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAc
         stats_out[a.rows + row] = s;
       }
     }
+    // Rows past the chunk read zeros (x, dy, xs zero-filled); with m = s = 0 their xhat is 0 too
+    // (a recomputed rstd of a zero row with eps 0 is inf), so their dw/db terms are exact zeros
+    // and need no select per element. Their dx is not stored.
+    if (!valid) m = s = 0.f;
     const float ms = -m * s;
     // Pass 1: S1 = sum(g), S2 = sum(g * xhat).
     float p1[2] = {0.f, 0.f}, p2[2] = {0.f, 0.f}, p3 = 0.f;
+    // The Llama form (RMSNorm, m = 0): g = rnd(dy * w) as one bf16x2 multiply per two elements
+    // (the fp32 product of two bfloat16 values is exact, so its single rounding is the graph's),
+    // kept packed for pass 2; S2 = s * sum(g * x) (one FMA per element; xhat is x * s).
+    uint4 g_keep[kRnd == kRndBf16 ? VPT : 1];
+    if constexpr (kRnd == kRndBf16) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int v = tid + k * G;
+        if (v >= nvec) continue;
+        float xf[E];
+        unpack_x(st, k, xf);
+        const uint4 d = *slot(st, NX, k), w = *reinterpret_cast<const uint4*>(w_b + v * E);
+        const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
+        const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&w);
+        __nv_bfloat162* g2 = reinterpret_cast<__nv_bfloat162*>(&g_keep[k]);
+#pragma unroll
+        for (int j = 0; j < E / 2; ++j) {
+          g2[j] = __hmul2_rn(d2[j], w2[j]);
+          const float2 g = __bfloat1622float2(g2[j]);
+          p2[0] = fmaf(g.x, xf[2 * j], p2[0]);
+          p2[1] = fmaf(g.y, xf[2 * j + 1], p2[1]);
+        }
+      }
+      p2[0] *= s;
+      p2[1] *= s;
+    }
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
+      if constexpr (kRnd == kRndBf16) break;
       const int v = tid + k * G;
       if (v >= nvec) continue;
       float xf[E], df[E];
@@ -359,7 +409,7 @@ __global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAc
       if (v >= nvec) continue;
       float xf[E], df[E], out[E];
       unpack_x(st, k, xf);
-      V::unpack(*slot(st, NX, k), df);
+      if constexpr (kRnd != kRndBf16) V::unpack(*slot(st, NX, k), df);
       float sf[NS > 0 ? E : 1];
       if constexpr (NS > 0) {
         const uint4* p[NS > 0 ? NS : 1];
@@ -367,9 +417,34 @@ __global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAc
         for (int q = 0; q < NS; ++q) p[q] = slot(st, NX + 1 + q, k);
         unpack_parts<std::conditional_t<NS == 0, T, TS>, NS>(p, sf);
       }
+      if constexpr (kRnd == kRndBf16) {
+        // g from pass 1; the dw term rnd(dy * rnd(xhat or xs)) as one bf16x2 multiply per two
+        // elements (exact product, one rounding, as the graph's).
+        const uint4 d = *slot(st, NX, k);
+        const __nv_bfloat162* d2 = reinterpret_cast<const __nv_bfloat162*>(&d);
+        const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&g_keep[k]);
+#pragma unroll
+        for (int j = 0; j < E / 2; ++j) {
+          const float2 g = __bfloat1622float2(g2[j]);
+          const float xh0 = fmaf(xf[2 * j], s, ms), xh1 = fmaf(xf[2 * j + 1], s, ms);
+          out[2 * j] = fmaf(ca, g.x, fmaf(cb, xh0, cc));
+          out[2 * j + 1] = fmaf(ca, g.y, fmaf(cb, xh1, cc));
+          if constexpr (kAcc) {
+            __nv_bfloat162 xr;
+            if constexpr (NS > 0)
+              xr = __floats2bfloat162_rn(sf[2 * j], sf[2 * j + 1]);
+            else
+              xr = __floats2bfloat162_rn(xh0, xh1);
+            const float2 t = __bfloat1622float2(__hmul2_rn(d2[j], xr));
+            acc_w[k][2 * j] += t.x;
+            acc_w[k][2 * j + 1] += t.y;
+          }
+        }
+      }
       const float4* w4 = reinterpret_cast<const float4*>(w_s + v * E);
 #pragma unroll
       for (int e = 0; e < E; e += 4) {
+        if constexpr (kRnd == kRndBf16) break;
         const float4 w = w4[e / 4];
         const float wv[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
@@ -390,8 +465,7 @@ __global__ void __launch_bounds__(block_of(G), rows_min_blocks<T, TX, TS, G, kAc
             if constexpr (NS > 0) xr = sf[e + i];  // the graph's saved normalized value
             xr = rnd<kRnd>(xr, a.xhat_round);
             const float t = rnd<kRnd>(df[e + i] * xr, a.dwt_round);
-            // Rows past the chunk read zeros; their xhat may still be inf (rstd of 0 + eps 0).
-            acc_w[k][e + i] += valid ? t : 0.f;
+            acc_w[k][e + i] += t;  // rows past the chunk: t = 0 exactly (m = s = 0 above)
             if constexpr (kDb) acc_b[k][e + i] += df[e + i];
           }
         }
@@ -532,14 +606,20 @@ __global__ void __launch_bounds__(kColThreads)
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 3 (both): dw[c] = rnd(sum over partial rows p of part[p][c]), p in a fixed order:
-// slice y of 16 sums p = y, y + 16, ... in order, then slices 0..15 in order.
-constexpr int kFinCols = 32, kFinSlices = 16;
+// slice y of 32 sums p = y, y + 32, ... in order, then slices 0..31 in order. 32 slices (16
+// before issue 25): the kernel runs after the row kernel, so its read of the partial rows (264
+// x 4096 x 4 B = 4.3 MB for the Llama shape) is latency-bound tail time: with 1024 threads per
+// 32 columns every thread's ~8 loads are in flight at once.
+constexpr int kFinCols = 32, kFinSlices = 32;
 
 __global__ void __launch_bounds__(kFinCols* kFinSlices)
     norm_bwd_finalize_kernel(const float* part_dw, const float* part_db, int64_t nparts,
                              int64_t cols, void* dw, DType dw_dtype, DType dw_round, void* db,
                              DType db_dtype, DType db_round) {
   __shared__ float buf[kFinSlices][kFinCols + 1];
+  // Launched as a programmatic dependent of the row kernel (optimized variant): wait until that
+  // grid has completed and its partial rows are visible (a no-op for a plain launch).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int64_t c = int64_t(blockIdx.x) * kFinCols + threadIdx.x;
   for (int q = 0; q < 2; ++q) {
     const float* part = q == 0 ? part_dw : part_db;
@@ -564,12 +644,23 @@ __global__ void __launch_bounds__(kFinCols* kFinSlices)
   }
 }
 
+// pdl: launched with programmatic stream serialization after a row kernel that lets its
+// dependents launch early (griddepcontrol.launch_dependents): the finalize's launch and block
+// scheduling overlap the row kernel's tail instead of following its completion; its
+// griddepcontrol.wait still orders every read of the partial rows after the row kernel.
 void launch_finalize(const NormBwdArgs& a, const float* part_dw, const float* part_db,
-                     int64_t nparts, cudaStream_t s) {
-  const dim3 block(kFinCols, kFinSlices);
-  const unsigned grid = static_cast<unsigned>((a.cols + kFinCols - 1) / kFinCols);
-  norm_bwd_finalize_kernel<<<grid, block, 0, s>>>(
-      part_dw, part_db, nparts, a.cols, a.dw, a.dw_dtype, a.dw_round, a.db, a.db_dtype, a.db_round);
+                     int64_t nparts, cudaStream_t s, bool pdl = false) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>((a.cols + kFinCols - 1) / kFinCols));
+  cfg.blockDim = dim3(kFinCols, kFinSlices);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  REPLAY_CUDA(cudaLaunchKernelEx(&cfg, norm_bwd_finalize_kernel, part_dw, part_db, nparts, a.cols,
+                                 a.dw, a.dw_dtype, a.dw_round, a.db, a.db_dtype, a.db_round));
   REPLAY_CUDA_LAUNCH("norm_bwd_finalize_kernel");
 }
 
@@ -604,9 +695,23 @@ int max_vpt(DType t) {
   return t == DType::kFloat32 ? 4 : 3;
 }
 
-NormBwdGeometry geometry_of(int64_t nvec, DType t) {
+// Wide rows (issue 25): a 16-bit row of 128 to 512 vectors (C = 1024 .. 4096 bf16) in one dtype,
+// without a saved xhat or db, takes up to 4 vectors per thread (groups of 32 .. 128 threads)
+// instead of at most 3 (64 .. 256): each row pays a fixed cost per thread (ring copies issued,
+// statistics loaded, addresses, two group reductions with a block barrier: ~250 instructions per
+// warp and row in the H200 SASS of the G = 256 kernel, 36 executed instructions per element in
+// all), so twice the elements per thread halve it per element. The dw accumulators (32 fp32
+// registers at 4 vectors) fit the 128-register cap of 2 blocks per SM; with db they would not.
+constexpr int kWideVpt = 4;
+
+bool wide_rows(int64_t nvec, const NormBwdArgs& a) {
+  return a.dy_dtype != DType::kFloat32 && a.x_dtype == a.dy_dtype && !a.xs && !a.db &&
+         nvec >= 128 && nvec <= 512;
+}
+
+NormBwdGeometry geometry_of(int64_t nvec, DType t, bool wide) {
   NormBwdGeometry g;
-  const int mv = max_vpt(t);
+  const int mv = wide ? kWideVpt : max_vpt(t);
   g.threads_per_row = std::clamp(pow2ceil((nvec + mv - 1) / mv), kMinGroup, kMaxGroup);
   g.vectors_per_thread =
       std::max<int>(mv - 1, static_cast<int>((nvec + g.threads_per_row - 1) / g.threads_per_row));
@@ -621,14 +726,16 @@ bool needs_round(const NormBwdArgs& a) {
          narrow(a.dx_part_round);
 }
 
-// The row kernel's RoundMode: the Llama form (bfloat16 dy; g, xhat and the dw term rounded to
-// bfloat16, no other rounding, no bias, no recentering) compiled without branches; any other
-// rounding at its runtime dtype.
+// The row kernel's RoundMode: the Llama form (RMSNorm, bfloat16 dy; g, xhat and the dw term
+// rounded to bfloat16, no other rounding, no bias, no recentering; w_eff a bfloat16 value, so that
+// g = rnd(dy * w) is one exact bf16x2 multiply) compiled without branches; any other rounding at
+// its runtime dtype.
 int round_mode(const NormBwdArgs& a) {
   if (!needs_round(a)) return kRndNone;
   const DType b = DType::kBFloat16;
+  const bool w_bf16 = !a.w || a.w_round == b || (a.w_dtype == b && a.w_offset == 0.f);
   if (a.dy_dtype == b && a.g_round == b && a.xhat_round == b && a.dwt_round == b &&
-      a.dx_part_round == DType::kFloat32 && !a.recenter && !a.db)
+      a.dx_part_round == DType::kFloat32 && !a.recenter && !a.db && !a.layernorm && w_bf16)
     return kRndBf16;
   return kRndAny;
 }
@@ -653,14 +760,31 @@ RowsKernel pick_rows(bool acc, int mode, bool db) {
             : norm_bwd_rows_kernel<T, TX, TS, G, VPT, true, kRndNone, false>;
 }
 
+// Wide rows (kWideVpt vectors per thread, 16-bit, one dtype, no saved xhat, no db): dx only, or
+// with the dw accumulators in each rounding mode.
+template <typename T, int G>
+RowsKernel pick_rows_wide(bool acc, int mode) {
+  constexpr int V = kWideVpt;
+  if (!acc)
+    return mode == kRndNone ? norm_bwd_rows_kernel<T, T, void, G, V, false, kRndNone, false>
+                            : norm_bwd_rows_kernel<T, T, void, G, V, false, kRndAny, false>;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (mode == kRndBf16) return norm_bwd_rows_kernel<T, T, void, G, V, true, kRndBf16, false>;
+  return mode == kRndNone ? norm_bwd_rows_kernel<T, T, void, G, V, true, kRndNone, false>
+                          : norm_bwd_rows_kernel<T, T, void, G, V, true, kRndAny, false>;
+}
+
 template <typename T, typename TX, typename TS, int G>
 RowsKernel pick_vpt(int vpt, bool acc, int mode, bool db) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     return vpt == 3 ? pick_rows<T, TX, TS, G, 3>(acc, mode, db)
                     : pick_rows<T, TX, TS, G, 4>(acc, mode, db);
-  else
+  } else {
+    if constexpr (std::is_same_v<T, TX> && std::is_void_v<TS> && G >= 32 && G <= 128)
+      if (vpt == kWideVpt) return pick_rows_wide<T, G>(acc, mode);
     return vpt == 2 ? pick_rows<T, TX, TS, G, 2>(acc, mode, db)
                     : pick_rows<T, TX, TS, G, 3>(acc, mode, db);
+  }
 }
 
 template <typename T, typename TX = T, typename TS = void>
@@ -816,7 +940,8 @@ void launch_cols(const NormBwdArgs& a, const ColShape& c, const float* stats, fl
 }  // namespace
 
 NormBwdGeometry norm_bwd_geometry(const NormBwdArgs& a) {
-  return geometry_of(a.cols / elems_of(a.dy_dtype), a.dy_dtype);
+  const int64_t nvec = a.cols / elems_of(a.dy_dtype);
+  return geometry_of(nvec, a.dy_dtype, wide_rows(nvec, a));
 }
 
 std::string norm_bwd_supports(const NormBwdArgs& a) {
@@ -896,7 +1021,7 @@ void norm_bwd_optimized(const NormBwdArgs& a, int64_t split, void* workspace, cu
   blocks_per_sm(reinterpret_cast<const void*>(k), geo.block_threads, smem, &sms);  // opt-in smem
   k<<<static_cast<unsigned>(parts), geo.block_threads, smem, s>>>(a, split, pw, pb, nullptr);
   REPLAY_CUDA_LAUNCH("norm_bwd_rows_kernel (optimized)");
-  if (acc) launch_finalize(a, pw, pb, parts, s);
+  if (acc) launch_finalize(a, pw, pb, parts, s, /*pdl=*/true);
 }
 
 void norm_bwd_baseline(const NormBwdArgs& a, void* workspace, cudaStream_t s) {

@@ -139,6 +139,17 @@ INSTANTIATE_TEST_SUITE_P(
                                  f.layernorm = false;
                                  f.weight_after_downcast = true;
                                }},
+                      FormCase{"rms_weight_after_downcast_4096",
+                               [](auto& f) {
+                                 f.layernorm = false;
+                                 f.weight_after_downcast = true;
+                                 f.cols = 4096;
+                               }},
+                      FormCase{"ln_nobias_1600",
+                               [](auto& f) {
+                                 f.bias = false;
+                                 f.cols = 1600;
+                               }},
                       FormCase{"rms_unit_offset",
                                [](auto& f) {
                                  f.layernorm = false;
@@ -167,10 +178,19 @@ INSTANTIATE_TEST_SUITE_P(
 // (rounded up to whole row groups by the binder).
 TEST(NormBwdGpu, EverySplitSizeMatchesReference) {
   REQUIRE_GPU();
-  for (int64_t cols : {384, 1600}) {
+  // LayerNorm with bias at 384 and 1600 columns; RMSNorm (no bias: wide rows, 4 vectors per
+  // thread) at 4096, plain and in the Llama form (the packed bf16x2 kernel).
+  struct Case {
+    int64_t cols;
+    bool layernorm, after_downcast;
+  };
+  for (const Case& c : {Case{384, true, false}, Case{1600, true, false}, Case{4096, false, false},
+                        Case{4096, false, true}}) {
     NormBwdForm f;
     f.lead = {3000};
-    f.cols = cols;
+    f.cols = c.cols;
+    f.layernorm = c.layernorm;
+    f.weight_after_downcast = c.after_downcast;
     Graph g = parse_trace(norm_bwd_trace(f), "<split>");
     for (int64_t split : {1, 16, 17, 64, 100, 512, 3000})
       run_checked(g, "optimized", 9, [split](norm_bwd::Params& p) { p.split_size = split; });
@@ -181,10 +201,18 @@ TEST(NormBwdGpu, EverySplitSizeMatchesReference) {
 // program, for both variants.
 TEST(NormBwdGpu, BitIdenticalRunToRun) {
   REQUIRE_GPU();
-  for (bool ln : {true, false}) {
+  // 384 columns (LayerNorm, RMSNorm); 4096 (RMSNorm: wide rows; plain and the Llama form).
+  struct Case {
+    int64_t cols;
+    bool layernorm, after_downcast;
+  };
+  for (const Case& c : {Case{384, true, false}, Case{384, false, false}, Case{4096, false, false},
+                        Case{4096, false, true}}) {
     NormBwdForm f;
     f.lead = {8192};
-    f.layernorm = ln;
+    f.cols = c.cols;
+    f.layernorm = c.layernorm;
+    f.weight_after_downcast = c.after_downcast;
     Graph g = parse_trace(norm_bwd_trace(f), "<determinism>");
     Plan plan = make_plan(g, fusion_registry());
     ASSERT_EQ(plan.regions.size(), 1u);

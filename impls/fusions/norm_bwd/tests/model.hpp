@@ -1,6 +1,6 @@
 // A CPU model of the norm_bwd kernels (kernels.cu): the same fp32 arithmetic, roundings and
 // accumulation structure (chunks of `split` rows per block, `rows_per_iter` interleaved row groups
-// per block summed in group order, partial rows summed by 16 slices in slice order), computed
+// per block summed in group order, partial rows summed by 32 slices in slice order), computed
 // from the matcher's params. The unit tests check it against the float64 reference with the
 // harness's own bounds: proof, without a GPU, that the params describe each graph's computation
 // (its roundings included) and that fp32 accumulation in this order stays within the bounds.
@@ -126,11 +126,11 @@ inline NormBwdModelOut run_norm_bwd_model(const Graph& g, const norm_bwd::Params
     t.meta.stride = contiguous_strides(t.meta.shape);
     t.data.resize(static_cast<size_t>(C));
     for (int64_t c = 0; c < C; ++c) {
-      float slice[16] = {};
-      for (int y = 0; y < 16; ++y)
-        for (int64_t q = y; q < parts; q += 16) slice[y] += part[q * C + c];
+      float slice[32] = {};
+      for (int y = 0; y < 32; ++y)
+        for (int64_t q = y; q < parts; q += 32) slice[y] += part[q * C + c];
       float s = slice[0];
-      for (int y = 1; y < 16; ++y) s += slice[y];
+      for (int y = 1; y < 32; ++y) s += slice[y];
       t.data[c] = round_to(t.meta.dtype, model_round(s, round));
     }
     return t;

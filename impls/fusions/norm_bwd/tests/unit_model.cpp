@@ -46,6 +46,11 @@ int rows_per_iter(const Graph& g, const norm_bwd::Params& p) {
   a.cols = p.cols;
   a.x_dtype = g.meta(p.x).dtype;
   a.dy_dtype = g.meta(p.dy).dtype;
+  // Presence of db and of a saved xhat chooses the geometry too (wide rows: neither); the
+  // pointers are only tested against null.
+  static const float present = 0.f;
+  if (p.db >= 0) a.db = const_cast<float*>(&present);
+  if (p.xs >= 0) a.xs = &present;
   return norm_bwd_geometry(a).rows_per_iter;
 }
 
