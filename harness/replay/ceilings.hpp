@@ -5,8 +5,11 @@
 // float32, 2048^3 for float64: each several hundred µs or more, so launch and ramp are < 1 %),
 // operands filled with a tiled block of N(0, 1) values (random bit patterns draw the power a real
 // GEMM draws; zeros would overstate the peak), mat2 column-major (nn.Linear's weight.t(), the TN
-// layout Hopper's float8 kernels need), timed cold like the variants (harness/measure/TIMING.md),
-// median. The peak is 2 M N K / median.
+// layout Hopper's float8 kernels need), timed cold like the variants (harness/measure/TIMING.md).
+// The peak is 2 M N K / the fastest cold sample: a ceiling is the best this device reached, and
+// the median of one short measurement moved by up to 11 % between two runs on one H200
+// (float8_rowwise 8192^3: 1302 and 1465 TFLOP/s, 2026-11-26), so a ceiling from the median put a
+// trace's own 8192^3 _scaled_mm at 113 % of SOL.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +29,8 @@ struct MatmulPeak {
   std::string cls;  ///< matmul class (matmul_class(), workloads/ops/matmul.hpp)
   int64_t m = 0, n = 0, k = 0;
   double median_us = 0;  ///< µs per GEMM, cold L2, median
-  double tflops = 0;     ///< 2 m n k / median, TFLOP/s; 0 when not measured
+  double best_us = 0;    ///< µs per GEMM, cold L2, the fastest sample
+  double tflops = 0;     ///< 2 m n k / best_us, TFLOP/s; 0 when not measured
   std::string error;     ///< non-empty: why this class was not measured (e.g. cuBLASLt refused)
 };
 

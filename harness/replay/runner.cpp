@@ -101,9 +101,7 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan) {
     rows.push_back(whole);
     return rows;
   }
-  std::vector<int> io = g.inputs;
-  io.insert(io.end(), g.outputs.begin(), g.outputs.end());
-  whole.cost.bytes = value_bytes(g, io);
+  whole.cost.bytes = trace_io_bytes(g);
   for (const Node& n : g.nodes)
     if (const double fl = matmul_flops(g, n); fl > 0) {
       whole.cost.flops += fl;

@@ -127,6 +127,50 @@ TEST(Plan, RegionIoAndBytes) {
   EXPECT_EQ(value_bytes(g, {r.inputs[0], r.outputs[0], r.outputs[0]}), 2 * 4 * 4);
 }
 
+// The whole-trace SOL bytes (trace_io_bytes): a fused qkv [2, 12] whose q and k parts are
+// computed and whose v part is returned as a view (litgpt's split): v is neither read nor
+// written, so the trace moves q and k in (2 x 32 bytes) and q and k out (2 x 32 bytes), not
+// 96 + 96. Counting every input and output whole gave 107 % of SOL on litgpt's RoPE forward.
+TEST(Plan, TraceIoBytesLeaveOutPassThroughViews) {
+  nlohmann::json t = {
+      {"schema", "replay-trace/1"}, {"name", "qkv"}, {"outputs", {"qn", "kn", "v2"}}};
+  nlohmann::json x = tensor({2, 12}, "float32");
+  x["id"] = "qkv";
+  t["inputs"] = {x};
+  auto slice = [](const char* id, int start, int end) {
+    return nlohmann::json{{"id", id},
+                          {"op", "aten.slice.Tensor"},
+                          {"args", {ref("qkv"), 1, start, end}},
+                          {"outputs", {tensor({2, 4}, "float32")}}};
+  };
+  t["nodes"] = {slice("q", 0, 4),
+                slice("k", 4, 8),
+                slice("v", 8, 12),
+                {{"id", "qn"},
+                 {"op", "aten.neg.default"},
+                 {"args", {ref("q")}},
+                 {"outputs", {tensor({2, 4}, "float32")}}},
+                {{"id", "kn"},
+                 {"op", "aten.neg.default"},
+                 {"args", {ref("k")}},
+                 {"outputs", {tensor({2, 4}, "float32")}}},
+                {{"id", "v2"},
+                 {"op", "aten.view.default"},
+                 {"args", {ref("v"), {8}}},
+                 {"outputs", {tensor({8}, "float32")}}}};
+  Graph g = parse_trace(t, "<qkv>");
+  const int qkv = g.find_value("qkv");
+  EXPECT_EQ(view_root_input(g, g.find_value("v2")), qkv);
+  EXPECT_EQ(view_root_input(g, qkv), qkv);
+  EXPECT_EQ(view_root_input(g, g.find_value("qn")), -1);  // a computing op on the way
+  EXPECT_EQ(trace_io_bytes(g), 4 * 32.0);
+  // Every input and output whole, as before: what the graph's data movement does not need.
+  EXPECT_EQ(value_bytes(g, {qkv, g.find_value("qn"), g.find_value("kn"), g.find_value("v2")}),
+            96.0 + 32 + 32 + 32);
+  // A computed output is counted whole: the chain of three negations writes c and reads x.
+  EXPECT_EQ(trace_io_bytes(chain3()), 2 * 4 * 4.0);
+}
+
 TEST(Plan, FusionNeedingMoreRanksIsDropped) {
   Graph g = chain3();
   FusionSpec collective = kFirst;

@@ -1,6 +1,9 @@
 #include "workloads/plan/match_util.hpp"
 
+#include "workloads/ops/op.hpp"
+
 #include <algorithm>
+#include <map>
 #include <set>
 
 namespace replay {
@@ -76,6 +79,36 @@ double value_bytes(const Graph& g, const std::vector<int>& values) {
   std::set<int> unique(values.begin(), values.end());
   double b = 0;
   for (int v : unique) b += static_cast<double>(g.meta(v).nbytes());
+  return b;
+}
+
+int view_root_input(const Graph& g, int v) {
+  while (v >= 0 && !g.values[v].graph_input) {
+    const int p = g.values[v].producer;
+    if (p < 0) return -1;
+    const Node& n = g.nodes[p];
+    if (op_def(n.op).alias == nullptr || n.operands.empty() || !n.operands[0].is_tensor())
+      return -1;
+    v = n.operands[0].value;
+  }
+  return v;
+}
+
+double trace_io_bytes(const Graph& g) {
+  std::map<int, double> credit;  // input -> bytes of the outputs that are views of it
+  double b = 0;
+  for (int o : std::set<int>(g.outputs.begin(), g.outputs.end())) {
+    const double ob = static_cast<double>(g.meta(o).nbytes());
+    if (const int root = view_root_input(g, o); root >= 0)
+      credit[root] += ob;
+    else
+      b += ob;
+  }
+  for (int i : std::set<int>(g.inputs.begin(), g.inputs.end())) {
+    const double ib = static_cast<double>(g.meta(i).nbytes());
+    const auto it = credit.find(i);
+    b += std::max(0.0, ib - (it == credit.end() ? 0.0 : it->second));
+  }
   return b;
 }
 

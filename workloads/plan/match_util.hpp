@@ -35,4 +35,18 @@ Region make_region(const Graph& g, std::vector<int> nodes, std::any params);
 /// Bytes of the listed values (numel * element size each, every value counted once).
 double value_bytes(const Graph& g, const std::vector<int>& values);
 
+/// The graph input that `v` is a view of (through view ops only: ops whose OpDef has an `alias`
+/// rule, each reading its operand 0), `v` itself for a graph input, or -1 when a computing op or
+/// a copy lies on the way.
+int view_root_input(const Graph& g, int v);
+
+/// Bytes a whole trace must move at least, for its speed-of-light row: every graph output written
+/// once and every graph input read once, except that an output which is a view of an input (a
+/// pass-through such as litgpt's `v` split off a fused qkv) is neither written nor read: its
+/// bytes are not counted, and are taken off its input's (down to zero, as an expand's view can be
+/// larger than its input). The count errs low (a reshape that has to copy is taken for a view,
+/// an input read both through a returned view and by compute is credited), so a % SOL from it
+/// never exceeds what the graph's data movement allows.
+double trace_io_bytes(const Graph& g);
+
 }  // namespace replay

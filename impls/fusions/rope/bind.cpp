@@ -177,6 +177,27 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       return b;
     }
   }
+  if (p.joint.zero_steps.size() > static_cast<size_t>(kRopeMaxJobs)) {
+    b.unsupported = "joint gradient with " + std::to_string(p.joint.zero_steps.size()) +
+                    " zero parts (at most " + std::to_string(kRopeMaxJobs) + ")";
+    return b;
+  }
+  for (const auto& steps : p.joint.zero_steps) {
+    const BoundTensor jt = ctx.tensor(p.joint.value);
+    const int64_t esize = static_cast<int64_t>(dtype_size(jt.layout.dtype));
+    const auto l = apply_steps(StridedLayout{jt.layout.shape, jt.layout.stride, 0}, steps);
+    const auto rows = l ? rows_2d(*l, esize) : std::nullopt;
+    if (!rows) {
+      b.unsupported = "the joint gradient " + jt.layout.str() +
+                      " has a zero part that is not rows of uniform pitch";
+      return b;
+    }
+    RopeArgs::Zero& z = a.zeros[a.n_zeros++];
+    z.ptr = static_cast<char*>(jt.ptr) + rows->offset;
+    z.pitch = static_cast<size_t>(rows->pitch);
+    z.width = static_cast<size_t>(rows->width);
+    z.height = static_cast<size_t>(rows->height);
+  }
   if (v.role == Role::kOptimized) {
     b.launch = [a](const LaunchContext& c) { rope_optimized(a, c.stream); };
     return b;

@@ -58,7 +58,8 @@ nlohmann::json describe(const Graph& g, const Region& r) {
   return {{"style", style_name(p.style)},
           {"phase", p.backward ? "backward" : "forward"},
           {"rotations", rs},
-          {"joint", name(p.joint.value)}};
+          {"joint", name(p.joint.value)},
+          {"joint_zero_parts", p.joint.zero_steps.size()}};
 }
 
 }  // namespace replay::rope

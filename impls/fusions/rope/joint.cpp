@@ -40,4 +40,32 @@ std::optional<StridedLayout> apply_steps(StridedLayout cur, const std::vector<La
   return cur;
 }
 
+std::optional<Rows2D> rows_2d(const StridedLayout& l, int64_t esize) {
+  std::vector<int64_t> shape, stride;
+  for (size_t k = 0; k < l.shape.size(); ++k) {
+    if (l.shape[k] == 0) return Rows2D{l.offset * esize, esize, 0, 0};
+    if (l.shape[k] != 1) {
+      shape.push_back(l.shape[k]);
+      stride.push_back(l.stride[k]);
+    }
+  }
+  Rows2D r;
+  r.offset = l.offset * esize;
+  int k = static_cast<int>(shape.size()) - 1;
+  int64_t run = 1;  // the dense innermost run, elements
+  for (; k >= 0 && stride[k] == run; --k) run *= shape[k];
+  if (k == static_cast<int>(shape.size()) - 1 && k >= 0) return std::nullopt;  // last stride != 1
+  r.width = run * esize;
+  r.height = 1;
+  r.pitch = r.width;
+  if (k >= 0) {
+    for (int j = 0; j < k; ++j)
+      if (stride[j] != stride[j + 1] * shape[j + 1]) return std::nullopt;
+    for (int j = 0; j <= k; ++j) r.height *= shape[j];
+    r.pitch = stride[k] * esize;
+    if (r.pitch < r.width) return std::nullopt;
+  }
+  return r;
+}
+
 }  // namespace replay::rope

@@ -834,7 +834,15 @@ uint64_t rope_fixed_form_launches() {
   return g_fixed_launches.load(std::memory_order_relaxed);
 }
 
+static void zero_parts(const RopeArgs& a, cudaStream_t stream) {
+  for (int k = 0; k < a.n_zeros; ++k) {
+    const RopeArgs::Zero& z = a.zeros[k];
+    REPLAY_CUDA(cudaMemset2DAsync(z.ptr, z.pitch, 0, z.width, z.height, stream));
+  }
+}
+
 void rope_optimized(const RopeArgs& in, cudaStream_t stream) {
+  zero_parts(in, stream);
   if (in.n_jobs <= 0) return;
   if (in.fixed_forms)
     if (const FixedForm* f = find_fixed_form(in)) return launch_fixed(*f, in, stream);
@@ -938,6 +946,7 @@ size_t rope_baseline_workspace(const RopeArgs& a) {
 }
 
 void rope_baseline(const RopeArgs& a, void* workspace, cudaStream_t stream) {
+  zero_parts(a, stream);
   size_t off = 0;
   constexpr int kThreads = 256;
   // The eager order: forward x * cos, rot, rot * sin, sum; backward g * cos, g * sin, rotT, sum.

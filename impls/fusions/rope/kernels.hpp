@@ -89,11 +89,19 @@ struct RopeArgs {
   bool write_tail = true;      ///< test hook: false is the mutant "pass-through tail dropped"
   bool force_index64 = false;  ///< test hook: the 64-bit index path at any size
   bool force_generic = false;  ///< test hook: the generic kernel where a fixed form would apply
-  /// The compile-time fixed forms where one applies. Off by default: written after this
-  /// session's last device run, they have not yet run on a GPU (the GPU test RopeGpuFixedForms
-  /// turns them on and compares them with the generic kernel bit for bit; flip the default once
-  /// it passes).
-  bool fixed_forms = false;
+  /// The compile-time fixed forms where one applies (kernels.cu, kFixedForms). On since the GPU
+  /// test RopeGpuFixedForms (every fixed form bit-identical to the generic kernel) passed on an
+  /// H200 (2026-11-26); false runs the generic kernel everywhere.
+  bool fixed_forms = true;
+  /// Parts of a joint gradient no job writes and the graph leaves zero (Joint::zero_steps), as
+  /// 2-D byte ranges: `height` rows of `width` bytes, `pitch` bytes apart, from `ptr`. Both
+  /// variants zero them (cudaMemset2DAsync) before their kernels.
+  struct Zero {
+    void* ptr = nullptr;
+    size_t pitch = 0, width = 0, height = 0;
+  };
+  int n_zeros = 0;
+  Zero zeros[kRopeMaxJobs];
 };
 
 /// Elements per thread the optimized kernel can use for these jobs: the largest of 8, 4, 2 that

@@ -15,7 +15,8 @@
 //   slice_scatter into zeros (select for pairs), summed with g * cos in the graph's association
 //   (backward, find_sums); partial rotary: the tail scattered into zeros and added; Meta's pairs
 //   through select_scatter (pairs_backward). Where the graph then stacks dq, dk and dv into one
-//   tensor, the region writes that tensor (try_joint, joint.hpp).
+//   tensor (a cat, or a sum of scatters into zeros), the region writes that tensor (try_joint,
+//   joint.hpp).
 // x (or g) may be an exact upcast of the head vectors that only the region reads: the kernel
 // reads the source. cos and sin are read as the multiplies read them (a broadcast view of the
 // table): the table's own chain (an input, an index by position ids, sin/cos of the inverse
@@ -23,6 +24,7 @@
 // rotations of one graph in the same style and direction form one region (q and k: one kernel;
 // each has its own tables), unless a reader of one's output comes before the other's last node.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -847,23 +849,128 @@ class Matcher {
     return s;
   }
 
-  // A backward group whose outputs the graph stacks into one tensor (cat of dq, dk and others,
-  // through permutes, clones and views on either side): the region writes that tensor instead,
-  // copying the cat's other operands (dv) in. Nothing changes when the graph does not, when a view
-  // cannot be undone on the joint tensor's layout, or when the jobs would exceed kRopeMaxJobs.
+  // One part of a stacking: the value stacked, where along the stacking dim, and the node that
+  // reads it (the cat, or its slice_scatter).
+  struct StackPart {
+    int value = -1;
+    int64_t start = 0, size = 0;
+    int reader = -1;
+  };
+  // How the graph stacks the gradients into one tensor: a cat (GPT-NeoX, litgpt), or a sum of
+  // slice_scatters into zeros over disjoint ranges of one dim (Phi-3's split of a fused qkv,
+  // whose backward scatters dq and dk into a zero [B, T, (H + 2G) D] and adds; the ranges nothing
+  // scatters into, dv's here, stay zero).
+  struct Stack {
+    int out = -1;  ///< the stacked value (the cat's output, or the root add's)
+    int dim = 0;
+    std::vector<StackPart> parts;                   ///< in graph order of the operands
+    std::vector<std::pair<int64_t, int64_t>> gaps;  ///< [start, size) ranges left zero
+    std::vector<int> nodes;                         ///< the cat, or the scatters and adds
+    bool scatter = false;                           ///< a sum of scatters: every part gets + 0
+  };
+
+  Stack cat_stack(int cat) const {
+    Stack st;
+    const Node& cn = g_.nodes[cat];
+    st.out = cn.outputs[0];
+    st.dim = static_cast<int>(norm_dim(cn.dim, rank(g_, st.out)));
+    st.nodes = {cat};
+    int64_t start = 0;
+    for (const Operand& op : cn.operands) {
+      if (!op.is_tensor()) return Stack{};
+      const int64_t size = g_.meta(op.value).shape.at(st.dim);
+      st.parts.push_back({op.value, start, size, cat});
+      start += size;
+    }
+    return st;
+  }
+
+  // The sum of scatters above slice_scatter `ss` (see Stack), or an empty Stack: every leaf of the
+  // add tree a scatter of a non-empty value into +0 zeros (aten.full 0 or aten.zeros) along one
+  // dim with step 1, ranges disjoint, every add (alpha 1) and scatter of one dtype and shape, each
+  // read once. x + 0 is x exactly but for -0, which becomes +0: each part is written with + 0.
+  Stack scatter_stack(int ss) const {
+    const int dt_value = g_.nodes[ss].outputs[0];
+    const DType dt = g_.meta(dt_value).dtype;
+    const std::vector<int64_t> shape = g_.meta(dt_value).shape;
+    auto is_add = [&](int n) {
+      const Node& a = g_.nodes[n];
+      return a.op == Op::kAdd && a.alpha == 1 && a.operands.size() == 2 &&
+             a.operands[0].is_tensor() && a.operands[1].is_tensor() &&
+             g_.meta(a.outputs[0]).dtype == dt && g_.meta(a.outputs[0]).shape == shape;
+    };
+    int root = ss;
+    for (int u; (u = single_user(g_, g_.nodes[root].outputs[0])) >= 0 && is_add(u);) root = u;
+    if (root == ss) return Stack{};
+    Stack st;
+    st.out = g_.nodes[root].outputs[0];
+    st.scatter = true;
+    std::vector<int> todo = {root};
+    st.dim = -1;
+    while (!todo.empty()) {
+      const int n = todo.back();
+      todo.pop_back();
+      st.nodes.push_back(n);
+      const Node& nd = g_.nodes[n];
+      if (nd.op == Op::kAdd) {
+        for (const Operand& o : nd.operands) {
+          const int pn = producer(g_, o.value);
+          if (pn < 0 || single_user(g_, o.value) != n) return Stack{};
+          if (!is_add(pn) && g_.nodes[pn].op != Op::kSliceScatter) return Stack{};
+          todo.push_back(pn);
+        }
+        continue;
+      }
+      if (nd.op != Op::kSliceScatter || nd.operands.size() != 2 || nd.step != 1 ||
+          g_.meta(nd.outputs[0]).dtype != dt || g_.meta(nd.outputs[0]).shape != shape)
+        return Stack{};
+      const int z = producer(g_, nd.operands[0].value);
+      if (!zeros(nd.operands[0].value, shape) ||
+          (g_.nodes[z].op == Op::kFull && std::signbit(g_.nodes[z].operands[0].scalar)))
+        return Stack{};
+      const int d = static_cast<int>(norm_dim(nd.dim, static_cast<int64_t>(shape.size())));
+      if (st.dim >= 0 && d != st.dim) return Stack{};
+      st.dim = d;
+      const int64_t size = shape[d];
+      const int64_t s0 = std::clamp<int64_t>(nd.start < 0 ? nd.start + size : nd.start, 0, size);
+      const int64_t e0 = std::clamp<int64_t>(nd.end < 0 ? nd.end + size : nd.end, 0, size);
+      const int src = nd.operands[1].value;
+      if (e0 <= s0 || g_.meta(src).shape.at(d) != e0 - s0) return Stack{};
+      st.parts.push_back({src, s0, e0 - s0, n});
+    }
+    std::sort(st.nodes.begin(), st.nodes.end());
+    std::vector<StackPart> by_start = st.parts;
+    std::sort(by_start.begin(), by_start.end(),
+              [](const StackPart& a, const StackPart& b) { return a.start < b.start; });
+    int64_t at = 0;
+    for (const StackPart& pt : by_start) {
+      if (pt.start < at) return Stack{};  // overlapping ranges: a real sum, not a stacking
+      if (pt.start > at) st.gaps.push_back({at, pt.start - at});
+      at = pt.start + pt.size;
+    }
+    if (at < shape[st.dim]) st.gaps.push_back({at, shape[st.dim] - at});
+    std::sort(st.parts.begin(), st.parts.end(),
+              [](const StackPart& a, const StackPart& b) { return a.reader < b.reader; });
+    return st;
+  }
+
+  // A backward group whose outputs the graph stacks into one tensor (Stack: a cat of dq, dk and
+  // others, or a sum of their scatters into zeros, through permutes, clones and views on either
+  // side): the region writes that tensor instead, copying the stack's other parts (dv) in and
+  // zeroing its gaps. Nothing changes when the graph does not, when a view cannot be undone on the
+  // joint tensor's layout, or when the jobs would exceed kRopeMaxJobs.
   void try_joint(std::set<int>& nodes, Params& p) const {
     const size_t nrot = p.rotations.size();
-    int cat = -1;
-    std::vector<int> ends(nrot);                 // the cat operand each rotation becomes
+    int stack_node = -1;                         // the cat, or the first scatter reached
+    std::vector<int> ends(nrot);                 // the stack part each rotation becomes
     std::vector<std::vector<int>> chains(nrot);  // its layout nodes, from the rotation on
     for (size_t i = 0; i < nrot; ++i) {
       int v = p.rotations[i].out;
       for (;;) {
         const int u = single_user(g_, v);
         if (u < 0) return;
-        if (g_.nodes[u].op == Op::kCat) {
-          if (cat >= 0 && cat != u) return;
-          cat = u;
+        if (g_.nodes[u].op == Op::kCat || g_.nodes[u].op == Op::kSliceScatter) {
+          if (stack_node < 0) stack_node = u;
           break;
         }
         if (!layout_op(g_.nodes[u].op)) return;
@@ -872,56 +979,59 @@ class Matcher {
       }
       ends[i] = v;
     }
-    if (cat < 0) return;
-    const Node& cn = g_.nodes[cat];
-    const int r = rank(g_, cn.outputs[0]);
-    const int cd = static_cast<int>(norm_dim(cn.dim, r));
-    const DType dt = g_.meta(cn.outputs[0]).dtype;
-    // after the cat: its layout nodes up to the joint value
+    if (stack_node < 0) return;
+    const Stack st =
+        g_.nodes[stack_node].op == Op::kCat ? cat_stack(stack_node) : scatter_stack(stack_node);
+    if (st.out < 0 || st.parts.empty()) return;
+    for (size_t i = 0; i < nrot; ++i)  // every rotation is a part of this one stack
+      if (std::none_of(st.parts.begin(), st.parts.end(),
+                       [&](const StackPart& pt) { return pt.value == ends[i]; }))
+        return;
+    const DType dt = g_.meta(st.out).dtype;
+    // after the stack: its layout nodes up to the joint value
     std::vector<int> after;
-    int joint = cn.outputs[0];
+    int joint = st.out;
     for (int u; (u = single_user(g_, joint)) >= 0 && layout_op(g_.nodes[u].op);) {
       after.push_back(u);
       joint = g_.nodes[u].outputs[0];
     }
     std::vector<LayoutStep> base;
     for (auto it = after.rbegin(); it != after.rend(); ++it)
-      if (auto st = undo(*it)) base.push_back(*st);
-    // each operand: its part of the cat, then its own layout nodes undone down to its job's value
-    Params q = p;
-    q.rotations.clear();
+      if (auto s = undo(*it)) base.push_back(*s);
+    auto part_step = [&](int64_t start, int64_t size) {
+      LayoutStep part;
+      part.kind = LayoutStep::Kind::kPart;
+      part.dim = st.dim;
+      part.start = start;
+      part.size = size;
+      return part;
+    };
+    // each part: its place in the stack, then its own layout nodes undone down to its job's value
     std::vector<std::vector<LayoutStep>> rot_steps(nrot), copy_steps;
     std::vector<Rotation> copies;
     std::set<int> added(after.begin(), after.end());
-    added.insert(cat);
-    int64_t start = 0;
-    for (const Operand& op : cn.operands) {
-      const int v = op.value;
+    added.insert(st.nodes.begin(), st.nodes.end());
+    for (const StackPart& pt : st.parts) {
+      const int v = pt.value;
       if (v < 0 || g_.meta(v).dtype != dt) return;
-      LayoutStep part;
-      part.kind = LayoutStep::Kind::kPart;
-      part.dim = cd;
-      part.start = start;
-      part.size = g_.meta(v).shape.at(cd);
-      start += part.size;
       std::vector<LayoutStep> steps = base;
-      steps.push_back(part);
+      steps.push_back(part_step(pt.start, pt.size));
       const auto e = std::find(ends.begin(), ends.end(), v);
       if (e != ends.end()) {
         const size_t i = static_cast<size_t>(e - ends.begin());
         for (auto it = chains[i].rbegin(); it != chains[i].rend(); ++it)
-          if (auto st = undo(*it)) steps.push_back(*st);
+          if (auto s = undo(*it)) steps.push_back(*s);
         added.insert(chains[i].begin(), chains[i].end());
         rot_steps[i] = std::move(steps);
         continue;
       }
-      // a copy operand: walk back through the layout nodes that only lead to the cat
-      int origin = v, next = cat;
+      // a copy part: walk back through the layout nodes that only lead to the stack
+      int origin = v, next = pt.reader;
       for (;;) {
         if (single_user(g_, origin) != next) break;  // read elsewhere: a region input from here
         const int pn = producer(g_, origin);
         if (pn < 0 || !layout_op(g_.nodes[pn].op)) break;
-        if (auto st = undo(pn)) steps.push_back(*st);
+        if (auto s = undo(pn)) steps.push_back(*s);
         added.insert(pn);
         next = pn;
         origin = g_.nodes[pn].operands.at(0).value;
@@ -931,6 +1041,7 @@ class Matcher {
       c.x = origin;
       c.head_dim = g_.meta(origin).shape.back();
       c.rotary_dim = 0;
+      c.zero_add = st.scatter;
       copies.push_back(c);
       copy_steps.push_back(std::move(steps));
     }
@@ -948,12 +1059,22 @@ class Matcher {
       const auto l = apply_steps(jl, copy_steps[i]);
       if (!l || l->shape != g_.meta(copies[i].x).shape) return;
     }
+    std::vector<std::vector<LayoutStep>> zero_steps;
+    for (const auto& [start, size] : st.gaps) {
+      std::vector<LayoutStep> steps = base;
+      steps.push_back(part_step(start, size));
+      if (!apply_steps(jl, steps)) return;
+      zero_steps.push_back(std::move(steps));
+    }
     std::set<int> all = nodes;
     all.insert(added.begin(), added.end());
     if (!intermediates_private(g_, std::vector<int>(all.begin(), all.end()), {joint})) return;
     nodes = std::move(all);
     p.joint.value = joint;
     p.joint.steps = std::move(rot_steps);
+    p.joint.zero_steps = std::move(zero_steps);
+    if (st.scatter)
+      for (Rotation& r : p.rotations) r.zero_add = true;
     for (size_t i = 0; i < copies.size(); ++i) {
       p.rotations.push_back(copies[i]);
       p.joint.steps.push_back(std::move(copy_steps[i]));

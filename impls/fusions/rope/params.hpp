@@ -49,6 +49,10 @@ struct Rotation {
 struct Joint {
   int value = -1;  ///< -1: none (each rotation writes its own output)
   std::vector<std::vector<LayoutStep>> steps;
+  /// The parts of the joint tensor no job writes, which the graph leaves zero (a sum of scatters
+  /// into zeros that covers only dq and dk: Phi-3): the layout steps from the joint down to each,
+  /// zeroed by a 2-D memset beside the kernel.
+  std::vector<std::vector<LayoutStep>> zero_steps;
 };
 
 /// A matched region: the rotations that read the same tables (q and k), one kernel.
@@ -64,7 +68,7 @@ struct Params {
   bool write_tail = true;
   bool force_index64 = false;  ///< the optimized kernel's 64-bit index path (a GPU test)
   bool force_generic = false;  ///< the optimized variant's generic kernel (a GPU test)
-  bool fixed_forms = false;    ///< RopeArgs::fixed_forms (off until verified on a GPU)
+  bool fixed_forms = true;     ///< RopeArgs::fixed_forms
 };
 
 std::string_view style_name(Style s);

@@ -142,10 +142,17 @@ TEST(RopeMatch, EverySmallBundledBackwardIsOneRegionOfDqAndDk) {
       const bool cohere = std::string(e.family) == "cohere_rope";
       const bool phi3 = std::string(e.family) == "phi3_rope";
       // GPT-NeoX stacks dq, dk and dv into its qkv gradient: the region writes it (joint.hpp),
-      // dv copied in as a third job
+      // dv copied in as a third job; Phi-3 scatters dq and dk into a zero qkv gradient and adds
+      // them: the region writes that, its dv range zeroed
       const bool neox = std::string(e.family) == "gpt_neox_rope";
       ASSERT_EQ(pr.rotations.size(), neox ? 3u : 2u) << t;
-      EXPECT_EQ(pr.joint.value >= 0, neox) << t;
+      EXPECT_EQ(pr.joint.value >= 0, neox || phi3) << t;
+      EXPECT_EQ(pr.joint.zero_steps.size(), phi3 ? 1u : 0u) << t;
+      if (phi3) {
+        EXPECT_EQ(g.values[pr.joint.value].name, "add_8") << t;
+        ASSERT_EQ(rs[0]->outputs.size(), 1u) << t;
+        EXPECT_EQ(rs[0]->outputs[0], pr.joint.value) << t;
+      }
       if (neox) {
         EXPECT_EQ(g.values[pr.joint.value].name, "view_5") << t;
         EXPECT_EQ(pr.rotations[2].rotary_dim, 0) << t;
@@ -545,4 +552,92 @@ TEST(RopeJoint, LayoutStepsAgainstHandComputedLayouts) {
     const std::string x = g.values[pr.rotations[i].x].name;
     EXPECT_EQ(l->offset, x == "tangents_1" ? 0 : x == "tangents_2" ? 64 : 128) << x;
   }
+}
+
+// Phi-3's backward stacks dq and dk by scattering each into one zero [B, T, (H + 2G) D] and adding
+// (slice_scatter_7: dq at [0, 256), slice_scatter_6: dk at [256, 384) of 512): the region writes
+// add_8 itself, each job a part of it and [384, 512) (dv's, which this graph leaves zero) zeroed.
+TEST(RopeJoint, SumOfScattersIntoZerosIsAJointGradient) {
+  Graph g = load_trace(trace_path(rope_trace("phi3_rope", "mincut", "bwd")));
+  const Plan p = make_plan(g, fusion_registry());
+  ASSERT_EQ(rope_regions(p).size(), 1u);
+  const Region& r = *rope_regions(p)[0];
+  const Params& pr = params(&r);
+  ASSERT_EQ(g.values[pr.joint.value].name, "add_8");
+  const rope::StridedLayout joint{{2, 8, 512}, {4096, 512, 1}, 0};
+  ASSERT_EQ(pr.joint.steps.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto l = rope::apply_steps(joint, pr.joint.steps[i]);
+    ASSERT_TRUE(l.has_value());
+    const std::string x = g.values[pr.rotations[i].x].name;  // dq from tangents_1, dk tangents_2
+    EXPECT_EQ(l->offset, x == "tangents_1" ? 0 : 256) << x;
+    EXPECT_EQ(l->shape, (std::vector<int64_t>{2, x == "tangents_1" ? 4 : 2, 8, 64})) << x;
+    EXPECT_EQ(l->stride, (std::vector<int64_t>{4096, 64, 512, 1})) << x;
+    EXPECT_TRUE(pr.rotations[i].zero_add) << x;  // x + 0 turns -0 into +0, as the adds do
+  }
+  ASSERT_EQ(pr.joint.zero_steps.size(), 1u);
+  const auto z = rope::apply_steps(joint, pr.joint.zero_steps[0]);
+  ASSERT_TRUE(z.has_value());
+  EXPECT_EQ(z->offset, 384);
+  EXPECT_EQ(z->shape, (std::vector<int64_t>{2, 8, 128}));
+  const auto rows = rope::rows_2d(*z, 2);
+  ASSERT_TRUE(rows.has_value());
+  EXPECT_EQ(rows->offset, 768);
+  EXPECT_EQ(rows->width, 256);
+  EXPECT_EQ(rows->pitch, 1024);
+  EXPECT_EQ(rows->height, 16);
+  // every node from the tangents to add_8 is the region's, the zero tensors included
+  for (const char* id : {"full_6", "slice_scatter_6", "slice_scatter_7", "add_8", "clone_3"}) {
+    const int n = g.values[g.find_value(id)].producer;
+    EXPECT_EQ(std::count(r.nodes.begin(), r.nodes.end(), n), 1) << id;
+  }
+}
+
+// Scatters whose ranges overlap are a real sum, not a stacking: dk scattered at [128, 256)
+// overlaps dq's [0, 256): each rotation writes its own output and the adds stay eager.
+TEST(RopeJoint, OverlappingScattersAreNotAStacking) {
+  auto doc = read_json(trace_path(rope_trace("phi3_rope", "mincut", "bwd")));
+  auto& ss = node(doc, "slice_scatter_6");
+  ss["args"][3] = 128;
+  ss["args"][4] = 256;
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  ASSERT_EQ(rope_regions(p).size(), 1u);
+  EXPECT_EQ(params(rope_regions(p)[0]).joint.value, -1);
+  EXPECT_TRUE(params(rope_regions(p)[0]).joint.zero_steps.empty());
+}
+
+// A negative zero to scatter into is not a stacking either: -0 + -0 stays -0, so the adds do not
+// turn a job's -0 into +0 and the gaps are not +0 bits.
+TEST(RopeJoint, NegativeZeroBaseIsNotAStacking) {
+  auto doc = read_json(trace_path(rope_trace("phi3_rope", "mincut", "bwd")));
+  node(doc, "full_6")["args"][1] = -0.0;
+  Graph g;
+  const Plan p = plan_of(doc, g);
+  ASSERT_EQ(rope_regions(p).size(), 1u);
+  EXPECT_EQ(params(rope_regions(p)[0]).joint.value, -1);
+}
+
+TEST(RopeJoint, RowsOfUniformPitch) {
+  using rope::StridedLayout;
+  // dense: one row
+  auto r = rope::rows_2d(StridedLayout{{2, 3, 4}, {12, 4, 1}, 5}, 4);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->offset, 20);
+  EXPECT_EQ(r->width, 96);
+  EXPECT_EQ(r->height, 1);
+  // a column block of a [6, 10] matrix seen through a [2, 3, 4] view: 6 rows of 4, pitch 10
+  r = rope::rows_2d(StridedLayout{{2, 3, 4}, {30, 10, 1}, 6}, 2);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->width, 8);
+  EXPECT_EQ(r->pitch, 20);
+  EXPECT_EQ(r->height, 6);
+  // size-1 dims ignored
+  r = rope::rows_2d(StridedLayout{{1, 6, 1, 4}, {999, 10, 7, 1}, 0}, 2);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->height, 6);
+  EXPECT_EQ(r->pitch, 20);
+  // a last stride other than 1, or outer dims that do not collapse into one pitch
+  EXPECT_FALSE(rope::rows_2d(StridedLayout{{4, 3}, {1, 4}, 0}, 2).has_value());
+  EXPECT_FALSE(rope::rows_2d(StridedLayout{{2, 3, 4}, {100, 10, 1}, 0}, 2).has_value());
 }
