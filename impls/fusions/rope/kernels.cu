@@ -288,6 +288,33 @@ __device__ __forceinline__ void load8(const T* p, uint32_t flip, float* f) {
   for (int i = 0; i < kFixedV; ++i) f[i] = Bits<T>::to_float(u.b[i]);
 }
 
+// A per-pair table's 4 entries at p (aligned to their bytes) for a chunk of 8 elements: element
+// k reads entry k / 2, each 32-bit word XORed with `flip` first.
+template <typename T>
+__device__ __forceinline__ void load4_pairs(const T* p, uint32_t flip, float* f) {
+  using B = typename Bits<T>::type;
+  constexpr int kWords = 4 * static_cast<int>(sizeof(T)) / 4;
+  union {
+    uint32_t w[kWords];
+    B b[4];
+  } u;
+  if constexpr (kWords == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    u.w[0] = v.x;
+    u.w[1] = v.y;
+    u.w[2] = v.z;
+    u.w[3] = v.w;
+  } else {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    u.w[0] = v.x;
+    u.w[1] = v.y;
+  }
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) u.w[k] ^= flip;
+#pragma unroll
+  for (int i = 0; i < kFixedV; ++i) f[i] = Bits<T>::to_float(u.b[i / 2]);
+}
+
 template <typename T>
 __device__ __forceinline__ void store8(T* p, const float* f) {
   store_t<T, kFixedV>(p, 1, true, f);
@@ -298,8 +325,9 @@ __device__ __forceinline__ float fixed_product(float a, float b) {
   return round_to(F::mul_dtype, mul_rn(a, b));
 }
 
-// Item `item` of one row (x, cs, sn, out: the row's bases).
-template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, typename F>
+// Item `item` of one row (x, cs, sn, out: the row's bases). kPair: the tables hold one entry per
+// pair (Meta Llama's real pairs; interleaved only), entry c / 2 for element c.
+template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, bool kPair, typename F>
 __device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j, int item,
                                            const TX* x, const TT* cs, const TT* sn, TO* out) {
   const bool is_tail = item >= j.n_rot;
@@ -351,8 +379,13 @@ __device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j
     // -y[2i])
     float xv[kFixedV], cv[kFixedV], sv[kFixedV], o[kFixedV];
     load8(x + c0, 0, xv);
-    load8(cs + c0, 0, cv);
-    load8(sn + c0, a.sin_xor, sv);
+    if constexpr (kPair) {
+      load4_pairs(cs + c0 / 2, 0, cv);
+      load4_pairs(sn + c0 / 2, a.sin_xor, sv);
+    } else {
+      load8(cs + c0, 0, cv);
+      load8(sn + c0, a.sin_xor, sv);
+    }
 #pragma unroll
     for (int k = 0; k < kFixedV; ++k) {
       if constexpr (!kBwd) {
@@ -369,9 +402,10 @@ __device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j
   }
 }
 
-template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, typename F>
+template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, bool kPair, typename F>
 __global__ void __launch_bounds__(256) rope_fixed_kernel(const __grid_constant__ FixedArgs a) {
   static_assert(kBwd || F::sum_order == 0, "the forward has no association to choose");
+  static_assert(kInter || !kPair, "a table per pair is the interleaved style's");
   const FixedJob& j = a.jobs[blockIdx.y];
   // blockDim.x threads share a row's items (about two each: the row's offsets once per two)
   if (static_cast<int>(threadIdx.x) >= j.n_items) return;
@@ -397,7 +431,7 @@ __global__ void __launch_bounds__(256) rope_fixed_kernel(const __grid_constant__
     const TT* sn = static_cast<const TT*>(j.sin) + os;
     for (int item = static_cast<int>(threadIdx.x); item < j.n_items;
          item += static_cast<int>(blockDim.x))
-      fixed_item<TX, TT, TO, kInter, kBwd, F>(a, j, item, x, cs, sn, out);
+      fixed_item<TX, TT, TO, kInter, kBwd, kPair, F>(a, j, item, x, cs, sn, out);
   }
 }
 
@@ -510,18 +544,22 @@ struct FixedForm {
   const char* name;
   DType x, table, out;
   bool interleaved, backward;
+  bool pair_table;          ///< one table entry per pair (RopeJob::pair_table)
   DType mul, add, sum_cvt;  ///< mul: each product's single rounding (Fixed)
   bool zero_add;
   int sum_order;  ///< the backward's association (the forward has none: 0)
   FixedKernel kernel;
 };
 
-#define REPLAY_ROPE_FIXED(NAME, TX, TT, TO, INTER, BWD, P, A, S, Z, O)                        \
-  FixedForm {                                                                                 \
-    NAME, dtype_of<TX>(), dtype_of<TT>(), dtype_of<TO>(), INTER, BWD, DType::P, DType::A,     \
-        DType::S, Z, O,                                                                       \
-        &rope_fixed_kernel<TX, TT, TO, INTER, BWD, Fixed<DType::P, DType::A, DType::S, Z, O>> \
+#define REPLAY_ROPE_FIXED_PT(NAME, TX, TT, TO, INTER, BWD, PAIR, P, A, S, Z, O)                 \
+  FixedForm {                                                                                   \
+    NAME, dtype_of<TX>(), dtype_of<TT>(), dtype_of<TO>(), INTER, BWD, PAIR, DType::P, DType::A, \
+        DType::S, Z, O,                                                                         \
+        &rope_fixed_kernel<TX, TT, TO, INTER, BWD, PAIR,                                        \
+                           Fixed<DType::P, DType::A, DType::S, Z, O>>                           \
   }
+#define REPLAY_ROPE_FIXED(NAME, TX, TT, TO, INTER, BWD, P, A, S, Z, O) \
+  REPLAY_ROPE_FIXED_PT(NAME, TX, TT, TO, INTER, BWD, false, P, A, S, Z, O)
 
 using bf16 = __nv_bfloat16;
 
@@ -538,8 +576,10 @@ using bf16 = __nv_bfloat16;
 //   inter_fwd_fp32out_f32table GPT-J forward (float32 throughout, a float32 output)
 //   inter_bwd_fp32math         Cohere backward
 //   inter_bwd_bf16ops_zero_f32x_f32table  GPT-J backward (its float32 incoming gradient)
-// Anything else (float16 or float32 x but GPT-J's, other rounding steps, Meta Llama's per-pair
-// tables, vector width below 8) takes the generic kernel.
+//   inter_fwd_fp32math_f32pairs, inter_bwd_fp32math_f32pairs  Meta Llama's real pairs (float32
+//                              math, a float32 table per pair, the sum converted to bf16)
+// Anything else (float16 or float32 x but GPT-J's, other rounding steps, vector width below 8)
+// takes the generic kernel.
 const FixedForm kFixedForms[] = {
     REPLAY_ROPE_FIXED("half_fwd_bf16ops", bf16, bf16, bf16, false, false, kBFloat16, kBFloat16,
                       kFloat32, false, 0),
@@ -561,9 +601,14 @@ const FixedForm kFixedForms[] = {
                       kBFloat16, false, 0),
     REPLAY_ROPE_FIXED("inter_bwd_bf16ops_zero_f32x_f32table", float, float, bf16, true, true,
                       kBFloat16, kBFloat16, kFloat32, true, 0),
+    REPLAY_ROPE_FIXED_PT("inter_fwd_fp32math_f32pairs", bf16, float, bf16, true, false, true,
+                         kFloat32, kFloat32, kBFloat16, false, 0),
+    REPLAY_ROPE_FIXED_PT("inter_bwd_fp32math_f32pairs", bf16, float, bf16, true, true, true,
+                         kFloat32, kFloat32, kBFloat16, false, 0),
 };
 
 #undef REPLAY_ROPE_FIXED
+#undef REPLAY_ROPE_FIXED_PT
 
 // A product's rounding as one step: mul then cvt, each float32 or the same narrower dtype.
 std::optional<DType> single_rounding(DType mul, DType cvt) {
@@ -596,8 +641,9 @@ const FixedForm* find_fixed_form(const RopeArgs& a) {
   for (const FixedForm& f : kFixedForms)
     if (f.x == r0->x.dtype && f.table == r0->cos.dtype && f.out == r0->out_dtype &&
         f.interleaved == (a.style == Style::kInterleaved) && f.backward == a.backward &&
-        f.mul == *mul && f.add == r0->add_dtype && f.sum_cvt == r0->sum_cvt &&
-        f.zero_add == r0->zero_add && (!a.backward || f.sum_order == r0->sum_order))
+        f.pair_table == r0->pair_table && f.mul == *mul && f.add == r0->add_dtype &&
+        f.sum_cvt == r0->sum_cvt && f.zero_add == r0->zero_add &&
+        (!a.backward || f.sum_order == r0->sum_order))
       form = &f;
   if (!form) return nullptr;
   for (int k = 0; k < a.n_jobs; ++k) {
@@ -618,14 +664,17 @@ const FixedForm* find_fixed_form(const RopeArgs& a) {
       return nullptr;
     if (j.rotary_dim == 0) continue;  // a copy job: the tail alone
     const auto m = single_rounding(j.mul_cos_dtype, j.mul_cos_cvt);
-    if (j.cos.dtype != form->table || j.sin.dtype != form->table || j.pair_table || m != mul ||
+    if (j.cos.dtype != form->table || j.sin.dtype != form->table ||
+        j.pair_table != form->pair_table || m != mul ||
         single_rounding(j.mul_sin_dtype, j.mul_sin_cvt) != mul || j.add_dtype != form->add ||
         j.sum_cvt != form->sum_cvt || j.zero_add != form->zero_add ||
         (a.backward && j.sum_order != form->sum_order))
       return nullptr;
+    const int table_v = j.pair_table ? kFixedV / 2 : kFixedV;  // entries per chunk of 8
+    const int64_t table_last = (j.pair_table ? j.rotary_dim / 2 : j.rotary_dim) - 1;
     for (const RopeOperand* t : {&j.cos, &j.sin})
-      if (!vectorizable(t->ptr, t->dtype, t->lead_stride, j.n_lead, t->last_stride, kFixedV) ||
-          !fits(t->lead_stride, j.rotary_dim - 1))
+      if (!vectorizable(t->ptr, t->dtype, t->lead_stride, j.n_lead, t->last_stride, table_v) ||
+          !fits(t->lead_stride, table_last))
         return nullptr;
   }
   return form;

@@ -319,10 +319,9 @@ TEST(RopeGpuIndex64, BitIdenticalToEager) {
 
 // The optimized kernel's fixed forms (kernels.cu, kFixedForms) against its generic kernel (forced
 // by the force_generic hook): the same bits on the realistic shapes and small ones of every form,
-// the fixed form launched where rope_fixed_form says so (the realistic shapes but Meta's real
-// pairs) and never under the hook. The fixed forms are off by default (RopeArgs::fixed_forms: not
-// yet run on a GPU when written), so the other tests here run the generic kernel; this one turns
-// them on.
+// the fixed form launched where rope_fixed_form says so and never under the hook. The fixed forms
+// are on by default, so the other tests here run them too; this one compares them with the
+// generic kernel.
 namespace {
 Binding fixed_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   Region m = r;
@@ -354,8 +353,12 @@ TEST(RopeGpuFixedForms, BitIdenticalToTheGenericKernel) {
       {"byog/rope/gptj_rope_mincut_train_bwd_2x8x2x256", true},
       {"litgpt_rope_train_fwd_2x4096x40x40x128", true},
       {"litgpt_rope_train_bwd_2x4096x40x40x128", true},
-      {"litgpt_rope_train_bwd_1x8x4x2x16", false},      // rotary dim 4: vector width 2
-      {"meta_llama_rope_train_fwd_1x8x4x2x16", false},  // a table per pair
+      {"litgpt_rope_train_bwd_1x8x4x2x16", false},  // rotary dim 4: vector width 2
+      // a table per pair (Meta Llama's real pairs)
+      {"meta_llama_rope_train_fwd_1x8x4x2x16", true},
+      {"meta_llama_rope_train_bwd_1x8x4x2x16", true},
+      {"meta_llama_rope_train_fwd_2x4096x32x8x128", true},
+      {"meta_llama_rope_train_bwd_2x4096x32x8x128", true},
   };
   for (const auto& [t, fixed] : traces) {
     Graph g = load_trace(trace_path(t));

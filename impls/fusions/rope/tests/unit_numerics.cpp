@@ -256,7 +256,8 @@ std::vector<std::string> rotary_traces() {
   for (const char* t :
        {"litgpt_rope_train_fwd_1x8x4x2x16", "litgpt_rope_train_bwd_1x8x4x2x16",
         "litgpt_rope_train_fwd_2x4096x40x40x128", "litgpt_rope_train_bwd_2x4096x40x40x128",
-        "meta_llama_rope_train_fwd_1x8x4x2x16", "meta_llama_rope_train_fwd_2x4096x32x8x128"})
+        "meta_llama_rope_train_fwd_1x8x4x2x16", "meta_llama_rope_train_fwd_2x4096x32x8x128",
+        "meta_llama_rope_train_bwd_1x8x4x2x16", "meta_llama_rope_train_bwd_2x4096x32x8x128"})
     out.push_back(t);
   std::sort(out.begin(), out.end());
   return out;
@@ -311,10 +312,8 @@ TEST(RopeFixedForms, CoverEveryBundledTraceOfVectorWidth8) {
       if (reg.fusion != &fusions::rope) continue;
       const auto& p = std::any_cast<const Params&>(reg.params);
       const rope::RopeArgs a = args_of(g, p);
-      bool pair = false;
-      for (const Rotation& r : p.rotations) pair |= r.pair_table;
       const bool expect =
-          synth_fixed.count(t) ? synth_fixed.at(t) : rope::rope_vector_width(a) == 8 && !pair;
+          synth_fixed.count(t) ? synth_fixed.at(t) : rope::rope_vector_width(a) == 8;
       const char* form = rope::rope_fixed_form(a);
       EXPECT_EQ(form != nullptr, expect) << t;
       std::cout << t << ": " << (form ? form : "generic") << "\n";
@@ -362,6 +361,7 @@ TEST(RopeFixedForms, RefuseWhatNoFormCompiles) {
       {"interleaved", [](rope::RopeArgs& r) { r.style = rope::Style::kInterleaved; }},
       {"offsets beyond 31 bits",
        [](rope::RopeArgs& r) { r.jobs[0].x.lead_stride[0] = int64_t(1) << 31; }},
+      {"a table per pair (rotate-half)", [](rope::RopeArgs& r) { r.jobs[0].pair_table = true; }},
       {"force_generic", [](rope::RopeArgs& r) { r.force_generic = true; }},
       {"force_index64", [](rope::RopeArgs& r) { r.force_index64 = true; }},
   };
