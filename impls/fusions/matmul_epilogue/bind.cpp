@@ -23,8 +23,13 @@ EpiMat as_rows(const BoundTensor& t, int64_t M, int64_t N) {
   EpiMat m;
   const TensorMeta& l = t.layout;
   if (l.numel() != M * N) return m;
-  if (l.shape.size() == 2 && (l.stride[1] == 1 || N == 1) && (l.stride[0] >= N || M == 1)) {
-    m.ld = M == 1 ? N : l.stride[0];
+  const size_t d = l.shape.size();
+  bool rows = d >= 2 && l.shape.back() == N && (l.stride.back() == 1 || N == 1) &&
+              (l.stride[d - 2] >= N || M == 1);
+  for (size_t i = 0; rows && i + 2 < d; ++i)  // leading dims collapse into one row index
+    rows = l.shape[i] == 1 || l.stride[i] == l.stride[i + 1] * l.shape[i + 1];
+  if (rows) {
+    m.ld = M == 1 ? N : l.stride[d - 2];
   } else if (l.is_contiguous()) {
     m.ld = N;
   } else {
@@ -45,6 +50,124 @@ DeviceTensor dev2(const EpiMat& m, int64_t M, int64_t N) {
   t.stride[0] = m.ld;
   t.stride[1] = 1;
   return t;
+}
+
+}  // namespace
+
+namespace {
+
+// The backward epilogue (params.hpp, Backward): the GEMM writes g in the graph's dtype; then
+//   optimized: one kernel (launch_backward) writing every result, the bias gradient's column
+//              partials on the way (plus the tiny kernel adding them);
+//   baseline:  one kernel per step: plain: act'(x), g * act'(x), the column sum; gated: act(gate),
+//              g * act, g * up, act'(gate), h * act'(gate).
+// Both compute the same float32 values with the same roundings (bit-identical results).
+Binding bind_backward(const Graph& g, const Params& p, bool optimized, BindContext& ctx,
+                      const EpiMat& z, EagerLaunch gemm) {
+  Binding b;
+  const Backward& w = p.bwd;
+  const int64_t M = p.M, N = p.N;
+  BackwardArgs a;
+  a.M = M;
+  a.N = N;
+  a.act = w.act;
+  a.gated = w.gated;
+  a.g = z;
+  a.act_round = w.act_round;
+  a.h_round = w.h_round;
+  auto rows = [&](int v, EpiMat& m) {
+    m = as_rows(ctx.tensor(v), M, N);
+    if (!m.ptr) b.unsupported = "'" + g.values[v].name + "' is not a row-major [M, N]";
+    return m.ptr != nullptr;
+  };
+  if (!rows(w.x, a.x) || !rows(w.dx, a.dx)) return b;
+  if (w.gated && (!rows(w.up, a.up) || !rows(w.dup, a.dup))) return b;
+  if (w.act_saved >= 0 && !rows(w.act_saved, a.act_in)) return b;
+  if (w.dbias >= 0) {
+    BoundTensor t = ctx.tensor(w.dbias);
+    if (t.layout.numel() != N || (N > 1 && t.layout.stride.back() != 1)) {
+      b.unsupported = "bias gradient '" + g.values[w.dbias].name + "' is not a unit-stride [N]";
+      return b;
+    }
+    a.dbias = t.ptr;
+    a.dbias_dtype = t.layout.dtype;
+    a.partial = static_cast<float*>(
+        ctx.workspace(static_cast<size_t>(backward_partial_floats(M, N)) * sizeof(float)));
+  }
+  if (!backward_vectorized(a)) {
+    b.unsupported = "the backward epilogue needs N (" + std::to_string(N) +
+                    ") and every row stride multiples of 8 elements and 16-byte aligned tensors";
+    return b;
+  }
+  const size_t mn = static_cast<size_t>(M * N);
+  auto buffer = [&](DType t) { return EpiMat{ctx.workspace(mn * dtype_size(t)), t, N}; };
+  struct Step {
+    BackwardArgs bwd;
+    EpilogueArgs epi;
+    bool is_bwd = false;
+    bool column_sum = false;
+  };
+  std::vector<Step> steps;
+  if (optimized) {
+    steps.push_back({a, {}, true});
+  } else {
+    auto pointwise = [&](const EpiMat& x, const EpiMat& y, const EpiMat& out) {
+      EpilogueArgs e;
+      e.M = M;
+      e.N = N;
+      e.z = x;
+      e.up = y;
+      e.y = out;
+      steps.push_back({{}, e, false});
+    };
+    const EpiMat grad = buffer(DType::kFloat32);  // act'(x), float32 (exact)
+    BackwardArgs d = a;
+    d.g = {};
+    d.gated = false;
+    d.dx = grad;
+    d.dbias = nullptr;
+    if (w.gated) {
+      EpilogueArgs act;  // act(gate), rounded as the graph rounds it (or as the forward saved it)
+      act.M = M;
+      act.N = N;
+      act.z = a.x;
+      act.act_step = true;
+      act.act = w.act;
+      act.act_round = w.act_round;
+      act.y = a.act_in;
+      if (!a.act_in.ptr) {
+        act.y = buffer(w.act_round);
+        steps.push_back({{}, act, false});
+      }
+      pointwise(z, act.y, a.dup);  // d_up = g * act
+      const EpiMat h = buffer(w.h_round);
+      pointwise(z, a.up, h);  // h = g * up
+      steps.push_back({d, {}, true});
+      pointwise(h, grad, a.dx);  // d_gate = h * act'(gate)
+    } else {
+      steps.push_back({d, {}, true});
+      pointwise(z, grad, a.dx);  // d_pre = g * act'(x)
+    }
+    if (a.dbias) {
+      Step s;
+      s.bwd = a;
+      s.column_sum = true;
+      steps.push_back(s);
+    }
+  }
+  b.launch = [steps, gemm](const LaunchContext& c) {
+    gemm(c.stream);
+    for (const Step& s : steps) {
+      if (s.column_sum)
+        launch_column_sum(s.bwd.dx, s.bwd.M, s.bwd.N, s.bwd.dbias, s.bwd.dbias_dtype, s.bwd.partial,
+                          c.stream);
+      else if (s.is_bwd)
+        launch_backward(s.bwd, c.stream);
+      else
+        launch_epilogue(s.epi, c.stream);
+    }
+  };
+  return b;
 }
 
 }  // namespace
@@ -134,6 +257,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     }
   }
   if (!gemm_out(p.gemm, z) || !add_gemm(p.gemm, z)) return b;
+  if (p.bwd.on) return bind_backward(g, p, optimized, ctx, z, steps[0].gemm);
   if (p.up.node >= 0 && (!gemm_out(p.up, up) || !add_gemm(p.up, up))) return b;
   const int64_t EN = p.split_halves ? N / 2 : N;  // the epilogue's columns
   if (p.out != p.gemm.out) {

@@ -80,10 +80,64 @@ std::string optimized_plan(const Params& p) {
   return s;
 }
 
+nlohmann::json describe_backward(const Graph& g, const Params& p) {
+  const Backward& b = p.bwd;
+  nlohmann::json d = {{"M", p.M},
+                      {"N", p.N},
+                      {"K", p.K},
+                      {"dtype", dtype_name(p.gemm_dtype)},
+                      {"gemm", gemm_json(g, p.gemm)},
+                      {"out", g.values[p.out].name}};
+  nlohmann::json ops = nlohmann::json::array();
+  for (int ni : b.chain) ops.push_back(g.nodes[ni].id);
+  nlohmann::json epi = nlohmann::json::array();
+  if (b.gated) {
+    epi.push_back(
+        {{"op", std::string("backward: d_up = g * ") + act_name(b.act) + "(gate)"},
+         {"gate", g.values[b.x].name},
+         {"value", g.values[b.dup].name},
+         {"act_round", b.act_saved >= 0 ? std::string("saved: ") + g.values[b.act_saved].name
+                                        : std::string(dtype_name(b.act_round))},
+         {"round", dtype_name(b.dup_round)}});
+    epi.push_back(
+        {{"op", std::string("backward: d_gate = g * up * ") + act_name(b.act) + "'(gate)"},
+         {"up", g.values[b.up].name},
+         {"value", g.values[b.dx].name},
+         {"h_round", dtype_name(b.h_round)},
+         {"round", dtype_name(b.dx_round)},
+         {"nodes", ops}});
+  } else {
+    epi.push_back({{"op", std::string("backward: g * ") + act_name(b.act) + "'(x)"},
+                   {"x", g.values[b.x].name},
+                   {"value", g.values[b.dx].name},
+                   {"round", dtype_name(b.dx_round)},
+                   {"nodes", ops}});
+  }
+  if (b.dbias >= 0)
+    epi.push_back({{"op", "bias gradient: column sum over rows"},
+                   {"value", g.values[b.dbias].name},
+                   {"round", dtype_name(b.dbias_dtype)}});
+  d["epilogue"] = epi;
+  d["optimized"] =
+      std::string(
+          "one cuBLASLt GEMM writing g in the graph's dtype, then one fused kernel reading "
+          "g and each saved tensor once and writing ") +
+      (b.gated ? "d_gate and d_up" : "the activation's gradient") +
+      (b.dbias >= 0 ? ", with the bias gradient's float32 column partials (a second tiny kernel "
+                      "adds them in a fixed order: deterministic); not CUBLASLT_EPILOGUE_BGRADB, "
+                      "which sums a GEMM operand, not this kernel's result"
+                    : "") +
+      ". Not CUBLASLT_EPILOGUE_DGELU: the graph rounds g to " +
+      std::string(dtype_name(p.gemm_dtype)) +
+      " before the derivative, and cuBLASLt's DGELU is the tanh form of GELU only";
+  return d;
+}
+
 }  // namespace
 
 nlohmann::json describe(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
+  if (p.bwd.on) return describe_backward(g, p);
   nlohmann::json d = {{"M", p.M},
                       {"N", p.N},
                       {"K", p.K},

@@ -63,4 +63,45 @@ bool epilogue_vectorized(const EpilogueArgs& a);
 /// test that proves the two agree). Throws RuntimeFailure on a launch failure.
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector = true);
 
+/// The backward epilogue (params.hpp, Backward), per element (m, n) of [M, N], in float32:
+///   gv = g[m, n] (1 when g.ptr is null: the kernel then writes act'(x) alone), xv = x[m, n]
+///   gated:  a = round(act_round, act(xv)) (act_in[m, n] when act_in.ptr is set)
+///           dup[m, n] = round(dup.dtype, gv * a)
+///           h = round(h_round, gv * up[m, n]);  dx[m, n] = round(dx.dtype, h * act'(xv))
+///   plain:  dx[m, n] = round(dx.dtype, gv * act'(xv))
+/// With dbias: dbias[n] = round(dbias_dtype, sum over m of dx[m, n] as stored), summed in float32
+/// in a fixed order (per block, rows in order per thread, then the 8 row lanes in order; then the
+/// blocks' partials in order by a second kernel): bit-identical run to run on one device.
+/// Needs the vector layout (backward_vectorized); dtypes float32, bfloat16, float16.
+struct BackwardArgs {
+  int64_t M = 0, N = 0;
+  Act act = Act::kNone;
+  bool gated = false;
+  EpiMat g, x, up, dx, dup;
+  EpiMat act_in;  ///< gated, optional: act(x) as saved, read instead of computed
+  DType act_round = DType::kFloat32, h_round = DType::kFloat32;
+  void* dbias = nullptr;  ///< [N] unit stride; nullptr: no bias gradient
+  DType dbias_dtype = DType::kFloat32;
+  float* partial = nullptr;  ///< workspace of backward_partial_floats(M, N) floats, with dbias
+};
+
+/// True when the backward kernel can run `a`: N a multiple of 8, every row stride a multiple of 8
+/// elements, every base 16-byte aligned, every dtype float32, bfloat16 or float16.
+bool backward_vectorized(const BackwardArgs& a);
+
+/// Floats of column partials a bias gradient over [M, N] needs (blocks along M times N), on the
+/// current device.
+int64_t backward_partial_floats(int64_t M, int64_t N);
+
+/// Enqueues the backward epilogue on `stream`: one kernel, plus a second reducing the column
+/// partials when dbias is set. Throws RuntimeFailure on a launch failure or a layout outside
+/// backward_vectorized.
+void launch_backward(const BackwardArgs& a, cudaStream_t stream);
+
+/// The bias gradient alone (the baseline's separate reduction): dbias[n] = round(dbias_dtype,
+/// sum over m of src[m, n]) with the same fixed-order float32 summation as launch_backward.
+/// `partial`: backward_partial_floats(M, N) floats. Throws RuntimeFailure as launch_backward.
+void launch_column_sum(const EpiMat& src, int64_t M, int64_t N, void* dbias, DType dbias_dtype,
+                       float* partial, cudaStream_t stream);
+
 }  // namespace replay::matmul_epilogue

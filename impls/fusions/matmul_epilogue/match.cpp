@@ -1,5 +1,10 @@
 // matmul_epilogue matcher: a GEMM and the pointwise epilogue after it (issue 26).
 //
+// Backward first (match_backward, TUNING.md "Backward epilogues"): an mm whose output g feeds an
+// elementwise chain that also reads tensors the forward saved, computing g * act'(x) (GELU erf /
+// tanh, SiLU) or a gated pair's d_gate and d_up, recognized by value and checked for the graph's
+// roundings, with the bias gradient sum(d_pre, rows) after it. Otherwise the forward forms:
+//
 // Candidates: every aten.mm / aten.addmm of the canonical graph. A region is
 //   z = mm(a, b) | addmm(bias, a, b)            2-D, one dtype (bf16, f16, f32); addmm with
 //                                                beta = alpha = 1 and a [N] (or [1, N]) bias
@@ -389,6 +394,336 @@ bool match_split(const Graph& g, int v, Params& p, std::vector<int>& nodes) {
   return false;
 }
 
+// --- the backward epilogue ---------------------------------------------------------------------
+
+// An elementwise node over [M, N] elements: a chain op or a flat reshape, one output of mn
+// elements.
+bool elementwise(const Graph& g, int ni, int64_t mn) {
+  const Node& n = g.nodes[ni];
+  return (chain_op(n.op) || is_flat_reshape(n.op)) && n.outputs.size() == 1 &&
+         g.meta(n.outputs[0]).numel() == mn;
+}
+
+// The values of the nodes `nodes` (graph order) at `val` (the GEMM output and the saved tensors);
+// with `rounded`, each node's result is rounded to its dtype as the graph does. False when a node
+// has no value.
+bool eval_chain(const Graph& g, const std::vector<int>& nodes, std::map<int, double>& val,
+                bool rounded) {
+  for (int ni : nodes) {
+    const Node& n = g.nodes[ni];
+    std::optional<double> v;
+    if (is_flat_reshape(n.op)) {
+      auto it = val.find(n.operands[0].value);
+      if (it != val.end()) v = it->second;
+    } else {
+      v = eval_node(n, val);
+    }
+    if (!v) return false;
+    const DType t = g.meta(n.outputs[0]).dtype;  // 16-bit roundings (float32 is the kernel's)
+    val[n.outputs[0]] =
+        rounded && t != DType::kFloat32 && t != DType::kFloat64 ? round_to(t, *v) : *v;
+  }
+  return true;
+}
+
+bool near(double got, double want) {
+  return std::abs(got - want) <= 1e-9 * std::max(1.0, std::abs(want));
+}
+
+const Act kGradActs[] = {Act::kGeluErf, Act::kGeluTanh, Act::kSilu};
+const double kGradG[] = {-1.75, 0.5, 2.25};
+const double kGradUp[] = {-0.625, 1.375};
+const double kGradX[] = {-7,   -4.5, -3, -2.2, -1.3, -0.7, -0.25, -0.01, 0,
+                         0.03, 0.4,  1,  1.7,  2.6,  3.9,  5.5,   8.25};
+
+// A deterministic pseudo-random value in [-4, 4) rounded to dtype t (a sample the graph could
+// hold), for the rounding check.
+double sample(uint64_t& state, DType t) {
+  state = state * 6364136223846793005ull + 1442695040888963407ull;
+  const double u = static_cast<double>(state >> 11) / 9007199254740992.0;
+  return round_to(t, -4 + 8 * u);
+}
+
+// The backward epilogue of the GEMM `p.gemm` (an mm): the elementwise nodes that read its output
+// g (and what they read, back to the saved tensors), computing g * act'(x) (one saved tensor,
+// one result) or the gated pair d_up = g * act(gate), d_gate = g * up * act'(gate) (two saved
+// tensors, two results), with the graph's roundings at the places the kernel rounds; and a
+// bias gradient sum(d_pre, rows) after the plain form. Fills p.bwd, p.out and `nodes` and
+// returns true; otherwise `why` says why (empty when the mm has no such chain at all). `tried`:
+// the chain's nodes; `saved_ok`: its saved tensors were all [M, N] float tensors.
+bool match_backward(const Graph& g, int root, Params& p, std::vector<int>& nodes, std::string& why,
+                    std::vector<int>& tried, bool& saved_ok) {
+  if (p.gemm.bias >= 0) return false;
+  const int64_t mn = p.M * p.N;
+  const int gv = p.gemm.out;
+  std::set<int> S, produced;
+  std::set<int> dep{gv};  // values depending on g
+  for (int i = root + 1; i < static_cast<int>(g.nodes.size()) && S.size() < 64; ++i) {
+    if (!elementwise(g, i, mn)) continue;
+    bool reads = false;
+    for (const Operand& o : g.nodes[i].operands)
+      reads = reads || (o.is_tensor() && dep.count(o.value));
+    if (!reads) continue;
+    S.insert(i);
+    dep.insert(g.nodes[i].outputs[0]);
+  }
+  if (S.empty()) return false;
+  // Back to the saved tensors: elementwise producers whose every reader is in the region.
+  for (bool grew = true; grew && S.size() < 96;) {
+    grew = false;
+    for (int ni : std::vector<int>(S.begin(), S.end()))
+      for (const Operand& o : g.nodes[ni].operands) {
+        if (!o.is_tensor() || o.value == gv) continue;
+        const int pr = g.values[o.value].producer;
+        if (pr < 0 || pr == root || S.count(pr) || !elementwise(g, pr, mn) ||
+            g.values[o.value].graph_output)
+          continue;
+        const auto& us = g.values[o.value].users;
+        if (std::all_of(us.begin(), us.end(), [&](int u) { return S.count(u) > 0; })) {
+          S.insert(pr);
+          grew = true;
+        }
+      }
+  }
+  std::vector<int> chain(S.begin(), S.end());
+  tried = chain;
+  for (int ni : chain) produced.insert(g.nodes[ni].outputs[0]);
+  std::vector<int> saved, outs;
+  for (int ni : chain) {
+    for (const Operand& o : g.nodes[ni].operands)
+      if (o.is_tensor() && o.value != gv && !produced.count(o.value) &&
+          std::find(saved.begin(), saved.end(), o.value) == saved.end())
+        saved.push_back(o.value);
+    const int v = g.nodes[ni].outputs[0];
+    const auto& us = g.values[v].users;
+    if (g.values[v].graph_output ||
+        std::any_of(us.begin(), us.end(), [&](int u) { return !S.count(u); }))
+      outs.push_back(v);
+  }
+  if (saved.empty()) return false;  // a forward chain of g alone (the forward matcher's)
+  for (int v : saved) {
+    const TensorMeta& m = g.meta(v);
+    if (m.numel() != mn || !gemm_dtype_ok(m.dtype)) {
+      why = "the chain after the GEMM reads " + vname(g, v) + " " + m.str() + ", not a [" +
+            std::to_string(p.M) + ", " + std::to_string(p.N) + "] float tensor";
+      return false;
+    }
+  }
+  // Roles of the saved tensors: plain {x}; gated {gate, up}, or {gate, up, act(gate)} where the
+  // forward saved the activation too (the default partitioner).
+  saved_ok = true;
+  const bool gated = saved.size() >= 2;
+  if (saved.size() > 3 || outs.size() != (gated ? 2u : 1u)) {
+    auto names = [&](const std::vector<int>& vs) {
+      std::string l;
+      for (int v : vs) l += (l.empty() ? "" : ", ") + vname(g, v);
+      return l;
+    };
+    why = "the chain after the GEMM reads " + std::to_string(saved.size()) + " saved tensors (" +
+          names(saved) + ") and its values " + names(outs) +
+          " are read outside it (fused: 1 and 1, an activation's derivative; 2 or 3 and 2, a gated "
+          "pair's d_gate and d_up): an intermediate read outside is not written by the fused step";
+    return false;
+  }
+  auto at = [&](double gval, const std::vector<double>& xs, std::map<int, double>& val,
+                bool rounded) {
+    val.clear();
+    val[gv] = gval;
+    for (size_t i = 0; i < saved.size(); ++i) val[saved[i]] = xs[i];
+    return eval_chain(g, chain, val, rounded);
+  };
+  // The model: d_up and d_gate (or d_pre) from g and the saved values in role order, with the
+  // kernel's roundings ar (act), hr (g * up) and the results' dtypes; `rounds` false: none.
+  Backward b;
+  b.on = true;
+  b.gated = gated;
+  auto model = [&](Act act, double gs, const std::vector<double>& r, DType ar, DType hr,
+                   bool rounds, double& dx, double& dup) {
+    auto rd = [&](DType t, double v) { return rounds ? round_to(t, v) : v; };
+    if (!gated) {
+      dx = rd(b.dx_round, gs * act_grad_reference(act, r[0]));
+      return;
+    }
+    const double a = r.size() == 3 ? r[2] : rd(ar, act_reference(act, r[0]));
+    dup = rd(b.dup_round, gs * a);
+    dx = rd(b.dx_round, rd(hr, gs * r[1]) * act_grad_reference(act, r[0]));
+  };
+  std::vector<int> perm(saved.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int>(i);
+  std::map<int, double> val;
+  bool found = false;
+  do {
+    for (Act act : kGradActs) {
+      for (int oi = 0; oi < (gated ? 2 : 1) && !found; ++oi) {
+        const int odx = outs[oi], odup = gated ? outs[1 - oi] : -1;
+        bool ok = true;
+        for (double gs : kGradG)
+          for (double x : kGradX)
+            for (double u : kGradUp) {
+              if (!ok) break;
+              std::vector<double> r{x, u, 0.8125 - u};  // role values: x / gate, up, act
+              r.resize(saved.size());
+              std::vector<double> xs(saved.size());
+              for (size_t k = 0; k < perm.size(); ++k) xs[perm[k]] = r[k];
+              if (!at(gs, xs, val, false)) return false;
+              double dx = 0, dup = 0;
+              model(act, gs, r, DType::kFloat32, DType::kFloat32, false, dx, dup);
+              ok = near(val[odx], dx) && (!gated || near(val[odup], dup));
+            }
+        if (ok) {
+          found = true;
+          b.act = act;
+          b.x = saved[perm[0]];
+          b.dx = odx;
+          if (gated) {
+            b.up = saved[perm[1]];
+            b.dup = odup;
+          }
+          if (saved.size() == 3) b.act_saved = saved[perm[2]];
+        }
+      }
+      if (found) break;
+    }
+  } while (!found && std::next_permutation(perm.begin(), perm.end()));
+  if (!found) {
+    why = gated ? "the chain after the GEMM is not a gated activation's backward (d_gate = g * "
+                  "up * act'(gate), d_up = g * act(gate) for GELU erf/tanh or SiLU)"
+                : "the chain after the GEMM is not g * act'(x) for GELU (erf, tanh) or SiLU";
+    return false;
+  }
+  // Where it rounds: the kernel rounds the results and, gated, act(gate) and g * up, each to
+  // float32 (not at all) or the GEMM's dtype; the graph's per-node roundings (16-bit ones: the
+  // kernel computes in float32) must give the same values at random points the tensors could
+  // hold.
+  b.dx_round = g.meta(b.dx).dtype;
+  if (gated) b.dup_round = g.meta(b.dup).dtype;
+  const DType dt = p.gemm_dtype;
+  bool rounds_ok = false;
+  for (DType ar : {DType::kFloat32, dt}) {
+    for (DType hr : {DType::kFloat32, dt}) {
+      if (rounds_ok || (!gated && (ar != DType::kFloat32 || hr != DType::kFloat32))) continue;
+      uint64_t state = 12345;
+      bool ok = true;
+      for (int i = 0; i < 256 && ok; ++i) {
+        const double gs = sample(state, dt);
+        std::vector<double> xs;
+        for (int v : saved) xs.push_back(sample(state, g.meta(v).dtype));
+        if (!at(gs, xs, val, true)) return false;
+        std::vector<double> r(saved.size());
+        for (size_t k = 0; k < perm.size(); ++k) r[k] = xs[perm[k]];
+        double dx = 0, dup = 0;
+        model(b.act, gs, r, ar, hr, true, dx, dup);
+        ok = near(val[b.dx], dx) && (!gated || near(val[b.dup], dup));
+      }
+      if (ok) {
+        rounds_ok = true;
+        b.act_round = ar;
+        b.h_round = hr;
+      }
+    }
+  }
+  if (!rounds_ok) {
+    std::string first;
+    for (int ni : chain) {
+      const int v = g.nodes[ni].outputs[0];
+      if (first.empty() && g.meta(v).dtype != DType::kFloat32 && !is_flat_reshape(g.nodes[ni].op) &&
+          std::find(outs.begin(), outs.end(), v) == outs.end())
+        first = vname(g, v);
+    }
+    why = "the backward chain after the GEMM rounds " + (first.empty() ? "" : first + " ") +
+          "between its ops where the fused kernel computes in float32 (" + act_name(b.act) +
+          "'s backward in " + std::string(dtype_name(dt)) +
+          " op by op: one float32 evaluation does not reproduce it)";
+    return false;
+  }
+  b.chain = chain;
+  nodes.insert(nodes.end(), chain.begin(), chain.end());
+  // The bias gradient: sum(d_pre, rows) of the plain form, of d_pre or its one [M, N] reshape.
+  if (!gated) {
+    for (int ri : g.values[b.dx].users) {
+      int src = b.dx, reshape = -1;
+      if (is_flat_reshape(g.nodes[ri].op)) {
+        reshape = ri;
+        src = g.nodes[ri].outputs[0];
+      }
+      for (int si : g.values[src].users) {
+        const Node& sn = g.nodes[si];
+        if (sn.op != Op::kSumDim || sn.outputs.size() != 1) continue;
+        const TensorMeta& ms = g.meta(src);
+        std::vector<int64_t> lead;
+        for (int64_t d = 0; d + 1 < static_cast<int64_t>(ms.shape.size()); ++d) lead.push_back(d);
+        const TensorMeta& mo = g.meta(sn.outputs[0]);
+        if (ms.shape.empty() || ms.shape.back() != p.N || sn.dims != lead || mo.numel() != p.N ||
+            !gemm_dtype_ok(mo.dtype)) {
+          why = "bias gradient not fused: " + vname(g, sn.outputs[0]) + " sums " + vname(g, src) +
+                " " + ms.str() + " over dims other than its rows (needs every dim but the last)";
+          continue;
+        }
+        // The reshape's value becomes the result written; d_pre itself must then be private.
+        if (reshape >= 0) {
+          const auto& us = g.values[b.dx].users;
+          if (g.values[b.dx].graph_output || us.size() != 1) {
+            why = "bias gradient not fused: " + vname(g, b.dx) +
+                  " is read beside its reshape, and the fused step writes one of them";
+            continue;
+          }
+          nodes.push_back(reshape);
+          b.dx = src;
+        }
+        nodes.push_back(si);
+        b.dbias = sn.outputs[0];
+        b.dbias_dtype = mo.dtype;
+        break;
+      }
+      if (b.dbias >= 0) break;
+    }
+  }
+  p.bwd = b;
+  p.out = b.dx;
+  return true;
+}
+
+// Takes the backward region of match_backward: its results private but for the outputs, run at
+// its first node where every input is ready (the gated pair's d_up is read by the dW / dX GEMMs
+// before the graph computes d_gate), before every outside reader of a result.
+void add_backward(const Graph& g, int root, Params& p, std::vector<int> nodes, Matches& out) {
+  const Backward& b = p.bwd;
+  std::vector<int> exported{p.gemm.out, b.dx};
+  if (b.dup >= 0) exported.push_back(b.dup);
+  if (b.dbias >= 0) exported.push_back(b.dbias);
+  for (int v : {b.dx, b.dup}) {
+    if (v >= 0 && !g.meta(v).is_contiguous()) {
+      out.decline(root, "backward epilogue not fused: the result " + vname(g, v) + " " +
+                            g.meta(v).str() + " is not contiguous");
+      return;
+    }
+  }
+  if (std::string l = leak(g, nodes, exported); !l.empty()) {
+    out.decline(root, "backward epilogue not fused: " + l);
+    return;
+  }
+  std::sort(nodes.begin(), nodes.end());
+  std::set<int> in(nodes.begin(), nodes.end());
+  p.gemm.exported =
+      g.values[p.gemm.out].graph_output ||
+      std::any_of(g.values[p.gemm.out].users.begin(), g.values[p.gemm.out].users.end(),
+                  [&](int u) { return !in.count(u); });
+  Region r = make_region(g, nodes, p);
+  int ready = -1;
+  for (int v : r.inputs) ready = std::max(ready, g.values[v].producer);
+  const int anchor = *std::lower_bound(nodes.begin(), nodes.end(), ready + 1);
+  for (int e : r.outputs)
+    for (int u : g.values[e].users)
+      if (!in.count(u) && u < anchor) {
+        out.decline(root, "backward epilogue not fused: result " + vname(g, e) +
+                              " is read by node '" + g.nodes[u].id +
+                              "' before every input of the region is ready");
+        return;
+      }
+  r.anchor = anchor;
+  out.regions.push_back(std::move(r));
+}
+
 void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& out) {
   Params p;
   const std::string bad = read_gemm(g, root, p.gemm, p.M, p.N, p.K, p.gemm_dtype);
@@ -531,6 +866,26 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
 
 }  // namespace
 
+double act_grad_reference(Act act, double x) {
+  switch (act) {
+    case Act::kNone:
+      return 1;
+    case Act::kGeluErf:
+      return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
+             x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+    case Act::kGeluTanh: {
+      const double k = std::sqrt(2 / M_PI);
+      const double t = std::tanh(k * (x + 0.044715 * x * x * x));
+      return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+    }
+    case Act::kSilu: {
+      const double s = 1 / (1 + std::exp(-x));
+      return s * (1 + x * (1 - s));
+    }
+  }
+  return 1;
+}
+
 double act_reference(Act act, double x) {
   switch (act) {
     case Act::kNone:
@@ -549,8 +904,38 @@ void match(const Graph& g, Matches& out) {
   std::set<int> claimed_up;  // up projections already taken by a gated region
   for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i) {
     const Op op = g.nodes[i].op;
-    if ((op == Op::kMm || op == Op::kAddmm) && !claimed_up.count(i))
-      match_gemm(g, i, claimed_up, out);
+    if ((op != Op::kMm && op != Op::kAddmm) || claimed_up.count(i)) continue;
+    // The backward epilogue first; else the forward forms, and when these take nothing either,
+    // why the backward one was not taken.
+    Params p;
+    std::vector<int> nodes{i}, tried;
+    std::string why;
+    bool saved_ok = false;  // the chain's saved tensors were all [M, N]
+    if (read_gemm(g, i, p.gemm, p.M, p.N, p.K, p.gemm_dtype).empty() &&
+        match_backward(g, i, p, nodes, why, tried, saved_ok)) {
+      add_backward(g, i, p, nodes, out);
+      if (!why.empty()) out.decline(i, "backward epilogue: " + why);  // its bias gradient
+      continue;
+    }
+    // Said when the chain looked like an activation's backward (erf, tanh, exp or sigmoid in it,
+    // or 6 or more ops over [M, N] saved tensors: GPT-2's saves the tanh) and no forward form
+    // with an activation, gating or residual took the GEMM instead.
+    const size_t before = out.regions.size();
+    match_gemm(g, i, claimed_up, out);
+    bool forward = false;
+    if (out.regions.size() > before) {
+      const auto& f = std::any_cast<const Params&>(out.regions.back().params);
+      forward = (f.has_act_step && f.act != Act::kNone) || f.up.node >= 0 || f.split_halves ||
+                f.residual >= 0;
+    }
+    const bool act_like = std::any_of(tried.begin(), tried.end(),
+                                      [&](int n) {
+                                        const Op op = g.nodes[n].op;
+                                        return op == Op::kErf || op == Op::kTanh ||
+                                               op == Op::kExp || op == Op::kSigmoid;
+                                      }) ||
+                          (saved_ok && tried.size() >= 6);
+    if (!why.empty() && act_like && !forward) out.decline(i, "backward epilogue not fused: " + why);
   }
 }
 

@@ -31,6 +31,34 @@ struct Gemm {
   bool exported = false;  ///< `out` is read outside the region (saved for the backward)
 };
 
+/// The backward epilogue of a GEMM (match.cpp, "backward"): g = dY @ W^T, the gradient of an
+/// activation's output, times the activation's derivative at the tensors the forward saved; all
+/// [M, N] elementwise, in float32 with the graph's roundings (each `round` a cast to that dtype):
+///   plain:  dx  = round(dx_round, g * act'(x))                 x: the saved pre-activation
+///   gated:  a   = round(act_round, act(x))  (or act_saved)      x: the saved gate projection
+///           dup = round(dup_round, g * a)                       up: the saved up projection
+///           h   = round(h_round, g * up)
+///           dx  = round(dx_round, h * act'(x))                  (d_gate)
+/// and, plain only, the bias gradient dbias = round(dbias dtype, sum over rows of dx), a float32
+/// column sum of the rounded dx (nn.Linear's `sum(dx, [0])`, the bias of the GEMM producing x).
+struct Backward {
+  bool on = false;
+  bool gated = false;
+  Act act = Act::kNone;
+  int x = -1;   ///< value index: the saved pre-activation (plain) or gate projection (gated)
+  int up = -1;  ///< gated: the saved up projection
+  /// gated: act(gate) as the forward saved it (the default partitioner), read in place of
+  /// computing round(act_round, act(x)); -1: computed
+  int act_saved = -1;
+  int dx = -1;   ///< output: d(pre-activation) (plain) or d(gate) (gated)
+  int dup = -1;  ///< gated output: d(up)
+  DType dx_round = DType::kBFloat16, dup_round = DType::kBFloat16;
+  DType act_round = DType::kFloat32, h_round = DType::kFloat32;  ///< float32: not rounded
+  int dbias = -1;  ///< the bias gradient's value ([N] or [1, N]); -1: none
+  DType dbias_dtype = DType::kFloat32;
+  std::vector<int> chain;  ///< the pointwise nodes of the chain (for describe)
+};
+
 /// A matched region. Value indices, not names. What the epilogue computes per element, in float32
 /// with the graph's roundings (each `round` is a cast to that dtype):
 ///   v = gemm.out                                       (addmm: round(acc + bias), one rounding)
@@ -63,6 +91,7 @@ struct Params {
   bool shared_input = false;    ///< gate and up read the same activations (x W_gate, x W_up)
   int out = -1;                 ///< the region's final value, [.., N] (M * N elements, contiguous)
   std::vector<int> act_values;  ///< outputs of the activation chain's nodes (for describe)
+  Backward bwd;                 ///< a backward epilogue (then only gemm, M, N, K, out are set)
 };
 
 void match(const Graph& g, Matches& out);
@@ -73,5 +102,10 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
 /// Evaluates x -> act(x) in double: GELU erf 0.5 x (1 + erf(x / sqrt 2)), GELU tanh
 /// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), SiLU x / (1 + exp(-x)), identity for kNone.
 double act_reference(Act act, double x);
+
+/// The derivative act'(x) in double (the backward epilogue's reference): GELU erf
+/// Phi(x) + x phi(x); GELU tanh 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+/// with t the tanh above; SiLU s (1 + x (1 - s)), s = sigmoid(x); 1 for kNone.
+double act_grad_reference(Act act, double x);
 
 }  // namespace replay::matmul_epilogue

@@ -7,10 +7,11 @@ namespace {
 constexpr VariantSpec kVariants[] = {
     {"baseline", Role::kBaseline,
      "cuBLASLt GEMM without epilogue (float32 output when a bias follows), then one pointwise "
-     "kernel per epilogue step (bias, activation, gating)"},
+     "kernel per epilogue step (bias, activation, gating; backward: act', products, column sum)"},
     {"optimized", Role::kOptimized,
      "cuBLASLt GEMM with CUBLASLT_EPILOGUE_BIAS and the output dtype direct; what the graph "
-     "rounds in between (GELU, SiLU gating) in one fused kernel reading each GEMM output once"},
+     "rounds in between (GELU, SiLU gating; backward: the activation's derivative, d_gate and "
+     "d_up, the bias gradient's column partials) in one fused kernel reading each tensor once"},
 };
 
 }  // namespace
@@ -18,7 +19,8 @@ constexpr VariantSpec kVariants[] = {
 extern const FusionSpec matmul_epilogue = {
     "matmul_epilogue",
     "GEMM + epilogue: bias, GELU (erf, tanh), SiLU/GELU gating, casts (nn.Linear, GPT-2 Conv1D, "
-    "Llama/Gemma MLPs) through cuBLASLt",
+    "Llama/Gemma MLPs) through cuBLASLt; backward: the activation's derivative after dY @ W, "
+    "d_gate/d_up, the bias gradient",
     kVariants,
     matmul_epilogue::match,
     matmul_epilogue::cost,

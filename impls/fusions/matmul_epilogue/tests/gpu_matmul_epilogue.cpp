@@ -5,6 +5,7 @@
 // bounds on some seeds in every variant, eager included: tests/gpu/test_replay_all.cpp).
 #include <functional>
 
+#include "impls/eager/gemm.hpp"
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/matmul_epilogue/kernels.hpp"
 #include "impls/fusions/matmul_epilogue/params.hpp"
@@ -52,6 +53,24 @@ LinearForm synth(std::string weight, std::string bias, std::string act, bool sav
   return f;
 }
 
+// The backward graphs at [M, N] = [1024, 512] after a K = 512 GEMM (the bias gradient over several
+// row blocks, the kernel over many CTAs); nanoGPT's pre-activation at std 1 (the capture's 0.16
+// hides a wrong GELU derivative within the bounds: unit_numerics.cpp).
+std::vector<std::pair<std::string, nlohmann::json>> rescaled_backwards() {
+  const std::map<int64_t, int64_t> nano{{8, 512}, {16, 1024}, {64, 512}, {256, 512}};
+  std::vector<std::pair<std::string, nlohmann::json>> out;
+  for (const char* t : {"nanogpt_mlp_train_bwd_2x8x64", "nanogpt_mlp_gelu_tanh_train_bwd_2x8x64"}) {
+    nlohmann::json j = rescaled_trace(t, nano);
+    for (auto& in : j["inputs"])
+      if (in["id"] == "addmm") in["stats"] = {{"mean", 0.0}, {"std", 1.0}, {"min", -6}, {"max", 6}};
+    out.push_back({std::string(t) + "_rescaled_1024x512", j});
+  }
+  out.push_back({"llama_swiglu_mlp_train_bwd_rescaled_1024x512",
+                 rescaled_trace("llama_swiglu_mlp_train_bwd_2x8x64x176",
+                                {{8, 512}, {16, 1024}, {64, 512}, {176, 512}})});
+  return out;
+}
+
 std::vector<GpuCase> cases() {
   std::vector<GpuCase> out;
   for (const char* t :
@@ -62,8 +81,20 @@ std::vector<GpuCase> cases() {
         "byog/linear/phi3_mlp_mincut_train_fwd_2x8x128",
         "byog/linear/gemma_mlp_mincut_train_fwd_2x8x128",
         "byog/linear/bert_intermediate_mincut_train_fwd_2x8x128",
-        "byog/linear/llama_mlp_mincut_train_bwd_2x8x128"})
+        "byog/linear/llama_mlp_mincut_train_bwd_2x8x128",
+        // backward epilogues: GELU erf / tanh derivative with the bias gradient, the gated pair
+        // (recomputed or saved activation), Phi-3's pair feeding a cat
+        "nanogpt_mlp_gelu_tanh_train_bwd_2x8x64", "byog/linear/llama_mlp_default_train_bwd_2x8x128",
+        "byog/linear/gemma_mlp_mincut_train_bwd_2x8x128",
+        "byog/linear/gemma_mlp_default_train_bwd_2x8x128",
+        "byog/linear/phi3_mlp_mincut_train_bwd_2x8x128",
+        "byog/linear/phi3_mlp_default_train_bwd_2x8x128"})
     out.push_back({t, [t] { return bundled(t); }});
+  for (const auto& [n, t] : rescaled_backwards()) {
+    const std::string name = n;
+    const nlohmann::json trace = t;
+    out.push_back({name, [trace, name] { return parse_trace(trace, name); }});
+  }
   const std::pair<const char*, LinearForm> forms[] = {
       {"synthetic_linear_addmm_gelu_erf", synth("linear", "addmm", "gelu_erf", false)},
       {"synthetic_conv1d_addmm_gelu_tanh_saved", synth("conv1d", "addmm", "gelu_tanh", true)},
@@ -139,7 +170,14 @@ class UntransposedWeight : public BindContext {
   int b_;
 };
 
-enum class Mutant { kBiasDropped, kTanhForErf, kUntransposedWeight };
+enum class Mutant {
+  kBiasDropped,
+  kTanhForErf,
+  kUntransposedWeight,
+  kDerivativeTanhForErf,  ///< backward: GELU tanh's derivative on an erf graph
+  kGateUpSwapped,         ///< backward: d_gate written where d_up goes and back
+  kBiasGradDropped,       ///< backward: the bias gradient not written (the check must see it)
+};
 Mutant g_mutant = Mutant::kBiasDropped;
 
 Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
@@ -147,6 +185,10 @@ Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindC
   auto p = std::any_cast<matmul_epilogue::Params>(r.params);
   if (g_mutant == Mutant::kBiasDropped) p.gemm.bias = -1;
   if (g_mutant == Mutant::kTanhForErf && p.act == Act::kGeluErf) p.act = Act::kGeluTanh;
+  if (g_mutant == Mutant::kDerivativeTanhForErf && p.bwd.act == Act::kGeluErf)
+    p.bwd.act = Act::kGeluTanh;
+  if (g_mutant == Mutant::kGateUpSwapped) std::swap(p.bwd.dx, p.bwd.dup);
+  if (g_mutant == Mutant::kBiasGradDropped) p.bwd.dbias = -1;
   m.params = p;
   if (g_mutant == Mutant::kUntransposedWeight) {
     UntransposedWeight w(ctx, p.gemm.b);
@@ -157,7 +199,8 @@ Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindC
 
 // Runs `variant` with the mutant on `g` (this fusion alone) and expects the first region's
 // result to FAIL the numerics check, seeds 41 and 42.
-void expect_mutant_fails(const Graph& g, Mutant mu, const std::string& variant) {
+void expect_mutant_fails(const Graph& g, Mutant mu, const std::string& variant,
+                         const std::string& value = "") {
   g_mutant = mu;
   FusionSpec spec = fusions::matmul_epilogue;
   spec.bind = mutant_bind;
@@ -173,8 +216,9 @@ void expect_mutant_fails(const Graph& g, Mutant mu, const std::string& variant) 
     prog.poison_outputs(nullptr);
     prog.run_all(LaunchContext{});
     REPLAY_CUDA(cudaDeviceSynchronize());
-    const auto res = check_numerics(g.values[p.out].name, prog.download(p.out, nullptr),
-                                    ref.at(p.out), bounds[p.out]);
+    const int v = value.empty() ? p.out : g.find_value(value);
+    const auto res =
+        check_numerics(g.values[v].name, prog.download(v, nullptr), ref.at(v), bounds[v]);
     EXPECT_FALSE(res.pass()) << g.name << " " << variant << ": the mutant passed";
   }
 }
@@ -285,4 +329,90 @@ TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
   odd.z = {b.get(), DType::kBFloat16, 12};
   odd.y = {b.get(), DType::kBFloat16, 8};
   EXPECT_FALSE(epilogue_vectorized(odd));
+}
+
+// --- backward epilogues
+// ---------------------------------------------------------------------------
+
+TEST(MatmulEpilogueMutant, BackwardDerivativeTanhForErfFails) {
+  REQUIRE_GPU();
+  const auto traces = rescaled_backwards();
+  for (const char* variant : {"baseline", "optimized"})
+    expect_mutant_fails(parse_trace(traces[0].second, traces[0].first),
+                        Mutant::kDerivativeTanhForErf, variant);
+}
+
+TEST(MatmulEpilogueMutant, BackwardGateAndUpSwappedFails) {
+  REQUIRE_GPU();
+  for (const char* variant : {"baseline", "optimized"}) {
+    expect_mutant_fails(bundled("llama_swiglu_mlp_train_bwd_2x8x64x176"), Mutant::kGateUpSwapped,
+                        variant);
+    expect_mutant_fails(bundled("byog/linear/gemma_mlp_default_train_bwd_2x8x128"),
+                        Mutant::kGateUpSwapped, variant);
+  }
+}
+
+TEST(MatmulEpilogueMutant, BackwardBiasGradientDroppedFails) {
+  REQUIRE_GPU();
+  for (const char* variant : {"baseline", "optimized"})
+    expect_mutant_fails(bundled("nanogpt_mlp_train_bwd_2x8x64"), Mutant::kBiasGradDropped, variant,
+                        "view_8");
+}
+
+// Baseline (one kernel per step) and optimized (one fused kernel, the bias gradient's partials
+// on the way) give the same bits; the optimized variant gives the same bits run after run (the
+// bias gradient's fixed-order reduction).
+TEST(MatmulEpilogueBackwardGpu, VariantsBitIdenticalAndDeterministic) {
+  REQUIRE_GPU();
+  std::vector<Graph> graphs;
+  for (const char* t : {"nanogpt_mlp_train_bwd_2x8x64", "llama_swiglu_mlp_train_bwd_2x8x64x176",
+                        "byog/linear/gemma_mlp_default_train_bwd_2x8x128",
+                        "byog/linear/phi3_mlp_mincut_train_bwd_2x8x128"})
+    graphs.push_back(bundled(t));
+  for (const auto& [n, t] : rescaled_backwards()) graphs.push_back(parse_trace(t, n));
+  for (const Graph& g : graphs) {
+    const FusionSpec* only[] = {&fusions::matmul_epilogue};
+    const Plan plan = make_plan(g, only);
+    int bwd = 0;
+    for (const Region& r : plan.regions)
+      bwd += std::any_cast<const matmul_epilogue::Params&>(r.params).bwd.on;
+    ASSERT_GT(bwd, 0) << g.name;
+    const auto inputs = generate_inputs(g, 43);
+    const auto outs = fusion_region_outputs(plan, "matmul_epilogue");
+    GpuProgram base(g, plan, "baseline", inputs, nullptr);
+    GpuProgram opt(g, plan, "optimized", inputs, nullptr);
+    GpuProgram again(g, plan, "optimized", inputs, nullptr);
+    for (GpuProgram* p : {&base, &opt, &again}) {
+      expect_fused_where_available(plan, *p, p == &base ? "baseline" : "optimized", g.name);
+      p->poison_outputs(nullptr);
+      p->run_all(LaunchContext{});
+    }
+    again.run_all(LaunchContext{});  // a second run on the same buffers
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(first_bit_difference(g, base, opt, outs), "") << g.name << ": baseline vs optimized";
+    EXPECT_EQ(first_bit_difference(g, opt, again, outs), "") << g.name << ": run to run";
+  }
+}
+
+// The dW / dX GEMMs of the backward graphs read their `t`/`permute` views in place (cuBLASLt's
+// transpose flags): the eager executor copies no operand.
+TEST(MatmulEpilogueBackwardGpu, EagerGemmsReadTransposesInPlace) {
+  REQUIRE_GPU();
+  for (const char* t : {"nanogpt_mlp_train_bwd_2x8x64", "llama_swiglu_mlp_train_bwd_2x8x64x176",
+                        "byog/linear/gpt2_c_attn_mincut_train_bwd_2x8x128",
+                        "byog/linear/gpt2_mlp_mincut_train_bwd_2x8x128",
+                        "byog/linear/bert_intermediate_mincut_train_bwd_2x8x128",
+                        "byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128",
+                        "byog/linear/phi3_mlp_mincut_train_bwd_2x8x128"}) {
+    Graph g = bundled(t);
+    const Plan plan = make_plan(g, fusion_registry());
+    const auto inputs = generate_inputs(g, 41);
+    const GemmCounters before = gemm_counters();
+    GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
+    eager.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    const GemmCounters after = gemm_counters();
+    EXPECT_GT(after.matmuls, before.matmuls) << t;
+    EXPECT_EQ(after.copied_operands, before.copied_operands) << t;
+  }
 }

@@ -3,6 +3,7 @@
 // with a [in, out] weight; GELU upcast to float32 and cast back).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -124,6 +125,41 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
           {"inputs", inputs},
           {"nodes", nodes},
           {"outputs", outputs}};
+}
+
+/// A bundled trace with its dims renamed: every shape (inputs, node outputs) and every int-list
+/// argument of a view/reshape takes `dims[d]` for each dim d listed (once, not chained), inputs
+/// become contiguous and node outputs lose their recorded strides (the loader infers them); the
+/// golden sidecar is dropped. For the backward graphs at shapes the CPU reference can afford beside
+/// the bundled ones (their chains are Inductor's own decompositions). Each input of the trace must
+/// be contiguous.
+inline nlohmann::json rescaled_trace(const std::string& trace,
+                                     const std::map<int64_t, int64_t>& dims) {
+  using nlohmann::json;
+  json t = read_json(trace_path(trace));
+  auto map = [&](json& shape) {
+    for (auto& d : shape) {
+      auto it = dims.find(d.get<int64_t>());
+      if (it != dims.end()) d = it->second;
+    }
+  };
+  for (auto& in : t["inputs"]) {
+    map(in["shape"]);
+    in.erase("stride");
+  }
+  for (auto& n : t["nodes"]) {
+    const std::string op = n["op"];
+    if (op == "aten.view.default" || op == "aten.reshape.default" ||
+        op == "aten._unsafe_view.default")
+      map(n["args"][1]);
+    for (auto& o : n["outputs"]) {
+      map(o["shape"]);
+      o.erase("stride");
+    }
+  }
+  t.erase("golden");
+  t["name"] = trace + "_rescaled";
+  return t;
 }
 
 }  // namespace replay::test

@@ -12,6 +12,7 @@ using namespace replay;
 using namespace replay::test;
 using nlohmann::json;
 using replay::matmul_epilogue::Act;
+using replay::matmul_epilogue::act_name;
 
 namespace replay::fusions {
 extern const FusionSpec matmul_epilogue;
@@ -126,8 +127,8 @@ TEST(MatmulEpilogueMatch, Float32LinearWithOutputCast) {
   EXPECT_EQ(name(g, r.out), "convert_element_type_2");
 }
 
-TEST(MatmulEpilogueMatch, BackwardGraphsHoldNoForwardEpilogue) {
-  // dX / dW GEMMs are plain mm's read by other math: nothing is claimed, and nothing crashes.
+TEST(MatmulEpilogueMatch, BackwardGraphsClaimOnlyEpilogues) {
+  // dX / dW GEMMs are plain mm's read by other math: they are not claimed, and nothing crashes.
   for (const char* trace : {"nanogpt_mlp_train_bwd_2x8x64", "llama_swiglu_mlp_train_bwd_2x8x64x176",
                             "linear_fp32_train_bwd_2x8x64x32"}) {
     Graph g = load_trace(trace_path(trace));
@@ -135,7 +136,8 @@ TEST(MatmulEpilogueMatch, BackwardGraphsHoldNoForwardEpilogue) {
     for (const Region& r : p.regions) {
       // Any region found must be a real epilogue (a bias or pointwise step).
       const auto& pr = params(r);
-      EXPECT_TRUE(pr.gemm.bias >= 0 || pr.add_bias >= 0 || pr.residual >= 0 || pr.has_act_step)
+      EXPECT_TRUE(pr.gemm.bias >= 0 || pr.add_bias >= 0 || pr.residual >= 0 || pr.has_act_step ||
+                  pr.bwd.on)
           << trace;
     }
   }
@@ -351,6 +353,11 @@ TEST(MatmulEpilogueMatch, HuggingFaceLinearCaptures) {
   const std::string gelu_tanh_gate = "mm:gelu (tanh),gate: mul by the up projection,";
   const std::string silu_gate = "mm:silu,gate: mul by the up projection,";
   const std::string saved_view = "intermediate 'view_1' is a graph output";
+  const std::string silu_bwd =
+      "backward: d_up = g * silu(gate),backward: d_gate = g * up * silu'(gate),";
+  const std::string llama_bwd = "mm_4:" + silu_bwd;
+  const std::string gemma_bwd =
+      "mm_4:backward: d_up = g * gelu (tanh)(gate),backward: d_gate = g * up * gelu (tanh)'(gate),";
   const HfCase cases[] = {
       {"bert_intermediate_mincut_train_fwd_2x8x128", {"addmm:bias (addmm),gelu (erf),"}, ""},
       {"bert_intermediate_default_train_fwd_2x8x128", {}, saved_view},
@@ -374,9 +381,24 @@ TEST(MatmulEpilogueMatch, HuggingFaceLinearCaptures) {
       {"gpt2_mlp_default_train_fwd_2x8x128",
        {"addmm:bias (addmm),", "addmm_1:bias (addmm),"},
        "intermediate 'mul' is a graph output"},
-      // Backward: dx of the gated pair = the sum of two GEMM outputs (a residual-form add).
-      {"llama_mlp_mincut_train_bwd_2x8x128", {"mm_6:residual add,"}, ""},
-      {"gemma_mlp_mincut_train_bwd_2x8x128", {"mm_6:residual add,"}, ""},
+      // Backward: d_gate and d_up from dY @ W_down (both partitioners; the default one saves
+      // act(gate), read in place of recomputing it), then dx of the gated pair = the sum of two
+      // GEMM outputs (a residual-form add).
+      {"llama_mlp_mincut_train_bwd_2x8x128", {llama_bwd, "mm_6:residual add,"}, ""},
+      {"llama_mlp_default_train_bwd_2x8x128", {llama_bwd, "mm_6:residual add,"}, ""},
+      {"gemma_mlp_mincut_train_bwd_2x8x128", {gemma_bwd, "mm_6:residual add,"}, ""},
+      {"gemma_mlp_default_train_bwd_2x8x128", {gemma_bwd, "mm_6:residual add,"}, ""},
+      // Phi-3: the pair's results feed a cat (eager) into the fused gate_up weight's dW / dX.
+      {"phi3_mlp_mincut_train_bwd_2x8x128", {"mm_3:" + silu_bwd}, ""},
+      {"phi3_mlp_default_train_bwd_2x8x128", {"mm_3:" + silu_bwd}, ""},
+      // GPT-2's gelu_new backward runs in bfloat16 op by op, like its forward.
+      {"gpt2_mlp_mincut_train_bwd_2x8x128", {}, "backward chain after the GEMM rounds 'mul' "},
+      {"gpt2_mlp_default_train_bwd_2x8x128", {}, "reads 4 saved tensors"},
+      // BERT's intermediate: the GELU's gradient comes from the tangent, no GEMM before it; the
+      // projections' backward: GEMMs and a column sum of the tangent, nothing after a GEMM.
+      {"bert_intermediate_mincut_train_bwd_2x8x128", {}, ""},
+      {"gpt2_c_attn_mincut_train_bwd_2x8x128", {}, ""},
+      {"qwen2_q_proj_mincut_train_bwd_2x8x128", {}, ""},
   };
   for (const HfCase& c : cases) {
     Graph g = load_trace(trace_path(std::string("byog/linear/") + c.trace));
@@ -390,4 +412,206 @@ TEST(MatmulEpilogueMatch, HuggingFaceLinearCaptures) {
       EXPECT_NE(all.find(c.declined), std::string::npos) << c.trace << ": " << all;
     }
   }
+}
+
+// --- backward epilogues -------------------------------------------------------------------------
+
+namespace {
+
+int node_index(const Graph& g, const std::string& id) {
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i)
+    if (g.nodes[i].id == id) return i;
+  return -1;
+}
+
+std::vector<std::string> node_ids(const Graph& g, const Region& r) {
+  std::vector<std::string> ids;
+  for (int n : r.nodes) ids.push_back(g.nodes[n].id);
+  return ids;
+}
+
+}  // namespace
+
+TEST(MatmulEpilogueBackward, NanoGPTGeluBackwardWithBiasGradient) {
+  // dh = dY @ W_proj, then GELU's derivative at the saved pre-activation (Inductor's
+  // decomposition, float32, one cast back), and c_fc's bias gradient sum(d_pre, [0]).
+  const std::vector<std::string> erf_nodes = {"mm",
+                                              "view_6",
+                                              "convert_element_type_12",
+                                              "view_1",
+                                              "convert_element_type_3",
+                                              "mul_1",
+                                              "erf",
+                                              "add",
+                                              "mul_4",
+                                              "mul_5",
+                                              "mul_6",
+                                              "exp",
+                                              "mul_7",
+                                              "mul_8",
+                                              "add_2",
+                                              "mul_9",
+                                              "convert_element_type_14",
+                                              "view_7",
+                                              "sum_2"};
+  for (auto [trace, act] :
+       {std::pair{"nanogpt_mlp_train_bwd_2x8x64", Act::kGeluErf},
+        std::pair{"nanogpt_mlp_train_bwd_8x1024x1600", Act::kGeluErf},
+        std::pair{"nanogpt_mlp_gelu_tanh_train_bwd_2x8x64", Act::kGeluTanh},
+        std::pair{"nanogpt_mlp_gelu_tanh_train_bwd_8x1024x1600", Act::kGeluTanh}}) {
+    Graph g = load_trace(trace_path(trace));
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << trace;
+    const Region& r = p.regions[0];
+    const auto& b = params(r).bwd;
+    ASSERT_TRUE(b.on) << trace;
+    EXPECT_FALSE(b.gated);
+    EXPECT_EQ(b.act, act) << trace;
+    EXPECT_EQ(name(g, b.x), "addmm");  // the saved pre-activation
+    EXPECT_EQ(name(g, b.dx), "view_7");
+    EXPECT_EQ(b.dx_round, DType::kBFloat16);
+    EXPECT_EQ(name(g, b.dbias), "sum_2");
+    EXPECT_EQ(b.dbias_dtype, DType::kBFloat16);
+    EXPECT_EQ(name(g, params(r).out), "view_7");
+    EXPECT_FALSE(params(r).gemm.exported);
+    std::vector<std::string> outs;
+    for (int v : r.outputs) outs.push_back(name(g, v));
+    EXPECT_EQ(outs, (std::vector<std::string>{"view_7", "sum_2"})) << trace;
+    if (act == Act::kGeluErf) EXPECT_EQ(node_ids(g, r), erf_nodes) << trace;
+    json d = r.fusion->describe(g, r);
+    EXPECT_NE(d["optimized"].get<std::string>().find("not CUBLASLT_EPILOGUE_BGRADB"),
+              std::string::npos);
+    // The dW / dX GEMMs and the tangent's own column sum stay eager.
+    for (const char* n : {"mm_1", "mm_2", "mm_3", "sum_1"})
+      EXPECT_EQ(p.node_region[node_index(g, n)], -1) << trace << " " << n;
+  }
+}
+
+TEST(MatmulEpilogueBackward, LlamaSwiGLUBackwardPair) {
+  const std::vector<std::string> nodes = {"mm_4",
+                                          "view_7",
+                                          "view_1",
+                                          "convert_element_type_2",
+                                          "neg",
+                                          "exp",
+                                          "add",
+                                          "div",
+                                          "convert_element_type_3",
+                                          "mul_1",
+                                          "view_3",
+                                          "mul_2",
+                                          "view_8",
+                                          "convert_element_type_16",
+                                          "reciprocal",
+                                          "mul_3",
+                                          "mul_4",
+                                          "sub",
+                                          "mul_5",
+                                          "add_2",
+                                          "mul_6",
+                                          "convert_element_type_18",
+                                          "view_10"};
+  for (const char* trace :
+       {"llama_swiglu_mlp_train_bwd_2x8x64x176", "llama_swiglu_mlp_train_bwd_2x4096x4096x14336"}) {
+    Graph g = load_trace(trace_path(trace));
+    Plan p = plan_of(g);
+    const Region* r = region_of(g, p, "mm_4");
+    ASSERT_NE(r, nullptr) << trace;
+    const auto& b = params(*r).bwd;
+    ASSERT_TRUE(b.on);
+    EXPECT_TRUE(b.gated);
+    EXPECT_EQ(b.act, Act::kSilu);
+    EXPECT_EQ(name(g, b.x), "mm");     // gate projection, saved
+    EXPECT_EQ(name(g, b.up), "mm_1");  // up projection, saved
+    EXPECT_EQ(b.act_saved, -1);        // recomputed (min-cut partitioner)
+    EXPECT_EQ(name(g, b.dup), "view_8");
+    EXPECT_EQ(name(g, b.dx), "view_10");
+    // The graph rounds silu(gate) and g * up to bfloat16 (bf16 ops), the rest in float32.
+    EXPECT_EQ(b.act_round, DType::kBFloat16);
+    EXPECT_EQ(b.h_round, DType::kBFloat16);
+    EXPECT_EQ(b.dbias, -1);
+    EXPECT_EQ(node_ids(g, *r), nodes) << trace;
+    // d_up is read by its dW / dX GEMMs (mm_5, mm_6) before the graph computes d_gate: the fused
+    // step runs at its first node, where every input is ready.
+    EXPECT_EQ(g.nodes[r->anchor].id, "mm_4");
+  }
+}
+
+TEST(MatmulEpilogueBackward, DefaultPartitionerSavesTheActivation) {
+  Graph g = load_trace(trace_path("byog/linear/llama_mlp_default_train_bwd_2x8x128"));
+  Plan p = plan_of(g);
+  const Region* r = region_of(g, p, "mm_4");
+  ASSERT_NE(r, nullptr);
+  const auto& b = params(*r).bwd;
+  EXPECT_TRUE(b.gated);
+  EXPECT_EQ(name(g, b.act_saved), "convert_element_type_3");  // silu(gate) in bf16, saved
+  EXPECT_EQ(name(g, b.x), "view_1");
+  EXPECT_EQ(name(g, b.up), "view_3");
+}
+
+TEST(MatmulEpilogueBackward, DeclinesAnIntermediateReadOutside) {
+  // g * gelu'(x) in float32 ('mul_9') also returned: the fused step writes only the cast result.
+  json t = read_json(trace_path("nanogpt_mlp_train_bwd_2x8x64"));
+  t.erase("golden");
+  t["outputs"].push_back("mul_9");
+  Graph g = parse_trace(t, "<leak>");
+  Plan p = plan_of(g);
+  // (The forward matcher still takes g's upcast alone, a cast epilogue.)
+  const Region* r = region_of(g, p, "mm");
+  EXPECT_TRUE(r == nullptr || !params(*r).bwd.on);
+  const std::string why = declined_at(g, p, "mm");
+  EXPECT_NE(why.find("its values 'mul_9', 'view_7' are read outside"), std::string::npos) << why;
+  EXPECT_NE(why.find("an intermediate read outside is not written"), std::string::npos) << why;
+}
+
+TEST(MatmulEpilogueBackward, DeclinesABiasGradientOverTheWrongDim) {
+  // sum(d_pre, [1]): a row sum, no bias gradient. The chain is still fused, the sum is not.
+  json t = read_json(trace_path("nanogpt_mlp_train_bwd_2x8x64"));
+  t.erase("golden");
+  for (auto& n : t["nodes"]) {
+    if (n["id"] == "sum_2") {
+      n["args"][1] = {1};
+      n["outputs"][0] = tensor({16, 1}, "bfloat16");
+    } else if (n["id"] == "view_8") {
+      n["args"][1] = {16};
+      n["outputs"][0] = tensor({16}, "bfloat16");
+    }
+  }
+  Graph g = parse_trace(t, "<row sum>");
+  Plan p = plan_of(g);
+  const Region* r = region_of(g, p, "mm");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(params(*r).bwd.dbias, -1);
+  EXPECT_EQ(p.node_region[node_index(g, "sum_2")], -1);
+  const std::string why = declined_at(g, p, "mm");
+  EXPECT_NE(why.find("bias gradient not fused: 'sum_2' sums 'view_7' bfloat16[16, 256] over dims "
+                     "other than its rows"),
+            std::string::npos)
+      << why;
+}
+
+TEST(MatmulEpilogueBackward, DeclinesTheWrongDerivative) {
+  // The derivative's product rule dropped (x * pdf missing): no GELU'(x), nothing fused.
+  json t = read_json(trace_path("nanogpt_mlp_train_bwd_2x8x64"));
+  t.erase("golden");
+  for (auto& n : t["nodes"])
+    if (n["id"] == "add_2") n["args"] = {ref("mul_4"), 0.0};
+  Graph g = parse_trace(t, "<cdf only>");
+  Plan p = plan_of(g);
+  const Region* r = region_of(g, p, "mm");
+  EXPECT_TRUE(r == nullptr || !params(*r).bwd.on);
+  EXPECT_NE(declined_at(g, p, "mm").find("is not g * act'(x) for GELU (erf, tanh) or SiLU"),
+            std::string::npos)
+      << declined_at(g, p, "mm");
+}
+
+TEST(MatmulEpilogueBackward, ActGradReferenceIsTheDerivative) {
+  using matmul_epilogue::act_grad_reference;
+  using matmul_epilogue::act_reference;
+  for (Act a : {Act::kGeluErf, Act::kGeluTanh, Act::kSilu})
+    for (double x : {-3.0, -0.5, 0.0, 0.7, 2.5}) {
+      const double h = 1e-5;
+      const double fd = (act_reference(a, x + h) - act_reference(a, x - h)) / (2 * h);
+      EXPECT_NEAR(act_grad_reference(a, x), fd, 1e-8) << act_name(a) << " at " << x;
+    }
 }

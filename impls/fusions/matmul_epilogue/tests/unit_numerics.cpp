@@ -137,3 +137,165 @@ TEST(MatmulEpilogueNumerics, BiasEpilogueForMmPlusAdd) {
   // variant adds the bias of mm + add in its pointwise kernel, after the GEMM's rounding.
   EXPECT_FALSE(single.pass()) << "CUBLASLT_EPILOGUE_BIAS keeps the numerics of mm + add";
 }
+
+// --- backward epilogues
+// --------------------------------------------------------------------------- The backward kernel's
+// arithmetic (kernels.cu: float32, the graph's roundings, the bias gradient summed in float32 from
+// the rounded d_pre) on the bundled backward graphs rescaled to shapes that make a verdict evidence
+// ([1024, 512] rows x columns after a K = 512 GEMM), against the float64 reference with the
+// harness's verdict; and the mutants the GPU tests launch, which must fail.
+
+namespace {
+
+float act_grad_f(Act a, float x) {  // kernels.cu's act_grad_f
+  switch (a) {
+    case Act::kGeluErf: {
+      const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+      const float pdf = std::exp(-0.5f * x * x) * 0.39894228040143268f;
+      return cdf + x * pdf;
+    }
+    case Act::kGeluTanh: {
+      const float k = 0.79788456080286536f;
+      const float t = std::tanh(k * (x + 0.044715f * x * x * x));
+      return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * (k * (1.0f + 0.134145f * x * x));
+    }
+    case Act::kSilu: {
+      const float s = 1.0f / (1.0f + std::exp(-x));
+      return s * (1.0f + x * (1.0f - s));
+    }
+    default:
+      return 1.0f;
+  }
+}
+
+float silu_f(float x) {
+  return x / (1.0f + std::exp(-x));
+}
+
+struct BwdSim {
+  Graph g;
+  std::map<int, HostTensor> ref;
+  std::vector<double> d_pre;  // the simulated result, rounded
+  int64_t M = 0, N = 0;
+  const HostTensor& at(const std::string& v) const { return ref.at(g.find_value(v)); }
+  NumericsResult check(const std::string& name, const std::vector<double>& got_data) const {
+    const int v = g.find_value(name);
+    HostTensor got = make_host_tensor(g.meta(v).shape, g.meta(v).dtype);
+    for (size_t i = 0; i < got_data.size(); ++i) got.data[i] = got_data[i];
+    const auto bounds = default_value_bounds(g);
+    return check_value(g, v, got, ref.at(v), ref, bounds[v]);
+  }
+};
+
+// nanoGPT's MLP backward (GELU erf or tanh) at [B, T] = [2, 512] (M = 1024), C = 512, N = 512,
+// d_pre computed with `kernel_act`'s derivative.
+BwdSim nanogpt_bwd(const std::string& trace, Act kernel_act, double pre_std = 0) {
+  nlohmann::json t = rescaled_trace(trace, {{8, 512}, {16, 1024}, {64, 512}, {256, 512}});
+  for (auto& in : t["inputs"])
+    if (in["id"] == "addmm" && pre_std > 0)
+      in["stats"] = {{"mean", 0.0}, {"std", pre_std}, {"min", -6 * pre_std}, {"max", 6 * pre_std}};
+  BwdSim s{parse_trace(t, "<bwd>"), {}, {}, 1024, 512};
+  s.ref = run_reference(s.g, generate_inputs(s.g, 7));
+  const HostTensor &g = s.at("mm"), &x = s.at("addmm");
+  for (int64_t i = 0; i < s.M * s.N; ++i)
+    s.d_pre.push_back(bf16(static_cast<float>(g.data[i]) *
+                           act_grad_f(kernel_act, static_cast<float>(x.data[i]))));
+  return s;
+}
+
+// dbias[n] = round(sum over rows of d_pre[m, n], float32, rows in order).
+std::vector<double> column_sums(const BwdSim& s) {
+  std::vector<double> out(static_cast<size_t>(s.N));
+  for (int64_t n = 0; n < s.N; ++n) {
+    float acc = 0;
+    for (int64_t m = 0; m < s.M; ++m) acc += static_cast<float>(s.d_pre[m * s.N + n]);
+    out[n] = bf16(acc);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(MatmulEpilogueNumerics, BackwardKernelArithmeticPasses) {
+  for (auto [trace, act] : {std::pair{"nanogpt_mlp_train_bwd_2x8x64", Act::kGeluErf},
+                            std::pair{"nanogpt_mlp_gelu_tanh_train_bwd_2x8x64", Act::kGeluTanh}}) {
+    for (double pre_std : {0.0, 1.0}) {  // the capture's statistics; a pre-activation of std 1
+      BwdSim s = nanogpt_bwd(trace, act, pre_std);
+      const auto r = s.check("view_7", s.d_pre);
+      EXPECT_TRUE(r.pass()) << trace << " std " << pre_std << ": " << r.failure();
+      const auto b = s.check("view_8", column_sums(s));  // the bias gradient
+      EXPECT_TRUE(b.pass()) << trace << " std " << pre_std << " bias gradient: " << b.failure();
+    }
+  }
+}
+
+TEST(MatmulEpilogueNumerics, BackwardMutantsFail) {
+  // GELU tanh's derivative for erf's.
+  // At the capture's pre-activation spread (std 0.16, where the two derivatives differ by far less
+  // than a bfloat16 ulp) it passes the bounds; at std 1 (rel_l2 1.2e-3 against 4.3e-4) it fails.
+  BwdSim s = nanogpt_bwd("nanogpt_mlp_train_bwd_2x8x64", Act::kGeluTanh, 1.0);
+  EXPECT_FALSE(s.check("view_7", s.d_pre).pass()) << "tanh's derivative passes the erf graph";
+  // The bias gradient over the wrong dim: row sums (of the first N rows) for column sums.
+  BwdSim t = nanogpt_bwd("nanogpt_mlp_train_bwd_2x8x64", Act::kGeluErf);
+  std::vector<double> rows(static_cast<size_t>(t.N));
+  for (int64_t n = 0; n < t.N; ++n) {
+    float acc = 0;
+    for (int64_t c = 0; c < t.N; ++c) acc += static_cast<float>(t.d_pre[n * t.N + c]);
+    rows[n] = bf16(acc);
+  }
+  EXPECT_FALSE(t.check("view_8", rows).pass()) << "row sums pass as the bias gradient";
+  // The bias gradient of the GEMM output g (dY @ W) instead of d_pre.
+  const HostTensor& g = t.at("mm");
+  std::vector<double> of_g(static_cast<size_t>(t.N));
+  for (int64_t n = 0; n < t.N; ++n) {
+    float acc = 0;
+    for (int64_t m = 0; m < t.M; ++m) acc += static_cast<float>(g.data[m * t.N + n]);
+    of_g[n] = bf16(acc);
+  }
+  EXPECT_FALSE(t.check("view_8", of_g).pass()) << "sum(g) passes as the bias gradient";
+}
+
+TEST(MatmulEpilogueNumerics, GatedBackwardKernelArithmetic) {
+  // Llama's SwiGLU backward at M = 1024, N = 512 (K = 512): d_up = round(g * round(silu(gate))),
+  // d_gate = round(round(g * up) * silu'(gate)), as the kernel computes them; swapped, they fail.
+  Graph gr = parse_trace(rescaled_trace("llama_swiglu_mlp_train_bwd_2x8x64x176",
+                                        {{8, 512}, {16, 1024}, {64, 512}, {176, 512}}),
+                         "<gated>");
+  BwdSim s{std::move(gr), {}, {}, 1024, 512};
+  s.ref = run_reference(s.g, generate_inputs(s.g, 7));
+  const HostTensor &g = s.at("mm_4"), &gate = s.at("mm"), &up = s.at("mm_1");
+  std::vector<double> d_up, d_gate;
+  for (int64_t i = 0; i < s.M * s.N; ++i) {
+    const float gv = static_cast<float>(g.data[i]), x = static_cast<float>(gate.data[i]);
+    const float a = static_cast<float>(bf16(silu_f(x)));
+    d_up.push_back(bf16(gv * a));
+    const float h = static_cast<float>(bf16(gv * static_cast<float>(up.data[i])));
+    d_gate.push_back(bf16(h * act_grad_f(Act::kSilu, x)));
+  }
+  const auto ru = s.check("view_8", d_up), rg = s.check("view_10", d_gate);
+  EXPECT_TRUE(ru.pass()) << ru.failure();
+  EXPECT_TRUE(rg.pass()) << rg.failure();
+  EXPECT_FALSE(s.check("view_8", d_gate).pass()) << "d_gate passes as d_up";
+  EXPECT_FALSE(s.check("view_10", d_up).pass()) << "d_up passes as d_gate";
+}
+
+TEST(MatmulEpilogueNumerics, CublasLtDgeluEpilogueOnTheUnroundedProductFails) {
+  // CUBLASLT_EPILOGUE_DGELU multiplies the float32 accumulator of dY @ W (before any rounding) by
+  // GELU tanh's derivative at the saved pre-activation and rounds once; the graph rounds the
+  // product to bfloat16 first. On the tanh graph (where cuBLASLt's GELU is the graph's), at the
+  // pre-activation spread of std 1: rel_l2 2.8e-3 against a bound of 4.7e-4 (seed 7).
+  BwdSim s = nanogpt_bwd("nanogpt_mlp_gelu_tanh_train_bwd_2x8x64", Act::kGeluTanh, 1.0);
+  const HostTensor &dy = s.at("view_4"), &w = s.at("permute_2"), &x = s.at("addmm");
+  const int64_t K = s.g.meta(s.g.find_value("view_4")).shape[1];
+  std::vector<double> dgelu(static_cast<size_t>(s.M * s.N));
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t n = 0; n < s.N; ++n) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) acc += dy.data[m * K + k] * w.data[k * s.N + n];
+      dgelu[m * s.N + n] =
+          bf16(static_cast<float>(acc) *
+               act_grad_f(Act::kGeluTanh, static_cast<float>(x.data[m * s.N + n])));
+    }
+  const auto r = s.check("view_7", dgelu);
+  EXPECT_FALSE(r.pass()) << "cuBLASLt's DGELU keeps the graph's numerics: use it on tanh graphs";
+}
