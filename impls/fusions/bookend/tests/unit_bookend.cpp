@@ -3,8 +3,12 @@
 // and the op table's own alias rows, the vector width chooser (the broadcast + expand input that
 // defeated nvFuser keeps 16 bytes; a non-unit innermost stride, a misaligned base or an odd outer
 // stride fall back to the right narrower width), the segment copy's plan, the launch width log,
-// and the registry rows.
+// the registry rows, and both variants over a probe binder on the CPU (host_alias resolving each
+// view per replay, its wrong-offset mutant caught; segmented handing over contiguous tensors).
 #include <gtest/gtest.h>
+
+#include <map>
+#include <stdexcept>
 
 #include "harness/report/results.hpp"
 #include "impls/fusions/bookend/alias.hpp"
@@ -123,11 +127,6 @@ TEST(BookendAlias, GptNeoxChainGivesQAndKAsStridedViewsOfQkv) {
     ASSERT_TRUE(l.has_value());
     EXPECT_EQ(*l, (AliasLayout{{B, H, T, D}, {T * H * 3 * D, 3 * D, H * 3 * D, 1}, part * D}));
   }
-  // the mutant's arithmetic: one element too far is a different layout
-  s.start = D;
-  auto l = resolve(contiguous({B, T, H * 3 * D}), {v, s, p});
-  ASSERT_TRUE(l.has_value());
-  EXPECT_NE(l->offset, D + 1);
 }
 
 // Every boundary chain of the bundled rope and layernorm traces: resolved from its root's
@@ -271,4 +270,106 @@ TEST(BookendRegistry, RopeAndLayerNormHaveTheThreeBoundaryVariants) {
     for (const char* v : {"optimized", "segmented", "host_alias"})
       EXPECT_NE(f->find_variant(v), nullptr) << f->name << " " << v;
   }
+}
+
+namespace {
+
+// A BindContext without a device that aliases as the GPU program does: a value made by view ops
+// lives in its root's fake buffer at the offset and strides the op table's alias rows give; any
+// other value at its own 16-byte aligned fake address.
+class AliasingBuffers : public BindContext {
+ public:
+  explicit AliasingBuffers(const Graph& g) : g_(g) {}
+  BoundTensor tensor(int v) override {
+    const BoundaryChain ch = input_chain(g_, v);
+    auto* base = reinterpret_cast<char*>(uintptr_t(0x100000) * uintptr_t(ch.root + 1));
+    TensorMeta cur = g_.meta(ch.root);
+    int64_t off = 0;
+    for (size_t i = 0; i < ch.nodes.size(); ++i) {
+      const Node& n = g_.nodes[ch.nodes[i]];
+      const int out = i + 1 < ch.nodes.size() ? ch.inputs[i + 1] : v;
+      const TensorMeta& om = g_.meta(out);
+      const auto lay = op_def(n.op).alias(n, cur, om.shape, g_.values[out].output_index);
+      off += lay->offset;
+      cur = TensorMeta{om.shape, lay->stride, om.dtype};
+    }
+    return {base + off * static_cast<int64_t>(dtype_size(cur.dtype)), cur};
+  }
+  void* workspace(size_t) override { return reinterpret_cast<void*>(uintptr_t(0x10000000)); }
+
+ private:
+  const Graph& g_;
+};
+
+// What the probe binder was handed, per value, in its last call.
+std::map<int, BoundTensor> g_seen;
+
+Binding probe_bind(const Graph&, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  EXPECT_EQ(v.name, "optimized");
+  g_seen.clear();
+  for (int in : r.inputs) g_seen[in] = ctx.tensor(in);
+  Binding b;
+  b.launch = [](const LaunchContext&) {};  // nothing to launch: the test reads g_seen
+  return b;
+}
+
+const Region& rope_region(const Plan& plan) {
+  for (const Region& r : plan.regions)
+    if (r.fusion->name == "rope") return r;
+  throw std::logic_error("no rope region");
+}
+
+}  // namespace
+
+// host_alias on the CPU: each replay resolves every region input from its root through its meta
+// ops and hands the binder exactly the program's own aliases (GPT-NeoX: q and k as strided views
+// of qkv); the mutant "wrong storage offset" moves exactly the chained ones by one element.
+TEST(BookendHostAlias, ResolvesEachViewFromItsRootPerReplayAndTheOffsetMutantMovesIt) {
+  Graph g = load_trace(trace_path("byog/rope/gpt_neox_rope_mincut_train_fwd_2x8x4x64"));
+  const Plan plan = make_plan(g, fusion_registry());
+  const Region& r = rope_region(plan);
+  AliasingBuffers ctx(g);
+  Binding b = bind_bookend(g, r, kHostAliasVariant, ctx, &probe_bind);
+  ASSERT_TRUE(b.launch) << b.unsupported;
+  int chained = 0;
+  b.launch(LaunchContext{});
+  ASSERT_EQ(g_seen.size(), r.inputs.size());
+  for (const auto& [v, t] : g_seen) {
+    const BoundTensor want = ctx.tensor(v);
+    EXPECT_EQ(t.ptr, want.ptr) << g.values[v].name;
+    EXPECT_EQ(t.layout.stride, want.layout.stride) << g.values[v].name;
+    EXPECT_EQ(t.layout.shape, want.layout.shape) << g.values[v].name;
+    chained += input_chain(g, v).ops.empty() ? 0 : 1;
+  }
+  EXPECT_GE(chained, 2) << "q and k are views of qkv";
+  set_host_alias_offset_mutant(1);
+  b.launch(LaunchContext{});
+  set_host_alias_offset_mutant(0);
+  int moved = 0;
+  for (const auto& [v, t] : g_seen) {
+    const BoundTensor want = ctx.tensor(v);
+    const int64_t elem = static_cast<int64_t>(dtype_size(want.layout.dtype));
+    if (t.ptr != want.ptr) {
+      ++moved;
+      EXPECT_EQ(static_cast<char*>(t.ptr) - static_cast<char*>(want.ptr), elem);
+    }
+  }
+  EXPECT_EQ(moved, chained) << "the mutant must move every chained input, and only those";
+}
+
+// segmented at bind time: the binder is handed contiguous tensors only (q and k copied out of
+// qkv into workspaces), the others as they are.
+TEST(BookendSegmented, HandsTheBinderContiguousTensors) {
+  Graph g = load_trace(trace_path("byog/rope/gpt_neox_rope_mincut_train_fwd_2x8x4x64"));
+  const Plan plan = make_plan(g, fusion_registry());
+  const Region& r = rope_region(plan);
+  AliasingBuffers ctx(g);
+  Binding b = bind_bookend(g, r, kSegmentedVariant, ctx, &probe_bind);
+  ASSERT_TRUE(b.launch) << b.unsupported;
+  int copied = 0;
+  for (const auto& [v, t] : g_seen) {
+    EXPECT_TRUE(t.layout.is_contiguous()) << g.values[v].name << " " << t.layout.str();
+    copied += t.ptr != ctx.tensor(v).ptr ? 1 : 0;
+  }
+  EXPECT_GE(copied, 2) << "q and k are strided views of qkv";
 }
