@@ -294,6 +294,15 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         v.repro = write_failure_repro(g, plan, ref, bounds, whole_row ? -1 : r, variant.name, opt,
                                       tr.file, v);
       if (v.skipped.empty()) {
+        {  // one untimed replay of the row with the launchers' widths recorded
+          LaunchWidthLog widths;
+          if (whole_row)
+            prog.run_all(ctx);
+          else
+            prog.run_region(r, ctx);
+          REPLAY_CUDA(cudaStreamSynchronize(ctx.stream));
+          v.vector_widths = widths.take();
+        }
         const auto slow = opt.test_slowdown_us.find(variant.name);
         const double slow_us = slow == opt.test_slowdown_us.end() ? 0 : slow->second;
         auto fn = [&prog, &ctx, whole_row, r, slow_us](cudaStream_t st) {

@@ -85,6 +85,11 @@ std::vector<Column<VariantRow>> make_variant_columns() {
       {"numerics", false, [](const VariantRow& r) { return numerics_cell(*r.v); }},
       {"CUPTI: launches, kernel sum µs, span µs", false,
        [](const VariantRow& r) { return cupti_cell(*r.v); }},
+      {"vector B", false,
+       [](const VariantRow& r) {
+         const std::string w = width_range(r.v->vector_widths);
+         return w.empty() ? std::string("–") : w;
+       }},
   };
 }
 

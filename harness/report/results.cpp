@@ -165,6 +165,12 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
                   {"timeline", tl}};
     if (!v.cupti->error.empty()) j["cupti"]["error"] = v.cupti->error;
   }
+  if (!v.vector_widths.empty()) {
+    nlohmann::json w = nlohmann::json::array();
+    for (const auto& e : v.vector_widths)
+      w.push_back({{"kernel", e.kernel}, {"operand", e.operand}, {"bytes", e.bytes}});
+    j["vector_widths"] = std::move(w);
+  }
   return j;
 }
 

@@ -13,6 +13,7 @@
 #include "harness/measure/stats.hpp"
 #include "harness/replay/variants.hpp"
 #include "harness/report/numerics.hpp"
+#include "impls/fusions/launch_record.hpp"
 
 namespace replay {
 
@@ -83,6 +84,10 @@ struct VariantResult {
   /// none was written; empty otherwise.
   std::string repro;
   std::optional<CuptiSummary> cupti;
+  /// Bytes per access of each operand of each launch, as the launchers chose them in one
+  /// untimed replay (impls/fusions/launch_record.hpp); empty where no launcher records (eager
+  /// ops, baselines) or the variant did not run.
+  std::vector<LaunchWidth> vector_widths;
   bool timed() const { return !samples_us.empty(); }
   /// Not compared when no output was checked (a skipped variant, the reference itself).
   Verdict verdict() const;

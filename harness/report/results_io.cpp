@@ -245,6 +245,10 @@ VariantResult read_variant(const JNode& v) {
   for (const JNode& n : v.at("numerics").items()) r.numerics.push_back(read_numerics(n));
   r.repro = v.str_or("repro", "");
   if (v.has("cupti")) r.cupti = read_cupti(v.at("cupti"));
+  if (v.has("vector_widths"))
+    for (const JNode& w : v.at("vector_widths").items())
+      r.vector_widths.push_back(
+          {w.at("kernel").str(), w.at("operand").str(), static_cast<int>(w.at("bytes").num())});
   return r;
 }
 

@@ -2,6 +2,7 @@
 #include <tuple>
 
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/bookend/variants.hpp"
 #include "impls/fusions/layernorm_fwd/params.hpp"
 #include "workloads/ir/layout.hpp"
 
@@ -9,6 +10,7 @@ namespace replay::layernorm_fwd {
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
+  if (bookend::is_bookend_variant(v)) return bookend::bind_bookend(g, r, v, ctx, &bind);
   Binding b;
   if (v.role == Role::kAlternative) {
     b.unsupported = "layernorm_fwd has no variant '" + std::string(v.name) + "'";

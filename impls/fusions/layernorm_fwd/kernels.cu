@@ -27,6 +27,7 @@
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/vec16.cuh"
+#include "impls/fusions/launch_record.hpp"
 
 namespace replay {
 namespace {
@@ -761,12 +762,33 @@ void layernorm_fwd_optimized(const NormFwdArgs& a, cudaStream_t stream) {
   if (!why.empty()) throw std::invalid_argument("layernorm_fwd optimized: " + why);
   switch (a.x_dtype) {
     case DType::kBFloat16:
-      return dispatch_optimized<__nv_bfloat16>(a, stream);
+      dispatch_optimized<__nv_bfloat16>(a, stream);
+      break;
     case DType::kFloat16:
-      return dispatch_optimized<__half>(a, stream);
+      dispatch_optimized<__half>(a, stream);
+      break;
     default:
-      return dispatch_optimized<float>(a, stream);
+      dispatch_optimized<float>(a, stream);
+      break;
   }
+  if (!launch_widths_recording()) return;
+  // What norm_rows does: 16-byte vectors of x's dtype (E elements) for every [rows, cols]
+  // operand in x's dtype and the weights (staged through shared memory); another dtype's rows
+  // are stored E elements at a time (store_as: 16 bytes for float32, 8 for 16-bit beside a
+  // float32 x); the statistics one float per row.
+  const int e = 16 / static_cast<int>(dtype_size(a.x_dtype));
+  auto row_bytes = [e](DType t) { return std::min(16, e * static_cast<int>(dtype_size(t))); };
+  const char* k = "layernorm_fwd_rows";
+  record_launch_width(k, "x", 16);
+  if (a.residual) record_launch_width(k, "residual", 16);
+  for (int i = 0; i < a.n_weights; ++i) record_launch_width(k, "w[" + std::to_string(i) + "]", 16);
+  record_launch_width(k, "out", row_bytes(a.out_dtype));
+  if (a.h_out) record_launch_width(k, "h", 16);
+  if (a.x32_out) record_launch_width(k, "x32", 16);
+  for (int i = 0; i < a.n_row_exports; ++i)
+    record_launch_width(k, "export[" + std::to_string(i) + "]", row_bytes(a.row_exports[i].dtype));
+  if (a.mean_out) record_launch_width(k, "mean", 4);
+  if (a.rstd_out) record_launch_width(k, "rstd", 4);
 }
 
 }  // namespace replay

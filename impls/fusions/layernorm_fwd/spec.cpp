@@ -1,4 +1,5 @@
 // The layernorm_fwd row of the fusion registry.
+#include "impls/fusions/bookend/variants.hpp"
 #include "impls/fusions/layernorm_fwd/params.hpp"
 
 namespace replay::fusions {
@@ -10,6 +11,8 @@ constexpr VariantSpec kVariants[] = {
     {"optimized", Role::kOptimized,
      "one persistent row kernel: x read once into registers, next row prefetched, weights in "
      "shared memory"},
+    bookend::kSegmentedVariant,
+    bookend::kHostAliasVariant,
 };
 
 }  // namespace

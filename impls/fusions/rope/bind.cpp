@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/bookend/variants.hpp"
 #include "impls/fusions/rope/joint.hpp"
 #include "impls/fusions/rope/params.hpp"
 
@@ -62,6 +63,7 @@ void order_rows_by_memory(RopeJob& j) {
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
+  if (bookend::is_bookend_variant(v)) return bookend::bind_bookend(g, r, v, ctx, &bind);
   Binding b;
   if (v.role == Role::kAlternative) {
     b.unsupported = "rope has no variant '" + std::string(v.name) + "'";

@@ -15,10 +15,13 @@
 #include <atomic>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/fusions/bookend/vector_width.hpp"
+#include "impls/fusions/launch_record.hpp"
 #include "impls/fusions/rope/rope_math.hpp"
 
 namespace replay::rope {
@@ -513,17 +516,19 @@ __global__ void __launch_bounds__(256) rope_kernel(const __grid_constant__ RopeA
   }
 }
 
-// The 16-byte rule for one operand: unit last stride, base and every lead stride aligned to the
-// vector's bytes (a broadcast dim's stride 0 is aligned).
+// The 16-byte rule for one operand (bookend's chooser, impls/fusions/bookend/vector_width.hpp):
+// unit last stride, base and every lead stride aligned to the vector's bytes (a broadcast dim's
+// stride 0 is aligned). The vector of v elements is the unit along the last dim (rope_vector_width
+// makes D a multiple of v).
+int access_bytes(int v, DType t) {
+  return std::min(v * static_cast<int>(dtype_size(t)), 16);
+}
 bool vectorizable(const void* ptr, DType t, const int64_t* lead_stride, int n_lead,
                   int64_t last_stride, int v) {
-  if (v == 1 || last_stride != 1) return false;
-  const int64_t bytes = static_cast<int64_t>(v) * static_cast<int64_t>(dtype_size(t));
-  const int64_t align = std::min<int64_t>(bytes, 16);
-  if (reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(align) != 0) return false;
-  for (int d = 0; d < n_lead; ++d)
-    if ((lead_stride[d] * static_cast<int64_t>(dtype_size(t))) % align != 0) return false;
-  return true;
+  if (v == 1) return false;
+  const int want = access_bytes(v, t);
+  return bookend::vector_bytes(reinterpret_cast<uintptr_t>(ptr), static_cast<int>(dtype_size(t)),
+                               lead_stride, n_lead, last_stride, v, want) == want;
 }
 
 int blocks_for(int64_t work, int threads) {
@@ -741,6 +746,12 @@ void launch_fixed(const FixedForm& form, const RopeArgs& a, cudaStream_t stream)
   const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 132 * 32)), a.n_jobs);
   form.kernel<<<grid, dim3(threads_x, rows_per_block), 0, stream>>>(fa);
   REPLAY_CUDA_LAUNCH("rope_fixed_kernel");
+  if (launch_widths_recording())  // a fixed form takes 16-byte accesses on every operand
+    for (int k = 0; k < a.n_jobs; ++k)
+      for (const char* op : {"x", "cos", "sin", "out"})
+        if (a.jobs[k].rotary_dim > 0 || op[0] == 'x' || op[0] == 'o')
+          record_launch_width("rope_fixed_kernel", std::string(op) + "[" + std::to_string(k) + "]",
+                              16);
   g_fixed_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -937,6 +948,23 @@ void rope_optimized(const RopeArgs& in, cudaStream_t stream) {
       break;
   }
   REPLAY_CUDA_LAUNCH("rope_kernel");
+  if (launch_widths_recording()) {
+    const std::string name = "rope_kernel<" + std::to_string(v) + ">";
+    for (int k = 0; k < a.n_jobs; ++k) {
+      const RopeJob& j = a.jobs[k];
+      const int tv = j.pair_table ? v / 2 : v;
+      const std::string at = "[" + std::to_string(k) + "]";
+      auto bytes = [](bool vec, int n, DType t) {
+        return vec ? access_bytes(n, t) : static_cast<int>(dtype_size(t));
+      };
+      record_launch_width(name.c_str(), "x" + at, bytes(j.vec_x, v, j.x.dtype));
+      if (j.rotary_dim > 0) {
+        record_launch_width(name.c_str(), "cos" + at, bytes(j.vec_cos, tv, j.cos.dtype));
+        record_launch_width(name.c_str(), "sin" + at, bytes(j.vec_sin, tv, j.sin.dtype));
+      }
+      record_launch_width(name.c_str(), "out" + at, bytes(j.vec_out, v, j.out_dtype));
+    }
+  }
 }
 
 namespace {

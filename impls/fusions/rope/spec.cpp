@@ -1,4 +1,5 @@
 // The rope row of the fusion registry.
+#include "impls/fusions/bookend/variants.hpp"
 #include "impls/fusions/rope/params.hpp"
 
 namespace replay::fusions {
@@ -11,6 +12,8 @@ constexpr VariantSpec kVariants[] = {
     {"optimized", Role::kOptimized,
      "one kernel for q and k: each element of x read once (16-byte accesses where the strides "
      "allow), the tables through their broadcast strides, the output written once in its layout"},
+    bookend::kSegmentedVariant,
+    bookend::kHostAliasVariant,
 };
 
 }  // namespace

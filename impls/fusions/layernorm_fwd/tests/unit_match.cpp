@@ -183,8 +183,8 @@ TEST(LayerNormFwdMatch, PlanJson) {
   Graph g = load_trace(trace_path("nanogpt_layernorm_fwd_2x8x1600"));
   json j = plan_to_json(g, plan_of(g));
   ASSERT_EQ(j["regions"].size(), 1u);
-  EXPECT_EQ(j["regions"][0]["variants"],
-            json::array({"reference", "eager", "baseline", "optimized"}));
+  EXPECT_EQ(j["regions"][0]["variants"], json::array({"reference", "eager", "baseline", "optimized",
+                                                      "segmented", "host_alias"}));
   EXPECT_TRUE(j["eager_nodes"].empty());
   EXPECT_TRUE(j["dropped_matches"].empty());
   // Cost: x read, y written (2*8*1600 bf16 each), weight and bias read (1600 bf16 each).

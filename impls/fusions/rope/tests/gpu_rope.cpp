@@ -7,6 +7,8 @@
 // bit-identical to the eager executor's, and (small shapes) the graph's outputs passing the
 // harness's numerics check against the float64 reference.
 // GPT-NeoX's and litgpt's backwards write the joint qkv gradient (joint.hpp), dv copied in.
+// The bookend variants (segmented, host_alias: impls/fusions/bookend/) run the same cases and
+// mutants: they launch the optimized kernel over materialized or host-resolved views.
 // Mutants that must fail both: sin's sign flipped, the rotate-half rotation used for an
 // interleaved graph (and the interleaved one for a rotate-half graph), the rotary dim two short
 // (the last pair passed through unrotated), the pass-through tail dropped (left unwritten).
@@ -130,13 +132,13 @@ TEST_P(RopeGpu, BitIdenticalToEagerAndPassesNumerics) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Traces, RopeGpu,
-                         ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
-                                            ::testing::Values("baseline", "optimized")),
-                         [](const auto& info) {
-                           return test_name(cases()[std::get<0>(info.param)].name + "_" +
-                                            std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Traces, RopeGpu,
+    ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
+                       ::testing::Values("baseline", "optimized", "segmented", "host_alias")),
+    [](const auto& info) {
+      return test_name(cases()[std::get<0>(info.param)].name + "_" + std::get<1>(info.param));
+    });
 
 // --- mutants ----------------------------------------------------------------------------------
 
@@ -272,7 +274,8 @@ std::vector<size_t> mutant_cases() {
 INSTANTIATE_TEST_SUITE_P(Kernels, RopeMutant,
                          ::testing::Combine(::testing::Range<size_t>(0, std::size(kMutants)),
                                             ::testing::ValuesIn(mutant_cases()),
-                                            ::testing::Values("baseline", "optimized")),
+                                            ::testing::Values("baseline", "optimized", "segmented",
+                                                              "host_alias")),
                          [](const auto& info) {
                            return test_name(std::string(kMutants[std::get<0>(info.param)].name) +
                                             "_" + cases()[std::get<1>(info.param)].name + "_" +
