@@ -502,9 +502,11 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       tr.reference_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
     }
-    ReplayInputs inputs;
-    if (g.world_size == 1) inputs = make_replay_inputs(g, opt.seed, forwards);
-    if (g.world_size == 1) tr.input_source = inputs.source;
+    ReplayInputs inputs;  // world_size 1 (world_size > 1: each rank's, above)
+    if (g.world_size == 1) {
+      inputs = make_replay_inputs(g, opt.seed, forwards);
+      tr.input_source = inputs.source;
+    }
     // Random ops draw from the run's seed, not PyTorch's generator: outputs that depend on a
     // draw cannot match the golden ones and are not compared with them (said in the report).
     std::vector<int> draws, cut_drawn;  // inputs whose values PyTorch's golden run did not see
