@@ -39,6 +39,32 @@ std::vector<bool> depends_on(const Graph& g, const std::vector<int>& from) {
   return r;
 }
 
+// The float64 reference of a world_size > 1 trace: every rank's inputs generated from the run's
+// seed mixed with the rank (rank_seed), the graph evaluated for all ranks in lockstep
+// (run_reference_ranks). Returns every rank's values (what a multi-process replay checks each
+// rank against). Golden sidecars and saved inputs linked to a forward trace hold one rank's
+// tensors: refused, naming the file.
+std::vector<std::map<int, HostTensor>> run_reference_all_ranks(
+    const Graph& g, const std::vector<ForwardOfSaved>& forwards, uint64_t seed, TraceResult& tr) {
+  if (g.golden)
+    throw TraceError(g.file, "",
+                     "a world_size " + std::to_string(g.world_size) +
+                         " trace with a golden sidecar: per-rank golden tensors are not supported "
+                         "yet (leave out \"golden\"; the reference simulates every rank)");
+  if (!forwards.empty())
+    throw TraceError(g.file, "",
+                     "a world_size " + std::to_string(g.world_size) +
+                         " trace whose saved inputs come from forward trace '" +
+                         forwards.front().trace + "': per-rank saved inputs are not supported yet");
+  std::vector<std::map<int, HostTensor>> inputs;
+  for (int r = 0; r < g.world_size; ++r) inputs.push_back(generate_inputs(g, rank_seed(seed, r)));
+  tr.input_source = "generated per rank (world_size " + std::to_string(g.world_size) +
+                    ": rank r from seed " + std::to_string(seed) +
+                    " + r * 0x9E3779B97F4A7C15, captured value statistics); the float64 "
+                    "reference simulated every rank in lockstep";
+  return run_reference_ranks(g, std::move(inputs));
+}
+
 }  // namespace
 
 GpuSession::GpuSession() {
@@ -392,11 +418,14 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
   Graph g;
   Plan plan;
   std::map<int, HostTensor> ref;
+  // world_size > 1: every rank's reference values (run_reference_all_ranks); `ref` stays empty.
+  std::vector<std::map<int, HostTensor>> ref_ranks;
   std::vector<NumericsBounds> bounds;
   // A reference this machine cannot afford (time budget, memory) is a limit of the machine, not
   // of the trace: every row says why it was not replayed, and the run goes on (exit 0).
   auto not_replayed = [&](const std::string& why) {
     ref.clear();
+    ref_ranks.clear();
     tr.not_replayed = why;
     tr.regions = result_rows(g, plan);
     for (auto& row : tr.regions)
@@ -441,6 +470,11 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
         big_graph = &*f.graph;
       }
     }
+    if (g.world_size > 1) {  // the reference simulates every rank, all values held at once
+      need.gemm_flops *= g.world_size;
+      need.elements *= g.world_size;
+      need.bytes *= g.world_size;
+    }
     {
       const double gflops = need.gemm_flops > 0 ? reference_gemm_gflops() : 0;
       const double est = need.seconds(gflops);
@@ -472,8 +506,16 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
           " this machine has available (memory or container limit); run it on a larger machine");
     }
     const auto ref_start = std::chrono::steady_clock::now();
-    ReplayInputs inputs = make_replay_inputs(g, opt.seed, forwards);
-    tr.input_source = inputs.source;
+    if (g.world_size > 1) {
+      ref_ranks = run_reference_all_ranks(g, forwards, opt.seed, tr);
+      tr.reference_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
+    }
+    ReplayInputs inputs;  // world_size 1 (world_size > 1: each rank's, above)
+    if (g.world_size == 1) {
+      inputs = make_replay_inputs(g, opt.seed, forwards);
+      tr.input_source = inputs.source;
+    }
     // Random ops draw from the run's seed, not PyTorch's generator: outputs that depend on a
     // draw cannot match the golden ones and are not compared with them (said in the report).
     std::vector<int> draws, cut_drawn;  // inputs whose values PyTorch's golden run did not see
@@ -500,9 +542,11 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       tr.input_source += "; outputs " + names + " of cut nodes drawn from their stats (seed " +
                          std::to_string(opt.seed) + ")";
     }
-    ref = run_reference(g, inputs.values);
-    tr.reference_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
+    if (g.world_size == 1) {
+      ref = run_reference(g, inputs.values);
+      tr.reference_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
+    }
     bounds = default_value_bounds(g);
     for (int v : g.outputs) {
       if (random[v]) continue;
@@ -544,11 +588,12 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
 
   tr.regions = result_rows(g, plan);
   std::string no_gpu;
-  if (!gpu)
-    no_gpu = no_gpu_why;
-  else if (g.world_size > 1)
+  if (g.world_size > 1)  // first: a device would not help
     no_gpu = "the trace is one rank of a world_size " + std::to_string(g.world_size) +
-             " program; multi-rank replay is not built yet";
+             " program: the reference simulated every rank on the CPU; GPU replay of world_size "
+             "> 1 needs the multi-process path (one process per GPU, NCCL), not built yet";
+  else if (!gpu)
+    no_gpu = no_gpu_why;
   const std::vector<VariantInfo> variants = variants_for(plan, opt);
   for (const VariantInfo& variant : variants) {
     if (variant.is_gpu() && no_gpu.empty()) continue;  // run below

@@ -193,6 +193,13 @@ EagerLaunch lower_node(const Graph& g, const Node& n, const std::vector<DeviceTe
       return lower_indexing(g, n, static_cast<IndexingFn>(low.fn), in, out);
     case EagerLowering::kNn:
       return prepare_nn(g, n, static_cast<NnFn>(low.fn), in, out);
+    case EagerLowering::kCollective:  // a group of one rank: the values pass through
+      if (n.group_size > 1)
+        throw std::invalid_argument(
+            "node " + n.id + ": " + std::string(op_name(n.op)) + " over " +
+            std::to_string(n.group_size) +
+            " ranks needs the multi-process path (one process per GPU, NCCL), not built yet");
+      return prepare_copy(out.at(0), in.at(0));
     case EagerLowering::kAlias:
       break;
   }

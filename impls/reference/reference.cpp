@@ -27,10 +27,14 @@ void round_inplace(HostTensor& t) {
   for (int64_t i = 0; i < n; ++i) d[i] = round_to(dt, d[i]);
 }
 
-// The row's reference of `n` on `vals`, not rounded; outputs of dtype `as` when given.
+// The row's reference of `n` on `vals`, not rounded; outputs of dtype `as` when given. A
+// collective reads every rank's operand from `group` (rank `rank`'s own is vals' one); without
+// one, a group of one.
 std::vector<HostTensor> evaluate(const Graph& g, const Node& n,
                                  const std::map<int, HostTensor>& vals,
-                                 std::optional<DType> as = std::nullopt) {
+                                 std::optional<DType> as = std::nullopt,
+                                 const std::vector<const HostTensor*>* group = nullptr,
+                                 int rank = 0) {
   std::vector<TensorMeta> out_meta;
   for (int v : n.outputs) {
     out_meta.push_back(g.meta(v));
@@ -41,22 +45,63 @@ std::vector<HostTensor> evaluate(const Graph& g, const Node& n,
     args.in.push_back(o.is_tensor() ? &vals.at(o.value) : nullptr);
     args.in_meta.push_back(o.is_tensor() ? &g.meta(o.value) : nullptr);
   }
+  if (op_def(n.op).kind == OpKind::kCollective) {
+    args.group = group ? *group : std::vector<const HostTensor*>{args.in.at(0)};
+    args.rank = rank;
+  }
   return op_def(n.op).reference(args);
 }
 
-}  // namespace
-
-std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
-                                       const std::map<int, HostTensor>& vals) {
+// reference_node, for rank `rank` of `group` where `n` is a collective.
+std::vector<HostTensor> reference_node_of(const Graph& g, const Node& n,
+                                          const std::map<int, HostTensor>& vals,
+                                          const std::vector<const HostTensor*>* group, int rank) {
   std::vector<HostTensor> out;
   try {
-    out = evaluate(g, n, vals);
+    out = evaluate(g, n, vals, std::nullopt, group, rank);
   } catch (const TraceError& e) {  // a bad value (an index out of range): name the trace file
     if (!e.file().empty()) throw;
     throw TraceError(g.file, e.node(), e.detail());
   }
   for (auto& t : out) round_inplace(t);
   return out;
+}
+
+}  // namespace
+
+std::vector<HostTensor> reference_node(const Graph& g, const Node& n,
+                                       const std::map<int, HostTensor>& vals) {
+  return reference_node_of(g, n, vals, nullptr, 0);
+}
+
+std::vector<std::map<int, HostTensor>> run_reference_ranks(
+    const Graph& g, std::vector<std::map<int, HostTensor>>&& inputs) {
+  const size_t ranks = static_cast<size_t>(g.world_size);
+  if (inputs.size() != ranks)
+    throw std::invalid_argument("reference: " + std::to_string(inputs.size()) +
+                                " ranks' inputs for a world_size " + std::to_string(g.world_size) +
+                                " trace");
+  std::vector<std::map<int, HostTensor>> vals = std::move(inputs);
+  for (size_t r = 0; r < ranks; ++r)
+    for (int v : g.inputs)
+      if (!vals[r].count(v))
+        throw std::invalid_argument("reference: rank " + std::to_string(r) + " lacks input " +
+                                    g.values[v].name);
+  std::vector<const HostTensor*> group(ranks);
+  for (const Node& n : g.nodes) {
+    const bool collective = op_def(n.op).kind == OpKind::kCollective;
+    if (collective)
+      for (size_t r = 0; r < ranks; ++r) group[r] = &vals[r].at(n.operands.at(0).value);
+    // Every rank's outputs before any is stored: a collective reads only earlier values, so the
+    // order does not matter, but it keeps the lockstep plain.
+    std::vector<std::vector<HostTensor>> outs(ranks);
+    for (size_t r = 0; r < ranks; ++r)
+      outs[r] =
+          reference_node_of(g, n, vals[r], collective ? &group : nullptr, static_cast<int>(r));
+    for (size_t r = 0; r < ranks; ++r)
+      for (size_t k = 0; k < outs[r].size(); ++k) vals[r][n.outputs[k]] = std::move(outs[r][k]);
+  }
+  return vals;
 }
 
 std::map<int, HostTensor> run_reference(const Graph& g, std::map<int, HostTensor>&& inputs) {

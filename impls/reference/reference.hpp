@@ -33,6 +33,18 @@ std::map<int, HostTensor> run_reference(const Graph& g, const std::map<int, Host
 /// As above, taking the inputs over (no copy of them).
 std::map<int, HostTensor> run_reference(const Graph& g, std::map<int, HostTensor>&& inputs);
 
+/// Evaluate an SPMD graph (Graph::world_size ranks, traces/SCHEMA.md "world_size") for every
+/// rank in lockstep: node by node, each rank's outputs from its own values, and a collective
+/// (OpKind::kCollective) from every rank's operand (RefArgs::group). `inputs[r]` maps every graph
+/// input's value index to rank r's data (inputs/inputs.hpp rank_seed: distinct per rank).
+/// Returns every rank's values, [world_size] maps keyed by value index, as run_reference does for
+/// one. Throws std::invalid_argument when inputs.size() != world_size or a rank lacks an input;
+/// TraceError naming the node for a collective whose ranks disagree. Memory: world_size times
+/// run_reference's. For world_size 1 it is run_reference (a collective over a group of one passes
+/// its operand on).
+std::vector<std::map<int, HostTensor>> run_reference_ranks(
+    const Graph& g, std::vector<std::map<int, HostTensor>>&& inputs);
+
 /// The magnitudes of the addends behind value `v`, per element: max(|a|, |alpha b|) of the add /
 /// sub that produced v (a Python number addend counts as a constant), carried through the views
 /// and one-operand copies between that node and v (carried_value). `ref`: run_reference's values

@@ -134,6 +134,10 @@ struct Node {
   double eps = 0;                 ///< native_layer_norm / native_group_norm epsilon
   int64_t ignore_index = -100;    ///< nll_loss: the target value that contributes nothing
   std::vector<bool> output_mask;  ///< norm backwards: which of (dx, dw, db) are computed
+
+  // collectives (workloads/ops/collective.cpp); the reduce_op ("sum", "avg") is in `mode`.
+  int64_t group_size = 0;  ///< ranks of the collective's group (== Graph::world_size)
+  std::string group_name;  ///< the process group's name as captured (e.g. "0"); not interpreted
 };
 
 /// Golden tensors stored beside a trace (safetensors), keyed by value name.

@@ -27,6 +27,14 @@ namespace replay {
 std::map<int, HostTensor> generate_inputs(const Graph& g, uint64_t seed,
                                           const std::vector<int>& skip = {});
 
+/// Rank `rank`'s seed in a replay of a world_size > 1 trace (traces/SCHEMA.md, "world_size"):
+/// seed + rank * 0x9E3779B97F4A7C15 (mod 2^64; the golden-ratio increment of SplitMix64), so
+/// rank 0 draws what a single-rank replay of the seed draws and every rank its own values,
+/// reproducibly: rank r's inputs are generate_inputs(g, rank_seed(seed, r)).
+constexpr uint64_t rank_seed(uint64_t seed, int rank) {
+  return seed + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;
+}
+
 /// Inputs of one replay, keyed by graph-input value index, and where they came from.
 struct ReplayInputs {
   std::map<int, HostTensor> values;

@@ -31,6 +31,7 @@ enum class OpKind : uint8_t {
   kRandom,
   kIndexing,
   kNn,
+  kCollective,  ///< _c10d_functional collectives of a per-rank graph (collective.cpp)
 };
 
 /// How the eager executor runs an op: a host-side alias (views; the row's `alias` gives the
@@ -47,6 +48,9 @@ struct EagerLowering {
     kGenerated,
     kIndexing,  ///< impls/eager/indexing.cu, one of IndexingFn
     kNn,        ///< the row-wise kernels of impls/eager/nn.cu (softmax, nll_loss, norms)
+    /// A collective: a copy when its group is one rank; over more ranks it needs the
+    /// multi-process path (not built yet), and lowering throws.
+    kCollective,
   } kernel = kAlias;
   uint8_t fn = 0;  ///< PointwiseFn, ReduceFn, GemmFn, CompositeFn, IndexingFn or NnFn
 };
@@ -67,6 +71,9 @@ constexpr EagerLowering eager_indexing(IndexingFn f) {
 }
 constexpr EagerLowering eager_nn(NnFn f) {
   return {EagerLowering::kNn, static_cast<uint8_t>(f)};
+}
+constexpr EagerLowering eager_collective() {
+  return {EagerLowering::kCollective, 0};
 }
 constexpr EagerLowering eager_alias() {
   return {EagerLowering::kAlias, 0};
@@ -103,6 +110,12 @@ struct RefArgs {
   const std::vector<TensorMeta>& out;
   /// The recorded layout of each tensor operand (nullptr for numbers): as_strided reads storage.
   std::vector<const TensorMeta*> in_meta = {};
+  /// Collectives only (OpKind::kCollective): operand 0 of every rank of the group, in rank
+  /// order (group[rank] == in[0]), and the rank being evaluated. The single-rank executor passes
+  /// {in[0]}: a group of one; impls/reference/reference.hpp run_reference_ranks passes every
+  /// rank's operand.
+  std::vector<const HostTensor*> group = {};
+  int rank = 0;
 };
 
 /// What a shape rule gives for one output: its shape, and its dtype where the op fixes it
@@ -164,6 +177,7 @@ std::span<const OpDef> matmul_op_rows();
 std::span<const OpDef> random_op_rows();
 std::span<const OpDef> indexing_op_rows();
 std::span<const OpDef> nn_op_rows();
+std::span<const OpDef> collective_op_rows();
 
 /// Whether `rows` lists exactly the ops of `range`, in enum order (each family file
 /// static_asserts this on its table).

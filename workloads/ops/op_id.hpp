@@ -5,6 +5,7 @@
 //   view       workloads/ops/view.cpp
 //   indexing   workloads/ops/indexing.cpp (index, scatter, embedding, pad, cumsum, arg*, sort)
 //   nn         workloads/ops/nn.cpp (softmax, nll_loss, layer/group norm, dropout backward)
+//   collective workloads/ops/collective.cpp (_c10d_functional: all_gather, reduce_scatter, ...)
 // Each family is a contiguous range of the enum; the family file static_asserts that its rows
 // cover its range in order, so an op added here without a row does not compile (ggml's
 // GGML_OP_COUNT check, per family).
@@ -171,6 +172,13 @@ enum class Op : uint8_t {
   kNativeGroupNormBackward,  // aten.native_group_norm_backward.default(grad, x, mean, rstd,
                              // weight, N, C, HxW, group, output_mask) -> (dx, dw, db)
   kNativeDropoutBackward,    // aten.native_dropout_backward.default(grad, mask, scale)
+  // collectives of an SPMD (per-rank) graph over the whole world (collective.cpp)
+  kAllGatherIntoTensor,  // _c10d_functional.all_gather_into_tensor.default(input, group_size,
+                         // group_name): the ranks' inputs concatenated along dim 0
+  kReduceScatterTensor,  // _c10d_functional.reduce_scatter_tensor.default(input, reduce_op,
+                         // group_size, group_name): the rank's dim-0 chunk of the reduction
+  kAllReduce,            // _c10d_functional.all_reduce.default(input, reduce_op, group_name)
+  kWaitTensor,           // _c10d_functional.wait_tensor.default(tensor): identity on values
   kCount
 };
 
@@ -193,10 +201,11 @@ inline constexpr OpRange kMatmulOps{Op::kMm, Op::kScaledMm};
 inline constexpr OpRange kRandomOps{Op::kRand, Op::kNativeDropout};
 inline constexpr OpRange kIndexingOps{Op::kIndex, Op::kSortStable};
 inline constexpr OpRange kNnOps{Op::kSoftmax, Op::kNativeDropoutBackward};
+inline constexpr OpRange kCollectiveOps{Op::kAllGatherIntoTensor, Op::kWaitTensor};
 /// Every family, in enum order.
 inline constexpr OpRange kOpFamilies[] = {
-    kPointwiseOps, kCompareOps, kReductionOps, kViewOps,     kCreationOps,
-    kCopyOps,      kMatmulOps,  kRandomOps,    kIndexingOps, kNnOps,
+    kPointwiseOps, kCompareOps, kReductionOps, kViewOps, kCreationOps,   kCopyOps,
+    kMatmulOps,    kRandomOps,  kIndexingOps,  kNnOps,   kCollectiveOps,
 };
 constexpr bool families_tile() {
   size_t next = 0;

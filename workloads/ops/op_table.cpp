@@ -12,7 +12,7 @@ const std::array<const OpDef*, kOpCount>& table() {
     std::array<const OpDef*, kOpCount> out{};
     for (auto rows : {pointwise_op_rows(), compare_op_rows(), reduction_op_rows(), view_op_rows(),
                       creation_op_rows(), copy_op_rows(), matmul_op_rows(), random_op_rows(),
-                      indexing_op_rows(), nn_op_rows()})
+                      indexing_op_rows(), nn_op_rows(), collective_op_rows()})
       for (const OpDef& r : rows) out.at(static_cast<size_t>(r.op)) = &r;
     return out;
   }();
