@@ -71,6 +71,9 @@ if [ ! -x "$BUILD/replay" ] || [ ! -x "$BUILD/tests/replay_gpu_tests" ]; then
   bash scripts/setup.sh > "$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 4; }
   echo "setup+build: $((SECONDS - t0)) s"
 fi
+# A build/ left by an earlier call (or carried binaries) is used as it is: say which revision it
+# is, so a stale binary cannot pass for this tree's (rm -rf build to rebuild from this tree).
+echo "replay binary: $("$BUILD/replay" --version 2>&1 | head -1) (tree: $(git rev-parse --short HEAD 2>/dev/null || echo "${REPLAY_GIT_REVISION:-no .git}"))" | tee "$OUT/binary.txt"
 if [ -n "${SRC_LINK:-}" ] && [ ! -e "$SRC_LINK" ]; then
   mkdir -p "$(dirname "$SRC_LINK")" && ln -s "$PWD" "$SRC_LINK"
 fi

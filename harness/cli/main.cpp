@@ -428,6 +428,7 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, -1);
   CLI::App app{"replay: trace-replay benchmarking and verification harness for fusions"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("replay ") + REPLAY_GIT_REVISION);
   std::string traces_dir = REPLAY_TRACES_DIR;
   app.add_option("--traces-dir", traces_dir, "folder of bundled traces")->capture_default_str();
 
