@@ -154,9 +154,9 @@ void set_matmul_ceilings(const std::vector<MatmulPeak>& peaks, Ceilings& c) {
       failed += "; " + p.cls + " not measured: " + p.error;
     }
   }
-  c.matmul_problem = "square GEMMs through the eager cuBLASLt path (" + measured +
-                     "; mat2 column-major, float8 with a bfloat16 output), cold L2, fastest sample" +
-                     failed;
+  c.matmul_problem =
+      "square GEMMs through the eager cuBLASLt path (" + measured +
+      "; mat2 column-major, float8 with a bfloat16 output), cold L2, fastest sample" + failed;
 }
 
 }  // namespace replay
