@@ -18,6 +18,7 @@
 #include <set>
 
 #include "harness/cli/exit_codes.hpp"
+#include "harness/dist/commands.hpp"
 #include "harness/measure/gpu_state.hpp"
 #include "harness/measure/timing.hpp"
 #include "harness/replay/ceilings.hpp"
@@ -550,6 +551,35 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
 
+  auto* launch = app.add_subcommand(
+      "launch",
+      "run N ranks of this binary on this host with torchrun's environment (RANK, WORLD_SIZE, "
+      "LOCAL_RANK, MASTER_ADDR, MASTER_PORT): replay launch --nproc N -- <replay args>");
+  int launch_nproc = 1, launch_port = 0;
+  double launch_timeout = 0;
+  std::vector<std::string> launch_args;
+  launch->add_option("--nproc", launch_nproc, "number of ranks")
+      ->required()
+      ->check(CLI::Range(1, 1024));
+  launch->add_option("--timeout", launch_timeout, "seconds for the whole run (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  launch->add_option("--master-port", launch_port, "rendezvous port (0: a free one)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  launch->add_option("args", launch_args, "the replay arguments of every rank, after --")
+      ->required();
+  auto* rdzv_check = app.add_subcommand(
+      "rendezvous-check", "join the rendezvous of a multi-process run and check an all-gather");
+  rdzv_check->group("");  // hidden: exercises the multi-process path (harness/dist/README.md)
+  double rdzv_timeout = 30;
+  int rdzv_hang_rank = -1, rdzv_die_rank = -1;
+  rdzv_check->add_option("--timeout", rdzv_timeout, "seconds per rendezvous step")
+      ->check(CLI::PositiveNumber);
+  rdzv_check->add_option("--test-hang-rank", rdzv_hang_rank, "test only: this rank never joins");
+  rdzv_check->add_option("--test-die-rank", rdzv_die_rank,
+                         "test only: this rank kills itself after joining");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -558,6 +588,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (*list) return cmd_list(traces_dir);
+    if (*launch) return dist::cmd_launch(launch_nproc, launch_timeout, launch_port, launch_args);
+    if (*rdzv_check) return dist::cmd_rendezvous_check(rdzv_timeout, rdzv_hang_rank, rdzv_die_rank);
     if (*validate) return cmd_validate(vtraces, allow_cut);
     if (*plan) return cmd_plan(ptrace);
     if (*compare) {
