@@ -24,7 +24,7 @@ int cmd_launch(int nproc, double timeout_s, int master_port, const std::vector<s
   opt.args = args;
   const LaunchResult res = launch_local(opt);
   if (res.exit_code == 0) return kExitOk;
-  std::cerr << "error: replay launch: " << res.message << "\n";
+  std::cerr << ("error: replay launch: " + res.message + "\n") << std::flush;
   if (res.failed_rank >= 0 && res.ranks[res.failed_rank].signal == 0) return res.exit_code;
   return kExitRuntime;
 }
@@ -58,7 +58,8 @@ int cmd_rendezvous_check(double timeout_s, int hang_rank, int die_rank) {
                 << " (" << env.launcher << " environment); all_gather and barrier passed\n";
     return kExitOk;
   } catch (const RendezvousError& e) {
-    std::cerr << "error: rank " << env.rank << ": " << e.what() << "\n";
+    // one write, so the lines of ranks failing together do not interleave
+    std::cerr << ("error: rank " + std::to_string(env.rank) + ": " + e.what() + "\n") << std::flush;
     return kExitRuntime;
   }
 }
