@@ -205,7 +205,8 @@ LaunchResult launch_local(const LaunchOptions& opt) {
   for (int r = 0; r < opt.nproc; ++r)
     if (alive[r]) stopped.push_back(r);
   stop_all(std::vector<bool>(opt.nproc, false));
-  for (int r = 0; r < opt.nproc; ++r) ::kill(-res.ranks[r].pid, SIGKILL);
+  for (int r = 0; r < opt.nproc; ++r)
+    if (res.ranks[r].pid > 0) ::kill(-res.ranks[r].pid, SIGKILL);  // never kill(0): our own group
   if (!stopped.empty() && res.failed_rank >= 0) {
     res.message += stopped.size() == 1 ? "; stopped rank " : "; stopped ranks ";
     for (size_t i = 0; i < stopped.size(); ++i)

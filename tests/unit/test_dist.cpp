@@ -243,6 +243,26 @@ TEST(Rendezvous, RankGoneMidRunIsNamed) {
         << "rank " << r;
 }
 
+// Rank 2 of 3 joins, then hangs (its connection open) instead of entering the all-gather: the
+// others fail within the timeout, naming it and the step.
+TEST(Rendezvous, HungRankIsNamedWithTheStep) {
+  const int port = free_port("127.0.0.1");
+  auto hung = std::async(std::launch::async, [port] {
+    Rendezvous rdzv(options(port, 2, 3, 500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  });
+  const auto start = Clock::now();
+  auto r1 = std::async(std::launch::async, check_rank, port, 1, 3, 500, false);
+  auto r0 = std::async(std::launch::async, check_rank, port, 0, 3, 500, false);
+  const std::string want =
+      "rank 2 did not reach all_gather at the rendezvous at 127.0.0.1:" + std::to_string(port) +
+      " within 0.5 s";
+  EXPECT_EQ(r0.get(), want);
+  EXPECT_EQ(r1.get(), want);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1400));
+  hung.get();
+}
+
 // Two processes claiming the same rank, and a world-size mismatch, are refused by rank 0.
 TEST(Rendezvous, DuplicateRankAndWorldSizeMismatch) {
   {
