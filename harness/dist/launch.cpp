@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -38,6 +39,12 @@ void record(RankExit& e, int status) {
   } else {
     e.exit_code = WEXITSTATUS(status);
   }
+}
+
+std::string seconds(double s) {
+  std::ostringstream o;
+  o << s << " s";
+  return o.str();
 }
 
 bool failed(const RankExit& e) {
@@ -162,8 +169,8 @@ LaunchResult launch_local(const LaunchOptions& opt) {
 
   const auto start = Clock::now();
   int running = opt.nproc;
-  while (running > 0) {
-    std::vector<int> failures;  // found in this pass
+  std::vector<int> failures;
+  auto reap = [&] {  // one pass over the running ranks
     for (int r = 0; r < opt.nproc; ++r) {
       if (!alive[r]) continue;
       int status = 0;
@@ -174,9 +181,15 @@ LaunchResult launch_local(const LaunchOptions& opt) {
       ::kill(-res.ranks[r].pid, SIGKILL);  // what the rank left behind in its group
       if (failed(res.ranks[r])) failures.push_back(r);
     }
+  };
+  while (running > 0) {
+    reap();
     if (!failures.empty() && res.failed_rank < 0) {
-      // Ranks that fail in the same pass: one killed by a signal is the likelier cause (the
-      // others exit with an error naming it), so it is named first.
+      // Ranks that fail within 50 ms of each other: one killed by a signal is the likelier cause
+      // (the others exit with an error naming it; a killed process's sockets close, and its peers
+      // may exit, before its own exit status can be reaped), so it is named first.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      reap();
       std::stable_partition(failures.begin(), failures.end(),
                             [&](int r) { return res.ranks[r].signal != 0; });
       const RankExit& first = res.ranks[failures[0]];
@@ -196,7 +209,7 @@ LaunchResult launch_local(const LaunchOptions& opt) {
       res.message = std::string(late.size() == 1 ? "rank " : "ranks ");
       for (size_t i = 0; i < late.size(); ++i)
         res.message += (i ? ", " : "") + std::to_string(late[i]);
-      res.message += " still running after the timeout of " + std::to_string(opt.timeout_s) + " s";
+      res.message += " still running after the timeout of " + seconds(opt.timeout_s);
       break;
     }
     if (running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -354,6 +354,6 @@ TEST(Launch, ExitCodeTimeoutAndSuccess) {
   res = launch_local(opt);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
   EXPECT_EQ(res.exit_code, 124);
-  EXPECT_EQ(res.message.find("ranks 0, 1, 2 still running after the timeout"), 0u) << res.message;
+  EXPECT_EQ(res.message, "ranks 0, 1, 2 still running after the timeout of 0.3 s") << res.message;
   for (const RankExit& e : res.ranks) EXPECT_TRUE(process_gone(e.pid));
 }
