@@ -201,3 +201,39 @@ TEST(AgMatmulMatch, EveryVariantSaysWhyItCannotRun) {
     EXPECT_NE(b.unsupported.find("needs the multi-process NCCL path"), std::string::npos);
   }
 }
+
+TEST(AgMatmulMatch, Float8ScaledMmWithTensorwiseScales) {
+  // The ws2 trace made float8: x and w float8_e4m3fn, w widened to N = 16 (cuBLASLt's float8
+  // kernels need multiples of 16), the GEMM aten._scaled_mm with one-element float32 scales and a
+  // bfloat16 result.
+  json t = trace_json("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24");
+  t["inputs"][1]["shape"] = {32, 16};
+  t["inputs"][1]["stride"] = {1, 32};
+  for (json& in : t["inputs"]) in["dtype"] = "float8_e4m3fn";
+  for (const char* s : {"scale_a", "scale_b"})
+    t["inputs"].push_back({{"id", s},
+                           {"shape", json::array()},
+                           {"stride", json::array()},
+                           {"dtype", "float32"},
+                           {"stats", {{"mean", 1}, {"std", 0}, {"min", 1}, {"max", 1}}},
+                           {"role", "param"}});
+  node(t, "all_gather")["outputs"][0]["dtype"] = "float8_e4m3fn";
+  node(t, "wait")["outputs"][0]["dtype"] = "float8_e4m3fn";
+  json& mm = node(t, "mm");
+  mm["op"] = "aten._scaled_mm.default";
+  mm["outputs"] = {meta({16, 16}, {16, 1})};
+  mm["args"] = {{{"ref", "wait"}}, {{"ref", "w"}}, {{"ref", "scale_a"}},   {{"ref", "scale_b"}},
+                nullptr,           nullptr,        {{"dtype", "bfloat16"}}};
+  const Graph g = parse_trace(t, "edited");
+  const Plan p = make_plan(g, fusion_registry());
+  ASSERT_EQ(p.regions.size(), 1u);  // ahead of scaled_mm in the registry: the GEMM is in it
+  const Region* r = only_region(p, "ag_matmul");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(node_ids(g, *r), (std::vector<std::string>{"all_gather", "wait", "mm"}));
+  const auto& params = std::any_cast<const ag_matmul::Params&>(r->params);
+  EXPECT_TRUE(params.scaled);
+  EXPECT_EQ(g.values[params.scale_a].name, "scale_a");
+  EXPECT_EQ(g.values[params.scale_b].name, "scale_b");
+  EXPECT_EQ(r->inputs.size(), 4u);
+  EXPECT_EQ(r->fusion->cost(g, *r).matmul_flops.count("float8_tensorwise"), 1u);
+}

@@ -199,3 +199,36 @@ TEST(MatmulRsMatch, EveryVariantSaysWhyItCannotRun) {
     EXPECT_NE(b.unsupported.find("needs the multi-process NCCL path"), std::string::npos);
   }
 }
+
+TEST(MatmulRsMatch, Float8ScaledMmWithTensorwiseScales) {
+  // The ws2 trace made float8, w widened to N = 32 (cuBLASLt's float8 kernels need multiples of
+  // 16): x [16, 16] and w [16, 32] float8_e4m3fn, tensorwise scales, a bfloat16 partial product.
+  json t = trace_json("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24");
+  t["inputs"][1]["shape"] = {16, 32};
+  t["inputs"][1]["stride"] = {1, 16};
+  node(t, "reduce_scatter")["outputs"] = {meta({8, 32}, {32, 1})};
+  node(t, "wait")["outputs"] = {meta({8, 32}, {32, 1})};
+  for (json& in : t["inputs"]) in["dtype"] = "float8_e4m3fn";
+  for (const char* s : {"scale_a", "scale_b"})
+    t["inputs"].push_back({{"id", s},
+                           {"shape", json::array()},
+                           {"stride", json::array()},
+                           {"dtype", "float32"},
+                           {"stats", {{"mean", 1}, {"std", 0}, {"min", 1}, {"max", 1}}},
+                           {"role", "param"}});
+  json& mm = node(t, "mm");
+  mm["op"] = "aten._scaled_mm.default";
+  mm["outputs"] = {meta({16, 32}, {32, 1})};
+  mm["args"] = {{{"ref", "x"}}, {{"ref", "w"}}, {{"ref", "scale_a"}},   {{"ref", "scale_b"}},
+                nullptr,        nullptr,        {{"dtype", "bfloat16"}}};
+  const Graph g = parse_trace(t, "edited");
+  const Plan p = make_plan(g, fusion_registry());
+  ASSERT_EQ(p.regions.size(), 1u);
+  const Region* r = only_region(p, "matmul_rs");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(node_ids(g, *r), (std::vector<std::string>{"mm", "reduce_scatter", "wait"}));
+  const auto& params = std::any_cast<const matmul_rs::Params&>(r->params);
+  EXPECT_TRUE(params.scaled);
+  EXPECT_EQ(r->inputs.size(), 4u);
+  EXPECT_EQ(r->fusion->cost(g, *r).matmul_flops.count("float8_tensorwise"), 1u);
+}
