@@ -1,8 +1,12 @@
 #include "impls/fusions/registry.hpp"
 
 // One line per fusion: impls/fusions/<name>/ defines `const FusionSpec replay::fusions::<name>`.
-#define REPLAY_FUSIONS(X) \
-  X(layernorm_fwd) X(norm_bwd) X(fp8_quantize) X(matmul_epilogue) X(scaled_mm) X(amax_reuse) X(rope)
+// The tensor-parallel ones come first: their regions hold the GEMM that matmul_epilogue and
+// scaled_mm would otherwise claim alone (on a single-rank trace they match nothing).
+#define REPLAY_FUSIONS(X)                                                                   \
+  X(ag_matmul)                                                                              \
+  X(matmul_rs) X(layernorm_fwd) X(norm_bwd) X(fp8_quantize) X(matmul_epilogue) X(scaled_mm) \
+      X(amax_reuse) X(rope)
 
 namespace replay {
 namespace fusions {

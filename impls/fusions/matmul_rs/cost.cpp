@@ -1,0 +1,43 @@
+// matmul_rs cost and description. Bytes: the region's inputs (the activation, the weight shard,
+// the scales) and its result once each. FLOPs: the GEMM's 2 M N K, by matmul class.
+// Communication: a ring reduce-scatter sends (n - 1) / n of the partial product per rank
+// (nccl-tests' reduce-scatter bus factor, harness/measure/overlap.hpp).
+#include "impls/fusions/matmul_rs/params.hpp"
+#include "workloads/ops/matmul.hpp"
+#include "workloads/plan/match_util.hpp"
+
+namespace replay::matmul_rs {
+
+Cost cost(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  std::vector<int> io = r.inputs;
+  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
+  Cost c;
+  c.bytes = value_bytes(g, io);
+  const Node& mm = g.nodes[p.mm];
+  c.flops = matmul_flops(g, mm);
+  c.matmul_flops[matmul_class(g, mm)] += c.flops;
+  const double n = static_cast<double>(p.world_size);
+  c.comm_bytes = value_bytes(g, {g.nodes[p.reduce_scatter].operands[0].value}) * (n - 1) / n;
+  return c;
+}
+
+nlohmann::json describe(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  nlohmann::json j = {{"world_size", p.world_size},
+                      {"M", p.M},
+                      {"K", p.K},
+                      {"N", p.N},
+                      {"gemm", p.scaled ? "_scaled_mm" : "mm"},
+                      {"reduce_op", p.reduce_op},
+                      {"activation", g.values[p.a].name + " " + g.meta(p.a).str()},
+                      {"weight", g.values[p.b].name + " " + g.meta(p.b).str()},
+                      {"scatter_dim", 0}};
+  if (p.scaled) {
+    j["scale_a"] = g.values[p.scale_a].name + " " + g.meta(p.scale_a).str();
+    j["scale_b"] = g.values[p.scale_b].name + " " + g.meta(p.scale_b).str();
+  }
+  return j;
+}
+
+}  // namespace replay::matmul_rs

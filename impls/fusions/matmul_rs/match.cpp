@@ -1,0 +1,115 @@
+// matmul_rs matcher (issue 31). Candidates: every reduce_scatter_tensor of the canonical graph.
+// A region is
+//   [view]          the activation [.., K] as [M, K], read only by the GEMM
+//   mm              self [M, K] (or its view), mat2 = the weight shard [K, N];
+//   _scaled_mm      or the float8 GEMM with its scales read as they are
+//   [view]          the partial product [M, N] as [M_0, .., N], its only reader
+//   reduce_scatter  of the partial product (or its view), the only reader, over the whole world
+//                   (dim 0, the only dim the functional op scatters along)
+//   wait_tensor     its only reader (matched explicitly: the canonical form keeps it)
+// Declined, with the reason: a group other than the world; the cat form of a scatter along a dim
+// other than 0 (chunks along dim d concatenated along dim 0 before the reduce-scatter: not matched
+// yet); a partial product something else reads; an operand that is not a GEMM's output.
+#include <string>
+
+#include "impls/fusions/matmul_rs/params.hpp"
+#include "workloads/plan/match_util.hpp"
+
+namespace replay::matmul_rs {
+namespace {
+
+std::string vname(const Graph& g, int v) {
+  return "'" + g.values[v].name + "'";
+}
+
+std::string readers(const Graph& g, int v) {
+  std::string s;
+  for (int u : g.values[v].users) s += (s.empty() ? "'" : ", '") + g.nodes[u].id + "'";
+  if (g.values[v].graph_output) s += s.empty() ? "the graph output" : " and the graph output";
+  return s;
+}
+
+bool match_one(const Graph& g, int rs, Matches& out) {
+  const Node& n = g.nodes[rs];
+  Params p;
+  p.reduce_scatter = rs;
+  p.world_size = n.group_size;
+  p.reduce_op = n.mode;
+  if (n.group_size != g.world_size)
+    return out.decline(rs, "group_size " + std::to_string(n.group_size) +
+                               " is not the trace's world_size " + std::to_string(g.world_size) +
+                               ": only a reduce-scatter over the whole world is fused");
+  const int scattered = n.outputs[0];
+  p.wait = single_user(g, scattered);
+  if (p.wait < 0 || g.nodes[p.wait].op != Op::kWaitTensor)
+    return out.decline(
+        rs, "the reduce_scatter's output " + vname(g, scattered) +
+                " is not read by exactly one wait_tensor (readers: " + readers(g, scattered) + ")");
+  p.out = g.nodes[p.wait].outputs[0];
+  int v = n.operands[0].value;
+  int q = g.values[v].producer;
+  if (q >= 0 && g.nodes[q].op == Op::kCat)
+    return out.decline(rs, "the reduce_scatter's input " + vname(g, v) + " is made by cat '" +
+                               g.nodes[q].id +
+                               "': the cat form of a scatter along a dim other than 0 is not "
+                               "matched yet (only dim 0 is)");
+  // Through an optional view, the GEMM that made the partial product.
+  int view = -1, pv = v;
+  if (q >= 0 && is_flat_reshape(g.nodes[q].op)) {
+    const int src = g.nodes[q].operands[0].value;
+    const int sp = g.values[src].producer;
+    if (sp >= 0 && (g.nodes[sp].op == Op::kMm || g.nodes[sp].op == Op::kScaledMm)) {
+      view = q;
+      pv = src;
+      q = sp;
+    }
+  }
+  if (q < 0 || (g.nodes[q].op != Op::kMm && g.nodes[q].op != Op::kScaledMm))
+    return out.decline(rs, "the reduce_scatter's input " + vname(g, v) +
+                               " is not the output of aten.mm or aten._scaled_mm");
+  for (const auto& [value, reader] : {std::pair{v, rs}, std::pair{pv, view}})
+    if (reader >= 0 && single_user(g, value) != reader)
+      return out.decline(rs, "the partial product " + vname(g, value) +
+                                 " is read elsewhere too (readers: " + readers(g, value) +
+                                 "): a fused matmul reduce-scatter keeps it private");
+  p.out_view = view;
+  const Node& mm = g.nodes[q];
+  p.mm = q;
+  p.scaled = mm.op == Op::kScaledMm;
+  p.a = mm.operands[0].value;
+  p.b = mm.operands[1].value;
+  if (p.scaled) {
+    p.scale_a = mm.operands[2].value;
+    p.scale_b = mm.operands[3].value;
+    if (mm.operands.size() > 4 && mm.operands[4].is_tensor())
+      return out.decline(rs, "_scaled_mm '" + mm.id + "' has a bias: not matched yet");
+  }
+  const TensorMeta& ma = g.meta(p.a);
+  p.M = ma.shape[0];
+  p.K = ma.shape[1];
+  p.N = g.meta(p.b).shape[1];
+  if (const int iv = g.values[p.a].producer;
+      iv >= 0 && is_flat_reshape(g.nodes[iv].op) && single_user(g, p.a) == p.mm &&
+      g.meta(g.nodes[iv].operands[0].value).is_contiguous()) {
+    p.in_view = iv;
+    p.a = g.nodes[iv].operands[0].value;
+  }
+  std::vector<int> nodes{p.mm, p.reduce_scatter, p.wait};
+  if (p.in_view >= 0) nodes.push_back(p.in_view);
+  if (p.out_view >= 0) nodes.push_back(p.out_view);
+  if (!intermediates_private(g, nodes, {p.out}))
+    return out.decline(rs,
+                       "a value between the GEMM and the reduce_scatter's result is read "
+                       "outside the region");
+  out.regions.push_back(make_region(g, nodes, p));
+  return true;
+}
+
+}  // namespace
+
+void match(const Graph& g, Matches& out) {
+  for (int i = 0; i < static_cast<int>(g.nodes.size()); ++i)
+    if (g.nodes[i].op == Op::kReduceScatterTensor) match_one(g, i, out);
+}
+
+}  // namespace replay::matmul_rs

@@ -1,0 +1,32 @@
+// The matmul_rs row of the fusion registry.
+#include "impls/fusions/matmul_rs/params.hpp"
+
+namespace replay::fusions {
+namespace {
+
+constexpr VariantSpec kVariants[] = {
+    {"baseline", Role::kBaseline,
+     "one GEMM into the partial product, then NCCL reduce-scatter (vanilla tensor parallelism; "
+     "not built yet: needs the multi-process NCCL path)"},
+    {"optimized", Role::kOptimized,
+     "chunked pipeline: per-chunk GEMMs, each chunk's partial sent to its owner on the copy "
+     "engines (CUDA IPC) with a signal, fp32 accumulation of the partials (not built yet)"},
+};
+
+}  // namespace
+
+extern const FusionSpec matmul_rs = {
+    "matmul_rs",
+    "row-parallel linear of tensor parallelism: [view] -> mm / _scaled_mm -> [view] -> "
+    "reduce_scatter_tensor -> wait_tensor, the scatter overlapped with the GEMM (matched; no "
+    "variant runs yet)",
+    kVariants,
+    matmul_rs::match,
+    matmul_rs::cost,
+    matmul_rs::describe,
+    matmul_rs::bind,
+    nullptr,
+    2,
+};
+
+}  // namespace replay::fusions
