@@ -63,6 +63,38 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(f);
 }
 
+/// The ids of region `r`'s nodes, in its order.
+inline std::vector<std::string> region_node_ids(const Graph& g, const Region& r) {
+  std::vector<std::string> ids;
+  for (int n : r.nodes) ids.push_back(g.nodes[n].id);
+  return ids;
+}
+
+/// The one region of `fusion` in `p`; nullptr when there is none or more than one.
+inline const Region* only_region(const Plan& p, std::string_view fusion) {
+  const Region* found = nullptr;
+  for (const Region& r : p.regions)
+    if (r.fusion->name == fusion) {
+      if (found) return nullptr;
+      found = &r;
+    }
+  return found;
+}
+
+/// The first reason `fusion` gave for declining a candidate in `p`, or "".
+inline std::string declined_by(const Plan& p, std::string_view fusion) {
+  for (const DeclinedMatch& d : p.declined)
+    if (d.fusion == fusion) return d.reason;
+  return "";
+}
+
+/// Node `id` of a trace document (to edit it in a test); throws std::runtime_error when absent.
+inline nlohmann::json& trace_node(nlohmann::json& doc, const std::string& id) {
+  for (nlohmann::json& n : doc["nodes"])
+    if (n["id"] == id) return n;
+  throw std::runtime_error("no node " + id);
+}
+
 /// Writes `text` to a fresh file under the test temp dir; returns its path.
 inline std::string write_temp(const std::string& name, const std::string& text) {
   auto dir = std::filesystem::temp_directory_path() / "replay_tests";

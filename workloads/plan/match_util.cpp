@@ -1,5 +1,6 @@
 #include "workloads/plan/match_util.hpp"
 
+#include "workloads/ops/matmul.hpp"
 #include "workloads/ops/op.hpp"
 
 #include <algorithm>
@@ -80,6 +81,28 @@ double value_bytes(const Graph& g, const std::vector<int>& values) {
   double b = 0;
   for (int v : unique) b += static_cast<double>(g.meta(v).nbytes());
   return b;
+}
+
+std::string quoted_value(const Graph& g, int v) {
+  return "'" + g.values[v].name + "'";
+}
+
+std::string readers_str(const Graph& g, int v) {
+  std::string s;
+  for (int u : g.values[v].users) s += (s.empty() ? "'" : ", '") + g.nodes[u].id + "'";
+  if (g.values[v].graph_output) s += s.empty() ? "the graph output" : " and the graph output";
+  return s;
+}
+
+Cost gemm_region_cost(const Graph& g, const Region& r, int mm) {
+  std::vector<int> io = r.inputs;
+  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
+  Cost c;
+  c.bytes = value_bytes(g, io);
+  const Node& n = g.nodes[mm];
+  c.flops = matmul_flops(g, n);
+  c.matmul_flops[matmul_class(g, n)] += c.flops;
+  return c;
 }
 
 int view_root_input(const Graph& g, int v) {

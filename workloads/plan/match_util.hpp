@@ -1,6 +1,7 @@
 // Helpers shared by the fusions' structural matchers.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "workloads/plan/fusion_spec.hpp"
@@ -34,6 +35,18 @@ Region make_region(const Graph& g, std::vector<int> nodes, std::any params);
 
 /// Bytes of the listed values (numel * element size each, every value counted once).
 double value_bytes(const Graph& g, const std::vector<int>& values);
+
+/// `'name'` of value `v`, for a decline's reason.
+std::string quoted_value(const Graph& g, int v);
+
+/// The readers of value `v` for a decline's reason: `'a', 'b'`, with "the graph output" when it is
+/// one.
+std::string readers_str(const Graph& g, int v);
+
+/// The cost of a region around one GEMM node `mm` (mm, addmm, _scaled_mm): bytes of the region's
+/// inputs and outputs once each, the GEMM's 2 M N K FLOPs under its matmul class. A fusion adds
+/// its own communication bytes.
+Cost gemm_region_cost(const Graph& g, const Region& r, int mm);
 
 /// The graph input that `v` is a view of (through view ops only: ops whose OpDef has an `alias`
 /// rule, each reading its operand 0), `v` itself for a graph input, or -1 when a computing op or

@@ -10,13 +10,7 @@ namespace replay::ag_matmul {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
-  Cost c;
-  c.bytes = value_bytes(g, io);
-  const Node& mm = g.nodes[p.mm];
-  c.flops = matmul_flops(g, mm);
-  c.matmul_flops[matmul_class(g, mm)] += c.flops;
+  Cost c = gemm_region_cost(g, r, p.mm);
   const double n = static_cast<double>(p.world_size);
   c.comm_bytes = value_bytes(g, {g.nodes[p.all_gather].outputs[0]}) * (n - 1) / n;
   return c;

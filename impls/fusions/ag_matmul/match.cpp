@@ -20,17 +20,6 @@
 namespace replay::ag_matmul {
 namespace {
 
-std::string vname(const Graph& g, int v) {
-  return "'" + g.values[v].name + "'";
-}
-
-std::string readers(const Graph& g, int v) {
-  std::string s;
-  for (int u : g.values[v].users) s += (s.empty() ? "'" : ", '") + g.nodes[u].id + "'";
-  if (g.values[v].graph_output) s += s.empty() ? "the graph output" : " and the graph output";
-  return s;
-}
-
 bool match_one(const Graph& g, int ag, Matches& out) {
   const Node& n = g.nodes[ag];
   Params p;
@@ -44,41 +33,41 @@ bool match_one(const Graph& g, int ag, Matches& out) {
   const int gathered = n.outputs[0];
   p.wait = single_user(g, gathered);
   if (p.wait < 0 || g.nodes[p.wait].op != Op::kWaitTensor)
-    return out.decline(
-        ag, "the all_gather's output " + vname(g, gathered) +
-                " is not read by exactly one wait_tensor (readers: " + readers(g, gathered) + ")");
+    return out.decline(ag, "the all_gather's output " + quoted_value(g, gathered) +
+                               " is not read by exactly one wait_tensor (readers: " +
+                               readers_str(g, gathered) + ")");
   int v = g.nodes[p.wait].outputs[0];
   int reader = single_user(g, v);
   for (int u : g.values[v].users)
     if (g.nodes[u].op == Op::kSplit || g.nodes[u].op == Op::kSplitWithSizes ||
         g.nodes[u].op == Op::kCat)
-      return out.decline(ag, "the gathered tensor " + vname(g, v) + " is split by node '" +
+      return out.decline(ag, "the gathered tensor " + quoted_value(g, v) + " is split by node '" +
                                  g.nodes[u].id +
                                  "': the split/cat form of a gather along a dim other than 0 is "
                                  "not matched yet (only dim 0 is)");
   if (reader < 0)
-    return out.decline(ag, "the gathered tensor " + vname(g, v) +
-                               " is read elsewhere too (readers: " + readers(g, v) +
+    return out.decline(ag, "the gathered tensor " + quoted_value(g, v) +
+                               " is read elsewhere too (readers: " + readers_str(g, v) +
                                "): a fused all-gather matmul keeps it private");
   if (is_flat_reshape(g.nodes[reader].op) && g.meta(v).is_contiguous()) {
     p.in_view = reader;
     v = g.nodes[reader].outputs[0];
     reader = single_user(g, v);
     if (reader < 0)
-      return out.decline(ag, "the gathered tensor's view " + vname(g, v) +
-                                 " is read elsewhere too (readers: " + readers(g, v) + ")");
+      return out.decline(ag, "the gathered tensor's view " + quoted_value(g, v) +
+                                 " is read elsewhere too (readers: " + readers_str(g, v) + ")");
   }
   const Node& mm = g.nodes[reader];
   if (mm.op != Op::kMm && mm.op != Op::kScaledMm)
-    return out.decline(ag, "the gathered tensor " + vname(g, v) + " is read by node '" + mm.id +
-                               "', not by aten.mm or aten._scaled_mm");
+    return out.decline(ag, "the gathered tensor " + quoted_value(g, v) + " is read by node '" +
+                               mm.id + "', not by aten.mm or aten._scaled_mm");
   if (mm.operands[0].value != v)
-    return out.decline(ag, "the gathered tensor " + vname(g, v) + " is mat2 of node '" + mm.id +
-                               "', not its self: not the column-parallel form");
+    return out.decline(ag, "the gathered tensor " + quoted_value(g, v) + " is mat2 of node '" +
+                               mm.id + "', not its self: not the column-parallel form");
   const TensorMeta& ma = g.meta(v);
   if (ma.shape.size() != 2 || !ma.is_contiguous())
-    return out.decline(
-        ag, "the GEMM's self " + vname(g, v) + " " + ma.str() + " is not a row-major [M, K]");
+    return out.decline(ag, "the GEMM's self " + quoted_value(g, v) + " " + ma.str() +
+                               " is not a row-major [M, K]");
   p.mm = reader;
   p.scaled = mm.op == Op::kScaledMm;
   p.b = mm.operands[1].value;

@@ -18,17 +18,6 @@
 namespace replay::matmul_rs {
 namespace {
 
-std::string vname(const Graph& g, int v) {
-  return "'" + g.values[v].name + "'";
-}
-
-std::string readers(const Graph& g, int v) {
-  std::string s;
-  for (int u : g.values[v].users) s += (s.empty() ? "'" : ", '") + g.nodes[u].id + "'";
-  if (g.values[v].graph_output) s += s.empty() ? "the graph output" : " and the graph output";
-  return s;
-}
-
 bool match_one(const Graph& g, int rs, Matches& out) {
   const Node& n = g.nodes[rs];
   Params p;
@@ -42,15 +31,15 @@ bool match_one(const Graph& g, int rs, Matches& out) {
   const int scattered = n.outputs[0];
   p.wait = single_user(g, scattered);
   if (p.wait < 0 || g.nodes[p.wait].op != Op::kWaitTensor)
-    return out.decline(
-        rs, "the reduce_scatter's output " + vname(g, scattered) +
-                " is not read by exactly one wait_tensor (readers: " + readers(g, scattered) + ")");
+    return out.decline(rs, "the reduce_scatter's output " + quoted_value(g, scattered) +
+                               " is not read by exactly one wait_tensor (readers: " +
+                               readers_str(g, scattered) + ")");
   p.out = g.nodes[p.wait].outputs[0];
   int v = n.operands[0].value;
   int q = g.values[v].producer;
   if (q >= 0 && g.nodes[q].op == Op::kCat)
-    return out.decline(rs, "the reduce_scatter's input " + vname(g, v) + " is made by cat '" +
-                               g.nodes[q].id +
+    return out.decline(rs, "the reduce_scatter's input " + quoted_value(g, v) +
+                               " is made by cat '" + g.nodes[q].id +
                                "': the cat form of a scatter along a dim other than 0 is not "
                                "matched yet (only dim 0 is)");
   // Through an optional view, the GEMM that made the partial product.
@@ -65,12 +54,12 @@ bool match_one(const Graph& g, int rs, Matches& out) {
     }
   }
   if (q < 0 || (g.nodes[q].op != Op::kMm && g.nodes[q].op != Op::kScaledMm))
-    return out.decline(rs, "the reduce_scatter's input " + vname(g, v) +
+    return out.decline(rs, "the reduce_scatter's input " + quoted_value(g, v) +
                                " is not the output of aten.mm or aten._scaled_mm");
   for (const auto& [value, reader] : {std::pair{v, rs}, std::pair{pv, view}})
     if (reader >= 0 && single_user(g, value) != reader)
-      return out.decline(rs, "the partial product " + vname(g, value) +
-                                 " is read elsewhere too (readers: " + readers(g, value) +
+      return out.decline(rs, "the partial product " + quoted_value(g, value) +
+                                 " is read elsewhere too (readers: " + readers_str(g, value) +
                                  "): a fused matmul reduce-scatter keeps it private");
   p.out_view = view;
   const Node& mm = g.nodes[q];

@@ -21,40 +21,6 @@ using nlohmann::json;
 
 namespace {
 
-json trace_json(const std::string& name) {
-  std::ifstream f(trace_path(name));
-  return json::parse(f);
-}
-
-std::vector<std::string> node_ids(const Graph& g, const Region& r) {
-  std::vector<std::string> ids;
-  for (int n : r.nodes) ids.push_back(g.nodes[n].id);
-  return ids;
-}
-
-const Region* only_region(const Plan& p, std::string_view fusion) {
-  const Region* found = nullptr;
-  for (const Region& r : p.regions)
-    if (r.fusion->name == fusion) {
-      if (found) return nullptr;
-      found = &r;
-    }
-  return found;
-}
-
-// The reason ag_matmul gave for declining, or "".
-std::string declined_reason(const Plan& p) {
-  for (const DeclinedMatch& d : p.declined)
-    if (d.fusion == "ag_matmul") return d.reason;
-  return "";
-}
-
-json& node(json& t, const std::string& id) {
-  for (json& n : t["nodes"])
-    if (n["id"] == id) return n;
-  throw std::runtime_error("no node " + id);
-}
-
 json meta(std::vector<int64_t> shape, std::vector<int64_t> stride, int64_t offset = 0) {
   json m = {{"shape", shape}, {"stride", stride}, {"dtype", "bfloat16"}};
   if (offset) m["storage_offset"] = offset;
@@ -86,7 +52,7 @@ TEST(AgMatmulMatch, EveryColumnParallelTrace) {
     ASSERT_EQ(p.regions.size(), 1u);
     const Region* r = only_region(p, "ag_matmul");
     ASSERT_NE(r, nullptr);
-    EXPECT_EQ(node_ids(g, *r), c.nodes);
+    EXPECT_EQ(region_node_ids(g, *r), c.nodes);
     const auto& params = std::any_cast<const ag_matmul::Params&>(r->params);
     EXPECT_EQ(params.world_size, c.world_size);
     EXPECT_EQ(params.M, c.M);
@@ -118,23 +84,24 @@ TEST(AgMatmulMatch, RowParallelTracesAreNotItsOwn) {
 }
 
 TEST(AgMatmulMatch, DeclinesAGatheredTensorReadElsewhere) {
-  json t = trace_json("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24");
+  json t = read_json(trace_path("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24"));
   t["outputs"].push_back("wait");  // the gathered activation returned too (saved for backward)
   t["output_roles"]["wait"] = "output";
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "ag_matmul"), nullptr);
-  EXPECT_NE(declined_reason(p).find("read elsewhere"), std::string::npos) << declined_reason(p);
+  EXPECT_NE(declined_by(p, "ag_matmul").find("read elsewhere"), std::string::npos)
+      << declined_by(p, "ag_matmul");
 }
 
 TEST(AgMatmulMatch, DeclinesTheSplitCatFormOfAGatherAlongDim1) {
   // x [8, 16] gathered along dim 1 as torch writes it: all_gather (dim 0) -> wait -> split into
   // the ranks' [8, 16] chunks -> cat along dim 1 -> [8, 32] -> mm.
-  json t = trace_json("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24");
+  json t = read_json(trace_path("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24"));
   t["inputs"][0]["shape"] = {8, 16};
   t["inputs"][0]["stride"] = {16, 1};
-  node(t, "all_gather")["outputs"] = {meta({16, 16}, {16, 1})};
-  node(t, "wait")["outputs"] = {meta({16, 16}, {16, 1})};
+  trace_node(t, "all_gather")["outputs"] = {meta({16, 16}, {16, 1})};
+  trace_node(t, "wait")["outputs"] = {meta({16, 16}, {16, 1})};
   json split = {{"id", "split"},
                 {"op", "aten.split.Tensor"},
                 {"args", {{{"ref", "wait"}}, 8}},
@@ -155,14 +122,15 @@ TEST(AgMatmulMatch, DeclinesTheSplitCatFormOfAGatherAlongDim1) {
               {"args", {{{{"ref", "getitem"}}, {{"ref", "getitem_1"}}}, 1}},
               {"kwargs", json::object()},
               {"outputs", {meta({8, 32}, {32, 1})}}};
-  json mm = node(t, "mm");
+  json mm = trace_node(t, "mm");
   mm["args"][0] = {{"ref", "cat"}};
   mm["outputs"] = {meta({8, 12}, {12, 1})};
   t["nodes"] = {t["nodes"][0], t["nodes"][1], split, g0, g1, cat, mm};
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "ag_matmul"), nullptr);
-  EXPECT_NE(declined_reason(p).find("split/cat form"), std::string::npos) << declined_reason(p);
+  EXPECT_NE(declined_by(p, "ag_matmul").find("split/cat form"), std::string::npos)
+      << declined_by(p, "ag_matmul");
 }
 
 TEST(AgMatmulMatch, DeclinesAGroupOtherThanTheWorld) {
@@ -172,15 +140,15 @@ TEST(AgMatmulMatch, DeclinesAGroupOtherThanTheWorld) {
     if (n.op == Op::kAllGatherIntoTensor) n.group_size = 2;
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "ag_matmul"), nullptr);
-  EXPECT_NE(declined_reason(p).find("group_size 2 is not the trace's world_size 4"),
+  EXPECT_NE(declined_by(p, "ag_matmul").find("group_size 2 is not the trace's world_size 4"),
             std::string::npos)
-      << declined_reason(p);
+      << declined_by(p, "ag_matmul");
 }
 
 TEST(AgMatmulMatch, AWorldOfOneRankDropsTheMatch) {
-  json t = trace_json("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24");
+  json t = read_json(trace_path("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24"));
   t["world_size"] = 1;
-  node(t, "all_gather")["args"][1] = 1;
+  trace_node(t, "all_gather")["args"][1] = 1;
   t["inputs"][0]["shape"] = {16, 32};
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
@@ -206,7 +174,7 @@ TEST(AgMatmulMatch, Float8ScaledMmWithTensorwiseScales) {
   // The ws2 trace made float8: x and w float8_e4m3fn, w widened to N = 16 (cuBLASLt's float8
   // kernels need multiples of 16), the GEMM aten._scaled_mm with one-element float32 scales and a
   // bfloat16 result.
-  json t = trace_json("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24");
+  json t = read_json(trace_path("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24"));
   t["inputs"][1]["shape"] = {32, 16};
   t["inputs"][1]["stride"] = {1, 32};
   for (json& in : t["inputs"]) in["dtype"] = "float8_e4m3fn";
@@ -217,9 +185,9 @@ TEST(AgMatmulMatch, Float8ScaledMmWithTensorwiseScales) {
                            {"dtype", "float32"},
                            {"stats", {{"mean", 1}, {"std", 0}, {"min", 1}, {"max", 1}}},
                            {"role", "param"}});
-  node(t, "all_gather")["outputs"][0]["dtype"] = "float8_e4m3fn";
-  node(t, "wait")["outputs"][0]["dtype"] = "float8_e4m3fn";
-  json& mm = node(t, "mm");
+  trace_node(t, "all_gather")["outputs"][0]["dtype"] = "float8_e4m3fn";
+  trace_node(t, "wait")["outputs"][0]["dtype"] = "float8_e4m3fn";
+  json& mm = trace_node(t, "mm");
   mm["op"] = "aten._scaled_mm.default";
   mm["outputs"] = {meta({16, 16}, {16, 1})};
   mm["args"] = {{{"ref", "wait"}}, {{"ref", "w"}}, {{"ref", "scale_a"}},   {{"ref", "scale_b"}},
@@ -229,7 +197,7 @@ TEST(AgMatmulMatch, Float8ScaledMmWithTensorwiseScales) {
   ASSERT_EQ(p.regions.size(), 1u);  // ahead of scaled_mm in the registry: the GEMM is in it
   const Region* r = only_region(p, "ag_matmul");
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(node_ids(g, *r), (std::vector<std::string>{"all_gather", "wait", "mm"}));
+  EXPECT_EQ(region_node_ids(g, *r), (std::vector<std::string>{"all_gather", "wait", "mm"}));
   const auto& params = std::any_cast<const ag_matmul::Params&>(r->params);
   EXPECT_TRUE(params.scaled);
   EXPECT_EQ(g.values[params.scale_a].name, "scale_a");

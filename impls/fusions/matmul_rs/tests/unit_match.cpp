@@ -22,39 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-json trace_json(const std::string& name) {
-  std::ifstream f(trace_path(name));
-  return json::parse(f);
-}
-
-std::vector<std::string> node_ids(const Graph& g, const Region& r) {
-  std::vector<std::string> ids;
-  for (int n : r.nodes) ids.push_back(g.nodes[n].id);
-  return ids;
-}
-
-const Region* only_region(const Plan& p, std::string_view fusion) {
-  const Region* found = nullptr;
-  for (const Region& r : p.regions)
-    if (r.fusion->name == fusion) {
-      if (found) return nullptr;
-      found = &r;
-    }
-  return found;
-}
-
-std::string declined_reason(const Plan& p) {
-  for (const DeclinedMatch& d : p.declined)
-    if (d.fusion == "matmul_rs") return d.reason;
-  return "";
-}
-
-json& node(json& t, const std::string& id) {
-  for (json& n : t["nodes"])
-    if (n["id"] == id) return n;
-  throw std::runtime_error("no node " + id);
-}
-
 json meta(std::vector<int64_t> shape, std::vector<int64_t> stride, int64_t offset = 0) {
   json m = {{"shape", shape}, {"stride", stride}, {"dtype", "bfloat16"}};
   if (offset) m["storage_offset"] = offset;
@@ -86,7 +53,7 @@ TEST(MatmulRsMatch, EveryRowParallelTrace) {
     ASSERT_EQ(p.regions.size(), 1u);
     const Region* r = only_region(p, "matmul_rs");
     ASSERT_NE(r, nullptr);
-    EXPECT_EQ(node_ids(g, *r), c.nodes);
+    EXPECT_EQ(region_node_ids(g, *r), c.nodes);
     const auto& params = std::any_cast<const matmul_rs::Params&>(r->params);
     EXPECT_EQ(params.world_size, c.world_size);
     EXPECT_EQ(params.M, c.M);
@@ -116,19 +83,20 @@ TEST(MatmulRsMatch, ColumnParallelTracesAreNotItsOwn) {
 }
 
 TEST(MatmulRsMatch, DeclinesAPartialProductReadElsewhere) {
-  json t = trace_json("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24");
+  json t = read_json(trace_path("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24"));
   t["outputs"].push_back("mm");
   t["output_roles"]["mm"] = "output";
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "matmul_rs"), nullptr);
-  EXPECT_NE(declined_reason(p).find("read elsewhere"), std::string::npos) << declined_reason(p);
+  EXPECT_NE(declined_by(p, "matmul_rs").find("read elsewhere"), std::string::npos)
+      << declined_by(p, "matmul_rs");
 }
 
 TEST(MatmulRsMatch, DeclinesTheCatFormOfAScatterAlongDim1) {
   // The [16, 24] partial product scattered along dim 1 as torch writes it: split into the ranks'
   // [16, 12] column chunks, cat along dim 0 -> [32, 12], reduce_scatter (dim 0) -> [16, 12].
-  json t = trace_json("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24");
+  json t = read_json(trace_path("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24"));
   json split = {{"id", "split"},
                 {"op", "aten.split.Tensor"},
                 {"args", {{{"ref", "mm"}}, 12, 1}},
@@ -149,16 +117,17 @@ TEST(MatmulRsMatch, DeclinesTheCatFormOfAScatterAlongDim1) {
               {"args", {{{{"ref", "getitem"}}, {{"ref", "getitem_1"}}}, 0}},
               {"kwargs", json::object()},
               {"outputs", {meta({32, 12}, {12, 1})}}};
-  json rs = node(t, "reduce_scatter");
+  json rs = trace_node(t, "reduce_scatter");
   rs["args"][0] = {{"ref", "cat"}};
   rs["outputs"] = {meta({16, 12}, {12, 1})};
-  json wait = node(t, "wait");
+  json wait = trace_node(t, "wait");
   wait["outputs"] = {meta({16, 12}, {12, 1})};
   t["nodes"] = {t["nodes"][0], split, g0, g1, cat, rs, wait};
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "matmul_rs"), nullptr);
-  EXPECT_NE(declined_reason(p).find("cat form"), std::string::npos) << declined_reason(p);
+  EXPECT_NE(declined_by(p, "matmul_rs").find("cat form"), std::string::npos)
+      << declined_by(p, "matmul_rs");
 }
 
 TEST(MatmulRsMatch, DeclinesAGroupOtherThanTheWorld) {
@@ -167,15 +136,15 @@ TEST(MatmulRsMatch, DeclinesAGroupOtherThanTheWorld) {
     if (n.op == Op::kReduceScatterTensor) n.group_size = 2;
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "matmul_rs"), nullptr);
-  EXPECT_NE(declined_reason(p).find("group_size 2 is not the trace's world_size 4"),
+  EXPECT_NE(declined_by(p, "matmul_rs").find("group_size 2 is not the trace's world_size 4"),
             std::string::npos)
-      << declined_reason(p);
+      << declined_by(p, "matmul_rs");
 }
 
 TEST(MatmulRsMatch, DeclinesAReduceScatterOfAGraphInput) {
   // The reduce-scatter reads the input directly: no GEMM to overlap with.
-  json t = trace_json("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24");
-  json rs = node(t, "reduce_scatter");
+  json t = read_json(trace_path("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24"));
+  json rs = trace_node(t, "reduce_scatter");
   rs["args"][0] = {{"ref", "w"}};  // w [16, 24], the mm's shape
   t["nodes"] = {t["nodes"][0], rs, t["nodes"][2]};
   t["outputs"] = {"wait", "mm"};
@@ -183,8 +152,8 @@ TEST(MatmulRsMatch, DeclinesAReduceScatterOfAGraphInput) {
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "matmul_rs"), nullptr);
-  EXPECT_NE(declined_reason(p).find("not the output of aten.mm"), std::string::npos)
-      << declined_reason(p);
+  EXPECT_NE(declined_by(p, "matmul_rs").find("not the output of aten.mm"), std::string::npos)
+      << declined_by(p, "matmul_rs");
 }
 
 TEST(MatmulRsMatch, EveryVariantSaysWhyItCannotRun) {
@@ -203,11 +172,11 @@ TEST(MatmulRsMatch, EveryVariantSaysWhyItCannotRun) {
 TEST(MatmulRsMatch, Float8ScaledMmWithTensorwiseScales) {
   // The ws2 trace made float8, w widened to N = 32 (cuBLASLt's float8 kernels need multiples of
   // 16): x [16, 16] and w [16, 32] float8_e4m3fn, tensorwise scales, a bfloat16 partial product.
-  json t = trace_json("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24");
+  json t = read_json(trace_path("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24"));
   t["inputs"][1]["shape"] = {16, 32};
   t["inputs"][1]["stride"] = {1, 16};
-  node(t, "reduce_scatter")["outputs"] = {meta({8, 32}, {32, 1})};
-  node(t, "wait")["outputs"] = {meta({8, 32}, {32, 1})};
+  trace_node(t, "reduce_scatter")["outputs"] = {meta({8, 32}, {32, 1})};
+  trace_node(t, "wait")["outputs"] = {meta({8, 32}, {32, 1})};
   for (json& in : t["inputs"]) in["dtype"] = "float8_e4m3fn";
   for (const char* s : {"scale_a", "scale_b"})
     t["inputs"].push_back({{"id", s},
@@ -216,7 +185,7 @@ TEST(MatmulRsMatch, Float8ScaledMmWithTensorwiseScales) {
                            {"dtype", "float32"},
                            {"stats", {{"mean", 1}, {"std", 0}, {"min", 1}, {"max", 1}}},
                            {"role", "param"}});
-  json& mm = node(t, "mm");
+  json& mm = trace_node(t, "mm");
   mm["op"] = "aten._scaled_mm.default";
   mm["outputs"] = {meta({16, 32}, {32, 1})};
   mm["args"] = {{{"ref", "x"}}, {{"ref", "w"}}, {{"ref", "scale_a"}},   {{"ref", "scale_b"}},
@@ -226,7 +195,7 @@ TEST(MatmulRsMatch, Float8ScaledMmWithTensorwiseScales) {
   ASSERT_EQ(p.regions.size(), 1u);
   const Region* r = only_region(p, "matmul_rs");
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(node_ids(g, *r), (std::vector<std::string>{"mm", "reduce_scatter", "wait"}));
+  EXPECT_EQ(region_node_ids(g, *r), (std::vector<std::string>{"mm", "reduce_scatter", "wait"}));
   const auto& params = std::any_cast<const matmul_rs::Params&>(r->params);
   EXPECT_TRUE(params.scaled);
   EXPECT_EQ(r->inputs.size(), 4u);
