@@ -10,6 +10,30 @@
 
 namespace replay {
 
+/// The unsigned word of B bytes (1, 2, 4, 8, 16) one access moves: RawWord<16>::type is uint4.
+template <int B>
+struct RawWord;
+template <>
+struct RawWord<16> {
+  using type = uint4;
+};
+template <>
+struct RawWord<8> {
+  using type = uint2;
+};
+template <>
+struct RawWord<4> {
+  using type = uint32_t;
+};
+template <>
+struct RawWord<2> {
+  using type = uint16_t;
+};
+template <>
+struct RawWord<1> {
+  using type = uint8_t;
+};
+
 /// Vec<T>: kElems elements of T in one uint4; unpack -> fp32[kElems], pack <- fp32[kElems]
 /// (round to nearest even), first(p) = *p as fp32.
 template <typename T>

@@ -2,40 +2,18 @@
 #include <algorithm>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/vec16.cuh"
 #include "impls/fusions/bookend/segment_kernel.hpp"
 #include "impls/fusions/launch_record.hpp"
 
 namespace replay::bookend {
 namespace {
 
-template <int W>
-struct Word;
-template <>
-struct Word<16> {
-  using T = uint4;
-};
-template <>
-struct Word<8> {
-  using T = uint2;
-};
-template <>
-struct Word<4> {
-  using T = uint32_t;
-};
-template <>
-struct Word<2> {
-  using T = uint16_t;
-};
-template <>
-struct Word<1> {
-  using T = uint8_t;
-};
-
 // One W-byte word per step: word i is (outer coords, innermost chunk); 64-bit index arithmetic
 // (a copy is bandwidth-bound; one decomposition per 16 bytes).
 template <int W>
 __global__ void segment_copy_kernel(SegmentCopy c) {
-  using T = typename Word<W>::T;
+  using T = typename RawWord<W>::type;
   const int per = W / c.elem;  // elements per word
   const int64_t inner_words = c.shape[c.rank - 1] / per;
   const int64_t words = c.numel / per;

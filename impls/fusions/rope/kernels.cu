@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/vec16.cuh"
 #include "impls/fusions/bookend/vector_width.hpp"
 #include "impls/fusions/launch_record.hpp"
 #include "impls/fusions/rope/rope_math.hpp"
@@ -52,25 +53,6 @@ struct Bits<float> {
   __device__ static type from_float(float f) { return __float_as_uint(f); }
 };
 
-template <int B>
-struct Raw;
-template <>
-struct Raw<16> {
-  using type = uint4;
-};
-template <>
-struct Raw<8> {
-  using type = uint2;
-};
-template <>
-struct Raw<4> {
-  using type = unsigned int;
-};
-template <>
-struct Raw<2> {
-  using type = unsigned short;
-};
-
 // V elements at p[0], p[st], ...; one to two 16-byte accesses (or one narrower) when `vec` (the
 // caller checked st == 1 and the alignment).
 template <typename T, int V>
@@ -81,7 +63,7 @@ __device__ __forceinline__ void load_t(const T* p, int64_t st, bool vec, float* 
     if (vec) {
       constexpr int kChunk = kBytes >= 16 ? 16 : kBytes;
       constexpr int kN = kBytes / kChunk;
-      using R = typename Raw<kChunk>::type;
+      using R = typename RawWord<kChunk>::type;
       union {
         R r[kN];
         B b[V];
@@ -106,7 +88,7 @@ __device__ __forceinline__ void store_t(T* p, int64_t st, bool vec, const float*
     if (vec) {
       constexpr int kChunk = kBytes >= 16 ? 16 : kBytes;
       constexpr int kN = kBytes / kChunk;
-      using R = typename Raw<kChunk>::type;
+      using R = typename RawWord<kChunk>::type;
       union {
         R r[kN];
         B b[V];
