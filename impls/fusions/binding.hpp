@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "impls/cuda/dist_context.hpp"
 #include "impls/cuda/launch_context.hpp"
 #include "workloads/plan/fusion_spec.hpp"
 
@@ -25,6 +26,9 @@ class BindContext {
   virtual BoundTensor tensor(int value) = 0;
   /// A device workspace of `bytes`, owned by the program, valid for every launch.
   virtual void* workspace(size_t bytes) = 0;
+  /// The multi-process context of this rank (impls/cuda/dist_context.hpp), or nullptr in a
+  /// single-process run.
+  virtual const DistContext* dist() const { return nullptr; }
 };
 
 struct Binding {

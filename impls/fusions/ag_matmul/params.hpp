@@ -33,5 +33,7 @@ void match(const Graph& g, Matches& out);
 Cost cost(const Graph& g, const Region& r);
 nlohmann::json describe(const Graph& g, const Region& r);
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
+/// The chunked-pipeline variants (bind_pipeline.cpp): "optimized" and "nccl_chunked".
+Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
 
 }  // namespace replay::ag_matmul

@@ -8,7 +8,8 @@
 
 namespace replay::matmul_rs {
 
-Binding bind(const Graph&, const Region&, const VariantSpec& v, BindContext&) {
+Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  if (v.name != "baseline") return bind_pipeline(g, r, v, ctx);
   return {{},
           "variant '" + std::string(v.name) +
               "' needs the multi-process NCCL path (one process per rank with a communicator), "
