@@ -299,17 +299,10 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
 // all-gathered through the rendezvous), merged (harness/dist/rank_results.hpp). Every rank merges,
 // so every rank knows whether the run can go on.
 TraceResult gather_rank_results(dist::RankSession& rank, const TraceResult& mine) {
-  RunResult one;
-  one.traces.push_back(mine);
-  const std::vector<std::string> all = rank.rendezvous().all_gather(to_json(one).dump());
+  const std::vector<std::string> all = rank.rendezvous().all_gather(dist::trace_blob(mine));
   std::vector<TraceResult> ranks;
-  for (size_t r = 0; r < all.size(); ++r) {
-    RunResult rr = results_from_json(nlohmann::json::parse(all[r]), "rank " + std::to_string(r));
-    if (rr.traces.size() != 1)
-      throw std::runtime_error("rank " + std::to_string(r) + " sent " +
-                               std::to_string(rr.traces.size()) + " trace results, expected 1");
-    ranks.push_back(std::move(rr.traces[0]));
-  }
+  for (size_t r = 0; r < all.size(); ++r)
+    ranks.push_back(dist::parse_trace_blob(all[r], static_cast<int>(r)));
   return dist::merge_rank_results(ranks, rank.context().shared_device);
 }
 

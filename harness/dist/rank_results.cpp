@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/report/results_io.hpp"
+
 #include <cstdio>
 #include <stdexcept>
 
@@ -36,6 +38,25 @@ std::string shared_device_why(const std::vector<RankDevice>& ranks) {
                " and " + std::to_string(ranks[b].rank) + " share device " + ranks[a].uuid +
                " on host " + ranks[a].host + ")";
   return "";
+}
+
+std::string trace_blob(const TraceResult& t) {
+  RunResult one;
+  one.environment = nlohmann::json::object();
+  one.traces.push_back(t);
+  return to_json(one).dump();
+}
+
+TraceResult parse_trace_blob(const std::string& blob, int rank) {
+  const std::string who = "rank " + std::to_string(rank);
+  try {
+    RunResult r = results_from_json(nlohmann::json::parse(blob), who + "'s results");
+    if (r.traces.size() != 1)
+      throw std::runtime_error("holds " + std::to_string(r.traces.size()) + " traces, expected 1");
+    return std::move(r.traces[0]);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(who + " sent results that cannot be read: " + e.what());
+  }
 }
 
 namespace {

@@ -35,6 +35,12 @@ std::string shared_device_why(const std::vector<RankDevice>& ranks);
 inline constexpr const char* kSharedDeviceTimingNote =
     "ranks share one GPU: timings mean nothing (correctness only)";
 
+/// One rank's result of one trace as the blob it all-gathers (a results.json of one trace), and
+/// back (results_from_json). parse_trace_blob throws std::runtime_error naming the rank when the
+/// blob is not such a file.
+std::string trace_blob(const TraceResult& t);
+TraceResult parse_trace_blob(const std::string& blob, int rank);
+
 /// Merges the results of one trace from every rank (ranks[r] from rank r; all replayed the same
 /// trace with the same variants, so their rows and variants line up) into the result rank 0
 /// writes:
