@@ -7,6 +7,7 @@
 #include "harness/dist/launch_env.hpp"
 #include "harness/dist/rank_results.hpp"
 #include "harness/report/results_io.hpp"
+#include "impls/eager/collective.hpp"
 #include "workloads/ir/tolerance.hpp"
 
 namespace replay::dist {
@@ -87,10 +88,10 @@ TraceResult trace_with(VariantResult v) {
 }
 
 TEST(MergeRanks, TimeIsTheSlowestRanksMedian) {
-  const TraceResult m = merge_rank_results(
-      {trace_with(timed({10, 10, 11})), trace_with(timed({12, 13, 12})),
-       trace_with(timed({9, 9, 9}))},
-      false);
+  const TraceResult m =
+      merge_rank_results({trace_with(timed({10, 10, 11})), trace_with(timed({12, 13, 12})),
+                          trace_with(timed({9, 9, 9}))},
+                         false);
   const VariantResult& v = m.regions[0].variants[1];
   EXPECT_DOUBLE_EQ(v.stats.median, 12);  // not rank 0's 10, nor the mean or the min
   EXPECT_EQ(v.samples_us, (std::vector<double>{12, 13, 12}));
@@ -129,8 +130,7 @@ TEST(MergeRanks, ARankThatSkippedOrFailedIsNamed) {
   VariantResult skipped = timed({});
   skipped.samples_us.clear();
   skipped.skipped = "not run: no communicator";
-  TraceResult m =
-      merge_rank_results({trace_with(timed({10, 10, 10})), trace_with(skipped)}, false);
+  TraceResult m = merge_rank_results({trace_with(timed({10, 10, 10})), trace_with(skipped)}, false);
   EXPECT_EQ(m.regions[0].variants[1].skipped, "rank 1: not run: no communicator");
   EXPECT_FALSE(m.regions[0].variants[1].timed());
 
@@ -193,6 +193,16 @@ TEST(DistMessages, WorldSizeMismatch) {
   EXPECT_TRUE(has(no_launcher, "replay launch --nproc 2")) << no_launcher;
   const std::string wrong = world_size_mismatch(4, 2, true);
   EXPECT_TRUE(has(wrong, "world_size is 4 but the run has WORLD_SIZE=2")) << wrong;
+}
+
+TEST(DistMessages, NcclReducesFloatTypesOnly) {
+  for (DType t : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
+    EXPECT_EQ(nccl_reduce_unsupported(t, "sum"), "");
+    EXPECT_EQ(nccl_reduce_unsupported(t, "avg"), "");
+  }
+  EXPECT_TRUE(has(nccl_reduce_unsupported(DType::kFloat8E4M3, "sum"),
+                  "NCCL reduction of float8_e4m3fn is not supported"));
+  EXPECT_TRUE(has(nccl_reduce_unsupported(DType::kFloat32, "max"), "reduce op 'max'"));
 }
 
 TEST(Launched, LauncherVariablesMakeARank) {
