@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "gpu_test_util.hpp"
 #include "harness/dist/launch.hpp"
 #include "harness/dist/rank_session.hpp"
+#include "harness/measure/timing.hpp"
 #include "impls/eager/collective.hpp"
 #include "workloads/loader/trace_loader.hpp"
 
@@ -159,6 +161,42 @@ TEST(NcclOneRank, RankSessionBootstrapsAtWorldSizeOne) {
   const Graph g = load_trace(ws1_trace(kWs1Traces[1]));
   for (const auto& n : run_checked(g, make_plan(g, fusion_registry()), "eager", &s.context(), 1))
     EXPECT_TRUE(n.pass()) << n.value << ": " << n.failure();
+}
+
+// A peer that never joins: the non-blocking init ends after the timeout, naming the rank, instead
+// of hanging (the communicator is aborted).
+TEST(NcclOneRank, InitWithoutThePeerTimesOut) {
+  REQUIRE_GPU();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ncclComm_t c = dist::init_nccl_comm(dist::new_nccl_unique_id(), 2, 0, 2.0);
+    ncclCommAbort(c);
+    FAIL() << "a communicator of 2 ranks came up with one";
+  } catch (const RuntimeFailure& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "rank 0: ncclCommInitRank over 2 ranks did not complete within 2 s (a peer rank "
+              "hung or died; the communicator was aborted)");
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30);
+}
+
+// A watched call that does not complete (here: a 10 s spin standing for a collective whose peer
+// hung) ends the process with exit code 4 and the line naming the rank and the call.
+TEST(NcclOneRankDeathTest, WatchdogEndsAHungCall) {
+  REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: a fresh CUDA context
+  EXPECT_EXIT(
+      {
+        dist::CollectiveWatchdog w(3, 0, 0.5);
+        cudaStream_t s = nullptr;
+        cudaStreamCreate(&s);
+        enqueue_spin(s, 10e6);
+        w.watch(s, "ncclAllGather of node 'all_gather'");
+        cudaStreamSynchronize(s);
+        std::exit(0);  // not reached: the watchdog ends the process first
+      },
+      ::testing::ExitedWithCode(4),
+      "error: rank 3: ncclAllGather of node 'all_gather' did not complete within 0.5 s");
 }
 
 std::string read_text(const std::filesystem::path& p) {
