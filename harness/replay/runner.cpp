@@ -326,6 +326,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         v.skipped = std::string("not run: ") + e.what();
         rr.variants.push_back(std::move(v));
       }
+      timed.push_back(std::move(t));  // one per GPU variant (the CUPTI pass below indexes them)
       continue;
     }
     const GpuProgram& prog = *t.prog;
