@@ -557,8 +557,9 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       if (dist) {  // this rank replays its own inputs and checks its own outputs
         ref = std::move(ref_ranks.at(static_cast<size_t>(dist->rank)));
         ref_ranks.clear();
-        tr.input_source += "; one process per rank, each replaying its own inputs and checking "
-                           "its own outputs";
+        tr.input_source +=
+            "; one process per rank, each replaying its own inputs and checking "
+            "its own outputs";
       }
     }
     ReplayInputs inputs;  // world_size 1 (world_size > 1: each rank's, above)
