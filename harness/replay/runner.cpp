@@ -519,6 +519,7 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       need.elements *= g.world_size;
       need.bytes *= g.world_size;
     }
+    std::string skip_why;  // why this machine cannot afford the reference
     {
       const double gflops = need.gemm_flops > 0 ? reference_gemm_gflops() : 0;
       const double est = need.seconds(gflops);
@@ -533,13 +534,13 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
                       est, need.gemm_flops / 1e9, gflops, need.elements,
                       reference_elements_per_second() / 1e6, reference_threads(),
                       opt.reference_budget_s);
-        return not_replayed(why);
+        skip_why = why;
       }
     }
     const double have = available_host_bytes();
-    if (have > 0 && need.bytes > 0.8 * have) {
+    if (skip_why.empty() && have > 0 && need.bytes > 0.8 * have) {
       const Value& big = big_graph->values[need.largest_value];
-      return not_replayed(
+      skip_why =
           "not replayed: " + path + ": node '" +
           (big.producer >= 0 ? big_graph->nodes[big.producer].id : big.name) +
           "': its float64 reference needs " + gib(need.bytes) + " of host memory (largest value " +
@@ -547,8 +548,15 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
           (big_graph != &g ? " of forward trace " + big_graph->name + ", run for the saved inputs"
                            : "") +
           "), more than 80% of the " + gib(have) +
-          " this machine has available (memory or container limit); run it on a larger machine");
+          " this machine has available (memory or container limit); run it on a larger machine";
     }
+    if (dist) {  // the ranks decide together (their estimates may differ): any rank's reason, all
+      std::string first;
+      for (const std::string& w : dist->all_gather(skip_why))
+        if (first.empty() && !w.empty()) first = w;
+      skip_why = first;
+    }
+    if (!skip_why.empty()) return not_replayed(skip_why);
     const auto ref_start = std::chrono::steady_clock::now();
     if (g.world_size > 1) {
       ref_ranks = run_reference_all_ranks(g, forwards, opt.seed, tr);
