@@ -6,8 +6,8 @@ namespace {
 
 constexpr VariantSpec kVariants[] = {
     {"baseline", Role::kBaseline,
-     "one GEMM into the partial product, then NCCL reduce-scatter (vanilla tensor parallelism; "
-     "not built yet: needs the multi-process NCCL path)"},
+     "one cuBLASLt GEMM into the partial product (a workspace), then NCCL reduce-scatter of its "
+     "rows (vanilla tensor parallelism; needs one process per GPU with a communicator)"},
     {"optimized", Role::kOptimized,
      "chunked pipeline: per-chunk GEMMs, each chunk's partial sent to its owner on the copy "
      "engines (CUDA IPC) with a signal, fp32 accumulation of the partials (not built yet)"},

@@ -161,12 +161,28 @@ TEST(MatmulRsMatch, EveryVariantSaysWhyItCannotRun) {
   const Plan p = make_plan(g, fusion_registry());
   const Region* r = only_region(p, "matmul_rs");
   ASSERT_NE(r, nullptr);
-  FakeBuffers buffers(g);
+  FakeBuffers buffers(g);  // a single process: no DistContext
   for (const VariantSpec& v : r->fusion->variants) {
     const Binding b = r->fusion->bind(g, *r, v, buffers);
-    EXPECT_FALSE(b.launch);
-    EXPECT_NE(b.unsupported.find("needs the multi-process NCCL path"), std::string::npos);
+    EXPECT_FALSE(b.launch) << v.name;
+    EXPECT_FALSE(b.unsupported.empty()) << v.name;
+    if (v.name == "baseline")
+      EXPECT_NE(b.unsupported.find("the NCCL baseline needs one process per rank"),
+                std::string::npos)
+          << b.unsupported;
   }
+  // Ranks sharing a GPU: a DistContext without a communicator; the baseline says why.
+  struct NoComm : FakeBuffers {
+    using FakeBuffers::FakeBuffers;
+    DistContext d;
+    const DistContext* dist() const override { return &d; }
+  } shared(g);
+  shared.d.world_size = 2;
+  shared.d.shared_device = true;
+  shared.d.no_nccl_why = "NCCL cannot place two ranks on one GPU (ranks 0 and 1 share device X)";
+  const Binding b = r->fusion->bind(g, *r, *r->fusion->find_variant("baseline"), shared);
+  EXPECT_FALSE(b.launch);
+  EXPECT_EQ(b.unsupported, "no NCCL communicator: " + shared.d.no_nccl_why);
 }
 
 TEST(MatmulRsMatch, Float8ScaledMmWithTensorwiseScales) {
