@@ -483,14 +483,12 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     for (const auto& d : plan.declined)
       tr.declined.push_back(d.fusion + " at node '" + g.nodes[d.node].id + "': " + d.reason);
     {  // one process per rank: the run's ranks must be the trace's (before the reference runs)
-      const std::vector<VariantInfo> vs = variants_for(plan, opt);
-      const bool gpu_variants =
-          std::any_of(vs.begin(), vs.end(), [](const VariantInfo& v) { return v.is_gpu(); });
+      // Launched with another world size: an error. Not launched (a folder of traces run by one
+      // process, the bundled traces among them): the reference simulates every rank and the GPU
+      // rows say how to start one process per rank (below), with or without a device.
       const std::string why =
           dist ? dist::world_size_mismatch(static_cast<int>(g.world_size), dist->world_size, true)
-          : gpu && gpu_variants
-              ? dist::world_size_mismatch(static_cast<int>(g.world_size), 1, false)
-              : "";
+               : "";
       if (!why.empty()) throw TraceError(g.file, "", why);
     }
     // A backward trace's saved inputs come from its forward's reference (make_replay_inputs,
@@ -647,11 +645,12 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
 
   tr.regions = result_rows(g, plan);
   std::string no_gpu;
-  if (g.world_size > 1 && !dist)  // here only without a device (run_trace's doc comment)
+  if (g.world_size > 1 && !dist)  // one process, several ranks: the reference only
     no_gpu = "the trace is one rank of a world_size " + std::to_string(g.world_size) +
              " program: the reference simulated every rank on the CPU; GPU replay runs one "
              "process per rank (torchrun / mpirun / srun / `replay launch --nproc " +
-             std::to_string(g.world_size) + "`), each with a CUDA device (" + no_gpu_why + ")";
+             std::to_string(g.world_size) + " -- run ...`), each with a CUDA device" +
+             (gpu ? std::string() : " (" + no_gpu_why + ")");
   else if (!gpu)
     no_gpu = no_gpu_why;
   const std::vector<VariantInfo> variants = variants_for(plan, opt);

@@ -94,8 +94,8 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
 /// (dist->comm), and without a communicator (ranks sharing a GPU) the variants that need one are
 /// skipped with dist->no_nccl_why while the others run; every timing starts behind a barrier and
 /// the ranks agree on its number of samples (CUDA-graph timing is not run). Null: a single
-/// process; a trace of world_size > 1 then runs the reference only, and with a GPU it is bad
-/// input saying to start one process per rank (torchrun / mpirun / srun / `replay launch`).
+/// process; a trace of world_size > 1 then runs the reference only (for every rank), and its GPU
+/// rows say to start one process per rank (torchrun / mpirun / srun / `replay launch`).
 TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
                       const std::string& no_gpu_why = "no CUDA device (GPU replay needs one)",
                       const DistContext* dist = nullptr);
