@@ -38,6 +38,10 @@
 #                   (replay_bench_norm_bwd) -> normbwd/bench_{ln,rms}.json: <= 10 min.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
+#   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
+#                   matches REGEX, per trace of $TRACES (default: the Llama-3-8B rope forward):
+#                   speed of light, memory workload, occupancy, launch, warp state sections
+#                   -> ncu/<trace>.txt: ~20-40 s per trace.
 #   bench           the Google Benchmark runner (replay_bench) over the bundled traces, JSON.
 #   compare=REPLAY  another `replay` binary and this build alternated twice on $TRACES (default:
 #                   the small traces) in one job, medians side by side (scripts/medians.py).
@@ -283,6 +287,22 @@ phase_normbwd_peers() {  # DIR holding anchors.py
     TORCHINDUCTOR_MIX_ORDER_REDUCTION=$mix TAG=_mix$mix OUT="$D" timeout 280 \
       python3 "$peers/anchors.py" normbwd > "$D/anchors_mix$mix.log" 2>&1 || rc=$?
     grep -E "mix_order|_bwd_" "$D/anchors_mix$mix.log" | head -10
+  done
+  return $rc
+}
+phase_ncu() {  # REGEX
+  local regex=${1:?ncu=REGEX} f rc=0
+  for f in $(traces_or echo traces/byog/rope/llama_rope_table_mincut_train_fwd_1x8192x32x128.json); do
+    # One launch profiled (after 2 skipped: warm-up), the replay kept short; CUPTI off (ncu owns
+    # the profiler interface).
+    timeout 240 ncu --kernel-name "regex:$regex" --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      "$R" run "$f" --variants optimized --modes cold --no-cupti --no-matmul-ceilings \
+      --min-samples 3 --max-time 0.2 --no-repro --out "$D/run_$(basename "$f" .json)" \
+      > "$D/$(basename "$f" .json).txt" 2>&1 || rc=$?
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit|L2 Hit|L1/TEX Hit|Warp Cycles Per Issued|No Eligible" \
+      "$D/$(basename "$f" .json).txt" | head -30
   done
   return $rc
 }

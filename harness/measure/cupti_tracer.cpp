@@ -22,7 +22,50 @@ struct RawKernel {
   uint32_t stream;
   int grid[3], block[3];
   int registers, static_smem, dynamic_smem;
+  bool memcpy = false;
+  std::string copy_kind;
+  uint64_t bytes = 0;
 };
+
+const char* copy_kind_name(uint8_t k) {
+  switch (k) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOA:
+      return "HtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
+      return "AtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOA:
+      return "AtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_ATOD:
+      return "AtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOA:
+      return "DtoA";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return "DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return "HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return "PtoP";
+    default:
+      return "unknown";
+  }
+}
+
+RawKernel raw_copy(uint8_t copy_kind, uint64_t bytes, uint64_t start, uint64_t end,
+                   uint32_t stream) {
+  RawKernel r{};
+  r.copy_kind = copy_kind_name(copy_kind);
+  r.name = "memcpy " + r.copy_kind;
+  r.start = start;
+  r.end = end;
+  r.stream = stream;
+  r.memcpy = true;
+  r.bytes = bytes;
+  return r;
+}
 
 std::mutex g_mu;
 std::vector<RawKernel> g_records;
@@ -39,6 +82,16 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* rec = nullptr;
   std::lock_guard<std::mutex> lock(g_mu);
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(rec);
+      g_records.push_back(raw_copy(m->copyKind, m->bytes, m->start, m->end, m->streamId));
+      continue;
+    }
+    if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY2) {
+      auto* m = reinterpret_cast<CUpti_ActivityMemcpyPtoP4*>(rec);
+      g_records.push_back(raw_copy(m->copyKind, m->bytes, m->start, m->end, m->streamId));
+      continue;
+    }
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(rec);
     g_records.push_back({k->name ? k->name : "?",
@@ -49,7 +102,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
                          {k->blockX, k->blockY, k->blockZ},
                          k->registersPerThread,
                          k->staticSharedMemory,
-                         k->dynamicSharedMemory});
+                         k->dynamicSharedMemory,
+                         false,
+                         {},
+                         0});
   }
   std::free(buffer);
 }
@@ -95,6 +151,12 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
     fn();
     return s;
   }
+  // Copies (same-device, peer, and CUDA IPC copies between processes) for the overlap figures; a
+  // CUPTI that cannot record them leaves the kernels' timeline as it was, and says so.
+  std::string copies_error;
+  for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2})
+    if (CUptiResult rc = cuptiActivityEnable(kind); rc != CUPTI_SUCCESS && copies_error.empty())
+      copies_error = cupti_error(rc, "cuptiActivityEnable(memcpy)");
   // The first run after enabling pays CUPTI's one-time instrumentation per kernel (launch gaps of
   // hundreds of µs); its records are dropped and the second, steady-state run is summarized.
   fn();
@@ -108,15 +170,21 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   cudaDeviceSynchronize();
   cuptiActivityFlushAll(1);
   cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+  cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY2);
   // Detach: the device is idle and the buffers are flushed, which is what cuptiFinalize asks of a
   // caller outside a callback; this process uses CUDA from this thread only.
   r = cuptiFinalize();
   if (r != CUPTI_SUCCESS) s.error = cupti_error(r, "cuptiFinalize");
+  if (s.error.empty() && !copies_error.empty())
+    s.error = copies_error + " (kernels recorded, copies not)";
   std::lock_guard<std::mutex> lock(g_mu);
   std::map<std::string, KernelRecord> by_name;
-  uint64_t first = UINT64_MAX, last = 0;
+  uint64_t first = UINT64_MAX, last = 0, first_any = UINT64_MAX;
   for (const auto& k : g_records) {
     if (k.name.find("replay_spin_kernel") != std::string::npos) continue;
+    first_any = std::min(first_any, k.start);
+    if (k.memcpy) continue;
     auto& rec = by_name[k.name];
     rec.name = demangle(k.name);
     rec.count += 1;
@@ -129,8 +197,11 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   for (const auto& k : g_records) {
     if (k.name.find("replay_spin_kernel") != std::string::npos) continue;
     KernelEvent e;
-    e.name = demangle(k.name);
-    e.start_us = static_cast<double>(k.start - first) * 1e-3;
+    e.kind = k.memcpy ? KernelEvent::Kind::kMemcpy : KernelEvent::Kind::kKernel;
+    e.name = k.memcpy ? k.name : demangle(k.name);
+    e.copy_kind = k.copy_kind;
+    e.bytes = k.bytes;
+    e.start_us = static_cast<double>(k.start - first_any) * 1e-3;
     e.dur_us = static_cast<double>(k.end - k.start) * 1e-3;
     e.stream = k.stream;
     std::copy(k.grid, k.grid + 3, e.grid);

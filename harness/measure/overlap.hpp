@@ -1,5 +1,6 @@
 // Communication/computation overlap on per-rank GPU timelines: pure arithmetic over intervals
-// (µs), so it is tested on synthetic timelines and fed by the CUPTI tracer's records later.
+// (µs), so it is tested on synthetic timelines; timeline_overlap.hpp feeds it the CUPTI tracer's
+// records (kernels and copies).
 //
 // What counts as what: compute = kernels that are not communication (GEMMs, epilogues, ...);
 // communication = NCCL kernels AND copy-engine peer copies (CUDA IPC / P2P memcpys). HTA files

@@ -229,18 +229,27 @@ std::string timeline_chart(const RegionResult& row) {
   return s;
 }
 
-std::string variant_table(const RegionResult& row, const Ceilings& c) {
-  const auto& cols = variant_columns();
+std::string html_table(const std::vector<Column<VariantRow>>& cols,
+                       const std::vector<VariantRow>& rows) {
   std::string s = "<table><tr>";
   for (const auto& col : cols) s += "<th>" + html_escape(col.header) + "</th>";
   s += "</tr>";
-  for (const auto& v : row.variants) {
-    const VariantRow r{&row, &v, &c};
+  for (const VariantRow& r : rows) {
     s += "<tr>";
     for (const auto& col : cols) s += cell(col.cell(r));
     s += "</tr>";
   }
   return s + "</table>";
+}
+
+std::string variant_table(const RegionResult& row, const Ceilings& c) {
+  std::vector<VariantRow> rows;
+  for (const auto& v : row.variants) rows.push_back({&row, &v, &c});
+  std::string s = html_table(variant_columns(), rows);
+  if (const auto orows = overlap_rows(row, c); !orows.empty())
+    s += "<p class=meta>Communication overlap</p>" + html_table(overlap_columns(), orows) +
+         "<p class=meta>" + html_escape(kOverlapNote) + "</p>";
+  return s;
 }
 
 }  // namespace

@@ -93,7 +93,57 @@ std::vector<Column<VariantRow>> make_variant_columns() {
   };
 }
 
+// The overlap figures of `r` against the baseline (RegionResult::overlaps), or nullptr.
+const RegionOverlap* overlap_vs_baseline(
+    const VariantRow& r, const std::vector<std::pair<const VariantResult*, RegionOverlap>>& all) {
+  for (const auto& [v, o] : all)
+    if (v == r.v) return &o;
+  return nullptr;
+}
+
+std::vector<Column<VariantRow>> make_overlap_columns() {
+  auto stats = [](auto f) {
+    return [f](const VariantRow& r) { return f(timeline_overlap(r.v->cupti->timeline, true)); };
+  };
+  auto vs_base = [](auto f) {
+    return [f](const VariantRow& r) {
+      const auto all = r.region->overlaps();
+      const RegionOverlap* o = overlap_vs_baseline(r, all);
+      return o ? f(*o) : std::string("–");
+    };
+  };
+  return {
+      {"variant", false, [](const VariantRow& r) { return r.v->variant.name; }},
+      {"comm µs", true, stats([](const OverlapStats& o) { return fmt_num(o.comm_us, 2); })},
+      {"compute µs", true, stats([](const OverlapStats& o) { return fmt_num(o.compute_us, 2); })},
+      {"comm hidden (HTA)", true, stats([](const OverlapStats& o) {
+         return o.has_comm ? fmt_num(100 * o.overlap_fraction) + "%" : std::string("n/a");
+       })},
+      {"exposed comm µs", true,
+       stats([](const OverlapStats& o) { return fmt_num(o.exposed_comm_us, 2); })},
+      {"E vs baseline", true,
+       vs_base([](const RegionOverlap& o) { return fmt_num(100 * o.efficiency) + "%"; })},
+      {"Flux T_eff µs", true,
+       vs_base([](const RegionOverlap& o) { return fmt_num(o.flux_eff_comm_us, 2); })},
+      {"baseline busbw GB/s", true,
+       vs_base([](const RegionOverlap& o) { return fmt_num(o.busbw_gbps, 1); })},
+  };
+}
+
 }  // namespace
+
+const std::vector<Column<VariantRow>>& overlap_columns() {
+  static const auto columns = make_overlap_columns();
+  return columns;
+}
+
+std::vector<VariantRow> overlap_rows(const RegionResult& region, const Ceilings& c) {
+  std::vector<VariantRow> rows;
+  if (!region.communicates()) return rows;
+  for (const auto& v : region.variants)
+    if (v.cupti && !v.cupti->timeline.empty()) rows.push_back({&region, &v, &c});
+  return rows;
+}
 
 const std::vector<Column<VariantRow>>& variant_columns() {
   static const auto columns = make_variant_columns();
@@ -188,6 +238,9 @@ std::string render_markdown(const RunResult& r) {
       std::vector<VariantRow> rows;
       for (const auto& v : reg.variants) rows.push_back({&reg, &v, &r.ceilings});
       md += markdown_table(columns, rows);
+      if (const auto orows = overlap_rows(reg, r.ceilings); !orows.empty())
+        md += "\nCommunication overlap:\n\n" + markdown_table(overlap_columns(), orows) + "\n" +
+              kOverlapNote + "\n";
     }
   }
   return md;

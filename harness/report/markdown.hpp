@@ -22,4 +22,20 @@ struct VariantRow {
 /// Markdown emphasis (**FAIL**, `name`).
 const std::vector<Column<VariantRow>>& variant_columns();
 
+/// The communication-overlap table of a region that communicates (RegionResult::communicates),
+/// one row per variant with a CUPTI timeline (overlap_rows): communication and computation time on
+/// the timeline, the share of communication hidden (HTA), exposed communication, and against the
+/// baseline's serial timeline E, Flux's effective communication time and the baseline's busbw
+/// (harness/measure/timeline_overlap.hpp). Declared once for both reports.
+const std::vector<Column<VariantRow>>& overlap_columns();
+/// The rows of that table; empty when the region does not communicate or nothing was traced.
+std::vector<VariantRow> overlap_rows(const RegionResult& region, const Ceilings& c);
+/// One line under that table: what the figures mean and where they come from.
+inline constexpr const char* kOverlapNote =
+    "comm = NCCL kernels and copies between ranks, compute = the other kernels, on one CUPTI "
+    "replay (L2 not flushed); hidden = |comm ∩ compute| / |comm| (HTA); E = (T_gemm + T_comm − "
+    "T_total) / min(T_gemm, T_comm) with T_gemm and T_comm from the baseline's serial timeline "
+    "and T_total the variant's median; Flux T_eff = T_total − T_gemm; busbw = the region's "
+    "communication bytes / the baseline's T_comm (nccl-tests' factors).";
+
 }  // namespace replay

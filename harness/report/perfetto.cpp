@@ -59,20 +59,32 @@ nlohmann::json perfetto_trace(const RunResult& run) {
                           {"dur", end},
                           {"args", args}});
         for (const KernelEvent& k : c.timeline)
-          events.push_back({{"ph", "X"},
-                            {"cat", "kernel"},
-                            {"name", k.name},
-                            {"pid", pid},
-                            {"tid", track(v.variant.name, k.stream)},
-                            {"ts", cursor + k.start_us},
-                            {"dur", k.dur_us},
-                            {"args",
-                             {{"grid", {k.grid[0], k.grid[1], k.grid[2]}},
-                              {"block", {k.block[0], k.block[1], k.block[2]}},
-                              {"registers_per_thread", k.registers},
-                              {"static_smem_bytes", k.static_smem},
-                              {"dynamic_smem_bytes", k.dynamic_smem},
-                              {"region", row.label}}}});
+          if (k.kind == KernelEvent::Kind::kMemcpy)
+            events.push_back(
+                {{"ph", "X"},
+                 {"cat", "memcpy"},
+                 {"name", k.name},
+                 {"pid", pid},
+                 {"tid", track(v.variant.name, k.stream)},
+                 {"ts", cursor + k.start_us},
+                 {"dur", k.dur_us},
+                 {"args",
+                  {{"copy_kind", k.copy_kind}, {"bytes", k.bytes}, {"region", row.label}}}});
+          else
+            events.push_back({{"ph", "X"},
+                              {"cat", "kernel"},
+                              {"name", k.name},
+                              {"pid", pid},
+                              {"tid", track(v.variant.name, k.stream)},
+                              {"ts", cursor + k.start_us},
+                              {"dur", k.dur_us},
+                              {"args",
+                               {{"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                                {"block", {k.block[0], k.block[1], k.block[2]}},
+                                {"registers_per_thread", k.registers},
+                                {"static_smem_bytes", k.static_smem},
+                                {"dynamic_smem_bytes", k.dynamic_smem},
+                                {"region", row.label}}}});
         cursor += end + kPerfettoReplayGapUs;
       }
   }

@@ -70,6 +70,18 @@ const VariantResult* RegionResult::find(Role role) const {
   return nullptr;
 }
 
+std::vector<std::pair<const VariantResult*, RegionOverlap>> RegionResult::overlaps() const {
+  std::vector<std::pair<const VariantResult*, RegionOverlap>> out;
+  const VariantResult* base = find(Role::kBaseline);
+  if (!communicates() || !base || !base->cupti || base->cupti->timeline.empty()) return out;
+  for (const auto& v : variants) {
+    if (&v == base || v.variant.kind != VariantInfo::kFusion || !v.timed()) continue;
+    if (auto o = region_overlap(base->cupti->timeline, v.stats.median, cost.comm_bytes))
+      out.emplace_back(&v, *o);
+  }
+  return out;
+}
+
 Verdict TraceResult::verdict() const {
   Verdict v = Verdict::kNotCompared;
   for (const auto& n : golden_check) v = combine(v, n.pass() ? Verdict::kPass : Verdict::kFail);
@@ -149,21 +161,37 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
     for (const auto& k : v.cupti->kernels)
       ks.push_back({{"name", k.name}, {"count", k.count}, {"total_us", k.total_us}});
     nlohmann::json tl = nlohmann::json::array();
-    for (const auto& k : v.cupti->timeline)
-      tl.push_back({{"name", k.name},
-                    {"start_us", k.start_us},
-                    {"dur_us", k.dur_us},
-                    {"stream", k.stream},
-                    {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
-                    {"block", {k.block[0], k.block[1], k.block[2]}},
-                    {"registers", k.registers},
-                    {"static_smem", k.static_smem},
-                    {"dynamic_smem", k.dynamic_smem}});
+    for (const auto& k : v.cupti->timeline) {
+      nlohmann::json e = {{"name", k.name},
+                          {"start_us", k.start_us},
+                          {"dur_us", k.dur_us},
+                          {"stream", k.stream},
+                          {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                          {"block", {k.block[0], k.block[1], k.block[2]}},
+                          {"registers", k.registers},
+                          {"static_smem", k.static_smem},
+                          {"dynamic_smem", k.dynamic_smem}};
+      if (k.kind == KernelEvent::Kind::kMemcpy) {
+        e["kind"] = "memcpy";
+        e["copy_kind"] = k.copy_kind;
+        e["bytes"] = k.bytes;
+      }
+      tl.push_back(std::move(e));
+    }
     j["cupti"] = {{"kernels", ks},
                   {"kernel_sum_us", v.cupti->kernel_sum_us},
                   {"span_us", v.cupti->span_us},
                   {"timeline", tl}};
     if (!v.cupti->error.empty()) j["cupti"]["error"] = v.cupti->error;
+    if (r.communicates() && !v.cupti->timeline.empty()) {
+      const OverlapStats o = timeline_overlap(v.cupti->timeline, true);
+      j["overlap"] = {{"comm_us", o.comm_us},
+                      {"compute_us", o.compute_us},
+                      {"overlap_us", o.overlap_us},
+                      {"exposed_comm_us", o.exposed_comm_us},
+                      {"overlap_fraction",
+                       o.has_comm ? nlohmann::json(o.overlap_fraction) : nlohmann::json(nullptr)}};
+    }
   }
   if (!v.vector_widths.empty()) {
     nlohmann::json w = nlohmann::json::array();
@@ -172,6 +200,21 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
     j["vector_widths"] = std::move(w);
   }
   return j;
+}
+
+// Each overlapped variant's E, Flux figures and busbw against the baseline's serial timeline
+// (timeline_overlap.hpp); empty when the region does not communicate or nothing was traced.
+nlohmann::json region_overlap_json(const RegionResult& reg) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [v, o] : reg.overlaps())
+    out[v->variant.name] = {{"t_gemm_us", o.t_gemm_us},
+                            {"t_comm_us", o.t_comm_us},
+                            {"t_total_us", o.t_total_us},
+                            {"efficiency", o.efficiency},
+                            {"flux_effective_comm_us", o.flux_eff_comm_us},
+                            {"flux_efficiency", o.flux_efficiency},
+                            {"baseline_busbw_GBps", o.busbw_gbps}};
+  return out;
 }
 
 }  // namespace
@@ -212,6 +255,7 @@ nlohmann::json to_json(const RunResult& r) {
                          {"sol_terms_us", sol_terms_json(reg.sol_terms(r.ceilings))},
                          {"copy_us", reg.copy_us},
                          {"variants", vs}});
+      if (nlohmann::json o = region_overlap_json(reg); !o.empty()) regions.back()["overlap"] = o;
     }
     nlohmann::json golden = nlohmann::json::array();
     for (const auto& n : t.golden_check) golden.push_back(to_json(n));

@@ -11,6 +11,7 @@
 
 #include "harness/measure/cupti_tracer.hpp"
 #include "harness/measure/stats.hpp"
+#include "harness/measure/timeline_overlap.hpp"
 #include "harness/replay/variants.hpp"
 #include "harness/report/numerics.hpp"
 #include "impls/fusions/launch_record.hpp"
@@ -113,6 +114,13 @@ struct RegionResult {
   double sol_pct(double median_us, const Ceilings& c) const;
   /// The variant with this role (the first), or nullptr.
   const VariantResult* find(Role role) const;
+  /// The region moves bytes between ranks (Cost::comm_bytes > 0): its copies count as
+  /// communication in the overlap figures (timeline_overlap.hpp).
+  bool communicates() const { return cost.comm_bytes > 0; }
+  /// For a communicating region: each timed fusion variant other than the baseline, with its
+  /// overlap figures against the baseline's CUPTI timeline (region_overlap); empty when the
+  /// baseline has no traced timeline with both communication and computation.
+  std::vector<std::pair<const VariantResult*, RegionOverlap>> overlaps() const;
 };
 
 struct TraceResult {

@@ -193,6 +193,13 @@ CuptiSummary read_cupti(const JNode& c) {
       e.registers = static_cast<int>(k.at("registers").integer());
       e.static_smem = static_cast<int>(k.at("static_smem").integer());
       e.dynamic_smem = static_cast<int>(k.at("dynamic_smem").integer());
+      if (k.has("kind")) {  // copies (absent: a kernel, as every record before copies were traced)
+        const JNode kind = k.at("kind");
+        if (kind.str() != "memcpy") kind.fail("expected \"memcpy\" (or no kind: a kernel)");
+        e.kind = KernelEvent::Kind::kMemcpy;
+        e.copy_kind = k.at("copy_kind").str();
+        e.bytes = k.at("bytes").uinteger();
+      }
       s.timeline.push_back(std::move(e));
     }
   return s;

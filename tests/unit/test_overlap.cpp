@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/measure/overlap.hpp"
+#include "harness/measure/timeline_overlap.hpp"
 
 using namespace replay;
 
@@ -144,4 +145,85 @@ TEST(Overlap, AlgbwAndBusbw) {
   EXPECT_NEAR(busbw_gbps(Collective::kAllGather, 2, bytes, 340), bytes / 340e-6 / 1e9 / 2, 1e-9);
   EXPECT_THROW(algbw_gbps(1, 0), std::invalid_argument);
   EXPECT_THROW(algbw_gbps(-1, 1), std::invalid_argument);
+}
+
+// ---- timeline_overlap.hpp: CUPTI records classified and fed to the arithmetic above ----
+
+namespace {
+
+KernelEvent kernel(const std::string& name, double s, double dur, uint32_t stream = 7) {
+  KernelEvent e;
+  e.name = name;
+  e.start_us = s;
+  e.dur_us = dur;
+  e.stream = stream;
+  return e;
+}
+KernelEvent copy(const std::string& kind, double s, double dur, uint32_t stream = 9) {
+  KernelEvent e = kernel("memcpy " + kind, s, dur, stream);
+  e.kind = KernelEvent::Kind::kMemcpy;
+  e.copy_kind = kind;
+  e.bytes = 1 << 20;
+  return e;
+}
+
+}  // namespace
+
+TEST(TimelineOverlap, ClassifiesNcclKernelsAndPeerCopiesAsCommunication) {
+  EXPECT_EQ(classify_event(
+                kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage)", 0, 1), false),
+            ActivityKind::kComm);
+  EXPECT_EQ(classify_event(kernel("nvjet_tst_128x256_64x4_2x1_v_bz_TNT", 0, 1), true),
+            ActivityKind::kCompute);
+  // A kernel that merely mentions nccl inside its name is not NCCL's.
+  EXPECT_EQ(classify_event(kernel("void my_ncclish_gemm<float>()", 0, 1), true),
+            ActivityKind::kCompute);
+  EXPECT_EQ(classify_event(copy("PtoP", 0, 1), false), ActivityKind::kComm);
+  // Same-device copies: the shards of a pipeline between ranks sharing a GPU only where the
+  // region communicates; elsewhere (a clone, a cat) they are memory traffic, not communication.
+  EXPECT_EQ(classify_event(copy("DtoD", 0, 1), true), ActivityKind::kComm);
+  EXPECT_EQ(classify_event(copy("DtoD", 0, 1), false), ActivityKind::kOther);
+  EXPECT_EQ(classify_event(copy("HtoD", 0, 1), true), ActivityKind::kOther);
+}
+
+TEST(TimelineOverlap, PipelineTimelineHidesCopiesUnderGemms) {
+  // A chunked all-gather: chunk copies [0,10) [10,20) [20,30) on a copy stream, per-chunk GEMMs
+  // [10,25) [25,40) [40,55) on the compute stream: copies 2 and 3 run under GEMMs 1 and 2.
+  const std::vector<KernelEvent> tl = {copy("DtoD", 0, 10),       copy("DtoD", 10, 10),
+                                       copy("DtoD", 20, 10),      kernel("gemm", 10, 15, 3),
+                                       kernel("gemm", 25, 15, 3), kernel("gemm", 40, 15, 3)};
+  const OverlapStats s = timeline_overlap(tl, true);
+  EXPECT_DOUBLE_EQ(s.comm_us, 30);
+  EXPECT_DOUBLE_EQ(s.compute_us, 45);
+  EXPECT_DOUBLE_EQ(s.overlap_us, 20);
+  EXPECT_DOUBLE_EQ(s.exposed_comm_us, 10);
+  EXPECT_NEAR(s.overlap_fraction, 2.0 / 3.0, 1e-12);
+  // The same timeline outside a communicating region: no communication, nothing to hide.
+  const OverlapStats none = timeline_overlap(tl, false);
+  EXPECT_FALSE(none.has_comm);
+  EXPECT_DOUBLE_EQ(none.compute_us, 45);
+  EXPECT_THROW(timeline_overlap({kernel("k", 5, -1)}, true), std::invalid_argument);
+}
+
+TEST(TimelineOverlap, RegionFiguresAgainstTheSerialBaseline) {
+  // Baseline: NCCL all-gather [0, 40) then the GEMM [40, 140): T_comm 40, T_gemm 100.
+  const std::vector<KernelEvent> base = {
+      kernel("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage)", 0, 40),
+      kernel("nvjet_gemm", 40, 100)};
+  // An overlapped variant at 110 µs: E = (100 + 40 - 110) / 40 = 0.75; Flux T_eff = 10 µs,
+  // Flux efficiency 1 - 10 / 40 = 0.75; busbw = 3 MB / 40 µs = 75 GB/s.
+  const auto o = region_overlap(base, 110, 3e6);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_DOUBLE_EQ(o->t_comm_us, 40);
+  EXPECT_DOUBLE_EQ(o->t_gemm_us, 100);
+  EXPECT_DOUBLE_EQ(o->efficiency, 0.75);
+  EXPECT_DOUBLE_EQ(o->flux_eff_comm_us, 10);
+  EXPECT_DOUBLE_EQ(o->flux_efficiency, 0.75);
+  EXPECT_DOUBLE_EQ(o->busbw_gbps, 75);
+  // Slower than serial: E < 0, said as it is.
+  EXPECT_LT(region_overlap(base, 150, 3e6)->efficiency, 0);
+  // No communication in the baseline's timeline (or no GEMM): no figures, never a made-up E.
+  EXPECT_FALSE(region_overlap({kernel("nvjet_gemm", 0, 100)}, 90, 3e6).has_value());
+  EXPECT_FALSE(region_overlap({base[0]}, 90, 3e6).has_value());
+  EXPECT_FALSE(region_overlap(base, 0, 3e6).has_value());
 }

@@ -104,7 +104,15 @@ RunResult rich_run() {
   e.registers = 32;
   e.static_smem = 1024;
   e.dynamic_smem = 0;
-  c.timeline = {e, e};
+  KernelEvent m;  // a copy rides in the same timeline
+  m.kind = KernelEvent::Kind::kMemcpy;
+  m.name = "memcpy DtoD";
+  m.copy_kind = "DtoD";
+  m.bytes = 1 << 20;
+  m.start_us = 17;
+  m.dur_us = 2.5;
+  m.stream = 14;
+  c.timeline = {e, e, m};
   eager.cupti = c;
   VariantResult base = timed({VariantInfo::kFusion, "baseline", Role::kBaseline}, {60, 61});
   base.graph_skipped = "the replay cannot be captured into a CUDA graph: x";
@@ -154,6 +162,8 @@ TEST(ResultsIo, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_EQ(vs[5].stop, StopReason::kFixedCount);
   EXPECT_TRUE(std::isinf(vs[2].numerics[0].max_ulp_err));  // infinity was written as null
   EXPECT_EQ(vs[1].cupti->timeline[1].stream, 13u);
+  EXPECT_EQ(vs[1].cupti->timeline[2].kind, KernelEvent::Kind::kMemcpy);
+  EXPECT_EQ(vs[1].cupti->timeline[2].bytes, 1u << 20);
   EXPECT_EQ(vs[1].host_enqueue_waited, 3u);
   ASSERT_EQ(vs[1].host_steps.size(), 2u);
   EXPECT_EQ(vs[1].host_steps[1].step, "add (copy)");

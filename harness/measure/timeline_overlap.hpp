@@ -1,0 +1,53 @@
+// Feeds the overlap arithmetic (overlap.hpp) from a CUPTI timeline (cupti_tracer.hpp): which
+// record is communication, which is computation, and the figures of one region's variants.
+//
+// Classification (issue 31): communication = NCCL kernels (a kernel name starting with "nccl":
+// ncclDevKernel_*, ncclKernel_*) and peer copies (CUPTI copy kind PtoP), plus same-device copies
+// (DtoD) in a region that communicates — CUDA IPC copies between processes that share one GPU and
+// peer copies CUPTI files under DtoD are how a chunked pipeline moves its shards, which HTA would
+// call "memory"; computation = every other kernel; other copies and kinds are neither.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "harness/measure/cupti_tracer.hpp"
+#include "harness/measure/overlap.hpp"
+
+namespace replay {
+
+/// What `e` is for the overlap figures. `copies_are_comm`: the region communicates (its cost has
+/// comm bytes), so its same-device copies move shards between ranks.
+ActivityKind classify_event(const KernelEvent& e, bool copies_are_comm);
+
+/// The timeline as overlap activities (classify_event; kOther records dropped).
+std::vector<Activity> timeline_activities(const std::vector<KernelEvent>& timeline,
+                                          bool copies_are_comm);
+
+/// One variant's overlap on its CUPTI timeline (overlap_stats over timeline_activities).
+/// Throws std::invalid_argument on a negative duration.
+OverlapStats timeline_overlap(const std::vector<KernelEvent>& timeline, bool copies_are_comm);
+
+/// A communicating region's figures against its serial baseline (issue 31, "Measurement"): the
+/// baseline runs the collective and the GEMM one after the other, so its CUPTI timeline gives
+/// T_comm (the union of its communication) and T_gemm (the union of its computation); the
+/// overlapped variant's median gives T_total.
+struct RegionOverlap {
+  double t_gemm_us = 0;         ///< baseline's computation alone, µs (CUPTI, one replay)
+  double t_comm_us = 0;         ///< baseline's communication alone, µs (CUPTI, one replay)
+  double t_total_us = 0;        ///< the overlapped variant's median, µs
+  double efficiency = 0;        ///< E = (T_gemm + T_comm - T_total) / min(T_gemm, T_comm)
+  double flux_eff_comm_us = 0;  ///< Flux: T_total - T_gemm, µs
+  double flux_efficiency = 0;   ///< Flux: 1 - (T_total - T_gemm) / T_comm
+  /// nccl-tests' busbw of the baseline's communication: comm_bytes / T_comm, GB/s, where
+  /// comm_bytes is the region's Cost::comm_bytes (already the bus-factor share of the collective's
+  /// bytes: (n-1)/n of the gathered or scattered tensor).
+  double busbw_gbps = 0;
+};
+
+/// The figures above from the baseline's timeline and the overlapped variant's median; nullopt
+/// when the baseline's timeline has no communication or no computation, or t_total_us <= 0.
+std::optional<RegionOverlap> region_overlap(const std::vector<KernelEvent>& baseline_timeline,
+                                            double t_total_us, double comm_bytes);
+
+}  // namespace replay
