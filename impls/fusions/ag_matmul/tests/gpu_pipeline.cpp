@@ -233,7 +233,7 @@ void run_killed_peer(test::RankSession& s) {
 TEST(AgMatmulPipelineRank, DISABLED_Run) {
   const std::string tc = test::tp_case();
   ASSERT_FALSE(tc.empty()) << "runs as a rank started by the AgMatmulPipeline tests";
-  auto s = test::join_ranks(tc == "kill" ? 3 : 60);
+  auto s = test::join_ranks(tc == "kill" ? 3 : 20);
   if (tc == "exact") {
     for (const auto& [scaled, rowwise] : {std::pair{false, false}, {true, false}, {true, true}}) {
       Case c;

@@ -210,7 +210,7 @@ void run_stale(test::RankSession& s, PipelineFault fault) {
 TEST(MatmulRsPipelineRank, DISABLED_Run) {
   const std::string tc = test::tp_case();
   ASSERT_FALSE(tc.empty()) << "runs as a rank started by the MatmulRsPipeline tests";
-  auto s = test::join_ranks(60);
+  auto s = test::join_ranks(20);
   if (tc == "exact") {
     for (const auto& [scaled, rowwise] : {std::pair{false, false}, {true, false}, {true, true}}) {
       Case c;
