@@ -151,6 +151,7 @@ inline void upload_into(DeviceBuffer& b, const std::vector<double>& v, DType dty
                         int64_t rows = 0, int64_t cols = 0, bool col_major = false) {
   DeviceBuffer fresh = upload(v, dtype, rows, cols, col_major);
   REPLAY_CUDA(cudaMemcpy(b.get(), fresh.get(), b.bytes(), cudaMemcpyDeviceToDevice));
+  REPLAY_CUDA(cudaDeviceSynchronize());  // a device-to-device cudaMemcpy may return early
 }
 
 /// The raw bytes of a device buffer.
