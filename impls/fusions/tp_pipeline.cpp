@@ -41,7 +41,8 @@ std::string chunk_gemm_unsupported(const ChunkGemm& g, int64_t rows) {
     return "the chunked GEMM takes bfloat16 or float16 operands, not " +
            std::string(dtype_name(g.a_dtype));
   if (g.out_dtype != g.a_dtype)
-    return "the chunked GEMM writes its operands' dtype, not " + std::string(dtype_name(g.out_dtype));
+    return "the chunked GEMM writes its operands' dtype, not " +
+           std::string(dtype_name(g.out_dtype));
   if (g.b.dtype != g.a_dtype) return "the weight's dtype differs from the activation's";
   return "";
 }
@@ -64,14 +65,14 @@ std::string contiguous_ptr(const Graph& graph, BindContext& ctx, int value, int6
                            void*& ptr) {
   const BoundTensor t = ctx.tensor(value);
   if (!t.layout.is_contiguous() || t.layout.numel() != numel)
-    return "'" + graph.values[value].name + "' " + t.layout.str() + " is not a contiguous tensor of " +
-           std::to_string(numel) + " elements";
+    return "'" + graph.values[value].name + "' " + t.layout.str() +
+           " is not a contiguous tensor of " + std::to_string(numel) + " elements";
   ptr = t.ptr;
   return "";
 }
 
-std::string bind_chunk_gemm(const Graph& graph, BindContext& ctx, const GemmValues& v, DType a_dtype,
-                            ChunkGemm& g) {
+std::string bind_chunk_gemm(const Graph& graph, BindContext& ctx, const GemmValues& v,
+                            DType a_dtype, ChunkGemm& g) {
   g.a_dtype = a_dtype;
   const BoundTensor b = ctx.tensor(v.b);
   if (b.layout.shape.size() != 2) return "the weight '" + graph.values[v.b].name + "' is not 2-D";
@@ -131,7 +132,9 @@ void nccl_send_recv(ncclComm_t comm, cudaStream_t s, const void* send, size_t se
   check(ncclGroupEnd(), "ncclGroupEnd");
 }
 
-Event::Event() { REPLAY_CUDA(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming)); }
+Event::Event() {
+  REPLAY_CUDA(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming));
+}
 
 Event::~Event() {
   if (e_) cudaEventDestroy(e_);

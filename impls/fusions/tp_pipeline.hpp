@@ -65,8 +65,8 @@ struct GemmValues {
 /// Fills `g` from the bound tensors of `v` (ctx.tensor), with `a_dtype` the activation's dtype.
 /// Returns why it cannot ("" when it can): scales that are neither one float32 element nor a
 /// unit-stride vector of M (scale_a) / N (scale_b) elements, mixed tensorwise and rowwise scales.
-std::string bind_chunk_gemm(const Graph& graph, BindContext& ctx, const GemmValues& v, DType a_dtype,
-                            ChunkGemm& g);
+std::string bind_chunk_gemm(const Graph& graph, BindContext& ctx, const GemmValues& v,
+                            DType a_dtype, ChunkGemm& g);
 /// The contiguous tensor of `value` as a pointer: "" or why not (not contiguous, not `numel`
 /// elements).
 std::string contiguous_ptr(const Graph& graph, BindContext& ctx, int value, int64_t numel,

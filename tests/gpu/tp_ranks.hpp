@@ -57,12 +57,12 @@ inline dist::LaunchResult run_ranks(const std::string& child_test, const std::st
 }
 
 /// Runs the ranks and expects every one to exit 0 (each child's failures are in the output).
-#define EXPECT_RANKS_PASS(child_test, case_name, world_size)                                \
-  do {                                                                                      \
-    const ::replay::dist::LaunchResult r_ =                                                 \
-        ::replay::test::run_ranks(child_test, case_name, world_size);                       \
-    EXPECT_EQ(r_.exit_code, 0) << "case " << case_name << " at world size " << world_size \
-                               << ": " << r_.message;                                       \
+#define EXPECT_RANKS_PASS(child_test, case_name, world_size)                                      \
+  do {                                                                                            \
+    const ::replay::dist::LaunchResult r_ =                                                       \
+        ::replay::test::run_ranks(child_test, case_name, world_size);                             \
+    EXPECT_EQ(r_.exit_code, 0) << "case " << case_name << " at world size " << world_size << ": " \
+                               << r_.message;                                                     \
   } while (0)
 
 /// One child's place in the run: the rendezvous and the DistContext built on it (device 0, no
@@ -126,7 +126,8 @@ inline std::vector<double> random_scales(uint64_t seed, int64_t n, Values kind) 
   std::uniform_int_distribution<int> e(-1, 1);
   std::uniform_real_distribution<double> u(0.5, 2.0);
   std::vector<double> s(n);
-  for (double& x : s) x = kind == Values::kExact ? std::ldexp(1.0, e(gen)) : round_to(DType::kFloat32, u(gen));
+  for (double& x : s)
+    x = kind == Values::kExact ? std::ldexp(1.0, e(gen)) : round_to(DType::kFloat32, u(gen));
   return s;
 }
 
@@ -171,8 +172,8 @@ inline int64_t count_inexact(const std::vector<char>& got, DType dtype,
     const double g = load_as(dtype, got.data() + i * es), t = round_to(dtype, ref[i]);
     if (g != t && !(std::isnan(g) && std::isnan(t))) {
       if (bad == 0 && first)
-        *first = "element " + std::to_string(i) + ": " + std::to_string(g) + " vs " +
-                 std::to_string(t);
+        *first =
+            "element " + std::to_string(i) + ": " + std::to_string(g) + " vs " + std::to_string(t);
       ++bad;
     }
   }

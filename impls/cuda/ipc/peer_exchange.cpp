@@ -52,7 +52,9 @@ void check_cu(CUresult r, const char* call) {
 }
 
 // (int32_t)(a - b) >= 0: a is epoch b or later, across a wrap (CU_STREAM_WAIT_VALUE_GEQ's test).
-bool epoch_reached(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b) >= 0; }
+bool epoch_reached(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) >= 0;
+}
 
 constexpr uint32_t kReleaseAhead = 1u << 30;  // the watchdog's release: this far past any epoch
 
@@ -65,8 +67,8 @@ void stream_write_u32(cudaStream_t s, uint32_t* addr, uint32_t value) {
 }
 
 void stream_wait_u32_geq(cudaStream_t s, const uint32_t* addr, uint32_t value) {
-  check_cu(mem_ops().wait(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr),
-                          value, CU_STREAM_WAIT_VALUE_GEQ),
+  check_cu(mem_ops().wait(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value,
+                          CU_STREAM_WAIT_VALUE_GEQ),
            "cuStreamWaitValue32");
 }
 
@@ -79,7 +81,8 @@ PeerExchange::PeerExchange(const DistContext& dist, size_t data_bytes, std::stri
       what_(std::move(what)),
       fault_(fault) {
   if (!dist.all_gather) throw std::invalid_argument(what_ + ": the DistContext has no all_gather");
-  if (world_size_ < 2) throw std::invalid_argument(what_ + ": a peer exchange needs 2 ranks or more");
+  if (world_size_ < 2)
+    throw std::invalid_argument(what_ + ": a peer exchange needs 2 ranks or more");
   mem_ops();  // resolve the driver entry points now: a missing one fails the bind, not a launch
   signal_bytes_ = (2 * world_size_ * sizeof(uint32_t) + 255) / 256 * 256;
   const size_t total = signal_bytes_ + data_bytes;
@@ -102,7 +105,8 @@ PeerExchange::PeerExchange(const DistContext& dist, size_t data_bytes, std::stri
         std::memcmp(all[r].data() + sizeof handle, &total64, sizeof total64) != 0)
       throw std::runtime_error(what_ + ": rank " + std::to_string(r) +
                                "'s CUDA IPC handle is malformed or its buffer is not " +
-                               std::to_string(total) + " bytes (do all ranks bind the same region?)");
+                               std::to_string(total) +
+                               " bytes (do all ranks bind the same region?)");
     if (r == rank_) {
       base_[r] = local_;
       continue;
@@ -112,9 +116,8 @@ PeerExchange::PeerExchange(const DistContext& dist, size_t data_bytes, std::stri
     const cudaError_t e = cudaIpcOpenMemHandle(&base_[r], h, cudaIpcMemLazyEnablePeerAccess);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      throw RuntimeFailure(what_ + ": rank " + std::to_string(rank_) +
-                           " cannot open rank " + std::to_string(r) +
-                           "'s CUDA IPC handle: " + cudaGetErrorName(e) + " (" +
+      throw RuntimeFailure(what_ + ": rank " + std::to_string(rank_) + " cannot open rank " +
+                           std::to_string(r) + "'s CUDA IPC handle: " + cudaGetErrorName(e) + " (" +
                            cudaGetErrorString(e) + ")");
     }
   }

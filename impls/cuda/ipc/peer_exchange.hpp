@@ -129,13 +129,13 @@ class PeerExchange {
   double timeout_s_ = 30;
   std::string what_;
   PipelineFault fault_ = PipelineFault::kNone;
-  void* local_ = nullptr;            // this rank's allocation: signal words, then data
-  std::vector<void*> base_;          // every rank's allocation as mapped here
-  std::vector<void*> data_;          // every rank's data area as mapped here
-  size_t signal_bytes_ = 0;          // the signal words' area, 256-byte aligned
+  void* local_ = nullptr;    // this rank's allocation: signal words, then data
+  std::vector<void*> base_;  // every rank's allocation as mapped here
+  std::vector<void*> data_;  // every rank's data area as mapped here
+  size_t signal_bytes_ = 0;  // the signal words' area, 256-byte aligned
   cudaStream_t copy_stream_ = nullptr;
   cudaStream_t release_stream_ = nullptr;  // the watchdog's (releases the waits)
-  std::atomic<uint32_t> epoch_{0};  // the watchdog reads it
+  std::atomic<uint32_t> epoch_{0};         // the watchdog reads it
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -38,8 +38,8 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
     arrived_.emplace_back();
     const void* a = c == rank_ ? op.x : gathered + c * chunk_bytes_;
     void* d = static_cast<char*>(op.out) + c * m_ * out_row_bytes;
-    gemm_.push_back(tp::prepare_chunk_gemm("ag_matmul chunk " + std::to_string(c), op.gemm, a, d,
-                                           c * m_, m_));
+    gemm_.push_back(
+        tp::prepare_chunk_gemm("ag_matmul chunk " + std::to_string(c), op.gemm, a, d, c * m_, m_));
   }
 }
 
@@ -80,8 +80,7 @@ void Pipeline::launch(cudaStream_t stream) {
                           std::to_string((p + 1) * m_ - 1) + ", rank " + std::to_string(p) +
                           "'s shard)");
       if (!(fault_ == tp::PipelineFault::kDropChunk && s == 1))
-        REPLAY_CUDA(
-            cudaMemcpyAsync(dst, chunk_src(p), chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
+        REPLAY_CUDA(cudaMemcpyAsync(dst, chunk_src(p), chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
       ex_->signal_done(cs, p);
     } else {
       tp::nccl_send_recv(comm_, cs, op_.x, chunk_bytes_, (rank_ - s + n_) % n_, dst, chunk_bytes_,

@@ -6,8 +6,9 @@
 // output dtype), out [m, N] = the rows r m .. r m + m - 1 of the sum over ranks:
 //   ctx.stream:   for j = r+1, r+2, ... (mod n), then r: [kIpc: wait done from j (previous
 //                 epoch)] GEMM of rows j m .. into P[j]; [kIpc: ready to j | kNccl: event -> the
-//                 NCCL stream]; own chunk last (it travels nowhere); after the join, one kernel sums
-//                 the n partials of chunk r in float32 in rank order and rounds once (avg: / n)
+//                 NCCL stream]; own chunk last (it travels nowhere); after the join, one kernel
+//                 sums the n partials of chunk r in float32 in rank order and rounds once (avg: /
+//                 n)
 //   copy stream:  [kIpc]  for p = r-1, r-2, ... (the order the peers compute chunk r): wait ready
 //                 from p; recv[p] <- p's P[r] (the copy engines, CUDA IPC); done to p
 //                 [kNccl] for step s: one group {send P[r+s] to r+s, recv from r-s into recv[r-s]}

@@ -59,8 +59,7 @@ std::vector<double> reference(const Case& c, const Inputs& in, int r, int n) {
     for (int64_t j = 0; j < c.N; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < c.K; ++k) acc += in.x[i / c.m].at(i % c.m, k) * in.b[r].at(k, j);
-      if (c.scaled)
-        acc *= in.scale_a[c.rowwise ? i : 0] * in.scale_b[r][c.rowwise ? j : 0];
+      if (c.scaled) acc *= in.scale_a[c.rowwise ? i : 0] * in.scale_b[r][c.rowwise ? j : 0];
       out[i * c.N + j] = acc;
     }
   return out;
@@ -124,8 +123,8 @@ bool passes(const Case& c, const std::vector<char>& got, const std::vector<doubl
 std::string label(const Case& c, int r, int n) {
   return "rank " + std::to_string(r) + " of " + std::to_string(n) + ", " +
          (c.scaled ? (c.rowwise ? "float8 rowwise" : "float8 tensorwise") : "bf16") +
-         (c.values == Values::kExact ? " exact" : " normal") + " m " + std::to_string(c.m) +
-         " K " + std::to_string(c.K) + " N " + std::to_string(c.N);
+         (c.values == Values::kExact ? " exact" : " normal") + " m " + std::to_string(c.m) + " K " +
+         std::to_string(c.K) + " N " + std::to_string(c.N);
 }
 
 // One pipeline over inputs of `seed`: three launches (outputs poisoned before each), the first
@@ -177,8 +176,8 @@ void run_stale(test::RankSession& s, PipelineFault fault) {
     pipe.launch(st);
     pipe.synchronize(st);
     std::string why;
-    EXPECT_TRUE(passes(c, test::download_bytes(d->out.get(), d->out.bytes()),
-                       reference(c, a, r, n), n, why))
+    EXPECT_TRUE(passes(c, test::download_bytes(d->out.get(), d->out.bytes()), reference(c, a, r, n),
+                       n, why))
         << "first launch, " << label(c, r, n) << ": " << why;
     s.rendezvous->barrier();
     test::upload_into(d->x, b.x[r].v, c.a_dtype());
@@ -223,8 +222,7 @@ void run_killed_peer(test::RankSession& s) {
     EXPECT_NE(msg.find("from rank 1"), std::string::npos) << msg;
     EXPECT_NE(msg.find("did not arrive within 3 s"), std::string::npos) << msg;
   }
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 20) << "the timeout took " << secs << " s";
   EXPECT_THROW(pipe.launch(st), RuntimeFailure);
 }

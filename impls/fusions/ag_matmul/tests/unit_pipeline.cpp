@@ -30,7 +30,8 @@ ag_matmul::PipelineOperands ag_bf16(int64_t M) {
 }
 
 TEST(TpPipelineUnsupported, SingleProcessRunNamesTheMultiProcessPath) {
-  const std::string why = ag_matmul::Pipeline::unsupported(nullptr, tp::Transport::kIpc, ag_bf16(128));
+  const std::string why =
+      ag_matmul::Pipeline::unsupported(nullptr, tp::Transport::kIpc, ag_bf16(128));
   EXPECT_NE(why.find("needs a multi-process run"), std::string::npos) << why;
   EXPECT_NE(why.find("single process"), std::string::npos) << why;
   matmul_rs::PipelineOperands rs;

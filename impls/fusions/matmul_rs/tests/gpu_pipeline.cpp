@@ -63,8 +63,7 @@ std::vector<double> reference(const Case& c, const Inputs& in, int r, int n) {
       for (int64_t j = 0; j < c.N; ++j) {
         double acc = 0;
         for (int64_t k = 0; k < c.K; ++k) acc += in.a[q].at(i, k) * in.b[q].at(k, j);
-        if (c.scaled)
-          acc *= in.scale_a[q][c.rowwise ? i : 0] * in.scale_b[q][c.rowwise ? j : 0];
+        if (c.scaled) acc *= in.scale_a[q][c.rowwise ? i : 0] * in.scale_b[q][c.rowwise ? j : 0];
         out[li * c.N + j] += round_to(DType::kBFloat16, acc);
       }
     }
@@ -115,8 +114,7 @@ bool passes(const Case& c, const std::vector<char>& got, const std::vector<doubl
     return bad == 0;
   }
   HostTensor g = make_host_tensor({c.m, c.N}, DType::kBFloat16);
-  for (int64_t i = 0; i < c.m * c.N; ++i)
-    g.data[i] = load_as(DType::kBFloat16, got.data() + 2 * i);
+  for (int64_t i = 0; i < c.m * c.N; ++i) g.data[i] = load_as(DType::kBFloat16, got.data() + 2 * i);
   HostTensor t = make_host_tensor({c.m, c.N}, DType::kFloat64);
   for (int64_t i = 0; i < c.m * c.N; ++i) t.data[i] = ref[i];
   const Float8GemmError f8 = c.scaled ? float8_gemm_error(c.K, false) : Float8GemmError{};
@@ -132,8 +130,8 @@ bool passes(const Case& c, const std::vector<char>& got, const std::vector<doubl
 std::string label(const Case& c, int r, int n) {
   return "rank " + std::to_string(r) + " of " + std::to_string(n) + ", " +
          (c.scaled ? (c.rowwise ? "float8 rowwise" : "float8 tensorwise") : "bf16") +
-         (c.avg ? " avg" : " sum") + (c.values == Values::kExact ? " exact" : " normal") +
-         " m " + std::to_string(c.m) + " K " + std::to_string(c.K) + " N " + std::to_string(c.N);
+         (c.avg ? " avg" : " sum") + (c.values == Values::kExact ? " exact" : " normal") + " m " +
+         std::to_string(c.m) + " K " + std::to_string(c.K) + " N " + std::to_string(c.N);
 }
 
 // One pipeline over inputs of `seed`: three launches (outputs poisoned before each), the first
@@ -185,8 +183,8 @@ void run_stale(test::RankSession& s, PipelineFault fault) {
     pipe.launch(st);
     pipe.synchronize(st);
     std::string why;
-    EXPECT_TRUE(passes(c, test::download_bytes(d->out.get(), d->out.bytes()),
-                       reference(c, a, r, n), why))
+    EXPECT_TRUE(
+        passes(c, test::download_bytes(d->out.get(), d->out.bytes()), reference(c, a, r, n), why))
         << "first launch, " << label(c, r, n) << ": " << why;
     s.rendezvous->barrier();
     test::upload_into(d->a, b.a[r].v, c.a_dtype());
@@ -195,8 +193,8 @@ void run_stale(test::RankSession& s, PipelineFault fault) {
     pipe.launch(st);
     pipe.synchronize(st);
     if (r == 0) {
-      const bool ok = passes(c, test::download_bytes(d->out.get(), d->out.bytes()),
-                             reference(c, b, r, n), why);
+      const bool ok =
+          passes(c, test::download_bytes(d->out.get(), d->out.bytes()), reference(c, b, r, n), why);
       if (fault == PipelineFault::kNone)
         EXPECT_TRUE(ok) << "second launch behind delayed peers, " << label(c, r, n) << ": " << why;
       else
