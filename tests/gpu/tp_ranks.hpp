@@ -40,7 +40,7 @@ inline std::string tp_case() {
 /// with REPLAY_TP_CASE=`case_name`, and waits (at most timeout_s). Their output goes to this
 /// process's stdout/stderr.
 inline dist::LaunchResult run_ranks(const std::string& child_test, const std::string& case_name,
-                                    int world_size, double timeout_s = 90) {
+                                    int world_size, double timeout_s = 60) {
   char exe[4096];
   const ssize_t len = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
   if (len <= 0) throw std::runtime_error("cannot read /proc/self/exe");
