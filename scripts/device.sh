@@ -298,7 +298,7 @@ phase_ncu() {  # REGEX
     timeout 240 ncu --kernel-name "regex:$regex" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section LaunchStats --section WarpStateStats --section SchedulerStats \
-      "$R" run "$f" --variants optimized --modes cold --no-cupti --no-matmul-ceilings \
+      "$R" run "$f" --variants optimized --modes cold --no-cupti --no-matmul-ceilings --reference-budget 0 \
       --min-samples 3 --max-time 0.2 --no-repro --out "$D/run_$(basename "$f" .json)" \
       > "$D/$(basename "$f" .json).txt" 2>&1 || rc=$?
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit|L2 Hit|L1/TEX Hit|Warp Cycles Per Issued|No Eligible" \

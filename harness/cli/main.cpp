@@ -19,6 +19,9 @@
 
 #include "harness/cli/exit_codes.hpp"
 #include "harness/dist/commands.hpp"
+#include "harness/dist/launch_env.hpp"
+#include "harness/dist/rank_results.hpp"
+#include "harness/dist/rank_session.hpp"
 #include "harness/measure/gpu_state.hpp"
 #include "harness/measure/timing.hpp"
 #include "harness/replay/ceilings.hpp"
@@ -292,8 +295,19 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
   }
 }
 
+// One trace's results of every rank (each rank's TraceResult as a results.json of one trace,
+// all-gathered through the rendezvous), merged (harness/dist/rank_results.hpp). Every rank merges,
+// so every rank knows whether the run can go on.
+TraceResult gather_rank_results(dist::RankSession& rank, const TraceResult& mine) {
+  const std::vector<std::string> all = rank.rendezvous().all_gather(dist::trace_blob(mine));
+  std::vector<TraceResult> ranks;
+  for (size_t r = 0; r < all.size(); ++r)
+    ranks.push_back(dist::parse_trace_blob(all[r], static_cast<int>(r)));
+  return dist::merge_rank_results(ranks, rank.context().shared_device);
+}
+
 int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variants_given,
-            const std::string& out_dir, const std::string& command_line) {
+            const std::string& out_dir, const std::string& command_line, double rank_timeout_s) {
   for (const auto& v : opt.variants)
     if (!find_variant(fusion_registry(), v)) {
       std::string known;
@@ -310,6 +324,31 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
     std::fprintf(stderr, "shard %zu/%zu: %zu of %zu traces\n", opt.shard_index, opt.shard_count,
                  files.size(), traces_total);
   }
+  // Under a launcher (torchrun, mpirun, srun, `replay launch`) this process is one rank: it joins
+  // the rendezvous, takes its GPU and the NCCL communicator (harness/dist/rank_session.hpp).
+  std::unique_ptr<dist::RankSession> rank;
+  if (const dist::EnvMap env = dist::process_env(); dist::launched(env)) {
+    dist::LaunchEnv le;
+    try {
+      le = dist::parse_launch_env(env);
+    } catch (const dist::LaunchEnvError& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return kExitBadInput;
+    }
+    try {
+      rank = std::make_unique<dist::RankSession>(le, rank_timeout_s);
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const std::string who = "rank " + std::to_string(le.rank) + ": ";
+      std::cerr << ("error: " + (what.rfind("rank ", 0) == 0 ? what : who + what) + "\n")
+                << std::flush;
+      return kExitRuntime;
+    }
+    opt.graph = false;  // not with NCCL calls of a non-blocking communicator (runner.hpp)
+    if (le.rank > 0 && !opt.repro_dir.empty())  // rank 0 owns OUT; the others' bundles apart
+      opt.repro_dir = (fs::path(out_dir) / ("rank" + std::to_string(le.rank)) / "repro").string();
+  }
+  const bool writes = !rank || rank->context().rank == 0;  // rank 0 writes the reports
   RunResult run;
   run.seed = opt.seed;
   run.environment = {{"git_revision", REPLAY_GIT_REVISION}};
@@ -326,6 +365,27 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
   }
   if (opt.hot) run.run_info["modes"].push_back("hot");
   if (opt.graph) run.run_info["modes"].push_back("graph");
+  if (rank) {
+    const DistContext& d = rank->context();
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& rd : rank->devices())
+      ranks.push_back(
+          {{"rank", rd.rank}, {"host", rd.host}, {"device", rd.device}, {"uuid", rd.uuid}});
+    run.run_info["dist"] = {
+        {"world_size", d.world_size},
+        {"launcher", rank->env().launcher},
+        {"rendezvous", rank->rendezvous().address()},
+        {"timeout_s", d.timeout_s},
+        {"nccl", d.comm ? "communicator of " + std::to_string(d.world_size) + " rank(s)"
+                        : "none: " + d.no_nccl_why},
+        {"ranks", ranks},
+        {"time",
+         "max over ranks of the median, each measurement started "
+         "behind a barrier"}};
+    if (d.shared_device)
+      run.gpu_note = std::string(dist::kSharedDeviceTimingNote) + ". " + d.no_nccl_why +
+                     ": variants that need NCCL did not run; the others ran for correctness.";
+  }
   if (!opt.test_slowdown_us.empty()) {
     run.run_info["test_slowdown_us"] = opt.test_slowdown_us;
     run.gpu_note =
@@ -342,7 +402,7 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
   if (wants_gpu) {
     if (cuda_device_count() > 0) {
       try {
-        gpu = std::make_unique<GpuSession>();
+        gpu = std::make_unique<GpuSession>(rank ? rank->context().device : 0);
         run.environment.update(gpu->environment());
         run.ceilings.copy_gbps = gpu->bandwidth_gbps();
         if (opt.matmul_ceilings) {
@@ -358,7 +418,7 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
           std::fprintf(stderr, "\n");
         }
         run.run_info["l2_flush_bytes"] = gpu->l2().bytes();
-        run.run_info["gpu_state_start"] = gpu_state(0);
+        run.run_info["gpu_state_start"] = gpu_state(rank ? rank->context().device : 0);
         if (run.run_info["gpu_state_start"].contains("driver_version"))
           run.environment["driver_version"] = run.run_info["gpu_state_start"]["driver_version"];
       } catch (const std::exception& e) {
@@ -375,8 +435,9 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
       std::cout << "NOTE: " << run.gpu_note << "\n";
     }
   }
-  fs::create_directories(out_dir);
+  if (writes) fs::create_directories(out_dir);
   auto write_reports = [&] {  // after every trace: a later failure keeps what was measured
+    if (!writes) return;
     write_file(fs::path(out_dir) / "results.json", to_json(run).dump(1));
     write_file(fs::path(out_dir) / "report.md", render_markdown(run));
     write_file(fs::path(out_dir) / "timeline.perfetto.json", perfetto_trace(run).dump());
@@ -393,9 +454,24 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
       if (i > 0) std::fprintf(stderr, ", ~%.0f s left", el / i * (files.size() - i));
       std::fprintf(stderr, ")\n");
     }
-    run.traces.push_back(run_trace(t, opt, gpu.get(), no_gpu_why));
+    TraceResult mine = run_trace(t, opt, gpu.get(), no_gpu_why, rank ? &rank->context() : nullptr);
+    bool stop = false;
+    if (rank) {
+      try {
+        mine = gather_rank_results(*rank, mine);
+      } catch (const std::exception& e) {  // a rank gone: the run cannot go on
+        mine.error_kind = TraceResult::Error::kRuntime;
+        mine.error = "rank " + std::to_string(rank->context().rank) +
+                     ": gathering the ranks' results failed: " + e.what();
+        stop = true;
+      }
+      // A runtime failure on any rank ends the run on every rank (all merged the same): the
+      // ranks cannot stay in lockstep past it.
+      stop = stop || mine.error_kind == TraceResult::Error::kRuntime;
+    }
+    run.traces.push_back(std::move(mine));
     const TraceResult& tr = run.traces.back();
-    print_summary(tr, run.ceilings);
+    if (writes) print_summary(tr, run.ceilings);
     if (gpu && tr.error_kind == TraceResult::Error::kRuntime) {
       // A sticky CUDA error poisons the context for the rest of the process: later traces still
       // run the reference and say why their GPU rows did not run.
@@ -409,13 +485,18 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
     }
     run.run_info["finished_utc"] = utc_now();
     write_reports();
+    if (stop) {
+      std::cerr << ("error: " + tr.error + "; the multi-process run stops here\n") << std::flush;
+      break;
+    }
   }
-  if (gpu) run.run_info["gpu_state_end"] = gpu_state(0);
+  if (gpu) run.run_info["gpu_state_end"] = gpu_state(rank ? rank->context().device : 0);
   write_reports();
-  std::cout << "\nwrote " << (fs::path(out_dir) / "results.json").string() << " and "
-            << (fs::path(out_dir) / "report.md").string() << "\n";
+  if (writes)
+    std::cout << "\nwrote " << (fs::path(out_dir) / "results.json").string() << " and "
+              << (fs::path(out_dir) / "report.md").string() << "\n";
   const int rc = exit_code(run, gpu_failed, no_device && variants_given);
-  if (rc == kExitNumerics) std::cerr << "numerics check FAILED (see report.md)\n";
+  if (rc == kExitNumerics && writes) std::cerr << "numerics check FAILED (see report.md)\n";
   return rc;
 }
 
@@ -550,6 +631,12 @@ int main(int argc, char** argv) {
                   "machine is not replayed (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  double rank_timeout_s = 30;
+  run->add_option("--rank-timeout", rank_timeout_s,
+                  "seconds: under a launcher (torchrun, mpirun, srun, `replay launch`), the limit "
+                  "of every wait on another rank (rendezvous steps, NCCL init, each NCCL call)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 
   auto* launch = app.add_subcommand(
       "launch",
@@ -681,7 +768,7 @@ int main(int argc, char** argv) {
       if (!parse_seed(seed_str, opt.seed)) return kExitBadInput;
       std::string cmd;
       for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
-      return cmd_run(rtraces, opt, given, out_dir, cmd);
+      return cmd_run(rtraces, opt, given, out_dir, cmd, rank_timeout_s);
     }
   } catch (const TraceError& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -34,6 +34,13 @@ long parse_int(const EnvMap& env, const std::string& name, long lo, long hi,
 
 }  // namespace
 
+bool launched(const EnvMap& env) {
+  if (find(env, "RANK") || find(env, "WORLD_SIZE")) return true;
+  for (const char* size : {"OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"})
+    if (const std::string* v = find(env, size); v && *v != "1") return true;
+  return false;
+}
+
 LaunchEnv parse_launch_env(const EnvMap& env) {
   struct Names {
     const char *launcher, *rank, *size, *local;

@@ -38,6 +38,12 @@ struct LaunchEnv {
 /// local rank >= world size, port outside 1..65535), or when no launcher's variables are present.
 LaunchEnv parse_launch_env(const EnvMap& env);
 
+/// Whether `env` says this process is one rank of a multi-process run, so `replay run` joins the
+/// rendezvous: torchrun's (and `replay launch`'s) RANK or WORLD_SIZE is set, or Open MPI's
+/// OMPI_COMM_WORLD_SIZE / Slurm's SLURM_NTASKS is set and not 1 (a single task of mpirun or srun,
+/// e.g. a batch script's plain `replay run`, stays a single process).
+bool launched(const EnvMap& env);
+
 /// The process's environment (`environ`) as an EnvMap.
 EnvMap process_env();
 

@@ -110,7 +110,7 @@ double max_sm_clock_mhz() {
 }
 
 Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush* l2,
-                    const StopRule& rule, int warmup) {
+                    const StopRule& rule, int warmup, const StopAgreement& agree) {
   for (int i = 0; i < warmup; ++i) fn(s);
   REPLAY_CUDA(cudaStreamSynchronize(s));
   constexpr size_t kBatch = 10;
@@ -137,6 +137,7 @@ Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
     }
     t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     t.stop = stop_reason(t.samples_us, t.wall_s, rule);
+    if (agree) t.stop = agree(t.stop);
     if (t.stop != StopReason::kNone) return t;
   }
 }

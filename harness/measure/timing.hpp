@@ -88,25 +88,31 @@ struct Timing {
 };
 using ColdTiming = Timing;
 
+/// The stop decision of several processes timing in lockstep (a multi-process replay, whose every
+/// sample enqueues collectives that all ranks must match): given this process's reason after a
+/// batch, returns the reason all agree on (kNone: take another batch). Empty: decide alone.
+using StopAgreement = std::function<StopReason(StopReason mine)>;
+
 /// Time `fn` (which enqueues work on the stream it is given): `warmup` untimed runs, then batches
 /// of 10 samples (sample_batch with the clock probe; L2 flushed before each when `l2` is
-/// non-null) until `rule` stops the kept samples. Samples whose probe reads below
+/// non-null) until `rule` stops the kept samples (or, with `agree`, until the processes agree to
+/// stop: every process then runs the same number of batches). Samples whose probe reads below
 /// rule.min_clock_ratio x the maximum SM clock (NVML's, else the fastest probe seen) are discarded
 /// and counted, not kept.
 Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush* l2,
-                    const StopRule& rule, int warmup = 3);
+                    const StopRule& rule, int warmup = 3, const StopAgreement& agree = {});
 
 /// Cold timing (nvbench's cold measurement): time_samples with the L2 flushed before each sample.
 inline Timing time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush& l2,
-                        const StopRule& rule, int warmup = 3) {
-  return time_samples(fn, s, &l2, rule, warmup);
+                        const StopRule& rule, int warmup = 3, const StopAgreement& agree = {}) {
+  return time_samples(fn, s, &l2, rule, warmup, agree);
 }
 
 /// Hot timing: time_samples without a flush, replays back to back (what a kernel costs when its
 /// inputs are still in L2 from the previous step, the best case of a training loop).
 inline Timing time_hot(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                       const StopRule& rule, int warmup = 3) {
-  return time_samples(fn, s, nullptr, rule, warmup);
+                       const StopRule& rule, int warmup = 3, const StopAgreement& agree = {}) {
+  return time_samples(fn, s, nullptr, rule, warmup, agree);
 }
 
 /// A replay captured once into an executable CUDA graph (stream capture in global mode on

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "harness/replay/variants.hpp"
+#include "impls/eager/collective.hpp"
 #include "impls/eager/lower.hpp"
 #include "impls/fusions/binding.hpp"
 #include "workloads/ops/op.hpp"
@@ -35,6 +36,7 @@ class GpuProgram::Binder : public BindContext {
     p_.workspaces_.push_back(std::make_shared<DeviceBuffer>(std::max<size_t>(bytes, 16)));
     return p_.workspaces_.back()->get();
   }
+  const DistContext* dist() const override { return p_.dist_; }
 
  private:
   GpuProgram& p_;
@@ -62,8 +64,9 @@ const GpuProgram::Slot& GpuProgram::slot(int value, const std::string& node) con
 }
 
 GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
-                       const std::map<int, HostTensor>& inputs, cudaStream_t stream)
-    : g_(g), plan_(plan), variant_(std::move(variant)) {
+                       const std::map<int, HostTensor>& inputs, cudaStream_t stream,
+                       const DistContext* dist)
+    : g_(g), plan_(plan), variant_(std::move(variant)), dist_(dist) {
   for (int v : g.inputs) {
     const TensorMeta& m = g.meta(v);
     Slot& s = alloc(v, m);
@@ -135,6 +138,10 @@ void GpuProgram::add_view(int ni) {
 void GpuProgram::add_eager_step(int ni) {
   const Node& n = g_.nodes[ni];
   if (op_def(n.op).eager.kernel == EagerLowering::kAlias) return add_view(ni);
+  if (n.op == Op::kWaitTensor && dist_) {  // the collective ran on this stream: nothing to wait
+    slots_[n.outputs.at(0)] = slot(n.operands.at(0).value, n.id);
+    return;
+  }
   std::vector<DeviceTensor> in, outs;
   for (const auto& o : n.operands) {
     if (!o.is_tensor()) {
@@ -148,7 +155,8 @@ void GpuProgram::add_eager_step(int ni) {
     Slot& s = alloc(o, dense_layout(g_.meta(o)));
     outs.push_back(device_tensor(s.ptr(), s.layout));
   }
-  EagerLaunch launch = lower_node(g_, n, in, outs);
+  const bool nccl = dist_ && op_def(n.op).eager.kernel == EagerLowering::kCollective;
+  EagerLaunch launch = nccl ? lower_collective(n, in, outs, *dist_) : lower_node(g_, n, in, outs);
   steps_.push_back({plan_.node_region[ni], [launch](const LaunchContext& c) { launch(c.stream); },
                     n.outputs, n.id});
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/dist_context.hpp"
 #include "impls/cuda/launch_context.hpp"
 #include "workloads/ir/host_tensor.hpp"
 #include "workloads/plan/plan.hpp"
@@ -22,10 +23,16 @@ class GpuProgram {
   /// layouts on `stream` and waits for the uploads, and builds the steps for `variant`: "eager"
   /// runs every op as its own launch; a fusion variant name runs each region through its fusion's
   /// variant of that name, or eagerly when the fusion lacks it or the variant cannot run the region
-  /// (fallback_reason says why). Throws RuntimeFailure on CUDA errors, std::invalid_argument for a
-  /// graph the GPU executors cannot run.
+  /// (fallback_reason says why). `dist`: this rank's multi-process context (one process per
+  /// rank, harness/dist/rank_session.hpp), given to binders (BindContext::dist) and used by the
+  /// eager collectives (NCCL on dist->comm, impls/eager/collective.hpp); it must outlive the
+  /// program. Null: a single process, where a collective passes its operand on (a group of one)
+  /// and one over more ranks is refused. Throws RuntimeFailure on CUDA errors,
+  /// std::invalid_argument for a graph the GPU executors cannot run (an eager collective without a
+  /// communicator included: its message names the node and dist->no_nccl_why).
   GpuProgram(const Graph& g, const Plan& plan, std::string variant,
-             const std::map<int, HostTensor>& inputs, cudaStream_t stream);
+             const std::map<int, HostTensor>& inputs, cudaStream_t stream,
+             const DistContext* dist = nullptr);
   ~GpuProgram();
   GpuProgram(const GpuProgram&) = delete;
   GpuProgram& operator=(const GpuProgram&) = delete;
@@ -82,6 +89,7 @@ class GpuProgram {
   std::vector<Step> steps_;
   std::map<int, std::string> fallback_;
   std::vector<std::shared_ptr<DeviceBuffer>> workspaces_;
+  const DistContext* dist_ = nullptr;
 };
 
 }  // namespace replay

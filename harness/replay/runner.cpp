@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "harness/dist/rank_results.hpp"
 #include "harness/measure/cupti_tracer.hpp"
 #include "harness/measure/timing.hpp"
 #include "harness/replay/gpu_program.hpp"
@@ -67,8 +68,8 @@ std::vector<std::map<int, HostTensor>> run_reference_all_ranks(
 
 }  // namespace
 
-GpuSession::GpuSession() {
-  REPLAY_CUDA(cudaSetDevice(0));
+GpuSession::GpuSession(int device) : device_(device) {
+  REPLAY_CUDA(cudaSetDevice(device));
   REPLAY_CUDA(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
   REPLAY_CUDA(cudaStreamCreateWithFlags(&ctx_.side_stream, cudaStreamNonBlocking));
   l2_ = std::make_unique<L2Flush>();
@@ -97,7 +98,7 @@ double GpuSession::copy_us(double sol_bytes, const StopRule& rule) {
 
 nlohmann::json GpuSession::environment() const {
   cudaDeviceProp p{};
-  REPLAY_CUDA(cudaGetDeviceProperties(&p, 0));
+  REPLAY_CUDA(cudaGetDeviceProperties(&p, device_));
   int driver = 0, runtime = 0;
   REPLAY_CUDA(cudaDriverGetVersion(&driver));
   REPLAY_CUDA(cudaRuntimeGetVersion(&runtime));
@@ -291,8 +292,20 @@ std::string write_failure_repro(const Graph& g, const Plan& plan,
 // attached (trace_kernels detaches it when done).
 void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& ref,
              const std::vector<NumericsBounds>& bounds, const std::vector<VariantInfo>& variants,
-             const RunOptions& opt, GpuSession& gpu, TraceResult& tr) {
-  const LaunchContext& ctx = gpu.launch_context();
+             const RunOptions& opt, GpuSession& gpu, TraceResult& tr, const DistContext* dist) {
+  LaunchContext ctx = gpu.launch_context();
+  StopAgreement agree;  // a multi-process run: every rank takes the same number of samples
+  if (dist) {
+    ctx.rank = dist->rank;
+    ctx.world_size = dist->world_size;
+    ctx.comm = dist->comm;
+    agree = [dist](StopReason mine) {
+      std::vector<StopReason> all;
+      for (const std::string& b : dist->all_gather(std::string(1, static_cast<char>(mine))))
+        all.push_back(b.size() == 1 ? static_cast<StopReason>(b[0]) : StopReason::kNone);
+      return dist::agreed_stop(all);
+    };
+  }
   struct Timed {
     std::unique_ptr<GpuProgram> prog;
     std::vector<std::pair<size_t, std::function<void(cudaStream_t)>>> rows;  // row, replay
@@ -301,7 +314,21 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
   for (const VariantInfo& variant : variants) {
     if (!variant.is_gpu()) continue;
     Timed t;
-    t.prog = std::make_unique<GpuProgram>(g, plan, variant.name, ref, ctx.stream);
+    try {
+      t.prog = std::make_unique<GpuProgram>(g, plan, variant.name, ref, ctx.stream, dist);
+    } catch (const std::invalid_argument& e) {
+      // Ranks sharing a GPU have no NCCL communicator: a variant that runs a collective eagerly
+      // cannot run (every rank decides the same); the others still run.
+      if (!dist || dist->comm) throw;
+      for (RegionResult& rr : tr.regions) {
+        VariantResult v;
+        v.variant = variant;
+        v.skipped = std::string("not run: ") + e.what();
+        rr.variants.push_back(std::move(v));
+      }
+      timed.push_back(std::move(t));  // one per GPU variant (the CUPTI pass below indexes them)
+      continue;
+    }
     const GpuProgram& prog = *t.prog;
     prog.poison_outputs(ctx.stream);
     prog.run_all(ctx);
@@ -340,7 +367,8 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
             prog.run_region(r, c);
           if (slow_us > 0) enqueue_spin(st, slow_us);
         };
-        Timing ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3);
+        if (dist) dist->barrier();  // the ranks start each measurement together
+        Timing ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3, agree);
         if (ct.samples_us.empty())  // a timeout with every sample under the clock floor
           v.skipped = "not timed: all " + std::to_string(ct.discarded_slow_clock) +
                       " samples ran with the SM clock below " +
@@ -370,10 +398,15 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         v.discarded_slow_clock = ct.discarded_slow_clock;
         v.clock_floor_mhz = ct.clock_floor_mhz;
         if (opt.hot) {
-          v.hot_samples_us = time_hot(fn, ctx.stream, opt.rule, 3).samples_us;
+          if (dist) dist->barrier();
+          v.hot_samples_us = time_hot(fn, ctx.stream, opt.rule, 3, agree).samples_us;
           v.hot_stats = summarize(v.hot_samples_us);
         }
-        if (opt.graph) {
+        if (opt.graph && dist) {
+          v.graph_skipped =
+              "CUDA-graph timing of a multi-process replay is not run yet (NCCL calls of a "
+              "non-blocking communicator inside a captured graph)";
+        } else if (opt.graph) {
           std::unique_ptr<CapturedGraph> graph;
           try {
             graph = std::make_unique<CapturedGraph>(fn, ctx.stream);
@@ -406,7 +439,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
 }  // namespace
 
 TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
-                      const std::string& no_gpu_why) {
+                      const std::string& no_gpu_why, const DistContext* dist) {
   TraceResult tr;
   tr.file = path;
   tr.name = path;
@@ -449,6 +482,17 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     }
     for (const auto& d : plan.declined)
       tr.declined.push_back(d.fusion + " at node '" + g.nodes[d.node].id + "': " + d.reason);
+    {  // one process per rank: the run's ranks must be the trace's (before the reference runs)
+      const std::vector<VariantInfo> vs = variants_for(plan, opt);
+      const bool gpu_variants =
+          std::any_of(vs.begin(), vs.end(), [](const VariantInfo& v) { return v.is_gpu(); });
+      const std::string why =
+          dist ? dist::world_size_mismatch(static_cast<int>(g.world_size), dist->world_size, true)
+          : gpu && gpu_variants
+              ? dist::world_size_mismatch(static_cast<int>(g.world_size), 1, false)
+              : "";
+      if (!why.empty()) throw TraceError(g.file, "", why);
+    }
     // A backward trace's saved inputs come from its forward's reference (make_replay_inputs,
     // impls/reference/saved_inputs.hpp; golden traces keep PyTorch's): that reference runs first,
     // while the backward's generated inputs are held, so it adds to the time and, where it is the
@@ -475,6 +519,7 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
       need.elements *= g.world_size;
       need.bytes *= g.world_size;
     }
+    std::string skip_why;  // why this machine cannot afford the reference
     {
       const double gflops = need.gemm_flops > 0 ? reference_gemm_gflops() : 0;
       const double est = need.seconds(gflops);
@@ -489,13 +534,13 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
                       est, need.gemm_flops / 1e9, gflops, need.elements,
                       reference_elements_per_second() / 1e6, reference_threads(),
                       opt.reference_budget_s);
-        return not_replayed(why);
+        skip_why = why;
       }
     }
     const double have = available_host_bytes();
-    if (have > 0 && need.bytes > 0.8 * have) {
+    if (skip_why.empty() && have > 0 && need.bytes > 0.8 * have) {
       const Value& big = big_graph->values[need.largest_value];
-      return not_replayed(
+      skip_why =
           "not replayed: " + path + ": node '" +
           (big.producer >= 0 ? big_graph->nodes[big.producer].id : big.name) +
           "': its float64 reference needs " + gib(need.bytes) + " of host memory (largest value " +
@@ -503,13 +548,27 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
           (big_graph != &g ? " of forward trace " + big_graph->name + ", run for the saved inputs"
                            : "") +
           "), more than 80% of the " + gib(have) +
-          " this machine has available (memory or container limit); run it on a larger machine");
+          " this machine has available (memory or container limit); run it on a larger machine";
     }
+    if (dist) {  // the ranks decide together (their estimates may differ): any rank's reason, all
+      std::string first;
+      for (const std::string& w : dist->all_gather(skip_why))
+        if (first.empty() && !w.empty()) first = w;
+      skip_why = first;
+    }
+    if (!skip_why.empty()) return not_replayed(skip_why);
     const auto ref_start = std::chrono::steady_clock::now();
     if (g.world_size > 1) {
       ref_ranks = run_reference_all_ranks(g, forwards, opt.seed, tr);
       tr.reference_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - ref_start).count();
+      if (dist) {  // this rank replays its own inputs and checks its own outputs
+        ref = std::move(ref_ranks.at(static_cast<size_t>(dist->rank)));
+        ref_ranks.clear();
+        tr.input_source +=
+            "; one process per rank, each replaying its own inputs and checking "
+            "its own outputs";
+      }
     }
     ReplayInputs inputs;  // world_size 1 (world_size > 1: each rank's, above)
     if (g.world_size == 1) {
@@ -588,10 +647,11 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
 
   tr.regions = result_rows(g, plan);
   std::string no_gpu;
-  if (g.world_size > 1)  // first: a device would not help
+  if (g.world_size > 1 && !dist)  // here only without a device (run_trace's doc comment)
     no_gpu = "the trace is one rank of a world_size " + std::to_string(g.world_size) +
-             " program: the reference simulated every rank on the CPU; GPU replay of world_size "
-             "> 1 needs the multi-process path (one process per GPU, NCCL), not built yet";
+             " program: the reference simulated every rank on the CPU; GPU replay runs one "
+             "process per rank (torchrun / mpirun / srun / `replay launch --nproc " +
+             std::to_string(g.world_size) + "`), each with a CUDA device (" + no_gpu_why + ")";
   else if (!gpu)
     no_gpu = no_gpu_why;
   const std::vector<VariantInfo> variants = variants_for(plan, opt);
@@ -606,8 +666,11 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
   }
   if (!no_gpu.empty()) return tr;
   try {
+    // Every rank has its reference: the GPU phase (NCCL calls, watched from their enqueue) starts
+    // together.
+    if (dist) dist->barrier();
     for (auto& row : tr.regions) row.copy_us = gpu->copy_us(row.cost.bytes, opt.rule);
-    run_gpu(g, plan, ref, bounds, variants, opt, *gpu, tr);
+    run_gpu(g, plan, ref, bounds, variants, opt, *gpu, tr, dist);
   } catch (const TraceError& e) {
     return fail(TraceResult::Error::kBadInput, e.what());
   } catch (const std::invalid_argument& e) {  // a graph the GPU executors cannot lay out

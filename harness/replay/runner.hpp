@@ -9,6 +9,7 @@
 
 #include "harness/measure/stats.hpp"
 #include "harness/report/results.hpp"
+#include "impls/cuda/dist_context.hpp"
 #include "impls/cuda/launch_context.hpp"
 
 namespace replay {
@@ -44,11 +45,12 @@ struct RunOptions {
 
 class L2Flush;
 
-/// GPU state shared by all traces of a run: device 0, a main and a side stream (non-blocking),
-/// the L2 flush buffer, the measured copy bandwidth. Construct only when a CUDA device is present.
+/// GPU state shared by all traces of a run: its device (0, or a rank's in a multi-process run), a
+/// main and a side stream (non-blocking), the L2 flush buffer, the measured copy bandwidth.
+/// Construct only when a CUDA device is present.
 class GpuSession {
  public:
-  GpuSession();
+  explicit GpuSession(int device = 0);
   ~GpuSession();
   GpuSession(const GpuSession&) = delete;
   GpuSession& operator=(const GpuSession&) = delete;
@@ -67,6 +69,7 @@ class GpuSession {
 
  private:
   LaunchContext ctx_;
+  int device_ = 0;
   std::unique_ptr<L2Flush> l2_;
   double bandwidth_gbps_ = 0;
   std::map<size_t, double> copy_cache_;
@@ -83,8 +86,19 @@ std::vector<RegionResult> result_rows(const Graph& g, const Plan& plan);
 /// the available host memory, or out of memory while it runs) is no error: TraceResult::
 /// not_replayed says why, naming the file and node. `gpu` is null on a
 /// machine without a usable CUDA device: GPU variants are then marked skipped with `no_gpu_why`.
+///
+/// `dist`: this process is rank dist->rank of a multi-process run (harness/dist/rank_session.hpp;
+/// every rank calls run_trace on the same traces in the same order). The trace's world_size must
+/// be the run's (else bad input); the reference simulates every rank and this rank replays its own
+/// inputs (rank_seed) and checks its own outputs; eager collectives run through NCCL
+/// (dist->comm), and without a communicator (ranks sharing a GPU) the variants that need one are
+/// skipped with dist->no_nccl_why while the others run; every timing starts behind a barrier and
+/// the ranks agree on its number of samples (CUDA-graph timing is not run). Null: a single
+/// process; a trace of world_size > 1 then runs the reference only, and with a GPU it is bad
+/// input saying to start one process per rank (torchrun / mpirun / srun / `replay launch`).
 TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession* gpu,
-                      const std::string& no_gpu_why = "no CUDA device (GPU replay needs one)");
+                      const std::string& no_gpu_why = "no CUDA device (GPU replay needs one)",
+                      const DistContext* dist = nullptr);
 
 /// What the float64 reference of `g` costs. Host bytes at its peak, estimated high: every value
 /// as doubles, each input's generated storage and the executor's copy of it, and twice the largest

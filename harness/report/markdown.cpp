@@ -23,6 +23,7 @@ std::string sci(double v) {
 // "not compared" (never PASS) when nothing was checked.
 std::string numerics_cell(const VariantResult& v) {
   std::string prefix = v.skipped.empty() ? "" : "skipped: " + v.skipped + "; ";
+  if (!v.timing_note.empty()) prefix += "timing: " + v.timing_note + "; ";
   if (v.numerics.empty()) return prefix + "not compared";
   for (const auto& n : v.numerics)
     if (!n.pass())

@@ -120,6 +120,7 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
   if (v.variant.kind == VariantInfo::kFusion) j["role"] = role_name(v.variant.role);
   if (v.variant.kind == VariantInfo::kPeer) j["kind"] = "peer";
   if (!v.skipped.empty()) j["skipped"] = v.skipped;
+  if (!v.timing_note.empty()) j["timing_note"] = v.timing_note;
   if (v.timed()) {
     j["samples_us"] = v.samples_us;
     j["stats"] = to_json(v.stats);

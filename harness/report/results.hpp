@@ -50,7 +50,11 @@ struct SolTerms {
 /// One variant (reference, eager, or a fusion variant) of one region or of the whole trace.
 struct VariantResult {
   VariantInfo variant;
-  std::string skipped;             ///< non-empty: why it did not run (e.g. no CUDA device)
+  std::string skipped;  ///< non-empty: why it did not run (e.g. no CUDA device)
+  /// What the timing means where it is not one process's own measurement: a multi-process run's
+  /// "max over 2 ranks of the median (slowest: rank 1)", or "ranks share one GPU: timings mean
+  /// nothing (correctness only)"; empty otherwise.
+  std::string timing_note;
   std::vector<double> samples_us;  ///< GPU time per sample (CUDA events), µs
   SampleStats stats;
   SampleStats host_stats;  ///< host time to enqueue one replay (launch overhead), µs

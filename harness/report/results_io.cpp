@@ -209,6 +209,7 @@ VariantResult read_variant(const JNode& v) {
   VariantResult r;
   r.variant = read_variant_info(v);
   r.skipped = v.str_or("skipped", "");
+  r.timing_note = v.str_or("timing_note", "");
   if (v.has("samples_us")) {
     r.samples_us = v.at("samples_us").nums();
     r.stats = read_stats(v.at("stats"));

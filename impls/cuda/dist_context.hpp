@@ -31,6 +31,11 @@ struct DistContext {
   std::function<std::vector<std::string>(const std::string&)> all_gather;
   /// Collective: returns once every rank has entered. Throws like all_gather.
   std::function<void()> barrier;
+  /// Called after every NCCL call this rank enqueues on `stream` (impls/eager/collective.hpp
+  /// nccl_check): the owner of `comm` watches its completion, and when it has not completed within
+  /// timeout_s (a peer rank hung or died), aborts the communicator and ends the process with an
+  /// error naming this rank and `what` ("ncclAllGather of node 'ag'"). Empty: not watched (tests).
+  std::function<void(cudaStream_t stream, const std::string& what)> watch;
 };
 
 }  // namespace replay

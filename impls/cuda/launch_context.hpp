@@ -16,7 +16,7 @@ struct LaunchContext {
   cudaStream_t side_stream = nullptr;
   int rank = 0;
   int world_size = 1;
-  ncclComm_t comm = nullptr;  ///< set when world_size > 1
+  ncclComm_t comm = nullptr;  ///< a multi-process run's communicator (DistContext::comm), or null
 };
 
 }  // namespace replay

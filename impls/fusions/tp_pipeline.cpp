@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/eager/collective.hpp"
 #include "impls/eager/gemm.hpp"
 
 namespace replay::tp {
@@ -120,16 +121,14 @@ std::string dist_unsupported(const DistContext* dist, int64_t world_size, Transp
   return "";
 }
 
-void nccl_send_recv(ncclComm_t comm, cudaStream_t s, const void* send, size_t send_bytes, int to,
-                    void* recv, size_t recv_bytes, int from) {
-  auto check = [](ncclResult_t r, const char* call) {
-    if (r != ncclSuccess)
-      throw RuntimeFailure(std::string(call) + " failed: " + ncclGetErrorString(r));
-  };
-  check(ncclGroupStart(), "ncclGroupStart");
-  if (to >= 0) check(ncclSend(send, send_bytes, ncclUint8, to, comm, s), "ncclSend");
-  if (from >= 0) check(ncclRecv(recv, recv_bytes, ncclUint8, from, comm, s), "ncclRecv");
-  check(ncclGroupEnd(), "ncclGroupEnd");
+void nccl_send_recv(const DistContext& d, cudaStream_t s, const void* send, size_t send_bytes,
+                    int to, void* recv, size_t recv_bytes, int from, const std::string& what) {
+  ncclResult_t first = ncclGroupStart();
+  if (first == ncclSuccess && to >= 0) first = ncclSend(send, send_bytes, ncclUint8, to, d.comm, s);
+  if (first == ncclSuccess && from >= 0)
+    first = ncclRecv(recv, recv_bytes, ncclUint8, from, d.comm, s);
+  const ncclResult_t end = ncclGroupEnd();
+  nccl_check(d, first != ncclSuccess ? first : end, s, what);
 }
 
 Event::Event() {

@@ -49,11 +49,12 @@ EagerLaunch prepare_chunk_gemm(const std::string& name, const ChunkGemm& g, cons
 /// kNccl (ranks sharing a GPU: DistContext::no_nccl_why).
 std::string dist_unsupported(const DistContext* dist, int64_t world_size, Transport transport);
 
-/// NCCL, on `s`, as one group: send `send_bytes` bytes at `send` to rank `to` and receive
-/// `recv_bytes` at `recv` from rank `from` (either skipped when its peer is < 0). Throws
-/// RuntimeFailure naming the NCCL error.
-void nccl_send_recv(ncclComm_t comm, cudaStream_t s, const void* send, size_t send_bytes, int to,
-                    void* recv, size_t recv_bytes, int from);
+/// NCCL, on `s`, as one group on d.comm: send `send_bytes` bytes at `send` to rank `to` and
+/// receive `recv_bytes` at `recv` from rank `from` (either skipped when its peer is < 0); checked
+/// and handed to d.watch by nccl_check (impls/eager/collective.hpp) as `what`. Throws
+/// RuntimeFailure naming the rank, `what` and the NCCL error.
+void nccl_send_recv(const DistContext& d, cudaStream_t s, const void* send, size_t send_bytes,
+                    int to, void* recv, size_t recv_bytes, int from, const std::string& what);
 
 /// The values of a region's GEMM (mm or _scaled_mm node `mm`): b [K, N], the scales (or -1), the
 /// output value (its dtype is the GEMM's), the sizes.

@@ -677,6 +677,60 @@ TEST(EagerPointwiseLarge, SixtyFourBitOffsets) {
   EXPECT_EQ(d.vals, v);
 }
 
+// Same-dtype copies that transpose take the tiled kernel (transpose_copy in kernels.cu): every
+// element width, partial tiles, a batch dim, padded source rows; bit-exact against the source's
+// elements and against the pointwise kernel's copy of the same tensor, nothing written outside
+// the output's elements. The check has teeth: the source read without its transpose differs.
+TEST(EagerTransposeCopy, BitExactOnEveryWidthAndLayout) {
+  REQUIRE_GPU();
+  struct Case {
+    DType dt;
+    std::vector<int64_t> shape;
+    Lay src;
+  };
+  const std::vector<Case> cases = {
+      {DType::kFloat8E4M3, {4096, 4096}, Lay::kTransposed},  // a float8 weight's .t().contiguous()
+      {DType::kFloat8E5M2, {33, 70}, Lay::kTransposed},
+      {DType::kBFloat16, {65, 31}, Lay::kTransposed},
+      {DType::kBFloat16, {3, 40, 65}, Lay::kTransposed},     // a batch dim between the two
+      {DType::kFloat32, {1, 37, 1, 129}, Lay::kTransposed},  // size-1 dims dropped
+      {DType::kInt64, {70, 33}, Lay::kTransposed},
+  };
+  std::mt19937 rng(7);
+  for (const Case& c : cases) {
+    const int64_t n = numel_of(c.shape);
+    std::vector<double> v(n);
+    std::uniform_real_distribution<double> u(-3, 3);
+    for (auto& x : v) x = c.dt == DType::kInt64 ? std::round(u(rng) * 1000) : u(rng);
+    DevTensor in = upload(c.dt, make_layout(c.shape, c.src), v);
+    const Downloaded want = download(in);
+    DevTensor fast = make_output(c.dt, make_layout(c.shape, Lay::kContig));
+    launch_copy(fast.view(), in.view(), nullptr);
+    REPLAY_CUDA(cudaGetLastError());
+    DevTensor generic = make_output(c.dt, make_layout(c.shape, Lay::kContig));
+    const PwOperand op{in.view(), true, 0};
+    launch_pointwise(PointwiseFn::kCopy, generic.view(), {op}, 1,
+                     c.dt == DType::kInt64 ? DType::kInt64 : DType::kFloat32, nullptr);
+    const Downloaded got = download(fast), gen = download(generic);
+    std::ostringstream what;
+    what << dtype_name(c.dt) << " [";
+    for (int64_t d : c.shape) what << d << ",";
+    what << "]";
+    EXPECT_EQ(got.bits, want.bits) << what.str();
+    EXPECT_EQ(got.bits, gen.bits) << what.str() << ": differs from the pointwise copy";
+    EXPECT_TRUE(got.padding_untouched) << what.str();
+    // Teeth: the same storage read as if it were row-major is another tensor.
+    if (c.shape.size() >= 2 && c.shape[0] > 1) {
+      DevTensor wrong = make_output(c.dt, make_layout(c.shape, Lay::kContig));
+      DeviceTensor as_rows = in.view();
+      const Layout rows = make_layout(c.shape, Lay::kContig);
+      for (int d = 0; d < as_rows.ndim; ++d) as_rows.stride[d] = rows.stride[d];
+      launch_copy(wrong.view(), as_rows, nullptr);
+      EXPECT_NE(download(wrong).bits, want.bits) << what.str();
+    }
+  }
+}
+
 TEST(EagerPointwiseErrors, NoIntegerFormThrows) {
   REQUIRE_GPU();
   DevTensor out = make_output(DType::kInt64, make_layout({4}, Lay::kContig));

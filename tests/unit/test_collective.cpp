@@ -316,7 +316,7 @@ TEST(TpTraces, LoadPlanAndMatchADirectComputation) {
 }
 
 // `replay run` without a device: the reference simulates every rank, and every GPU row says
-// that world_size > 1 needs the multi-process path.
+// that GPU replay of world_size > 1 runs one process per rank, and how to start them.
 TEST(TpTraces, RunSaysGpuReplayNeedsTheMultiProcessPath) {
   for (const auto& path : tp_traces()) {
     SCOPED_TRACE(path);
@@ -332,7 +332,8 @@ TEST(TpTraces, RunSaysGpuReplayNeedsTheMultiProcessPath) {
       for (const auto& v : row.variants) {
         if (!v.variant.is_gpu()) continue;
         gpu_rows = true;
-        EXPECT_TRUE(has(v.skipped, "needs the multi-process path")) << v.skipped;
+        EXPECT_TRUE(has(v.skipped, "one process per rank")) << v.skipped;
+        EXPECT_TRUE(has(v.skipped, "replay launch --nproc")) << v.skipped;
       }
     EXPECT_TRUE(gpu_rows);
   }

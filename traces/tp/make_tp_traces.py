@@ -6,7 +6,9 @@ parallelism with PyTorch's functional collectives (traces/SCHEMA.md, "Collective
   colwise: all_gather_into_tensor (dim 0) -> wait_tensor -> [view] -> mm -> [view]
   rowwise: [view] -> mm -> [view] -> reduce_scatter_tensor (sum, dim 0) -> wait_tensor
 bfloat16, small shapes; the weight is column-major (w.t() of nn.Linear's [out, in]).
-Run: python3 traces/tp/make_tp_traces.py (rewrites the .json files beside it).
+World size 1 (a group of one rank: the multi-process path with an NCCL communicator of one rank,
+`replay launch --nproc 1 -- run traces/tp/ws1/...`) goes to ws1/.
+Run: python3 traces/tp/make_tp_traces.py (rewrites the .json files beside it and in ws1/).
 """
 import json
 import os
@@ -75,7 +77,10 @@ class Trace:
     def write(self, out):
         self.t["outputs"] = [out]
         self.t["output_roles"] = {out: "output"}
-        with open(os.path.join(HERE, self.t["name"] + ".json"), "w") as f:
+        # world size 1 beside the others, in ws1/ (`replay run traces/tp` takes the per-rank ones)
+        folder = os.path.join(HERE, "ws1") if self.ws == 1 else HERE
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, self.t["name"] + ".json"), "w") as f:
             json.dump(self.t, f, indent=1)
             f.write("\n")
 
@@ -137,6 +142,10 @@ def rowwise_3d(ws, b, s, k, n):
 
 
 if __name__ == "__main__":
+    # world size 1: a group of one rank, for the multi-process path on one GPU (an NCCL
+    # communicator of one rank: `replay launch --nproc 1 -- run ...`)
+    colwise(1, 16, 32, 24)
+    rowwise(1, 16, 32, 24)
     colwise(2, 16, 32, 24)
     colwise(4, 16, 32, 24)
     rowwise(2, 16, 32, 24)

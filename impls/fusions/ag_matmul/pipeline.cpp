@@ -27,7 +27,7 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
     ex_ = std::make_unique<ipc::PeerExchange>(dist, n_ * chunk_bytes_, "ag_matmul", fault);
     gathered = static_cast<char*>(ex_->data(rank_));
   } else {
-    comm_ = dist.comm;
+    dist_ = dist;
     gathered_ = DeviceBuffer(n_ * chunk_bytes_);
     gathered = static_cast<char*>(gathered_.get());
     REPLAY_CUDA(cudaStreamCreateWithFlags(&nccl_stream_, cudaStreamNonBlocking));
@@ -83,8 +83,8 @@ void Pipeline::launch(cudaStream_t stream) {
         REPLAY_CUDA(cudaMemcpyAsync(dst, chunk_src(p), chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
       ex_->signal_done(cs, p);
     } else {
-      tp::nccl_send_recv(comm_, cs, op_.x, chunk_bytes_, (rank_ - s + n_) % n_, dst, chunk_bytes_,
-                         p);
+      tp::nccl_send_recv(dist_, cs, op_.x, chunk_bytes_, (rank_ - s + n_) % n_, dst, chunk_bytes_,
+                         p, "ag_matmul nccl_chunked step " + std::to_string(s));
     }
     arrived_[p].join(cs, stream);
     gemm_[p](stream);

@@ -6,8 +6,8 @@ namespace {
 
 constexpr VariantSpec kVariants[] = {
     {"baseline", Role::kBaseline,
-     "NCCL all-gather of the shards, then one GEMM on the gathered activation (vanilla tensor "
-     "parallelism; not built yet: needs the multi-process NCCL path)"},
+     "NCCL all-gather of the shards into a workspace, then one cuBLASLt GEMM on the gathered "
+     "activation (vanilla tensor parallelism; needs one process per GPU with a communicator)"},
     {"optimized", Role::kOptimized,
      "chunked pipeline, one chunk per rank's shard: peer copies on the copy engines through CUDA "
      "IPC, a signal per chunk (stream memory operations, epochs, a watchdog timeout), per-chunk "

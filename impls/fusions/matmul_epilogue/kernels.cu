@@ -46,19 +46,49 @@ __device__ __forceinline__ float round_to(DType t, float v) {
   }
 }
 
-__device__ __forceinline__ float act_f(Act a, float x) {
+// An activation and its derivative at x in float32, from shared intermediates (one exp for SiLU
+// and SiLU', one tanh for GELU tanh and its derivative, one erf for GELU erf's). Every step is an
+// explicitly rounded intrinsic (__fmul_rn, __fadd_rn, __fmaf_rn: never contracted or reordered by
+// the compiler), so a kernel that uses only `act` (the forward epilogue, the baseline's act(gate)
+// step), only `grad` (the baseline's act'(x) step) or both (the fused backward) computes the same
+// bits for each. `grad` is what the backward graph computes (Inductor's decompositions of
+// gelu_backward and silu_backward) in one expression:
+//   GELU erf:  c = 0.5 (1 + erf(x / sqrt 2));  act = x c;  grad = c + x exp(-x^2 / 2) / sqrt(2 pi)
+//   GELU tanh: t = tanh(k (x + 0.044715 x^3)), k = sqrt(2 / pi);  h = 0.5 (1 + t);  act = x h;
+//              grad = h + 0.5 x (1 - t^2) k (1 + 0.134145 x^2)
+//   SiLU:      s = 1 / (1 + exp(-x)) (__frcp_rn: the correctly rounded reciprocal, as 1.0f / d);
+//              act = x s;  grad = s (1 + x (1 - s))
+struct ActEval {
+  float act, grad;
+};
+
+__device__ __forceinline__ ActEval act_eval(Act a, float x) {
   switch (a) {
-    case Act::kGeluErf:
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case Act::kGeluTanh: {
-      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(inner));
+    case Act::kGeluErf: {
+      const float c = __fmul_rn(0.5f, __fadd_rn(1.0f, erff(__fmul_rn(x, 0.70710678118654752f))));
+      const float pdf = __fmul_rn(expf(__fmul_rn(__fmul_rn(-0.5f, x), x)), 0.39894228040143268f);
+      return {__fmul_rn(x, c), __fmaf_rn(x, pdf, c)};
     }
-    case Act::kSilu:
-      return x / (1.0f + expf(-x));
+    case Act::kGeluTanh: {
+      const float k = 0.79788456080286536f;
+      const float x2 = __fmul_rn(x, x);
+      const float t = tanhf(__fmul_rn(k, __fmaf_rn(__fmul_rn(0.044715f, x2), x, x)));
+      const float h = __fmul_rn(0.5f, __fadd_rn(1.0f, t));
+      const float slope = __fmul_rn(k, __fmaf_rn(0.134145f, x2, 1.0f));
+      return {__fmul_rn(x, h),
+              __fmaf_rn(__fmul_rn(__fmul_rn(0.5f, x), __fmaf_rn(-t, t, 1.0f)), slope, h)};
+    }
+    case Act::kSilu: {
+      const float s = __frcp_rn(__fadd_rn(1.0f, expf(-x)));
+      return {__fmul_rn(x, s), __fmul_rn(s, __fmaf_rn(x, __fsub_rn(1.0f, s), 1.0f))};
+    }
     default:
-      return x;
+      return {x, 1.0f};
   }
+}
+
+__device__ __forceinline__ float act_f(Act a, float x) {
+  return act_eval(a, x).act;
 }
 
 // The element chain of kernels.hpp for one value v at column n, shared by both kernels.
@@ -74,17 +104,38 @@ struct Chain {
 
 constexpr int kV = 8;  // elements per vector
 
-// 8 consecutive elements of a float32/bfloat16/float16 matrix at element offset `i` (a multiple of
-// 8; the base 16-byte aligned), widened to float exactly as load_elem does.
-__device__ __forceinline__ void load8(const void* base, int64_t i, DType t, float (&v)[kV]) {
+// 8 consecutive elements of a float32/bfloat16/float16 matrix as loaded: one 16-byte word
+// (16-bit dtypes; w[1] unused) or two (float32). Loading and widening are separate steps so that a
+// kernel can have the next row's loads in flight while it computes this one's.
+struct Raw8 {
+  uint4 w[2];
+};
+
+// The 8 elements at element offset `i` (a multiple of 8; the base 16-byte aligned).
+__device__ __forceinline__ Raw8 load_raw8(const void* base, int64_t i, DType t) {
+  Raw8 r;
   if (t == DType::kFloat32) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-    const float4 x = p[0], y = p[1];
-    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(base) + i);
+    r.w[0] = p[0];
+    r.w[1] = p[1];
+  } else {
+    r.w[0] = *reinterpret_cast<const uint4*>(static_cast<const char*>(base) + i * 2);
+    r.w[1] = make_uint4(0, 0, 0, 0);
+  }
+  return r;
+}
+
+// Raw8 widened to float exactly as load_elem does.
+__device__ __forceinline__ void unpack8(const Raw8& r, DType t, float (&v)[kV]) {
+  if (t == DType::kFloat32) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      v[4 * h] = __uint_as_float(r.w[h].x), v[4 * h + 1] = __uint_as_float(r.w[h].y);
+      v[4 * h + 2] = __uint_as_float(r.w[h].z), v[4 * h + 3] = __uint_as_float(r.w[h].w);
+    }
     return;
   }
-  const uint4 r = *reinterpret_cast<const uint4*>(static_cast<const char*>(base) + i * 2);
-  const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+  const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const auto lo = static_cast<unsigned short>(w[k] & 0xffffu);
@@ -97,6 +148,24 @@ __device__ __forceinline__ void load8(const void* base, int64_t i, DType t, floa
       v[2 * k + 1] = __half2float(__ushort_as_half(hi));
     }
   }
+}
+
+// Element k (0..7, a constant after unrolling) of a Raw8, widened as unpack8 does.
+__device__ __forceinline__ float elem8(const Raw8& r, DType t, int k) {
+  if (t == DType::kFloat32) {
+    const uint4& w = r.w[k / 4];
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    return __uint_as_float(u[k % 4]);
+  }
+  const uint32_t u[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+  const auto h = static_cast<unsigned short>(k % 2 ? u[k / 2] >> 16 : u[k / 2] & 0xffffu);
+  return t == DType::kBFloat16 ? __bfloat162float(__ushort_as_bfloat16(h))
+                               : __half2float(__ushort_as_half(h));
+}
+
+// 8 consecutive elements at element offset `i`, widened to float.
+__device__ __forceinline__ void load8(const void* base, int64_t i, DType t, float (&v)[kV]) {
+  unpack8(load_raw8(base, i, t), t, v);
 }
 
 // Rounds 8 floats to t (nearest even, as store_elem) and stores them at element offset `i`.
@@ -177,33 +246,14 @@ __global__ void epilogue_kernel(EpilogueArgs a) {
   }
 }
 
-// act'(x) in float32: the derivative the backward graph computes (Inductor's decompositions of
-// gelu_backward and silu_backward), in one expression.
-__device__ __forceinline__ float act_grad_f(Act a, float x) {
-  switch (a) {
-    case Act::kGeluErf: {
-      const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-      const float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;
-      return cdf + x * pdf;
-    }
-    case Act::kGeluTanh: {
-      const float k = 0.79788456080286536f;
-      const float t = tanhf(k * (x + 0.044715f * x * x * x));
-      return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * (k * (1.0f + 0.134145f * x * x));
-    }
-    case Act::kSilu: {
-      const float s = 1.0f / (1.0f + expf(-x));
-      return s * (1.0f + x * (1.0f - s));
-    }
-    default:
-      return 1.0f;
-  }
-}
-
 // The backward kernels' tiling: a block is 32 column vectors (8 columns each, 256 columns) by 8
 // row lanes; it walks rows [y * rows, (y + 1) * rows) of its columns, each thread every 8th row, so
 // a thread's column sums take its rows in order and the 8 lanes are added in order after.
-constexpr int kColVecs = 32, kRowLanes = 8;
+constexpr int kColVecs = 32, kRowLanes = 8, kBwdThreads = kColVecs * kRowLanes;
+// Resident blocks per SM the backward kernels are compiled for (__launch_bounds__: at most 64
+// registers a thread; 8 KB of shared memory a block) and their grid is sized to: one wave of
+// blocks that each stream their rows to the end, with no second, partly filled wave.
+constexpr int kBwdBlocksPerSm = 4;
 
 struct Tile {
   int64_t n = 0;  // first column of this thread's vector (N: none)
@@ -240,55 +290,98 @@ __device__ __forceinline__ void block_column_partials(const float (&sum)[kV], in
   }
 }
 
-// The backward epilogue. A and the dtypes are template parameters where the dispatcher knows
-// them (kAct != kDynamic: that activation; kBf16: every operand bfloat16), so the per-element
-// switches of act_f / act_grad_f / load8 / store8 fold away; the generic instance reads them from
-// `a`. Every instance computes the same float32 steps in the same order: the same bits.
+// The backward epilogue. The activation, gating and dtypes are template parameters where the
+// dispatcher knows them (kAct, kGated != kDynamic; kBf16: g present, every operand bfloat16 and,
+// gated, act(gate) (unless read as saved) and g * up rounded to bfloat16, as the Llama / Gemma /
+// Phi-3 graphs round them), so the per-element switches of act_eval / elem8 / store8 / round_to
+// fold away; the generic instance reads them from `a`. In the bfloat16 instances a thread takes
+// kRows of its rows per step and has the next step's loads in flight while it computes this step
+// (rows past its last are clamped to a valid row: loaded, unused); the generic instance takes one
+// row at a time. Every instance computes the same float32 steps (act_eval's, every product
+// __fmul_rn) in the same order, as the baseline's per-step kernels: the same bits.
 constexpr int kDynamic = -1;
 
-template <int kAct, bool kBf16>
-__global__ void backward_kernel(BackwardArgs a) {
+template <int kAct, bool kBf16, int kGated, int kRows>
+__global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm) backward_kernel(BackwardArgs a) {
   const Act act = kAct == kDynamic ? a.act : static_cast<Act>(kAct);
+  const bool gated = kGated == kDynamic ? a.gated : kGated != 0;
   auto dt = [](DType t) { return kBf16 ? DType::kBFloat16 : t; };
+  const bool has_g = kBf16 || a.g.ptr;  // the bfloat16 instances always read g
+  // The gated instances compute no bias gradient (launch_backward sends a gated epilogue with one
+  // to the generic instance), so their loop keeps no column sums.
+  const bool dbias = a.dbias && kGated != 1;
   const Tile t = tile(a.M, a.N);
   float sum[kV] = {};
-  if (t.n < a.N) {
-    for (int64_t m = t.m0; m < t.m1; m += kRowLanes) {
-      float gv[kV], xv[kV], dx[kV];
-      if (a.g.ptr) {
-        load8(a.g.ptr, m * a.g.ld + t.n, dt(a.g.dtype), gv);
-      } else {
+  struct In {  // one row's operands as loaded
+    Raw8 g, x, up, act;
+  };
+  auto fetch = [&](int64_t m, In& in) {
+    if (has_g) in.g = load_raw8(a.g.ptr, m * a.g.ld + t.n, dt(a.g.dtype));
+    in.x = load_raw8(a.x.ptr, m * a.x.ld + t.n, dt(a.x.dtype));
+    if (gated) {
+      in.up = load_raw8(a.up.ptr, m * a.up.ld + t.n, dt(a.up.dtype));
+      if (a.act_in.ptr) in.act = load_raw8(a.act_in.ptr, m * a.act_in.ld + t.n, dt(a.act_in.dtype));
+    }
+  };
+  // The elements are widened one at a time from the loaded words (not all 8 of every operand at
+  // once), which keeps two rows of loaded words within the register budget.
+  auto step = [&](int64_t m, const In& in) {
+    float dx[kV];
+    if (gated) {
+      float du[kV];
 #pragma unroll
-        for (int k = 0; k < kV; ++k) gv[k] = 1.0f;
+      for (int k = 0; k < kV; ++k) {
+        const float gv = has_g ? elem8(in.g, dt(a.g.dtype), k) : 1.0f;
+        const float xv = elem8(in.x, dt(a.x.dtype), k);
+        const ActEval e = act_eval(act, xv);
+        const float at =
+            a.act_in.ptr ? elem8(in.act, dt(a.act_in.dtype), k) : round_to(dt(a.act_round), e.act);
+        du[k] = __fmul_rn(gv, at);
+        const float h = round_to(dt(a.h_round), __fmul_rn(gv, elem8(in.up, dt(a.up.dtype), k)));
+        dx[k] = __fmul_rn(h, e.grad);
       }
-      load8(a.x.ptr, m * a.x.ld + t.n, dt(a.x.dtype), xv);
-      if (a.gated) {
-        float uv[kV], du[kV], av[kV];
-        load8(a.up.ptr, m * a.up.ld + t.n, dt(a.up.dtype), uv);
-        if (a.act_in.ptr) load8(a.act_in.ptr, m * a.act_in.ld + t.n, dt(a.act_in.dtype), av);
+      store8(a.dup.ptr, m * a.dup.ld + t.n, dt(a.dup.dtype), du);
+    } else {
 #pragma unroll
-        for (int k = 0; k < kV; ++k) {
-          const float at = a.act_in.ptr ? av[k] : round_to(a.act_round, act_f(act, xv[k]));
-          du[k] = gv[k] * at;
-          const float h = round_to(a.h_round, gv[k] * uv[k]);
-          dx[k] = h * act_grad_f(act, xv[k]);
-        }
-        store8(a.dup.ptr, m * a.dup.ld + t.n, dt(a.dup.dtype), du);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kV; ++k) dx[k] = gv[k] * act_grad_f(act, xv[k]);
+      for (int k = 0; k < kV; ++k) {
+        const float gv = has_g ? elem8(in.g, dt(a.g.dtype), k) : 1.0f;
+        dx[k] = __fmul_rn(gv, act_eval(act, elem8(in.x, dt(a.x.dtype), k)).grad);
       }
-      store8(a.dx.ptr, m * a.dx.ld + t.n, dt(a.dx.dtype), dx);
-      if (a.dbias) {
+    }
+    store8(a.dx.ptr, m * a.dx.ld + t.n, dt(a.dx.dtype), dx);
+    if (dbias) {
 #pragma unroll
-        for (int k = 0; k < kV; ++k) sum[k] += round_to(dt(a.dx.dtype), dx[k]);
+      for (int k = 0; k < kV; ++k) sum[k] += round_to(dt(a.dx.dtype), dx[k]);
+    }
+  };
+  if (t.n < a.N && t.m0 < t.m1) {
+    if constexpr (kBf16) {
+      constexpr int64_t kStride = static_cast<int64_t>(kRows) * kRowLanes;
+      In cur[kRows], next[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) fetch(min(t.m0 + r * kRowLanes, t.m1 - 1), cur[r]);
+      for (int64_t m = t.m0; m < t.m1; m += kStride) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) fetch(min(m + kStride + r * kRowLanes, t.m1 - 1), next[r]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          if (m + r * kRowLanes < t.m1) step(m + r * kRowLanes, cur[r]);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) cur[r] = next[r];
+      }
+    } else {  // any dtypes (float32: two words an operand): one row at a time, no prefetch
+      for (int64_t m = t.m0; m < t.m1; m += kRowLanes) {
+        In in;
+        fetch(m, in);
+        step(m, in);
       }
     }
   }
-  if (a.dbias) block_column_partials(sum, t.n, a.N, a.partial);
+  if (dbias) block_column_partials(sum, t.n, a.N, a.partial);
 }
 
-__global__ void column_sum_kernel(EpiMat src, int64_t M, int64_t N, float* partial) {
+__global__ void __launch_bounds__(kBwdThreads, kBwdBlocksPerSm)
+    column_sum_kernel(EpiMat src, int64_t M, int64_t N, float* partial) {
   const Tile t = tile(M, N);
   float sum[kV] = {};
   if (t.n < N)
@@ -330,12 +423,14 @@ int device_sms() {
   return sms;
 }
 
-// The backward grid: column blocks of 256 columns, and row blocks enough for ~8 blocks per SM (a
-// block keeps at least 8 rows).
+// The backward grid: column blocks of 256 columns, and as many row blocks as fill one wave of
+// kBwdBlocksPerSm blocks per SM (at least 1; a block keeps at least 8 rows). The grid is a function
+// of M, N and the SM count alone: the fused kernel and the baseline's column sum split the rows
+// alike, so their bias gradients are summed in the same order.
 dim3 backward_grid(int64_t M, int64_t N) {
   const int64_t gx = (N + kColVecs * kV - 1) / (kColVecs * kV);
-  const int64_t want = (static_cast<int64_t>(device_sms()) * 8 + gx - 1) / gx;
-  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(want, (M + kRowLanes - 1) / kRowLanes));
+  const int64_t fit = static_cast<int64_t>(device_sms()) * kBwdBlocksPerSm / gx;
+  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(fit, (M + kRowLanes - 1) / kRowLanes));
   return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
 }
 
@@ -365,22 +460,36 @@ void launch_backward(const BackwardArgs& a, cudaStream_t stream) {
   if (!backward_vectorized(a))
     throw RuntimeFailure("matmul_epilogue: the backward epilogue's layout is not vectorizable");
   const dim3 grid = backward_grid(a.M, a.N);
-  const unsigned threads = kColVecs * kRowLanes;
+  const unsigned threads = kBwdThreads;
   auto bf16 = [](const EpiMat& m) { return !m.ptr || m.dtype == DType::kBFloat16; };
-  const bool all_bf16 =
-      bf16(a.g) && bf16(a.x) && bf16(a.up) && bf16(a.dx) && bf16(a.dup) && bf16(a.act_in);
-  switch (all_bf16 ? a.act : static_cast<Act>(kDynamic)) {
+  const bool all_bf16 = a.g.ptr && bf16(a.g) && bf16(a.x) && bf16(a.up) && bf16(a.dx) &&
+                        bf16(a.dup) && bf16(a.act_in) &&
+                        (!a.gated || ((a.act_in.ptr || a.act_round == DType::kBFloat16) &&
+                                      a.h_round == DType::kBFloat16));
+  // Rows per step: 1 gated (3-4 loads of 16 bytes in flight a thread), 2 plain (2 loads a row).
+  constexpr int kGatedRows = 1, kPlainRows = 2;
+  auto run = [&](auto kernel) { kernel<<<grid, threads, 0, stream>>>(a); };
+  switch (all_bf16 && !(a.gated && a.dbias) ? a.act : static_cast<Act>(kDynamic)) {
     case Act::kGeluErf:
-      backward_kernel<static_cast<int>(Act::kGeluErf), true><<<grid, threads, 0, stream>>>(a);
+      if (a.gated)
+        run(backward_kernel<static_cast<int>(Act::kGeluErf), true, 1, kGatedRows>);
+      else
+        run(backward_kernel<static_cast<int>(Act::kGeluErf), true, 0, kPlainRows>);
       break;
     case Act::kGeluTanh:
-      backward_kernel<static_cast<int>(Act::kGeluTanh), true><<<grid, threads, 0, stream>>>(a);
+      if (a.gated)
+        run(backward_kernel<static_cast<int>(Act::kGeluTanh), true, 1, kGatedRows>);
+      else
+        run(backward_kernel<static_cast<int>(Act::kGeluTanh), true, 0, kPlainRows>);
       break;
     case Act::kSilu:
-      backward_kernel<static_cast<int>(Act::kSilu), true><<<grid, threads, 0, stream>>>(a);
+      if (a.gated)
+        run(backward_kernel<static_cast<int>(Act::kSilu), true, 1, kGatedRows>);
+      else
+        run(backward_kernel<static_cast<int>(Act::kSilu), true, 0, kPlainRows>);
       break;
     default:
-      backward_kernel<kDynamic, false><<<grid, threads, 0, stream>>>(a);
+      run(backward_kernel<kDynamic, false, kDynamic, 1>);
       break;
   }
   REPLAY_CUDA_LAUNCH("matmul_epilogue::backward_kernel");
@@ -394,7 +503,7 @@ void launch_column_sum(const EpiMat& src, int64_t M, int64_t N, void* dbias, DTy
   if (N % kV != 0 || !vec_ok(src) || !src.ptr || reinterpret_cast<uintptr_t>(partial) % 16 != 0)
     throw RuntimeFailure("matmul_epilogue: the column sum's layout is not vectorizable");
   const dim3 grid = backward_grid(M, N);
-  column_sum_kernel<<<grid, kColVecs * kRowLanes, 0, stream>>>(src, M, N, partial);
+  column_sum_kernel<<<grid, kBwdThreads, 0, stream>>>(src, M, N, partial);
   REPLAY_CUDA_LAUNCH("matmul_epilogue::column_sum_kernel");
   reduce_partials(partial, static_cast<int>(grid.y), N, dbias, dbias_dtype, stream);
 }

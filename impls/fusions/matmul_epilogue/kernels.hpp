@@ -12,7 +12,8 @@
 
 namespace replay::matmul_epilogue {
 
-/// The activation of the epilogue, computed in float32 (erff, tanhf, expf).
+/// The activation of the epilogue, computed in float32 (erff, tanhf, expf; SiLU as x * s with
+/// s = __frcp_rn(1 + expf(-x)), the same s its derivative uses).
 enum class Act : uint8_t {
   kNone,      ///< no activation (casts only)
   kGeluErf,   ///< 0.5 x (1 + erf(x / sqrt 2)): nn.GELU(), F.gelu
@@ -94,7 +95,9 @@ bool backward_vectorized(const BackwardArgs& a);
 int64_t backward_partial_floats(int64_t M, int64_t N);
 
 /// Enqueues the backward epilogue on `stream`: one kernel, plus a second reducing the column
-/// partials when dbias is set. Throws RuntimeFailure on a launch failure or a layout outside
+/// partials when dbias is set. Its grid is one wave: 256-column blocks by as many row blocks as
+/// fit 4 blocks of 256 threads per SM (a function of M, N and the SM count, shared with
+/// launch_column_sum). Throws RuntimeFailure on a launch failure or a layout outside
 /// backward_vectorized.
 void launch_backward(const BackwardArgs& a, cudaStream_t stream);
 

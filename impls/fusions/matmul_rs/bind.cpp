@@ -1,19 +1,76 @@
-// matmul_rs binder: no variant runs yet. The baseline (the GEMM, then NCCL reduce-scatter) and the
-// optimized chunked pipeline (per-chunk GEMMs, partials sent on the copy engines, fp32
-// accumulation) both need one process per GPU with a communicator (issue 31's multi-process path),
-// which does not exist: the region runs eagerly, and on more than one rank only the CPU reference
-// evaluates it.
+// matmul_rs binder, the `baseline` variant (vanilla tensor parallelism): the graph's own mm /
+// _scaled_mm (impls/eager/gemm.hpp lower_gemm) into a workspace holding the partial product
+// [M, N], then one NCCL reduce-scatter (sum or avg, as the graph records it) of its rows into the
+// region's result. Needs this rank's NCCL communicator (BindContext::dist); without one the
+// variant says why. The chunked pipelines ("optimized", "nccl_chunked") are bind_pipeline.cpp's.
+#include <string>
+#include <vector>
+
+#include "impls/eager/collective.hpp"
+#include "impls/eager/gemm.hpp"
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/matmul_rs/params.hpp"
 
 namespace replay::matmul_rs {
+namespace {
+
+DeviceTensor rows_of(void* ptr, int64_t M, int64_t N, DType t) {
+  return device_tensor(ptr, TensorMeta{{M, N}, {N, 1}, t});
+}
+
+Binding bind_baseline(const Graph& g, const Region& r, BindContext& ctx) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  const DistContext* d = ctx.dist();
+  if (!d) return {{}, "the NCCL baseline needs one process per rank (a multi-process run)"};
+  if (!d->comm) return {{}, "no NCCL communicator: " + d->no_nccl_why};
+  if (d->world_size != p.world_size)
+    return {{},
+            "the reduce-scatter spans " + std::to_string(p.world_size) + " ranks, the run " +
+                std::to_string(d->world_size)};
+  const Node& mm = g.nodes[p.mm];
+  const DType part_dt = g.meta(mm.outputs[0]).dtype;
+  if (std::string why = nccl_reduce_unsupported(part_dt, p.reduce_op); !why.empty())
+    return {{}, why};
+  const BoundTensor out = ctx.tensor(p.out);
+  if (!out.layout.is_contiguous())
+    return {{},
+            "the result '" + g.values[p.out].name + "' " + out.layout.str() +
+                " is not contiguous (NCCL scatters flat buffers)"};
+  std::vector<DeviceTensor> in;
+  for (size_t i = 0; i < mm.operands.size(); ++i) {
+    const Operand& o = mm.operands[i];
+    if (i == 0 && p.in_view >= 0) {  // the activation viewed as [M, K]
+      const BoundTensor a = ctx.tensor(p.a);
+      if (!a.layout.is_contiguous())
+        return {{},
+                "the activation '" + g.values[p.a].name + "' " + a.layout.str() +
+                    " is not contiguous (viewed as [M, K])"};
+      in.push_back(rows_of(a.ptr, p.M, p.K, a.layout.dtype));
+    } else if (o.is_tensor()) {
+      const BoundTensor t = ctx.tensor(o.value);
+      in.push_back(device_tensor(t.ptr, t.layout));
+    } else {
+      in.emplace_back();
+    }
+  }
+  void* partial = ctx.workspace(static_cast<size_t>(p.M * p.N) * dtype_size(part_dt));
+  const EagerLaunch gemm = lower_gemm(mm, in, {rows_of(partial, p.M, p.N, part_dt)});
+  const std::string what = "ncclReduceScatter of node '" + g.nodes[p.reduce_scatter].id + "'";
+  const size_t count = static_cast<size_t>(out.layout.numel());
+  void* recv = out.ptr;
+  const std::string op = p.reduce_op;
+  return {[d, partial, recv, count, part_dt, op, what, gemm](const LaunchContext& c) {
+            gemm(c.stream);
+            nccl_reduce_scatter(*d, partial, recv, count, part_dt, op, c.stream, what);
+          },
+          ""};
+}
+
+}  // namespace
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   if (v.name != "baseline") return bind_pipeline(g, r, v, ctx);
-  return {{},
-          "variant '" + std::string(v.name) +
-              "' needs the multi-process NCCL path (one process per rank with a communicator), "
-              "not built yet"};
+  return bind_baseline(g, r, ctx);
 }
 
 }  // namespace replay::matmul_rs

@@ -34,7 +34,7 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
   if (t == tp::Transport::kIpc) {
     ex_ = std::make_unique<ipc::PeerExchange>(dist, n_ * chunk_bytes_, "matmul_rs", fault);
   } else {
-    comm_ = dist.comm;
+    dist_ = dist;
     partials_ = DeviceBuffer(n_ * chunk_bytes_);
     REPLAY_CUDA(cudaStreamCreateWithFlags(&nccl_stream_, cudaStreamNonBlocking));
   }
@@ -78,7 +78,8 @@ void Pipeline::launch(cudaStream_t stream) {
     } else {
       const int p = (rank_ - s + n_) % n_;
       computed_[j].join(stream, cs);
-      tp::nccl_send_recv(comm_, cs, partial(j), chunk_bytes_, j, recv_slot(p), chunk_bytes_, p);
+      tp::nccl_send_recv(dist_, cs, partial(j), chunk_bytes_, j, recv_slot(p), chunk_bytes_, p,
+                         "matmul_rs nccl_chunked step " + std::to_string(s));
     }
   }
   gemm_[rank_](stream);

@@ -59,7 +59,7 @@ class Pipeline {
   int rank_ = 0, n_ = 0;
   tp::Transport transport_;
   tp::PipelineFault fault_;
-  ncclComm_t comm_ = nullptr;
+  DistContext dist_;  // kNccl: the communicator, its watch and timeout
   PipelineOperands op_;
   int64_t m_ = 0;
   size_t chunk_bytes_ = 0;

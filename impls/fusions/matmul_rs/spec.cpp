@@ -6,8 +6,8 @@ namespace {
 
 constexpr VariantSpec kVariants[] = {
     {"baseline", Role::kBaseline,
-     "one GEMM into the partial product, then NCCL reduce-scatter (vanilla tensor parallelism; "
-     "not built yet: needs the multi-process NCCL path)"},
+     "one cuBLASLt GEMM into the partial product (a workspace), then NCCL reduce-scatter of its "
+     "rows (vanilla tensor parallelism; needs one process per GPU with a communicator)"},
     {"optimized", Role::kOptimized,
      "chunked pipeline, one chunk per destination rank: per-chunk GEMMs, each partial pulled by "
      "its owner on the copy engines through CUDA IPC with a signal per chunk (stream memory "

@@ -72,15 +72,38 @@ NumericsResult verdict(const Sim& s, const std::string& name,
   return check_value(s.g, v, got, s.ref.at(v), s.ref, bounds[v]);
 }
 
-float act_f(Act a, float x) {  // the fused kernel's float32 formulas (kernels.cu)
+// kernels.cu's act_eval: an activation and its derivative in float32 from shared intermediates,
+// every step rounded as written (std::fma where the kernel has __fmaf_rn).
+struct ActEval {
+  float act, grad;
+};
+
+ActEval act_eval(Act a, float x) {
   switch (a) {
-    case Act::kGeluErf:
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
-    case Act::kGeluTanh:
-      return 0.5f * x * (1.0f + std::tanh(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case Act::kGeluErf: {
+      const float c = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+      const float pdf = std::exp(-0.5f * x * x) * 0.39894228040143268f;
+      return {x * c, std::fma(x, pdf, c)};
+    }
+    case Act::kGeluTanh: {
+      const float k = 0.79788456080286536f;
+      const float x2 = x * x;
+      const float t = std::tanh(k * std::fma(0.044715f * x2, x, x));
+      const float h = 0.5f * (1.0f + t);
+      const float slope = k * std::fma(0.134145f, x2, 1.0f);
+      return {x * h, std::fma(0.5f * x * std::fma(-t, t, 1.0f), slope, h)};
+    }
+    case Act::kSilu: {
+      const float s = 1.0f / (1.0f + std::exp(-x));
+      return {x * s, s * std::fma(x, 1.0f - s, 1.0f)};
+    }
     default:
-      return x;
+      return {x, 1.0f};
   }
+}
+
+float act_f(Act a, float x) {  // the fused kernel's float32 formulas (kernels.cu)
+  return act_eval(a, x).act;
 }
 
 double bf16(double v) {
@@ -147,29 +170,12 @@ TEST(MatmulEpilogueNumerics, BiasEpilogueForMmPlusAdd) {
 
 namespace {
 
-float act_grad_f(Act a, float x) {  // kernels.cu's act_grad_f
-  switch (a) {
-    case Act::kGeluErf: {
-      const float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
-      const float pdf = std::exp(-0.5f * x * x) * 0.39894228040143268f;
-      return cdf + x * pdf;
-    }
-    case Act::kGeluTanh: {
-      const float k = 0.79788456080286536f;
-      const float t = std::tanh(k * (x + 0.044715f * x * x * x));
-      return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * (k * (1.0f + 0.134145f * x * x));
-    }
-    case Act::kSilu: {
-      const float s = 1.0f / (1.0f + std::exp(-x));
-      return s * (1.0f + x * (1.0f - s));
-    }
-    default:
-      return 1.0f;
-  }
+float act_grad_f(Act a, float x) {  // kernels.cu's act_eval(a, x).grad
+  return act_eval(a, x).grad;
 }
 
-float silu_f(float x) {
-  return x / (1.0f + std::exp(-x));
+float silu_f(float x) {  // kernels.cu's act_eval(kSilu, x).act
+  return act_eval(Act::kSilu, x).act;
 }
 
 struct BwdSim {

@@ -161,17 +161,31 @@ TEST(MatmulRsMatch, EveryVariantSaysWhyItCannotRun) {
   const Plan p = make_plan(g, fusion_registry());
   const Region* r = only_region(p, "matmul_rs");
   ASSERT_NE(r, nullptr);
-  FakeBuffers buffers(g);
+  FakeBuffers buffers(g);  // a single process: no DistContext
   for (const VariantSpec& v : r->fusion->variants) {
     const Binding b = r->fusion->bind(g, *r, v, buffers);
-    // A single-process run (no DistContext): the baseline's reason is bind.cpp's; the chunked
-    // pipelines (bind_pipeline.cpp) name the multi-process run they need.
     EXPECT_FALSE(b.launch) << v.name;
     EXPECT_FALSE(b.unsupported.empty()) << v.name;
-    if (v.role != Role::kBaseline)
+    if (v.name == "baseline")
+      EXPECT_NE(b.unsupported.find("the NCCL baseline needs one process per rank"),
+                std::string::npos)
+          << b.unsupported;
+    if (v.role != Role::kBaseline)  // bind_pipeline.cpp: the chunked pipelines
       EXPECT_NE(b.unsupported.find("needs a multi-process run"), std::string::npos)
           << v.name << ": " << b.unsupported;
   }
+  // Ranks sharing a GPU: a DistContext without a communicator; the baseline says why.
+  struct NoComm : FakeBuffers {
+    using FakeBuffers::FakeBuffers;
+    DistContext d;
+    const DistContext* dist() const override { return &d; }
+  } shared(g);
+  shared.d.world_size = 2;
+  shared.d.shared_device = true;
+  shared.d.no_nccl_why = "NCCL cannot place two ranks on one GPU (ranks 0 and 1 share device X)";
+  const Binding b = r->fusion->bind(g, *r, *r->fusion->find_variant("baseline"), shared);
+  EXPECT_FALSE(b.launch);
+  EXPECT_EQ(b.unsupported, "no NCCL communicator: " + shared.d.no_nccl_why);
 }
 
 TEST(MatmulRsMatch, Float8ScaledMmWithTensorwiseScales) {

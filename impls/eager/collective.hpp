@@ -1,0 +1,52 @@
+// Collectives of a per-rank graph through NCCL (issue 31): PyTorch's functional collectives
+// (workloads/ops/collective.cpp) as one NCCL call each on the rank's communicator, as
+// ProcessGroupNCCL runs them:
+//   all_gather_into_tensor(x [n, ..]) -> [world * n, ..]   ncclAllGather (bytes: every dtype)
+//   reduce_scatter_tensor(x [world * n, ..], op) -> [n, ..] ncclReduceScatter (ncclSum / ncclAvg)
+//   all_reduce(x, op) -> x's shape                           ncclAllReduce (ncclSum / ncclAvg)
+//   wait_tensor(x) -> x                                      nothing: the collective was enqueued
+//                                                            on the same stream (GpuProgram
+//                                                            aliases its output)
+// Reductions take float32, float64, bfloat16 and float16 (NCCL's float8 types reduce only from
+// NCCL 2.24 on and PyTorch's process group never does: refused, naming the node). An operand or
+// output that is not contiguous goes through a contiguous temporary (a strided copy).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "impls/cuda/dist_context.hpp"
+#include "impls/eager/kernels.hpp"
+
+namespace replay {
+
+/// Checks the result of an NCCL call of rank `d.rank` enqueued on `stream`, and hands it to
+/// d.watch. ncclInProgress (a non-blocking communicator still enqueueing) is polled through
+/// ncclCommGetAsyncError until it settles, for at most d.timeout_s. Throws RuntimeFailure naming
+/// the rank and `what` ("rank 1: ncclAllGather of node 'ag' failed: unhandled system error
+/// (...)", "... did not complete within 30 s").
+void nccl_check(const DistContext& d, int result, cudaStream_t stream, const std::string& what);
+
+/// The launch of collective node `n` (its op row's lowering is EagerLowering::kCollective, not
+/// wait_tensor) on `d.comm`. `in`/`out` as lower_node takes them. Throws std::invalid_argument
+/// naming the node when d.comm is null (with d.no_nccl_why), when the node's group is not the
+/// communicator's size, or for a reduction of a dtype NCCL does not reduce.
+EagerLaunch lower_collective(const Node& n, const std::vector<DeviceTensor>& in,
+                             const std::vector<DeviceTensor>& out, const DistContext& d);
+
+/// Raw NCCL all-gather of `bytes` bytes per rank from `send` into `recv` (world_size * bytes),
+/// checked by nccl_check with `what` (for fusion baselines).
+void nccl_all_gather_bytes(const DistContext& d, const void* send, void* recv, size_t bytes,
+                           cudaStream_t stream, const std::string& what);
+
+/// NCCL reduce-scatter of `count` elements per rank (recv) from send (world_size * count) of
+/// `dtype` with reduce op `op` ("sum" or "avg"). Throws std::invalid_argument for a dtype or op
+/// NCCL does not reduce (checked by nccl_reduce_unsupported first at bind time).
+void nccl_reduce_scatter(const DistContext& d, const void* send, void* recv, size_t count,
+                         DType dtype, const std::string& op, cudaStream_t stream,
+                         const std::string& what);
+
+/// Why NCCL cannot reduce `dtype` with `op` here, or "" when it can.
+std::string nccl_reduce_unsupported(DType dtype, const std::string& op);
+
+}  // namespace replay
