@@ -207,6 +207,7 @@ void run_killed_peer(test::RankSession& s) {
   cudaStream_t st;
   REPLAY_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   Pipeline pipe(s.dist, tp::Transport::kIpc, d->op);
+  s.rendezvous->barrier();  // every rank has opened its peers' buffers
   if (r == 1) {
     std::fflush(nullptr);
     ::_exit(0);  // gone without a signal (a launcher would stop the others on a kill)
