@@ -1,12 +1,47 @@
-// ag_matmul binder for the chunked pipelines ("optimized": CUDA IPC peer copies on the copy engines
-// with a signal per chunk; "nccl_chunked": NCCL send/recv per chunk): not built yet.
+// ag_matmul binder for the chunked pipelines (pipeline.hpp): "optimized" (CUDA IPC peer copies on
+// the copy engines, a signal per chunk, per-chunk GEMMs as the rows arrive) and "nccl_chunked"
+// (NCCL send/recv per chunk, the same GEMMs; works across hosts). Both need a multi-process run
+// (BindContext::dist()); nccl_chunked also an NCCL communicator, which ranks sharing one GPU do
+// not get. Binding is collective for "optimized" (the IPC handles are exchanged): every rank binds
+// its regions in the same order, and the checks before the exchange depend only on the graph and
+// the run, so all ranks decline or all proceed.
+#include <memory>
+
 #include "impls/fusions/ag_matmul/params.hpp"
+#include "impls/fusions/ag_matmul/pipeline.hpp"
 #include "impls/fusions/binding.hpp"
 
 namespace replay::ag_matmul {
 
-Binding bind_pipeline(const Graph&, const Region&, const VariantSpec& v, BindContext&) {
-  return {{}, "variant '" + std::string(v.name) + "': the chunked pipeline is not built yet"};
+Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  const std::string variant = "variant '" + std::string(v.name) + "': ";
+  tp::Transport t;
+  if (v.name == "optimized") {
+    t = tp::Transport::kIpc;
+  } else if (v.name == "nccl_chunked") {
+    t = tp::Transport::kNccl;
+  } else {
+    return {{}, "ag_matmul has no variant '" + std::string(v.name) + "'"};
+  }
+  const DistContext* dist = ctx.dist();
+  if (std::string why = tp::dist_unsupported(dist, p.world_size, t); !why.empty())
+    return {{}, variant + why};
+  PipelineOperands op;
+  op.M = p.M;
+  void* x = nullptr;
+  if (std::string why = tp::contiguous_ptr(g, ctx, p.x, p.M / p.world_size * p.K, x); !why.empty())
+    return {{}, variant + "the shard " + why};
+  op.x = x;
+  if (std::string why = tp::contiguous_ptr(g, ctx, p.out, p.M * p.N, op.out); !why.empty())
+    return {{}, variant + "the result " + why};
+  const tp::GemmValues gv{p.mm, p.b, p.scale_a, p.scale_b, p.out, p.scaled, p.M, p.K, p.N};
+  if (std::string why = tp::bind_chunk_gemm(g, ctx, gv, g.meta(p.x).dtype, op.gemm); !why.empty())
+    return {{}, variant + why};
+  if (std::string why = Pipeline::unsupported(dist, t, op); !why.empty())
+    return {{}, variant + why};
+  auto pipe = std::make_shared<Pipeline>(*dist, t, op);
+  return {[pipe](const LaunchContext& lc) { pipe->launch(lc.stream); }, ""};
 }
 
 }  // namespace replay::ag_matmul

@@ -9,8 +9,13 @@ constexpr VariantSpec kVariants[] = {
      "NCCL all-gather of the shards into a workspace, then one cuBLASLt GEMM on the gathered "
      "activation (vanilla tensor parallelism; needs one process per GPU with a communicator)"},
     {"optimized", Role::kOptimized,
-     "chunked pipeline: peer copies of the shards on the copy engines (CUDA IPC) with a signal "
-     "per chunk, per-chunk GEMMs on a second stream as the rows arrive (not built yet)"},
+     "chunked pipeline, one chunk per rank's shard: peer copies on the copy engines through CUDA "
+     "IPC, a signal per chunk (stream memory operations, epochs, a watchdog timeout), per-chunk "
+     "GEMMs (bf16, float8 tensorwise/rowwise) on the main stream as the rows arrive; needs a "
+     "multi-process run"},
+    {"nccl_chunked", Role::kAlternative,
+     "the same chunks and GEMMs with NCCL send/recv per chunk in place of the IPC copies (works "
+     "across hosts); needs an NCCL communicator (none when ranks share a GPU)"},
 };
 
 }  // namespace
@@ -18,7 +23,7 @@ constexpr VariantSpec kVariants[] = {
 extern const FusionSpec ag_matmul = {
     "ag_matmul",
     "column-parallel linear of tensor parallelism: all_gather_into_tensor -> wait_tensor -> "
-    "[view] -> mm / _scaled_mm, the gather overlapped with the GEMM (matched; no variant runs yet)",
+    "[view] -> mm / _scaled_mm, the gather overlapped with the GEMM",
     kVariants,
     ag_matmul::match,
     ag_matmul::cost,

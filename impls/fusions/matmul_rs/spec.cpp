@@ -9,8 +9,13 @@ constexpr VariantSpec kVariants[] = {
      "one cuBLASLt GEMM into the partial product (a workspace), then NCCL reduce-scatter of its "
      "rows (vanilla tensor parallelism; needs one process per GPU with a communicator)"},
     {"optimized", Role::kOptimized,
-     "chunked pipeline: per-chunk GEMMs, each chunk's partial sent to its owner on the copy "
-     "engines (CUDA IPC) with a signal, fp32 accumulation of the partials (not built yet)"},
+     "chunked pipeline, one chunk per destination rank: per-chunk GEMMs, each partial pulled by "
+     "its owner on the copy engines through CUDA IPC with a signal per chunk (stream memory "
+     "operations, epochs, a watchdog timeout), the partials summed in fp32 in rank order "
+     "(deterministic); needs a multi-process run"},
+    {"nccl_chunked", Role::kAlternative,
+     "the same chunks, GEMMs and fp32 sum with NCCL send/recv per chunk in place of the IPC copies "
+     "(works across hosts); needs an NCCL communicator (none when ranks share a GPU)"},
 };
 
 }  // namespace
@@ -18,8 +23,7 @@ constexpr VariantSpec kVariants[] = {
 extern const FusionSpec matmul_rs = {
     "matmul_rs",
     "row-parallel linear of tensor parallelism: [view] -> mm / _scaled_mm -> [view] -> "
-    "reduce_scatter_tensor -> wait_tensor, the scatter overlapped with the GEMM (matched; no "
-    "variant runs yet)",
+    "reduce_scatter_tensor -> wait_tensor, the scatter overlapped with the GEMM",
     kVariants,
     matmul_rs::match,
     matmul_rs::cost,

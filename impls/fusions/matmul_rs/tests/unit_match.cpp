@@ -170,6 +170,9 @@ TEST(MatmulRsMatch, EveryVariantSaysWhyItCannotRun) {
       EXPECT_NE(b.unsupported.find("the NCCL baseline needs one process per rank"),
                 std::string::npos)
           << b.unsupported;
+    if (v.role != Role::kBaseline)  // bind_pipeline.cpp: the chunked pipelines
+      EXPECT_NE(b.unsupported.find("needs a multi-process run"), std::string::npos)
+          << v.name << ": " << b.unsupported;
   }
   // Ranks sharing a GPU: a DistContext without a communicator; the baseline says why.
   struct NoComm : FakeBuffers {

@@ -1,0 +1,75 @@
+// ag_matmul's chunked pipeline (issue 31): all-gather of the row shards overlapped with the GEMM,
+// one chunk per rank's shard (PyTorch's fused_all_gather_matmul, Flux's AG+GEMM).
+//
+// Rank r of n, shard x_r [m, K], weight shard b [K, N], gathered [M = n m, K], out [M, N]:
+//   ctx.stream:   GEMM of chunk r (straight from x_r)            then, as each chunk lands,
+//                 GEMM of chunk p (rows p m .. p m + m - 1 of the gathered buffer) for
+//                 p = r+1, r+2, ... (mod n): ring order starting after the own shard
+//   copy stream:  [kIpc]  wait done of every peer (previous epoch); x_r -> gathered[r] (local, in
+//                 this rank's IPC buffer); ready to every peer; then for p in the same order:
+//                 wait ready from p; gathered[p] <- p's gathered[p] (the copy engines, through
+//                 CUDA IPC); done to p; event -> ctx.stream
+//                 [kNccl] for step s = 1 .. n-1: one group {send x_r to r - s, recv the shard of
+//                 p = r + s into gathered[p]}; event -> ctx.stream
+// The copy stream forks from ctx.stream at the start and joins it at the end, so events around
+// the launch on ctx.stream time all of it. Output rows are written in place, chunk by chunk.
+// Bytes per chunk: m K elements of the activation's dtype (4096 x 4096 bf16: 32 MiB); each rank
+// copies (n - 1) of them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "impls/cuda/cuda_check.hpp"
+#include "impls/fusions/tp_pipeline.hpp"
+
+namespace replay::ag_matmul {
+
+/// Device buffers of one rank's region.
+struct PipelineOperands {
+  const void* x = nullptr;  ///< [m, K] this rank's shard, row-major, gemm.a_dtype
+  tp::ChunkGemm gemm;       ///< the weight, scales and sizes (K, N)
+  void* out = nullptr;      ///< [M, N] row-major, gemm.out_dtype
+  int64_t M = 0;            ///< gathered rows: world_size * m
+};
+
+class Pipeline {
+ public:
+  /// Why the pipeline cannot run (""): dist_unsupported, M not a multiple of the world size, or
+  /// what cuBLASLt says of the chunk GEMM. Needs no collective call.
+  static std::string unsupported(const DistContext* dist, tp::Transport t,
+                                 const PipelineOperands& op);
+  /// Collective (kIpc: the IPC handles are exchanged): every rank constructs its pipeline in the
+  /// same order. Prepares the chunk GEMMs (cuBLASLt algorithms chosen now). Throws what
+  /// unsupported() would say as std::invalid_argument, RuntimeFailure on CUDA errors.
+  Pipeline(const DistContext& dist, tp::Transport t, const PipelineOperands& op,
+           tp::PipelineFault fault = tp::PipelineFault::kNone);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+  /// Enqueues one all-gather matmul on `stream` (see the file comment). Throws RuntimeFailure
+  /// when an earlier launch timed out (the error names the rank and the chunk).
+  void launch(cudaStream_t stream);
+  /// Host: waits for the launches on `stream`; throws the watchdog's timeout error (kIpc).
+  void synchronize(cudaStream_t stream);
+
+ private:
+  const void* chunk_src(int p) const;
+
+  int rank_ = 0, n_ = 0;
+  tp::Transport transport_;
+  tp::PipelineFault fault_;
+  DistContext dist_;  // kNccl: the communicator, its watch and timeout
+  PipelineOperands op_;
+  int64_t m_ = 0;
+  size_t chunk_bytes_ = 0;
+  std::unique_ptr<ipc::PeerExchange> ex_;  // kIpc: the gathered buffer is its data area
+  DeviceBuffer gathered_;                  // kNccl
+  cudaStream_t nccl_stream_ = nullptr;     // kNccl (owned)
+  std::vector<EagerLaunch> gemm_;          // by chunk (= source rank)
+  std::vector<tp::Event> arrived_;         // by chunk
+  tp::Event fork_, join_;
+};
+
+}  // namespace replay::ag_matmul
