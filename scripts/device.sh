@@ -42,6 +42,9 @@
 #                   matches REGEX, per trace of $TRACES (default: the Llama-3-8B rope forward):
 #                   speed of light, memory workload, occupancy, launch, warp state sections
 #                   -> ncu/<trace>.txt: ~20-40 s per trace.
+#   tp              the multi-process path on this host's GPUs: the NCCL and chunked-pipeline GPU
+#                   tests (world sizes 1, 2, 4; ranks may share a GPU), then `replay launch --nproc
+#                   N -- run` on traces/tp at world sizes 1 (NCCL), 2 and 4 -> tp/ws<N>/: ~2-4 min.
 #   bench           the Google Benchmark runner (replay_bench) over the bundled traces, JSON.
 #   compare=REPLAY  another `replay` binary and this build alternated twice on $TRACES (default:
 #                   the small traces) in one job, medians side by side (scripts/medians.py).
@@ -303,6 +306,23 @@ phase_ncu() {  # REGEX
       > "$D/$(basename "$f" .json).txt" 2>&1 || rc=$?
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit|L2 Hit|L1/TEX Hit|Warp Cycles Per Issued|No Eligible" \
       "$D/$(basename "$f" .json).txt" | head -30
+  done
+  return $rc
+}
+phase_tp() {
+  local rc=0 n
+  export NCCL_NVLS_ENABLE=0
+  gpu_tests "$D/gpu_tests.log" \
+    'NcclOneRank*:SharedGpu*:WorldSize/*Pipeline*:*PipelineTimeout*' || rc=1
+  timeout 150 "$R" launch --nproc 1 --timeout 140 -- run traces/tp/ws1 --modes cold \
+    --no-matmul-ceilings --out "$D/ws1" > "$D/ws1.log" 2>&1 || rc=1
+  echo "ws1: $(tail -3 "$D/ws1.log")"
+  for n in 2 4; do
+    # shellcheck disable=SC2046  # the trace list
+    timeout 200 "$R" launch --nproc $n --timeout 190 -- run $(ls traces/tp/*_ws${n}_*.json) \
+      --modes cold --no-matmul-ceilings --rank-timeout 60 --out "$D/ws$n" > "$D/ws$n.log" 2>&1 ||
+      rc=1
+    echo "ws$n: $(tail -3 "$D/ws$n.log")"
   done
   return $rc
 }
