@@ -678,7 +678,8 @@ TEST(EagerPointwiseLarge, SixtyFourBitOffsets) {
 }
 
 // Same-dtype copies that transpose take the tiled kernel (transpose_copy in kernels.cu): every
-// element width, partial tiles, a batch dim, padded source rows; bit-exact against the source's
+// element width, 4-byte words and single elements (aligned and odd strides), partial tiles, a
+// batch dim; bit-exact against the source's
 // elements and against the pointwise kernel's copy of the same tensor, nothing written outside
 // the output's elements. The check has teeth: the source read without its transpose differs.
 TEST(EagerTransposeCopy, BitExactOnEveryWidthAndLayout) {
@@ -690,7 +691,10 @@ TEST(EagerTransposeCopy, BitExactOnEveryWidthAndLayout) {
   };
   const std::vector<Case> cases = {
       {DType::kFloat8E4M3, {4096, 4096}, Lay::kTransposed},  // a float8 weight's .t().contiguous()
-      {DType::kFloat8E5M2, {33, 70}, Lay::kTransposed},
+      {DType::kFloat8E5M2, {33, 70}, Lay::kTransposed},      // odd strides: element accesses
+      {DType::kFloat8E4M3, {36, 200}, Lay::kTransposed},     // 4-byte words, partial tiles
+      {DType::kFloat8E4M3, {2, 68, 72}, Lay::kTransposed},   // words and a batch dim
+      {DType::kBFloat16, {64, 96}, Lay::kTransposed},        // words of two elements
       {DType::kBFloat16, {65, 31}, Lay::kTransposed},
       {DType::kBFloat16, {3, 40, 65}, Lay::kTransposed},     // a batch dim between the two
       {DType::kFloat32, {1, 37, 1, 129}, Lay::kTransposed},  // size-1 dims dropped
