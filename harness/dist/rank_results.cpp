@@ -1,5 +1,7 @@
 #include "harness/dist/rank_results.hpp"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "harness/report/results_io.hpp"
@@ -76,11 +78,39 @@ VariantResult merge_variant(const std::vector<const VariantResult*>& vs, bool sh
   VariantResult m = *vs[0];
   const size_t n = vs.size();
   if (n > 1) {
+    m.rank_cupti.clear();
+    for (size_t r = 0; r < n; ++r) {
+      CuptiSummary c;
+      if (vs[r]->cupti)
+        c = *vs[r]->cupti;
+      else
+        c.error = "rank " + std::to_string(r) + ": not traced";
+      m.rank_cupti.push_back(std::move(c));
+    }
     m.numerics.clear();
     for (size_t r = 0; r < n; ++r)
       for (NumericsResult x : vs[r]->numerics) {
         x.value = "rank " + std::to_string(r) + ": " + x.value;
         m.numerics.push_back(std::move(x));
+      }
+    // A partial check is never a pass: a value some rank checked and another did not fails on
+    // the rank that did not ("a row passes only if every rank passes").
+    std::vector<std::string> values;
+    for (size_t r = 0; r < n; ++r)
+      for (const NumericsResult& x : vs[r]->numerics)
+        if (std::find(values.begin(), values.end(), x.value) == values.end())
+          values.push_back(x.value);
+    for (size_t r = 0; r < n; ++r)
+      for (const std::string& value : values) {
+        const auto& own = vs[r]->numerics;
+        if (std::any_of(own.begin(), own.end(),
+                        [&](const NumericsResult& x) { return x.value == value; }))
+          continue;
+        NumericsResult miss;
+        miss.value = "rank " + std::to_string(r) + ": " + value;
+        miss.not_checked = "another rank checked it, this rank did not" +
+                           (vs[r]->skipped.empty() ? std::string() : " (" + vs[r]->skipped + ")");
+        m.numerics.push_back(std::move(miss));
       }
   }
   for (size_t r = 1; r < n && m.skipped.empty(); ++r)

@@ -42,6 +42,7 @@ Verdict combine(Verdict a, Verdict b) {
 }
 
 std::string NumericsResult::failure() const {
+  if (!not_checked.empty()) return "not checked: " + not_checked;
   char buf[200];
   if (nonfinite_mismatch > 0) {
     std::snprintf(buf, sizeof buf, "%lld NaN/Inf where the target differs",
@@ -575,6 +576,7 @@ nlohmann::json to_json(const NumericsResult& r) {
                       {"elem_excess", r.elem_excess},
                       {"bounds", to_json(r.bounds)},
                       {"pass", r.pass()}};
+  if (!r.not_checked.empty()) j["not_checked"] = r.not_checked;
   if (!r.pass()) j["failure"] = r.failure();
   if (!r.first_bad.empty())
     j["first_bad"] = {

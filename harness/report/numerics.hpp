@@ -58,6 +58,9 @@ struct NumericsResult {
   /// bound, or else more than one ulp off); empty if none.
   std::vector<int64_t> first_bad;
   double first_got = 0, first_target = 0;
+  /// Set when this value was not checked where it had to be (a rank of a multi-process run that
+  /// checked nothing while the others checked it): the result fails, saying why.
+  std::string not_checked;
 
   bool pass() const { return failure().empty(); }
   /// Which criterion failed ("" when it passes), e.g. "rel_l2 1.3e-03 > 4.6e-04".

@@ -10,10 +10,15 @@ namespace replay {
 
 /// Gap between two consecutive region replays on the trace's time axis, µs.
 inline constexpr double kPerfettoReplayGapUs = 20.0;
+/// A multi-process run's rank r > 0 of trace i (0-based) is process kPerfettoRankPidBase * (i + 1)
+/// + r; rank 0 keeps the trace's pid i + 1.
+inline constexpr int kPerfettoRankPidBase = 10000;
 
 /// The run as a Trace Event Format document ({"traceEvents": [...], "displayTimeUnit": "ns",
 /// "otherData": {...}}; format: the "Trace Event Format" document of the Chromium project).
-/// One process per trace (pid = its index + 1, named by the trace). Per variant one track of
+/// One process per trace (pid = its index + 1, named by the trace); in a multi-process run
+/// (VariantResult::rank_cupti) one per rank, named "<trace> · rank <r>", each with that rank's
+/// timelines. Per variant one track of
 /// region slices (name = the row's label, args: median µs, % SOL, verdict, kernel sum and span
 /// µs) and one track per CUDA stream of its kernels (args: grid, block, registers per thread,
 /// static and dynamic shared memory bytes). Each (row, variant) has its own CUPTI replay, so the

@@ -115,6 +115,49 @@ nlohmann::json sol_terms_json(const SolTerms& t) {
   return j;
 }
 
+// A CUPTI summary as results.json holds it (kernels, sums, timeline with copies, error).
+nlohmann::json cupti_json(const CuptiSummary& c) {
+  nlohmann::json ks = nlohmann::json::array();
+  for (const auto& k : c.kernels)
+    ks.push_back({{"name", k.name}, {"count", k.count}, {"total_us", k.total_us}});
+  nlohmann::json tl = nlohmann::json::array();
+  for (const auto& k : c.timeline) {
+    nlohmann::json e = {{"name", k.name},
+                        {"start_us", k.start_us},
+                        {"dur_us", k.dur_us},
+                        {"stream", k.stream},
+                        {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                        {"block", {k.block[0], k.block[1], k.block[2]}},
+                        {"registers", k.registers},
+                        {"static_smem", k.static_smem},
+                        {"dynamic_smem", k.dynamic_smem}};
+    if (k.kind == KernelEvent::Kind::kMemcpy) {
+      e["kind"] = "memcpy";
+      e["copy_kind"] = k.copy_kind;
+      e["bytes"] = k.bytes;
+    }
+    tl.push_back(std::move(e));
+  }
+  nlohmann::json j = {{"kernels", ks},
+                      {"kernel_sum_us", c.kernel_sum_us},
+                      {"span_us", c.span_us},
+                      {"timeline", tl}};
+  if (!c.error.empty()) j["error"] = c.error;
+  return j;
+}
+
+// One timeline's overlap figures (timeline_overlap.hpp), a communicating region's copies counted
+// as communication.
+nlohmann::json overlap_json(const std::vector<KernelEvent>& timeline) {
+  const OverlapStats o = timeline_overlap(timeline, true);
+  return {{"comm_us", o.comm_us},
+          {"compute_us", o.compute_us},
+          {"overlap_us", o.overlap_us},
+          {"exposed_comm_us", o.exposed_comm_us},
+          {"overlap_fraction",
+           o.has_comm ? nlohmann::json(o.overlap_fraction) : nlohmann::json(nullptr)}};
+}
+
 nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const Ceilings& c) {
   nlohmann::json j = {{"variant", v.variant.name}};
   if (v.variant.kind == VariantInfo::kFusion) j["role"] = role_name(v.variant.role);
@@ -158,41 +201,18 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
   if (!v.repro.empty()) j["repro"] = v.repro;
   j["verdict"] = verdict_name(v.verdict());
   if (v.cupti) {
-    nlohmann::json ks = nlohmann::json::array();
-    for (const auto& k : v.cupti->kernels)
-      ks.push_back({{"name", k.name}, {"count", k.count}, {"total_us", k.total_us}});
-    nlohmann::json tl = nlohmann::json::array();
-    for (const auto& k : v.cupti->timeline) {
-      nlohmann::json e = {{"name", k.name},
-                          {"start_us", k.start_us},
-                          {"dur_us", k.dur_us},
-                          {"stream", k.stream},
-                          {"grid", {k.grid[0], k.grid[1], k.grid[2]}},
-                          {"block", {k.block[0], k.block[1], k.block[2]}},
-                          {"registers", k.registers},
-                          {"static_smem", k.static_smem},
-                          {"dynamic_smem", k.dynamic_smem}};
-      if (k.kind == KernelEvent::Kind::kMemcpy) {
-        e["kind"] = "memcpy";
-        e["copy_kind"] = k.copy_kind;
-        e["bytes"] = k.bytes;
-      }
-      tl.push_back(std::move(e));
+    j["cupti"] = cupti_json(*v.cupti);
+    if (r.communicates() && !v.cupti->timeline.empty())
+      j["overlap"] = overlap_json(v.cupti->timeline);
+  }
+  if (!v.rank_cupti.empty()) {  // a multi-process run: every rank's timeline and overlap
+    nlohmann::json rc = nlohmann::json::array(), ro = nlohmann::json::array();
+    for (const CuptiSummary& c : v.rank_cupti) {
+      rc.push_back(cupti_json(c));
+      ro.push_back(c.timeline.empty() ? nlohmann::json(nullptr) : overlap_json(c.timeline));
     }
-    j["cupti"] = {{"kernels", ks},
-                  {"kernel_sum_us", v.cupti->kernel_sum_us},
-                  {"span_us", v.cupti->span_us},
-                  {"timeline", tl}};
-    if (!v.cupti->error.empty()) j["cupti"]["error"] = v.cupti->error;
-    if (r.communicates() && !v.cupti->timeline.empty()) {
-      const OverlapStats o = timeline_overlap(v.cupti->timeline, true);
-      j["overlap"] = {{"comm_us", o.comm_us},
-                      {"compute_us", o.compute_us},
-                      {"overlap_us", o.overlap_us},
-                      {"exposed_comm_us", o.exposed_comm_us},
-                      {"overlap_fraction",
-                       o.has_comm ? nlohmann::json(o.overlap_fraction) : nlohmann::json(nullptr)}};
-    }
+    j["rank_cupti"] = std::move(rc);
+    if (r.communicates()) j["rank_overlap"] = std::move(ro);
   }
   if (!v.vector_widths.empty()) {
     nlohmann::json w = nlohmann::json::array();

@@ -89,6 +89,10 @@ struct VariantResult {
   /// none was written; empty otherwise.
   std::string repro;
   std::optional<CuptiSummary> cupti;
+  /// A multi-process run (harness/dist): every rank's CUPTI summary, index = rank (`cupti` is
+  /// rank 0's); empty in a single-process run. A rank that traced nothing has an empty summary
+  /// with its error set.
+  std::vector<CuptiSummary> rank_cupti;
   /// Bytes per access of each operand of each launch, as the launchers chose them in one
   /// untimed replay (impls/fusions/launch_record.hpp); empty where no launcher records (eager
   /// ops, baselines) or the variant did not run.

@@ -118,6 +118,7 @@ NumericsResult read_numerics(const JNode& n) {
   r.max_row_rel_l2 = n.at("max_row_rel_l2").num();
   r.worst_row = n.at("worst_row").integer();
   r.elem_excess = n.at("elem_excess").integer();
+  r.not_checked = n.str_or("not_checked", "");
   const JNode b = n.at("bounds");
   r.bounds.max_rel_l2 = b.at("max_rel_l2").num();
   r.bounds.max_beyond_1ulp = b.at("max_beyond_1ulp").num();
@@ -253,6 +254,8 @@ VariantResult read_variant(const JNode& v) {
   for (const JNode& n : v.at("numerics").items()) r.numerics.push_back(read_numerics(n));
   r.repro = v.str_or("repro", "");
   if (v.has("cupti")) r.cupti = read_cupti(v.at("cupti"));
+  if (v.has("rank_cupti"))
+    for (const JNode& c : v.at("rank_cupti").items()) r.rank_cupti.push_back(read_cupti(c));
   if (v.has("vector_widths"))
     for (const JNode& w : v.at("vector_widths").items())
       r.vector_widths.push_back(

@@ -4,8 +4,11 @@
 // stops, and the messages a hung collective or a world-size mismatch ends with.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "harness/dist/launch_env.hpp"
 #include "harness/dist/rank_results.hpp"
+#include "harness/report/perfetto.hpp"
 #include "harness/report/results_io.hpp"
 #include "impls/eager/collective.hpp"
 #include "workloads/ir/tolerance.hpp"
@@ -149,6 +152,65 @@ TEST(MergeRanks, ARankThatSkippedOrFailedIsNamed) {
   m = merge_rank_results({trace_with(timed({10, 10, 10})), fewer}, false);
   EXPECT_EQ(m.error_kind, TraceResult::Error::kRuntime);
   EXPECT_TRUE(has(m.error, "rank 1 has other result rows than rank 0")) << m.error;
+}
+
+// A rank that checked nothing while another passed: the merged row fails, naming the rank (found
+// by the review of issue 31: it passed before, with only a skip note).
+TEST(MergeRanks, ARankThatCheckedNothingFailsTheRow) {
+  VariantResult unchecked = timed({10, 10, 10});
+  unchecked.numerics.clear();
+  unchecked.skipped = "not run: no communicator";
+  const TraceResult m =
+      merge_rank_results({trace_with(timed({10, 10, 10})), trace_with(unchecked)}, false);
+  const VariantResult& v = m.regions[0].variants[1];
+  EXPECT_EQ(v.verdict(), Verdict::kFail);
+  bool named = false;
+  for (const auto& n : v.numerics)
+    named = named || (n.value == "rank 1: y" && has(n.failure(), "not checked"));
+  EXPECT_TRUE(named);
+  // It survives results.json.
+  RunResult run;
+  run.environment = nlohmann::json::object();
+  run.traces.push_back(m);
+  EXPECT_EQ(results_from_json(to_json(run), "merged").traces[0].regions[0].variants[1].verdict(),
+            Verdict::kFail);
+  // Every rank checked: a pass, as before.
+  EXPECT_EQ(merge_rank_results({trace_with(timed({10})), trace_with(timed({11}))}, false)
+                .regions[0]
+                .variants[1]
+                .verdict(),
+            Verdict::kPass);
+}
+
+// Every rank's CUPTI timeline is kept (rank 0's stays `cupti`), and Perfetto shows one process
+// per rank.
+TEST(MergeRanks, EveryRanksTimelineIsKept) {
+  std::vector<TraceResult> ranks;
+  for (int r = 0; r < 3; ++r) {
+    VariantResult v = timed({10, 10, 10});
+    CuptiSummary c;
+    KernelEvent k;
+    k.name = "gemm_rank" + std::to_string(r);
+    k.dur_us = 5;
+    c.timeline = {k};
+    v.cupti = c;
+    ranks.push_back(trace_with(v));
+  }
+  const TraceResult m = merge_rank_results(ranks, false);
+  const VariantResult& v = m.regions[0].variants[1];
+  ASSERT_EQ(v.rank_cupti.size(), 3u);
+  EXPECT_EQ(v.rank_cupti[2].timeline.at(0).name, "gemm_rank2");
+  EXPECT_EQ(v.cupti->timeline.at(0).name, "gemm_rank0");
+  RunResult run;
+  run.environment = nlohmann::json::object();
+  run.traces.push_back(m);
+  const RunResult back = results_from_json(to_json(run), "merged");
+  EXPECT_EQ(back.traces[0].regions[0].variants[1].rank_cupti.size(), 3u);
+  const nlohmann::json pf = perfetto_trace(run);
+  std::set<std::string> procs;
+  for (const auto& e : pf["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name") procs.insert(e["args"]["name"]);
+  EXPECT_EQ(procs, (std::set<std::string>{"tp · rank 0", "tp · rank 1", "tp · rank 2"}));
 }
 
 // What `replay run` does under a launcher: each rank's result travels as results.json text.
