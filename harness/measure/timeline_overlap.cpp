@@ -1,5 +1,6 @@
 #include "harness/measure/timeline_overlap.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace replay {
@@ -30,9 +31,21 @@ OverlapStats timeline_overlap(const std::vector<KernelEvent>& timeline, bool cop
   return overlap_stats(timeline_activities(timeline, copies_are_comm));
 }
 
+double timeline_span_us(const std::vector<KernelEvent>& timeline) {
+  if (timeline.empty()) return 0;
+  double first = timeline.front().start_us, last = first;
+  for (const KernelEvent& e : timeline) {
+    first = std::min(first, e.start_us);
+    last = std::max(last, e.start_us + e.dur_us);
+  }
+  return last - first;
+}
+
 std::optional<RegionOverlap> region_overlap(const std::vector<KernelEvent>& baseline_timeline,
-                                            double t_total_us, double comm_bytes) {
+                                            const std::vector<KernelEvent>& variant_timeline,
+                                            double comm_bytes) {
   const OverlapStats base = timeline_overlap(baseline_timeline, true);
+  const double t_total_us = timeline_span_us(variant_timeline);
   if (!base.has_comm || base.compute_us <= 0 || !(t_total_us > 0)) return std::nullopt;
   RegionOverlap o;
   o.t_gemm_us = base.compute_us;
@@ -41,6 +54,7 @@ std::optional<RegionOverlap> region_overlap(const std::vector<KernelEvent>& base
   o.efficiency = overlap_efficiency(o.t_gemm_us, o.t_comm_us, t_total_us);
   o.flux_eff_comm_us = flux_effective_comm_us(o.t_gemm_us, t_total_us);
   o.flux_efficiency = flux_overlap_efficiency(o.t_gemm_us, o.t_comm_us, t_total_us);
+  o.gemm_slowdown = timeline_overlap(variant_timeline, true).compute_us / o.t_gemm_us;
   o.busbw_gbps = comm_bytes > 0 ? comm_bytes / (o.t_comm_us * 1e3) : 0;
   return o;
 }

@@ -31,23 +31,31 @@ OverlapStats timeline_overlap(const std::vector<KernelEvent>& timeline, bool cop
 /// A communicating region's figures against its serial baseline (issue 31, "Measurement"): the
 /// baseline runs the collective and the GEMM one after the other, so its CUPTI timeline gives
 /// T_comm (the union of its communication) and T_gemm (the union of its computation); the
-/// overlapped variant's median gives T_total.
+/// overlapped variant's CUPTI timeline of the same kind of replay (one replay, L2 not flushed)
+/// gives T_total (its span: first start to last end) and its computation under contention.
 struct RegionOverlap {
-  double t_gemm_us = 0;         ///< baseline's computation alone, µs (CUPTI, one replay)
-  double t_comm_us = 0;         ///< baseline's communication alone, µs (CUPTI, one replay)
-  double t_total_us = 0;        ///< the overlapped variant's median, µs
+  double t_gemm_us = 0;         ///< baseline's computation alone, µs
+  double t_comm_us = 0;         ///< baseline's communication alone, µs
+  double t_total_us = 0;        ///< the overlapped variant's span, µs
   double efficiency = 0;        ///< E = (T_gemm + T_comm - T_total) / min(T_gemm, T_comm)
   double flux_eff_comm_us = 0;  ///< Flux: T_total - T_gemm, µs
   double flux_efficiency = 0;   ///< Flux: 1 - (T_total - T_gemm) / T_comm
+  /// The GEMM's slowdown under contention: the overlapped variant's computation (the union of
+  /// its compute records) / T_gemm; 1 = the copies cost the GEMMs nothing.
+  double gemm_slowdown = 0;
   /// nccl-tests' busbw of the baseline's communication: comm_bytes / T_comm, GB/s, where
   /// comm_bytes is the region's Cost::comm_bytes (already the bus-factor share of the collective's
   /// bytes: (n-1)/n of the gathered or scattered tensor).
   double busbw_gbps = 0;
 };
 
-/// The figures above from the baseline's timeline and the overlapped variant's median; nullopt
-/// when the baseline's timeline has no communication or no computation, or t_total_us <= 0.
+/// First start to last end of a timeline (kernels and copies), µs; 0 when empty.
+double timeline_span_us(const std::vector<KernelEvent>& timeline);
+
+/// The figures above from the baseline's timeline and the overlapped variant's; nullopt when the
+/// baseline's timeline has no communication or no computation, or the variant's is empty.
 std::optional<RegionOverlap> region_overlap(const std::vector<KernelEvent>& baseline_timeline,
-                                            double t_total_us, double comm_bytes);
+                                            const std::vector<KernelEvent>& variant_timeline,
+                                            double comm_bytes);
 
 }  // namespace replay

@@ -247,8 +247,9 @@ std::string variant_table(const RegionResult& row, const Ceilings& c) {
   for (const auto& v : row.variants) rows.push_back({&row, &v, &c});
   std::string s = html_table(variant_columns(), rows);
   if (const auto orows = overlap_rows(row, c); !orows.empty())
-    s += "<p class=meta>Communication overlap</p>" + html_table(overlap_columns(), orows) +
-         "<p class=meta>" + html_escape(kOverlapNote) + "</p>";
+    s += "<p class=meta>Communication overlap" + html_escape(overlap_caveat(orows)) + "</p>" +
+         html_table(overlap_columns(), orows) + "<p class=meta>" + html_escape(kOverlapNote) +
+         "</p>";
   return s;
 }
 

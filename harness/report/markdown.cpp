@@ -126,6 +126,8 @@ std::vector<Column<VariantRow>> make_overlap_columns() {
        vs_base([](const RegionOverlap& o) { return fmt_num(100 * o.efficiency) + "%"; })},
       {"Flux T_eff µs", true,
        vs_base([](const RegionOverlap& o) { return fmt_num(o.flux_eff_comm_us, 2); })},
+      {"GEMM slowdown", true,
+       vs_base([](const RegionOverlap& o) { return fmt_num(o.gemm_slowdown, 2) + "×"; })},
       {"baseline busbw GB/s", true,
        vs_base([](const RegionOverlap& o) { return fmt_num(o.busbw_gbps, 1); })},
   };
@@ -136,6 +138,12 @@ std::vector<Column<VariantRow>> make_overlap_columns() {
 const std::vector<Column<VariantRow>>& overlap_columns() {
   static const auto columns = make_overlap_columns();
   return columns;
+}
+
+std::string overlap_caveat(const std::vector<VariantRow>& rows) {
+  for (const VariantRow& r : rows)
+    if (!r.v->timing_note.empty()) return " (" + r.v->timing_note + ")";
+  return "";
 }
 
 std::vector<VariantRow> overlap_rows(const RegionResult& region, const Ceilings& c) {
@@ -240,8 +248,8 @@ std::string render_markdown(const RunResult& r) {
       for (const auto& v : reg.variants) rows.push_back({&reg, &v, &r.ceilings});
       md += markdown_table(columns, rows);
       if (const auto orows = overlap_rows(reg, r.ceilings); !orows.empty())
-        md += "\nCommunication overlap:\n\n" + markdown_table(overlap_columns(), orows) + "\n" +
-              kOverlapNote + "\n";
+        md += "\nCommunication overlap" + overlap_caveat(orows) + ":\n\n" +
+              markdown_table(overlap_columns(), orows) + "\n" + kOverlapNote + "\n";
     }
   }
   return md;

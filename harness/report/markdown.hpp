@@ -30,12 +30,17 @@ const std::vector<Column<VariantRow>>& variant_columns();
 const std::vector<Column<VariantRow>>& overlap_columns();
 /// The rows of that table; empty when the region does not communicate or nothing was traced.
 std::vector<VariantRow> overlap_rows(const RegionResult& region, const Ceilings& c);
+/// " (<timing note>)" when a row's timings carry one (ranks sharing a GPU: they mean nothing),
+/// else "": appended to the table's caption.
+std::string overlap_caveat(const std::vector<VariantRow>& rows);
 /// One line under that table: what the figures mean and where they come from.
 inline constexpr const char* kOverlapNote =
     "comm = NCCL kernels and copies between ranks, compute = the other kernels, on one CUPTI "
-    "replay (L2 not flushed); hidden = |comm ∩ compute| / |comm| (HTA); E = (T_gemm + T_comm − "
+    "replay (L2 not flushed; rank 0's in a multi-process run, every rank's in results.json and "
+    "the Perfetto trace); hidden = |comm ∩ compute| / |comm| (HTA); E = (T_gemm + T_comm − "
     "T_total) / min(T_gemm, T_comm) with T_gemm and T_comm from the baseline's serial timeline "
-    "and T_total the variant's median; Flux T_eff = T_total − T_gemm; busbw = the region's "
-    "communication bytes / the baseline's T_comm (nccl-tests' factors).";
+    "and T_total the variant's span on its own; Flux T_eff = T_total − T_gemm; GEMM slowdown = "
+    "the variant's computation / T_gemm; busbw = the region's communication bytes / the "
+    "baseline's T_comm (nccl-tests' factors).";
 
 }  // namespace replay

@@ -75,8 +75,8 @@ std::vector<std::pair<const VariantResult*, RegionOverlap>> RegionResult::overla
   const VariantResult* base = find(Role::kBaseline);
   if (!communicates() || !base || !base->cupti || base->cupti->timeline.empty()) return out;
   for (const auto& v : variants) {
-    if (&v == base || v.variant.kind != VariantInfo::kFusion || !v.timed()) continue;
-    if (auto o = region_overlap(base->cupti->timeline, v.stats.median, cost.comm_bytes))
+    if (&v == base || v.variant.kind != VariantInfo::kFusion || !v.cupti) continue;
+    if (auto o = region_overlap(base->cupti->timeline, v.cupti->timeline, cost.comm_bytes))
       out.emplace_back(&v, *o);
   }
   return out;
@@ -234,6 +234,7 @@ nlohmann::json region_overlap_json(const RegionResult& reg) {
                             {"efficiency", o.efficiency},
                             {"flux_effective_comm_us", o.flux_eff_comm_us},
                             {"flux_efficiency", o.flux_efficiency},
+                            {"gemm_slowdown", o.gemm_slowdown},
                             {"baseline_busbw_GBps", o.busbw_gbps}};
   return out;
 }

@@ -4,7 +4,9 @@
 // launch --nproc 2` with both ranks on the one GPU (shared-device handling: no hang, every row
 // says why). Runs on several GPUs too (the ranks then get their own).
 #include <gtest/gtest.h>
+
 #include <nccl.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -222,30 +224,55 @@ TEST(NcclOneRank, ReplayLaunchOneRank) {
   EXPECT_EQ(results.find("\"verdict\": \"FAIL\""), std::string::npos);
 }
 
-// `replay launch --nproc 2` with both ranks on one GPU: no communicator, every row that needs
-// NCCL says why, the timings are labelled, and the run ends (no hang) with exit 0.
-TEST(SharedGpu, TwoRanksOnOneGpuSayWhy) {
+// `replay launch --nproc N` (N = 2, 4) with every rank on one GPU, on the ws-N traces of
+// traces/tp: no communicator, every row that needs NCCL says why, the timings are labelled, the
+// run ends (no hang) with exit 0, and the `optimized` pipeline of every region PASSes with every
+// rank's outputs checked (rank N-1's among them) and no row FAILs.
+TEST(SharedGpu, RanksOnOneGpuRunThePipelinesAndSayWhyNot) {
   REQUIRE_GPU();
   if (cuda_device_count() != 1)
     GTEST_SKIP() << "needs exactly 1 GPU (found " << cuda_device_count()
                  << "): the ranks would get their own";
-  const auto out = std::filesystem::temp_directory_path() / "replay_launch_shared";
-  std::filesystem::remove_all(out);
-  const std::string cmd =
-      std::string(REPLAY_BIN) + " launch --nproc 2 --timeout 300 -- run " +
-      std::string(REPLAY_TRACES_DIR) + "/tp/tp_colwise_ag_mm_bf16_ws2_16x32x24.json " +
-      std::string(REPLAY_TRACES_DIR) + "/tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24.json" +
-      " --modes cold --no-matmul-ceilings --rank-timeout 60 --out " + out.string() + " > " +
-      (out.string() + ".log") + " 2>&1";
-  const int rc = std::system(cmd.c_str());
-  const std::string log = read_text(out.string() + ".log");
-  EXPECT_EQ(rc, 0) << log;
-  const std::string results = read_text(out / "results.json");
-  EXPECT_NE(results.find("NCCL cannot place two ranks on one GPU (ranks 0 and 1 share device"),
-            std::string::npos)
-      << results.substr(0, 2000);
-  EXPECT_NE(results.find("ranks share one GPU: timings mean nothing"), std::string::npos);
-  EXPECT_NE(results.find("needs an NCCL communicator"), std::string::npos);  // the eager rows
+  for (int n : {2, 4}) {
+    SCOPED_TRACE("world size " + std::to_string(n));
+    const auto out =
+        std::filesystem::temp_directory_path() / ("replay_launch_shared_ws" + std::to_string(n));
+    std::filesystem::remove_all(out);
+    std::string traces;
+    for (const auto& e :
+         std::filesystem::directory_iterator(std::string(REPLAY_TRACES_DIR) + "/tp"))
+      if (e.path().filename().string().find("_ws" + std::to_string(n) + "_") != std::string::npos)
+        traces += " " + e.path().string();
+    ASSERT_FALSE(traces.empty());
+    const std::string cmd = std::string(REPLAY_BIN) + " launch --nproc " + std::to_string(n) +
+                            " --timeout 300 -- run" + traces +
+                            " --modes cold --no-matmul-ceilings --rank-timeout 60 --out " +
+                            out.string() + " > " + (out.string() + ".log") + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    const std::string log = read_text(out.string() + ".log");
+    EXPECT_EQ(rc, 0) << log;
+    const std::string text = read_text(out / "results.json");
+    EXPECT_NE(text.find("NCCL cannot place two ranks on one GPU (ranks 0 and 1 share device"),
+              std::string::npos)
+        << text.substr(0, 2000);
+    EXPECT_NE(text.find("ranks share one GPU: timings mean nothing"), std::string::npos);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    int pipelines = 0;
+    for (const auto& t : j.at("traces"))
+      for (const auto& r : t.at("regions"))
+        for (const auto& v : r.at("variants")) {
+          EXPECT_NE(v.at("verdict"), "FAIL") << t.at("name") << " " << v.at("variant");
+          if (r.at("fusion") == "" || v.at("variant") != "optimized") continue;
+          ++pipelines;
+          EXPECT_EQ(v.at("verdict"), "PASS") << t.at("name") << ": " << v.dump().substr(0, 800);
+          bool last_rank = false;
+          for (const auto& c : v.at("numerics"))
+            last_rank = last_rank || c.at("value").get<std::string>().rfind(
+                                         "rank " + std::to_string(n - 1) + ": ", 0) == 0;
+          EXPECT_TRUE(last_rank) << t.at("name") << ": rank " << n - 1 << " checked nothing";
+        }
+    EXPECT_GE(pipelines, 3) << "every ws-" << n << " trace has one tp region";
+  }
 }
 
 }  // namespace
