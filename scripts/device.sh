@@ -43,8 +43,9 @@
 #                   speed of light, memory workload, occupancy, launch, warp state sections
 #                   -> ncu/<trace>.txt: ~20-40 s per trace.
 #   tp              the multi-process path on this host's GPUs: the NCCL and chunked-pipeline GPU
-#                   tests (world sizes 1, 2, 4; ranks may share a GPU), then `replay launch --nproc
-#                   N -- run` on traces/tp at world sizes 1 (NCCL), 2 and 4 -> tp/ws<N>/: ~2-4 min.
+#                   tests (world sizes 1, 2, 4; ranks may share a GPU), the multigpu tests (they
+#                   skip below 2 / 4 GPUs), then `replay launch --nproc N -- run` on traces/tp at
+#                   world sizes 1 (NCCL), 2 and 4 -> tp/ws<N>/: ~2-4 min.
 #   bench           the Google Benchmark runner (replay_bench) over the bundled traces, JSON.
 #   compare=REPLAY  another `replay` binary and this build alternated twice on $TRACES (default:
 #                   the small traces) in one job, medians side by side (scripts/medians.py).
@@ -314,6 +315,10 @@ phase_tp() {
   export NCCL_NVLS_ENABLE=0
   gpu_tests "$D/gpu_tests.log" \
     'NcclOneRank*:SharedGpu*:WorldSize/*Pipeline*:*PipelineTimeout*' || rc=1
+  if [ -x "$BUILD/tests/replay_multigpu_tests" ]; then  # skips, saying why, below 2 / 4 GPUs
+    timeout 300 "$BUILD/tests/replay_multigpu_tests" > "$D/multigpu.log" 2>&1 || rc=1
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |needs [0-9]+ GPUs" "$D/multigpu.log" | head -8
+  fi
   timeout 150 "$R" launch --nproc 1 --timeout 140 -- run traces/tp/ws1 --modes cold \
     --no-matmul-ceilings --out "$D/ws1" > "$D/ws1.log" 2>&1 || rc=1
   echo "ws1: $(tail -3 "$D/ws1.log")"
