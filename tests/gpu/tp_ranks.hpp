@@ -180,4 +180,35 @@ inline int64_t count_inexact(const std::vector<char>& got, DType dtype,
   return bad;
 }
 
+/// Three launches of `pipe` into `out` on a stream of their own, `out` poisoned with 0xFF bytes
+/// (NaN) before each: the first must pass `check(got, why)` (a deliberately wrong pipeline,
+/// `faulty`, must fail it instead), the others must give the first's bits. `what` names the case
+/// and rank in failures.
+template <typename Pipe, typename Check>
+void launch_three_times(Pipe& pipe, const DeviceBuffer& out, bool faulty, const std::string& what,
+                        Check check) {
+  cudaStream_t st;
+  REPLAY_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  std::vector<char> first;
+  for (int it = 0; it < 3; ++it) {
+    REPLAY_CUDA(cudaMemsetAsync(out.get(), 0xFF, out.bytes(), st));
+    pipe.launch(st);
+    pipe.synchronize(st);
+    const std::vector<char> got = download_bytes(out.get(), out.bytes());
+    if (it == 0) {
+      std::string why;
+      const bool ok = check(got, why);
+      if (!faulty)
+        EXPECT_TRUE(ok) << what << ": " << why;
+      else
+        EXPECT_FALSE(ok) << what << ": the deliberately wrong pipeline passed";
+      first = got;
+    } else if (!faulty) {
+      EXPECT_TRUE(got == first) << what << ": launch " << it
+                                << " is not bit-identical to the first";
+    }
+  }
+  REPLAY_CUDA(cudaStreamDestroy(st));
+}
+
 }  // namespace replay::test

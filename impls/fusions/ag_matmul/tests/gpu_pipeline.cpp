@@ -134,31 +134,10 @@ void run_case(test::RankSession& s, const Case& c, uint64_t seed) {
   const Inputs in = make_inputs(c, n, seed, seed + 1000);
   const auto d = to_device(c, in, r, n);
   const std::vector<double> ref = reference(c, in, r, n);
-  cudaStream_t st;
-  REPLAY_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  {
-    Pipeline pipe(s.dist, tp::Transport::kIpc, d->op, c.fault);
-    std::vector<char> first;
-    for (int it = 0; it < 3; ++it) {
-      REPLAY_CUDA(cudaMemsetAsync(d->out.get(), 0xFF, d->out.bytes(), st));  // NaN
-      pipe.launch(st);
-      pipe.synchronize(st);
-      const std::vector<char> got = test::download_bytes(d->out.get(), d->out.bytes());
-      if (it == 0) {
-        std::string why;
-        const bool ok = passes(c, got, ref, n, why);
-        if (c.fault == PipelineFault::kNone)
-          EXPECT_TRUE(ok) << label(c, r, n) << ": " << why;
-        else
-          EXPECT_FALSE(ok) << label(c, r, n) << ": the deliberately wrong pipeline passed";
-        first = got;
-      } else if (c.fault == PipelineFault::kNone) {
-        EXPECT_TRUE(got == first) << label(c, r, n) << ": launch " << it
-                                  << " is not bit-identical to the first";
-      }
-    }
-  }
-  REPLAY_CUDA(cudaStreamDestroy(st));
+  Pipeline pipe(s.dist, tp::Transport::kIpc, d->op, c.fault);
+  test::launch_three_times(
+      pipe, d->out, c.fault != PipelineFault::kNone, label(c, r, n),
+      [&](const std::vector<char>& got, std::string& why) { return passes(c, got, ref, n, why); });
 }
 
 // Two launches on different shards; before the second, every rank but 0 holds its stream for
