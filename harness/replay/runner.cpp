@@ -13,6 +13,7 @@
 #include "harness/measure/cupti_tracer.hpp"
 #include "harness/measure/timing.hpp"
 #include "harness/replay/gpu_program.hpp"
+#include "impls/eager/collective.hpp"
 #include "impls/fusions/registry.hpp"
 #include "impls/reference/reference.hpp"
 #include "impls/reference/saved_inputs.hpp"
@@ -316,9 +317,10 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
     Timed t;
     try {
       t.prog = std::make_unique<GpuProgram>(g, plan, variant.name, ref, ctx.stream, dist);
-    } catch (const std::invalid_argument& e) {
+    } catch (const NoCommunicator& e) {
       // Ranks sharing a GPU have no NCCL communicator: a variant that runs a collective eagerly
-      // cannot run (every rank decides the same); the others still run.
+      // cannot run (every rank decides the same); the others still run. Any other error of the
+      // program stays an error.
       if (!dist || dist->comm) throw;
       for (RegionResult& rr : tr.regions) {
         VariantResult v;

@@ -130,8 +130,8 @@ EagerLaunch lower_collective(const Node& n, const std::vector<DeviceTensor>& in,
                              const std::vector<DeviceTensor>& out, const DistContext& d) {
   const std::string name(op_name(n.op));
   if (!d.comm)
-    throw std::invalid_argument("node " + n.id + ": " + name +
-                                " needs an NCCL communicator: " + d.no_nccl_why);
+    throw NoCommunicator("node " + n.id + ": " + name +
+                         " needs an NCCL communicator: " + d.no_nccl_why);
   if (n.group_size != d.world_size)
     throw std::invalid_argument("node " + n.id + ": " + name + " over " +
                                 std::to_string(n.group_size) + " ranks in a run of " +

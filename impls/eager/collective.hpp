@@ -12,6 +12,7 @@
 // output that is not contiguous goes through a contiguous temporary (a strided copy).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@
 #include "impls/eager/kernels.hpp"
 
 namespace replay {
+
+/// Thrown when a collective needs an NCCL communicator and the run has none (ranks sharing a
+/// GPU): the variant cannot run, which the runner reports as a skip with this message; any other
+/// std::invalid_argument stays an error.
+struct NoCommunicator : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
 
 /// Checks the result of an NCCL call of rank `d.rank` enqueued on `stream`, and hands it to
 /// d.watch. ncclInProgress (a non-blocking communicator still enqueueing) is polled through
@@ -28,9 +36,9 @@ namespace replay {
 void nccl_check(const DistContext& d, int result, cudaStream_t stream, const std::string& what);
 
 /// The launch of collective node `n` (its op row's lowering is EagerLowering::kCollective, not
-/// wait_tensor) on `d.comm`. `in`/`out` as lower_node takes them. Throws std::invalid_argument
-/// naming the node when d.comm is null (with d.no_nccl_why), when the node's group is not the
-/// communicator's size, or for a reduction of a dtype NCCL does not reduce.
+/// wait_tensor) on `d.comm`. `in`/`out` as lower_node takes them. Throws NoCommunicator naming
+/// the node when d.comm is null (with d.no_nccl_why); std::invalid_argument naming the node when
+/// its group is not the communicator's size, or for a reduction of a dtype NCCL does not reduce.
 EagerLaunch lower_collective(const Node& n, const std::vector<DeviceTensor>& in,
                              const std::vector<DeviceTensor>& out, const DistContext& d);
 
