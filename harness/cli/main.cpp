@@ -352,7 +352,10 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
   RunResult run;
   run.seed = opt.seed;
   run.environment = {{"git_revision", REPLAY_GIT_REVISION}};
+  // "complete" turns true only after the last trace: a results.json left by a run that was
+  // stopped (a killed rank, the launcher's timeout) says it is partial.
   run.run_info = {{"started_utc", utc_now()},
+                  {"complete", false},
                   {"host", host_name()},
                   {"command_line", command_line},
                   {"stop_rule", to_json(opt.rule)},
@@ -491,6 +494,7 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
     }
   }
   if (gpu) run.run_info["gpu_state_end"] = gpu_state(rank ? rank->context().device : 0);
+  run.run_info["complete"] = true;
   write_reports();
   if (writes)
     std::cout << "\nwrote " << (fs::path(out_dir) / "results.json").string() << " and "

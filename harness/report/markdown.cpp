@@ -179,6 +179,11 @@ std::string render_markdown(const RunResult& r) {
           ". A region's SOL is the largest of its memory term and its matmul term (FLOPs / peak, "
           "summed over its GEMMs)\n";
   }
+  if (r.run_info.is_object() && r.run_info.contains("complete") &&
+      !r.run_info.value("complete", true))
+    md +=
+        "\n> **Incomplete: the run had not finished when this report was written (it is "
+        "rewritten after every trace; a run that stopped early leaves it so).**\n";
   if (!r.gpu_note.empty()) md += "\n> **" + r.gpu_note + "**\n";
   const Verdict overall = r.verdict();
   int yes = 0, no = 0;

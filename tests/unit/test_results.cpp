@@ -368,3 +368,14 @@ TEST(Results, CommunicatingRegionCarriesOverlapFigures) {
   EXPECT_FALSE(to_json(run)["traces"][0]["regions"][0].contains("overlap"));
   EXPECT_EQ(render_markdown(run).find("Communication overlap"), std::string::npos);
 }
+
+// A results.json / report.md written before the run finished says so (run.complete).
+TEST(Report, AnIncompleteRunSaysSo) {
+  RunResult run = sample_run(true);
+  run.run_info["complete"] = false;
+  EXPECT_NE(render_markdown(run).find("Incomplete: the run had not finished"), std::string::npos);
+  run.run_info["complete"] = true;
+  EXPECT_EQ(render_markdown(run).find("Incomplete"), std::string::npos);
+  run.run_info.erase("complete");  // results from before the flag: nothing claimed either way
+  EXPECT_EQ(render_markdown(run).find("Incomplete"), std::string::npos);
+}
