@@ -302,10 +302,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
     ctx.comm = dist->comm;
     agree = [dist](StopReason mine) {
       std::vector<StopReason> all;
-      const std::string step = "when to stop timing";
-      for (const std::string& b : dist::step_blobs(
-               dist->all_gather(dist::step_blob(step, std::string(1, static_cast<char>(mine)))),
-               step, dist->rank))
+      for (const std::string& b : dist->all_gather(std::string(1, static_cast<char>(mine))))
         all.push_back(b.size() == 1 ? static_cast<StopReason>(b[0]) : StopReason::kNone);
       return dist::agreed_stop(all);
     };
@@ -555,9 +552,7 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     }
     if (dist) {  // the ranks decide together (their estimates may differ): any rank's reason, all
       std::string first;
-      const std::string step = "whether to replay " + path;
-      for (const std::string& w :
-           dist::step_blobs(dist->all_gather(dist::step_blob(step, skip_why)), step, dist->rank))
+      for (const std::string& w : dist->all_gather(skip_why))
         if (first.empty() && !w.empty()) first = w;
       skip_why = first;
     }
