@@ -13,37 +13,12 @@
 namespace replay {
 namespace {
 
-int64_t numel(const DeviceTensor& t) {
-  int64_t n = 1;
-  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
-  return n;
-}
-
-bool contiguous(const DeviceTensor& t) {
-  int64_t want = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    if (t.shape[d] != 1 && t.stride[d] != want) return false;
-    want *= t.shape[d];
-  }
-  return true;
-}
-
-DeviceTensor as_contiguous(DeviceTensor t, void* ptr) {
-  t.ptr = ptr;
-  int64_t s = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.stride[d] = s;
-    s *= t.shape[d];
-  }
-  return t;
-}
-
 // A contiguous stand-in for `t`: `t` itself, or a temporary (owned by `temps`).
 DeviceTensor staged(const DeviceTensor& t, std::vector<std::shared_ptr<DeviceBuffer>>& temps) {
-  if (contiguous(t)) return t;
+  if (is_contiguous(t)) return t;
   temps.push_back(std::make_shared<DeviceBuffer>(
       std::max<size_t>(static_cast<size_t>(numel(t)) * dtype_size(t.dtype), 16)));
-  return as_contiguous(t, temps.back()->get());
+  return with_contiguous_strides(t, temps.back()->get());
 }
 
 ncclDataType_t reduce_type(DType t) {

@@ -164,12 +164,6 @@ DeviceTensor broadcast_as(const DeviceTensor& src, std::initializer_list<int64_t
   return t;
 }
 
-int64_t numel(const DeviceTensor& t) {
-  int64_t n = 1;
-  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
-  return n;
-}
-
 // How cuBLASLt can read a matrix in place: a row-major [R, C] matrix is the column-major [C, R]
 // matrix X^T (leading dimension its row stride); a column-major one is X itself (leading
 // dimension its column stride). Size-1 dims take any stride.

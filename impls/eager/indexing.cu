@@ -44,12 +44,6 @@ int blocks_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 8));
 }
 
-int64_t numel(const DeviceTensor& t) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
-  return n;
-}
-
 // Element i of p (dtype t) as acc_t; integers read exactly as integers (int64 beyond 2^53 too).
 template <typename acc_t>
 __device__ __forceinline__ acc_t load_acc(const void* p, int64_t i, DType t) {

@@ -27,6 +27,34 @@ struct DeviceTensor {
   int64_t stride[kMaxDims] = {};
 };
 
+/// Elements of `t` (the product of its shape; 1 for a scalar).
+inline int64_t numel(const DeviceTensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  return n;
+}
+
+/// Row-major contiguous (size-1 dims take any stride).
+inline bool is_contiguous(const DeviceTensor& t) {
+  int64_t want = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.stride[d] != want) return false;
+    want *= t.shape[d];
+  }
+  return true;
+}
+
+/// `t`'s shape and dtype at `ptr` with row-major contiguous strides (a temporary's layout).
+inline DeviceTensor with_contiguous_strides(DeviceTensor t, void* ptr) {
+  t.ptr = ptr;
+  int64_t s = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.stride[d] = s;
+    s *= t.shape[d];
+  }
+  return t;
+}
+
 /// DeviceTensor for `meta` at `ptr`. Throws std::invalid_argument beyond kMaxDims dims.
 DeviceTensor device_tensor(void* ptr, const TensorMeta& meta);
 

@@ -336,28 +336,6 @@ __global__ void dropout_backward_kernel(Ten g, const bool* mask, OutTen dx, int6
 
 // ---- host side ----------------------------------------------------------------------------
 
-int64_t numel(const DeviceTensor& t) {
-  int64_t n = 1;
-  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
-  return n;
-}
-bool contiguous(const DeviceTensor& t) {
-  int64_t expect = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    if (t.shape[d] != 1 && t.stride[d] != expect) return false;
-    expect *= t.shape[d];
-  }
-  return true;
-}
-DeviceTensor with_contiguous_strides(DeviceTensor t, void* ptr) {
-  t.ptr = ptr;
-  int64_t s = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.stride[d] = s;
-    s *= t.shape[d];
-  }
-  return t;
-}
 int block_for(int64_t len) {  // threads per row: a power of two in [32, 512]
   int t = kWarp;
   while (t < 512 && t < len) t *= 2;
@@ -390,13 +368,13 @@ Staged stage(const std::vector<DeviceTensor>& in, const std::vector<DeviceTensor
     return with_contiguous_strides(t, s.temps.back()->get());
   };
   for (auto& t : s.in)
-    if (t.ptr && !contiguous(t)) {
+    if (t.ptr && !is_contiguous(t)) {
       const DeviceTensor c = temp(t);
       s.before.push_back(prepare_copy(c, t));
       t = c;
     }
   for (auto& t : s.out)
-    if (t.ptr && numel(t) > 0 && !contiguous(t)) {
+    if (t.ptr && numel(t) > 0 && !is_contiguous(t)) {
       const DeviceTensor c = temp(t);
       s.after.push_back(prepare_copy(t, c));
       t = c;

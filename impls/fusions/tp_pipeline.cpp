@@ -106,6 +106,12 @@ std::string bind_chunk_gemm(const Graph& graph, BindContext& ctx, const GemmValu
   return "";
 }
 
+std::optional<Transport> pipeline_transport(std::string_view variant) {
+  if (variant == "optimized") return Transport::kIpc;
+  if (variant == "nccl_chunked") return Transport::kNccl;
+  return std::nullopt;
+}
+
 std::string dist_unsupported(const DistContext* dist, int64_t world_size, Transport transport) {
   if (!dist)
     return "needs a multi-process run, one process per rank (torchrun, mpirun, srun or `replay "

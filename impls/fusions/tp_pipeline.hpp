@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "impls/cuda/dist_context.hpp"
 #include "impls/cuda/ipc/peer_exchange.hpp"
@@ -48,6 +50,10 @@ EagerLaunch prepare_chunk_gemm(const std::string& name, const ChunkGemm& g, cons
 /// can): a single-process run (dist null), a run of another world size, no NCCL communicator for
 /// kNccl (ranks sharing a GPU: DistContext::no_nccl_why).
 std::string dist_unsupported(const DistContext* dist, int64_t world_size, Transport transport);
+
+/// The transport of a chunked-pipeline variant: "optimized" CUDA IPC, "nccl_chunked" NCCL send /
+/// recv; nullopt for any other name.
+std::optional<Transport> pipeline_transport(std::string_view variant);
 
 /// NCCL, on `s`, as one group on d.comm: send `send_bytes` bytes at `send` to rank `to` and
 /// receive `recv_bytes` at `recv` from rank `from` (either skipped when its peer is < 0); checked

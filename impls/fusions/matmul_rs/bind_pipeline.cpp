@@ -15,14 +15,9 @@ namespace replay::matmul_rs {
 Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
   const std::string variant = "variant '" + std::string(v.name) + "': ";
-  tp::Transport t;
-  if (v.name == "optimized") {
-    t = tp::Transport::kIpc;
-  } else if (v.name == "nccl_chunked") {
-    t = tp::Transport::kNccl;
-  } else {
-    return {{}, "matmul_rs has no variant '" + std::string(v.name) + "'"};
-  }
+  const std::optional<tp::Transport> transport = tp::pipeline_transport(v.name);
+  if (!transport) return {{}, "matmul_rs has no variant '" + std::string(v.name) + "'"};
+  const tp::Transport t = *transport;
   const DistContext* dist = ctx.dist();
   if (std::string why = tp::dist_unsupported(dist, p.world_size, t); !why.empty())
     return {{}, variant + why};
