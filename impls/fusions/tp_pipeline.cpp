@@ -75,8 +75,12 @@ std::string contiguous_ptr(const Graph& graph, BindContext& ctx, int value, int6
 std::string bind_chunk_gemm(const Graph& graph, BindContext& ctx, const GemmValues& v,
                             DType a_dtype, ChunkGemm& g) {
   g.a_dtype = a_dtype;
-  const BoundTensor b = ctx.tensor(v.b);
+  BoundTensor b = ctx.tensor(v.b_transpose_of >= 0 ? v.b_transpose_of : v.b);
   if (b.layout.shape.size() != 2) return "the weight '" + graph.values[v.b].name + "' is not 2-D";
+  if (v.b_transpose_of >= 0) {
+    std::swap(b.layout.shape[0], b.layout.shape[1]);
+    std::swap(b.layout.stride[0], b.layout.stride[1]);
+  }
   g.b = device_tensor(b.ptr, b.layout);
   g.out_dtype = graph.meta(v.out).dtype;
   g.K = v.K;

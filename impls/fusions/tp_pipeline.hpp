@@ -68,6 +68,9 @@ struct GemmValues {
   int mm = -1, b = -1, scale_a = -1, scale_b = -1, out = -1;
   bool scaled = false;
   int64_t M = 0, K = 0, N = 0;
+  /// The 2-D graph input that b is the transpose of, when the region claims the permute (b is
+  /// then not bound: the input is read with its strides swapped), or -1.
+  int b_transpose_of = -1;
 };
 /// Fills `g` from the bound tensors of `v` (ctx.tensor), with `a_dtype` the activation's dtype.
 /// Returns why it cannot ("" when it can): scales that are neither one float32 element nor a

@@ -13,6 +13,13 @@
 
 namespace replay::ag_matmul {
 
+/// The GEMMs' values in the form tp::bind_chunk_gemm takes.
+tp::GemmValues gemm_values(const Graph& g, const Params& p, const Gemm& ge) {
+  tp::GemmValues gv{g.values[ge.mm_out].producer, ge.b, ge.scale_a, ge.scale_b, ge.out, ge.scaled, p.M, p.K, ge.N};
+  gv.b_transpose_of = ge.b_transpose_of;
+  return gv;
+}
+
 Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
   const std::string variant = "variant '" + std::string(v.name) + "': ";
@@ -24,15 +31,33 @@ Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, Bin
     return {{}, variant + why};
   PipelineOperands op;
   op.M = p.M;
+  op.lead = p.lead;
   void* x = nullptr;
   if (std::string why = tp::contiguous_ptr(g, ctx, p.x, p.M / p.world_size * p.K, x); !why.empty())
     return {{}, variant + "the shard " + why};
   op.x = x;
-  if (std::string why = tp::contiguous_ptr(g, ctx, p.out, p.M * p.N, op.out); !why.empty())
-    return {{}, variant + "the result " + why};
-  const tp::GemmValues gv{p.mm, p.b, p.scale_a, p.scale_b, p.out, p.scaled, p.M, p.K, p.N};
-  if (std::string why = tp::bind_chunk_gemm(g, ctx, gv, g.meta(p.x).dtype, op.gemm); !why.empty())
-    return {{}, variant + why};
+  for (size_t j = 0; j < p.gemms.size(); ++j) {
+    const Gemm& ge = p.gemms[j];
+    void* out = nullptr;
+    if (std::string why = tp::contiguous_ptr(g, ctx, ge.out, p.M * ge.N, out); !why.empty())
+      return {{}, variant + "the result " + why};
+    tp::ChunkGemm cg;
+    if (std::string why = tp::bind_chunk_gemm(g, ctx, gemm_values(g, p, ge), g.meta(p.x).dtype, cg);
+        !why.empty())
+      return {{}, variant + why};
+    if (j == 0) {
+      op.gemm = cg;
+      op.out = out;
+    } else {
+      op.more.push_back({cg, out});
+    }
+  }
+  for (int o : gathered_outputs(p, r)) {
+    void* buf = nullptr;
+    if (std::string why = tp::contiguous_ptr(g, ctx, o, p.M * p.K, buf); !why.empty())
+      return {{}, variant + "the gathered activation " + why};
+    op.gathered.push_back(buf);
+  }
   if (std::string why = Pipeline::unsupported(dist, t, op); !why.empty())
     return {{}, variant + why};
   auto pipe = std::make_shared<Pipeline>(*dist, t, op);

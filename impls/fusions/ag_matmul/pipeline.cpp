@@ -10,10 +10,18 @@ std::string Pipeline::unsupported(const DistContext* dist, tp::Transport t,
   if (std::string why = tp::dist_unsupported(dist, dist ? dist->world_size : 0, t); !why.empty())
     return why;
   if (dist->world_size < 2) return "a chunked all-gather needs 2 ranks or more";
-  if (op.M % dist->world_size != 0)
+  if (op.lead < 1 || op.M % (dist->world_size * op.lead) != 0)
     return "the gathered rows " + std::to_string(op.M) + " are not a multiple of the world size " +
-           std::to_string(dist->world_size);
-  return tp::chunk_gemm_unsupported(op.gemm, op.M / dist->world_size);
+           std::to_string(dist->world_size) + " times the blocks per shard " +
+           std::to_string(op.lead);
+  const int64_t rows = op.M / dist->world_size / op.lead;
+  if (std::string why = tp::chunk_gemm_unsupported(op.gemm, rows); !why.empty()) return why;
+  for (const ExtraGemm& e : op.more) {
+    if (e.gemm.K != op.gemm.K || e.gemm.a_dtype != op.gemm.a_dtype)
+      return "the GEMMs of one gathered activation differ in K or in the activation's dtype";
+    if (std::string why = tp::chunk_gemm_unsupported(e.gemm, rows); !why.empty()) return why;
+  }
+  return "";
 }
 
 Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOperands& op,
@@ -21,25 +29,39 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
     : rank_(dist.rank), n_(dist.world_size), transport_(t), fault_(fault), op_(op) {
   if (std::string why = unsupported(&dist, t, op); !why.empty()) throw std::invalid_argument(why);
   m_ = op.M / n_;
-  chunk_bytes_ = static_cast<size_t>(m_ * op.gemm.K) * dtype_size(op.gemm.a_dtype);
-  char* gathered = nullptr;
+  const int64_t rows = m_ / op.lead;  // rows per block
+  const size_t es = dtype_size(op.gemm.a_dtype);
+  chunk_bytes_ = static_cast<size_t>(m_ * op.gemm.K) * es;
+  block_bytes_ = static_cast<size_t>(rows * op.gemm.K) * es;
   if (t == tp::Transport::kIpc) {
     ex_ = std::make_unique<ipc::PeerExchange>(dist, n_ * chunk_bytes_, "ag_matmul", fault);
-    gathered = static_cast<char*>(ex_->data(rank_));
   } else {
     dist_ = dist;
-    gathered_ = DeviceBuffer(n_ * chunk_bytes_);
-    gathered = static_cast<char*>(gathered_.get());
+    if (op.lead > 1) staging_ = DeviceBuffer(n_ * chunk_bytes_);
     REPLAY_CUDA(cudaStreamCreateWithFlags(&nccl_stream_, cudaStreamNonBlocking));
   }
-  const size_t out_row_bytes = op.gemm.N * dtype_size(op.gemm.out_dtype);
+  if (op.gathered.empty()) recv_ = DeviceBuffer(n_ * chunk_bytes_);
+  dst_ = static_cast<char*>(op.gathered.empty() ? recv_.get() : op.gathered[0]);
+  std::vector<std::pair<const tp::ChunkGemm*, void*>> gemms{{&op.gemm, op.out}};
+  for (const ExtraGemm& e : op.more) gemms.emplace_back(&e.gemm, e.out);
   arrived_.reserve(n_);
   for (int c = 0; c < n_; ++c) {
     arrived_.emplace_back();
-    const void* a = c == rank_ ? op.x : gathered + c * chunk_bytes_;
-    void* d = static_cast<char*>(op.out) + c * m_ * out_row_bytes;
-    gemm_.push_back(
-        tp::prepare_chunk_gemm("ag_matmul chunk " + std::to_string(c), op.gemm, a, d, c * m_, m_));
+    gemm_.emplace_back();
+    for (size_t j = 0; j < gemms.size(); ++j)
+      for (int64_t l = 0; l < op.lead; ++l) {
+        // Block l of rank c: rows (l n + c) rows .. of the gathered activation; the own shard's
+        // straight from x.
+        const int64_t row0 = (l * n_ + c) * rows;
+        const void* a = c == rank_ ? static_cast<const char*>(op.x) + l * block_bytes_
+                                   : dst_ + row0 * op.gemm.K * es;
+        const tp::ChunkGemm& g = *gemms[j].first;
+        void* d = static_cast<char*>(gemms[j].second) + row0 * g.N * dtype_size(g.out_dtype);
+        gemm_[c].push_back(tp::prepare_chunk_gemm(
+            "ag_matmul chunk " + std::to_string(c) + (gemms.size() > 1 ? " GEMM " + std::to_string(j) : "") +
+                (op.lead > 1 ? " block " + std::to_string(l) : ""),
+            g, a, d, row0, rows));
+      }
   }
 }
 
@@ -54,41 +76,56 @@ const void* Pipeline::chunk_src(int p) const {
   return static_cast<const char*>(ex_->data(q)) + q * chunk_bytes_;
 }
 
+void Pipeline::place_chunk(cudaStream_t s, void* dst_block0, const void* src) const {
+  if (op_.lead == 1) {
+    REPLAY_CUDA(cudaMemcpyAsync(dst_block0, src, chunk_bytes_, cudaMemcpyDeviceToDevice, s));
+  } else {
+    REPLAY_CUDA(cudaMemcpy2DAsync(dst_block0, n_ * block_bytes_, src, block_bytes_, block_bytes_,
+                                  op_.lead, cudaMemcpyDeviceToDevice, s));
+  }
+}
+
 void Pipeline::launch(cudaStream_t stream) {
   const bool ipc = transport_ == tp::Transport::kIpc;
   if (ipc) ex_->begin(stream);
   cudaStream_t cs = ipc ? ex_->copy_stream() : nccl_stream_;
   fork_.join(stream, cs);
-  gemm_[rank_](stream);  // the own rows need no communication
-  char* gathered = ipc ? static_cast<char*>(ex_->data(rank_)) : static_cast<char*>(gathered_.get());
-  const std::string own = "rank " + std::to_string(rank_) + "'s shard";
+  for (EagerLaunch& g : gemm_[rank_]) g(stream);  // the own rows need no communication
+  auto rows_of = [&](int p) { return dst_ + p * block_bytes_; };  // block 0 of rank p
   if (ipc) {
     // Publish the own shard in this rank's IPC buffer once every peer has read the previous one.
+    char* slot = static_cast<char*>(ex_->data(rank_)) + rank_ * chunk_bytes_;
+    const std::string own = "rank " + std::to_string(rank_) + "'s shard";
     for (int p = 0; p < n_; ++p)
       if (p != rank_) ex_->wait_done_previous(cs, p, own);
-    REPLAY_CUDA(cudaMemcpyAsync(gathered + rank_ * chunk_bytes_, op_.x, chunk_bytes_,
-                                cudaMemcpyDeviceToDevice, cs));
+    REPLAY_CUDA(cudaMemcpyAsync(slot, op_.x, chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
     for (int p = 0; p < n_; ++p)
       if (p != rank_) ex_->signal_ready(cs, p);
   }
+  if (!op_.gathered.empty()) place_chunk(cs, rows_of(rank_), op_.x);  // the graph reads it all
   for (int s = 1; s < n_; ++s) {
     const int p = (rank_ + s) % n_;
-    void* dst = gathered + p * chunk_bytes_;
     if (ipc) {
       ex_->wait_ready(cs, p,
                       "chunk " + std::to_string(p) + " (rows " + std::to_string(p * m_) + ".." +
                           std::to_string((p + 1) * m_ - 1) + ", rank " + std::to_string(p) +
                           "'s shard)");
       if (!(fault_ == tp::PipelineFault::kDropChunk && s == 1))
-        REPLAY_CUDA(cudaMemcpyAsync(dst, chunk_src(p), chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
+        place_chunk(cs, rows_of(p), chunk_src(p));
       ex_->signal_done(cs, p);
     } else {
-      tp::nccl_send_recv(dist_, cs, op_.x, chunk_bytes_, (rank_ - s + n_) % n_, dst, chunk_bytes_,
+      void* recv = op_.lead == 1 ? static_cast<void*>(rows_of(p))
+                                 : static_cast<char*>(staging_.get()) + p * chunk_bytes_;
+      tp::nccl_send_recv(dist_, cs, op_.x, chunk_bytes_, (rank_ - s + n_) % n_, recv, chunk_bytes_,
                          p, "ag_matmul nccl_chunked step " + std::to_string(s));
+      if (op_.lead > 1) place_chunk(cs, rows_of(p), recv);
     }
     arrived_[p].join(cs, stream);
-    gemm_[p](stream);
+    for (EagerLaunch& g : gemm_[p]) g(stream);
   }
+  for (size_t i = 1; i < op_.gathered.size(); ++i)  // further readers' copies of it
+    REPLAY_CUDA(cudaMemcpyAsync(op_.gathered[i], dst_, n_ * chunk_bytes_,
+                                cudaMemcpyDeviceToDevice, cs));
   join_.join(cs, stream);
 }
 

@@ -1,14 +1,15 @@
 // ag_matmul's chunked pipeline (issue 31): all-gather of the row shards overlapped with the GEMM,
 // one chunk per rank's shard (PyTorch's fused_all_gather_matmul, Flux's AG+GEMM).
 //
-// Rank r of n, shard x_r [m, K], weight shard b [K, N], gathered [M = n m, K], out [M, N]:
+// Rank r of n, shard x_r [m, K], weight shard b [K, N], gathered [M = n m, K], out [M, N] (and
+// more weights beside b, each with its out; shards of `lead` row blocks placed block by block):
 //   ctx.stream:   GEMM of chunk r (straight from x_r)            then, as each chunk lands,
 //                 GEMM of chunk p (rows p m .. p m + m - 1 of the gathered buffer) for
 //                 p = r+1, r+2, ... (mod n): ring order starting after the own shard
 //   copy stream:  [kIpc]  wait done of every peer (previous epoch); x_r -> gathered[r] (local, in
 //                 this rank's IPC buffer); ready to every peer; then for p in the same order:
-//                 wait ready from p; gathered[p] <- p's gathered[p] (the copy engines, through
-//                 CUDA IPC); done to p; event -> ctx.stream
+//                 wait ready from p; gathered rows of p <- p's slot (the copy engines, through
+//                 CUDA IPC; a 2-D copy of `lead` blocks); done to p; event -> ctx.stream
 //                 [kNccl] for step s = 1 .. n-1: one group {send x_r to r - s, recv the shard of
 //                 p = r + s into gathered[p]}; event -> ctx.stream
 // The copy stream forks from ctx.stream at the start and joins it at the end, so events around
@@ -26,14 +27,28 @@
 
 namespace replay::ag_matmul {
 
+/// One more GEMM of the same gathered activation (same K and activation dtype): Llama's w3 beside
+/// w1.
+struct ExtraGemm {
+  tp::ChunkGemm gemm;
+  void* out = nullptr;  ///< [M, gemm.N] row-major, gemm.out_dtype
+};
+
 /// Device buffers of one rank's region.
 struct PipelineOperands {
   const void* x = nullptr;  ///< [m, K] this rank's shard, row-major, gemm.a_dtype
   tp::ChunkGemm gemm;       ///< the weight, scales and sizes (K, N)
   void* out = nullptr;      ///< [M, N] row-major, gemm.out_dtype
   int64_t M = 0;            ///< gathered rows: world_size * m
+  /// Blocks per shard (tp_match.hpp): the shard is `lead` blocks of m / lead rows, and block l of
+  /// rank p is rows (l n + p) m / lead of the gathered [M, K] (the split/cat form of a gather
+  /// along dim d > 0; 1 for a gather along dim 0).
+  int64_t lead = 1;
+  std::vector<ExtraGemm> more;  ///< further GEMMs of the gathered activation
+  /// [M, K] row-major buffers that receive the gathered activation (the graph reads it outside
+  /// the region), or none.
+  std::vector<void*> gathered;
 };
-
 class Pipeline {
  public:
   /// Why the pipeline cannot run (""): dist_unsupported, M not a multiple of the world size, or
@@ -56,6 +71,8 @@ class Pipeline {
 
  private:
   const void* chunk_src(int p) const;
+  /// The n-1 row blocks of rank p's chunk into dst_ (lead blocks, pitch n blocks), on `s`.
+  void place_chunk(cudaStream_t s, void* dst_block0, const void* src) const;
 
   int rank_ = 0, n_ = 0;
   tp::Transport transport_;
@@ -63,11 +80,13 @@ class Pipeline {
   DistContext dist_;  // kNccl: the communicator, its watch and timeout
   PipelineOperands op_;
   int64_t m_ = 0;
-  size_t chunk_bytes_ = 0;
-  std::unique_ptr<ipc::PeerExchange> ex_;  // kIpc: the gathered buffer is its data area
-  DeviceBuffer gathered_;                  // kNccl
+  size_t chunk_bytes_ = 0, block_bytes_ = 0;
+  std::unique_ptr<ipc::PeerExchange> ex_;  // kIpc: slot r of its data area publishes x_r
+  DeviceBuffer recv_;                      // [M, K] when no gathered buffer is given
+  char* dst_ = nullptr;                    // the gathered [M, K]: op.gathered[0] or recv_
+  DeviceBuffer staging_;                   // kNccl with lead > 1: the shards as received
   cudaStream_t nccl_stream_ = nullptr;     // kNccl (owned)
-  std::vector<EagerLaunch> gemm_;          // by chunk (= source rank)
+  std::vector<std::vector<EagerLaunch>> gemm_;  // by chunk (= source rank): every GEMM, block
   std::vector<tp::Event> arrived_;         // by chunk
   tp::Event fork_, join_;
 };

@@ -1,11 +1,13 @@
 // matmul_rs binder, the `baseline` variant (vanilla tensor parallelism): the graph's own mm /
 // _scaled_mm (impls/eager/gemm.hpp lower_gemm) into a workspace holding the partial product
-// [M, N], then one NCCL reduce-scatter (sum or avg, as the graph records it) of its rows into the
-// region's result. Needs this rank's NCCL communicator (BindContext::dist); without one the
+// [M, N], the split/cat's reordering of its row blocks by destination rank (2-D copies, where the
+// scatter is along a dim > 0), then one NCCL reduce-scatter (sum or avg, as the graph records it)
+// into the region's result. Needs this rank's NCCL communicator (BindContext::dist); without one the
 // variant says why. The chunked pipelines ("optimized", "nccl_chunked") are bind_pipeline.cpp's.
 #include <string>
 #include <vector>
 
+#include "impls/cuda/cuda_check.hpp"
 #include "impls/eager/collective.hpp"
 #include "impls/eager/gemm.hpp"
 #include "impls/fusions/binding.hpp"
@@ -27,7 +29,7 @@ Binding bind_baseline(const Graph& g, const Region& r, BindContext& ctx) {
     return {{},
             "the reduce-scatter spans " + std::to_string(p.world_size) + " ranks, the run " +
                 std::to_string(d->world_size)};
-  const Node& mm = g.nodes[p.mm];
+  const Node& mm = g.nodes[g.values[p.mm_out].producer];
   const DType part_dt = g.meta(mm.outputs[0]).dtype;
   if (std::string why = nccl_reduce_unsupported(part_dt, p.reduce_op); !why.empty())
     return {{}, why};
@@ -53,15 +55,29 @@ Binding bind_baseline(const Graph& g, const Region& r, BindContext& ctx) {
       in.emplace_back();
     }
   }
-  void* partial = ctx.workspace(static_cast<size_t>(p.M * p.N) * dtype_size(part_dt));
+  const size_t all_bytes = static_cast<size_t>(p.M * p.N) * dtype_size(part_dt);
+  void* partial = ctx.workspace(all_bytes);
   const EagerLaunch gemm = lower_gemm(mm, in, {rows_of(partial, p.M, p.N, part_dt)});
-  const std::string what = "ncclReduceScatter of node '" + g.nodes[p.reduce_scatter].id + "'";
+  // The split/cat form: rank q's blocks (l n + q) gathered to [q][l] for NCCL's flat scatter.
+  void* send = p.lead > 1 ? ctx.workspace(all_bytes) : partial;
+  const int64_t n = p.world_size, lead = p.lead;
+  const size_t block = all_bytes / static_cast<size_t>(n * lead);
+  const Node& wait = g.nodes[g.values[p.out].producer];  // p.out is the wait's output
+  const std::string what =
+      "ncclReduceScatter of node '" + g.nodes[g.values[wait.operands[0].value].producer].id + "'";
   const size_t count = static_cast<size_t>(out.layout.numel());
   void* recv = out.ptr;
   const std::string op = p.reduce_op;
-  return {[d, partial, recv, count, part_dt, op, what, gemm](const LaunchContext& c) {
+  return {[d, partial, send, recv, count, part_dt, op, what, gemm, n, lead,
+           block](const LaunchContext& c) {
             gemm(c.stream);
-            nccl_reduce_scatter(*d, partial, recv, count, part_dt, op, c.stream, what);
+            if (lead > 1)
+              for (int64_t q = 0; q < n; ++q)
+                REPLAY_CUDA(cudaMemcpy2DAsync(static_cast<char*>(send) + q * lead * block, block,
+                                              static_cast<const char*>(partial) + q * block,
+                                              n * block, block, lead, cudaMemcpyDeviceToDevice,
+                                              c.stream));
+            nccl_reduce_scatter(*d, send, recv, count, part_dt, op, c.stream, what);
           },
           ""};
 }

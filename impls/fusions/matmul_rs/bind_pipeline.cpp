@@ -26,6 +26,7 @@ Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, Bin
   PipelineOperands op;
   op.M = p.M;
   op.avg = p.reduce_op == "avg";
+  op.lead = p.lead;
   void* a = nullptr;
   if (std::string why = tp::contiguous_ptr(g, ctx, p.a, p.M * p.K, a); !why.empty())
     return {{}, variant + "the activation " + why};
@@ -33,8 +34,8 @@ Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, Bin
   if (std::string why = tp::contiguous_ptr(g, ctx, p.out, p.M / p.world_size * p.N, op.out);
       !why.empty())
     return {{}, variant + "the result " + why};
-  const int gemm_out = g.nodes[p.mm].outputs[0];
-  const tp::GemmValues gv{p.mm, p.b, p.scale_a, p.scale_b, gemm_out, p.scaled, p.M, p.K, p.N};
+  const int gemm_out = p.mm_out;
+  const tp::GemmValues gv{g.values[p.mm_out].producer, p.b, p.scale_a, p.scale_b, gemm_out, p.scaled, p.M, p.K, p.N};
   if (std::string why = tp::bind_chunk_gemm(g, ctx, gv, g.meta(p.a).dtype, op.gemm); !why.empty())
     return {{}, variant + why};
   if (std::string why = Pipeline::unsupported(dist, t, op); !why.empty())

@@ -10,9 +10,9 @@ namespace replay::matmul_rs {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  Cost c = gemm_region_cost(g, r, p.mm);
+  Cost c = gemm_region_cost(g, r, g.values[p.mm_out].producer);  // the node in graph g
   const double n = static_cast<double>(p.world_size);
-  c.comm_bytes = value_bytes(g, {g.nodes[p.reduce_scatter].operands[0].value}) * (n - 1) / n;
+  c.comm_bytes = value_bytes(g, {p.out}) * (n - 1);  // the scattered input is n times p.out
   return c;
 }
 
@@ -26,7 +26,8 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                       {"reduce_op", p.reduce_op},
                       {"activation", g.values[p.a].name + " " + g.meta(p.a).str()},
                       {"weight", g.values[p.b].name + " " + g.meta(p.b).str()},
-                      {"scatter_dim", 0}};
+                      {"scatter_dim", p.scatter_dim},
+                      {"blocks_per_shard", p.lead}};
   if (p.scaled) {
     j["scale_a"] = g.values[p.scale_a].name + " " + g.meta(p.scale_a).str();
     j["scale_b"] = g.values[p.scale_b].name + " " + g.meta(p.scale_b).str();

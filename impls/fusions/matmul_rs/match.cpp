@@ -4,15 +4,18 @@
 //   mm              self [M, K] (or its view), mat2 = the weight shard [K, N];
 //   _scaled_mm      or the float8 GEMM with its scales read as they are
 //   [view]          the partial product [M, N] as [M_0, .., N], its only reader
+//   [split, cat]    the split/cat form of a scatter along dim d > 0 (tp_match.hpp), as DTensor's
+//                   Partial -> Shard(d) (sequence parallelism) captures
 //   reduce_scatter  of the partial product (or its view), the only reader, over the whole world
 //                   (dim 0, the only dim the functional op scatters along)
 //   wait_tensor     its only reader (matched explicitly: the canonical form keeps it)
-// Declined, with the reason: a group other than the world; the cat form of a scatter along a dim
-// other than 0 (chunks along dim d concatenated along dim 0 before the reduce-scatter: not matched
-// yet); a partial product something else reads; an operand that is not a GEMM's output.
+// Declined, with the reason: a group other than the world; a cat that is not the split/cat form,
+// or one along the last dim (N: not rows); a partial product something else reads; an operand
+// that is not a GEMM's output.
 #include <string>
 
 #include "impls/fusions/matmul_rs/params.hpp"
+#include "impls/fusions/tp_match.hpp"
 #include "workloads/plan/match_util.hpp"
 
 namespace replay::matmul_rs {
@@ -37,11 +40,32 @@ bool match_one(const Graph& g, int rs, Matches& out) {
   p.out = g.nodes[p.wait].outputs[0];
   int v = n.operands[0].value;
   int q = g.values[v].producer;
-  if (q >= 0 && g.nodes[q].op == Op::kCat)
-    return out.decline(rs, "the reduce_scatter's input " + quoted_value(g, v) +
-                               " is made by cat '" + g.nodes[q].id +
-                               "': the cat form of a scatter along a dim other than 0 is not "
-                               "matched yet (only dim 0 is)");
+  int first_reader = rs;  // the partial product's (or its view's) only reader
+  std::vector<int> nodes;
+  if (q >= 0 && g.nodes[q].op == Op::kCat) {
+    tp::SplitCat sc;
+    int src = -1;
+    if (std::string why = tp::scatter_split_cat(g, v, n.group_size, sc, src); !why.empty())
+      return out.decline(rs, "the reduce_scatter's input " + quoted_value(g, v) + " is made by cat '" +
+                                 g.nodes[q].id +
+                                 "', not the split/cat form of a scatter along a dim other than 0: " +
+                                 why);
+    const TensorMeta& sm = g.meta(src);
+    if (sc.dim == static_cast<int64_t>(sm.shape.size()) - 1)
+      return out.decline(rs, "node '" + g.nodes[tp::split_cat_nodes(sc)[0]].id + "' cuts " + quoted_value(g, src) +
+                                 " " + sm.str() + " along its last dim (N): not a scatter of rows");
+    if (!sm.is_contiguous())
+      return out.decline(rs, "the partial product " + quoted_value(g, src) + " " + sm.str() +
+                                 " is not contiguous");
+    p.split = sc.split;
+    p.cat = sc.cat;
+    p.scatter_dim = sc.dim;
+    p.lead = tp::lead_blocks(sm.shape, sc.dim);
+    nodes = tp::split_cat_nodes(sc);
+    first_reader = sc.split;  // the slices' source: checked by scatter_split_cat (-1 here)
+    v = src;
+    q = g.values[v].producer;
+  }
   // Through an optional view, the GEMM that made the partial product.
   int view = -1, pv = v;
   if (q >= 0 && is_flat_reshape(g.nodes[q].op)) {
@@ -56,7 +80,7 @@ bool match_one(const Graph& g, int rs, Matches& out) {
   if (q < 0 || (g.nodes[q].op != Op::kMm && g.nodes[q].op != Op::kScaledMm))
     return out.decline(rs, "the reduce_scatter's input " + quoted_value(g, v) +
                                " is not the output of aten.mm or aten._scaled_mm");
-  for (const auto& [value, reader] : {std::pair{v, rs}, std::pair{pv, view}})
+  for (const auto& [value, reader] : {std::pair{v, first_reader}, std::pair{pv, view}})
     if (reader >= 0 && single_user(g, value) != reader)
       return out.decline(rs, "the partial product " + quoted_value(g, value) +
                                  " is read elsewhere too (readers: " + readers_str(g, value) +
@@ -64,6 +88,7 @@ bool match_one(const Graph& g, int rs, Matches& out) {
   p.out_view = view;
   const Node& mm = g.nodes[q];
   p.mm = q;
+  p.mm_out = mm.outputs[0];
   p.scaled = mm.op == Op::kScaledMm;
   p.a = mm.operands[0].value;
   p.b = mm.operands[1].value;
@@ -83,7 +108,7 @@ bool match_one(const Graph& g, int rs, Matches& out) {
     p.in_view = iv;
     p.a = g.nodes[iv].operands[0].value;
   }
-  std::vector<int> nodes{p.mm, p.reduce_scatter, p.wait};
+  nodes.insert(nodes.end(), {p.mm, p.reduce_scatter, p.wait});
   if (p.in_view >= 0) nodes.push_back(p.in_view);
   if (p.out_view >= 0) nodes.push_back(p.out_view);
   if (!intermediates_private(g, nodes, {p.out}))

@@ -17,7 +17,10 @@ namespace replay::matmul_rs {
 struct Params {
   int in_view = -1;                ///< node: the view of the activation to [M, K], or -1
   int mm = -1;                     ///< node: aten.mm / aten._scaled_mm
+  int mm_out = -1;                 ///< value: its output (node indices are the canonical graph's;
+                                   ///< binders and costs find the node as this value's producer)
   int out_view = -1;               ///< node: the view of the partial product to [M_0, .., N], or -1
+  int split = -1, cat = -1;        ///< nodes of the split/cat form (scatter_dim > 0), or -1
   int reduce_scatter = -1;         ///< node: _c10d_functional.reduce_scatter_tensor
   int wait = -1;                   ///< node: _c10d_functional.wait_tensor of its output
   int a = -1;                      ///< value: the activation (sharded along K), [M, K] or [.., K]
@@ -28,6 +31,8 @@ struct Params {
   int64_t world_size = 0;          ///< ranks of the reduce-scatter (== Graph::world_size)
   int64_t M = 0, K = 0, N = 0;     ///< the GEMM's sizes (before the scatter)
   bool scaled = false;             ///< _scaled_mm (float8) rather than mm
+  int64_t scatter_dim = 0;         ///< the dim of the partial product the ranks' rows are cut along
+  int64_t lead = 1;                ///< its dims before scatter_dim, multiplied (tp_match.hpp)
 };
 
 void match(const Graph& g, Matches& out);

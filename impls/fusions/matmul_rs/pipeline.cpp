@@ -15,14 +15,15 @@ std::string Pipeline::unsupported(const DistContext* dist, tp::Transport t,
   if (n < 2 || n > kMaxRanks)
     return "a chunked reduce-scatter takes 2.." + std::to_string(kMaxRanks) + " ranks, not " +
            std::to_string(n);
-  if (op.M % n != 0)
+  if (op.lead < 1 || op.M % (n * op.lead) != 0)
     return "the partial product's rows " + std::to_string(op.M) +
-           " are not a multiple of the world size " + std::to_string(n);
+           " are not a multiple of the world size " + std::to_string(n) +
+           " times the blocks per rank " + std::to_string(op.lead);
   const DType o = op.gemm.out_dtype;
   if (o != DType::kBFloat16 && o != DType::kFloat16 && o != DType::kFloat32)
     return "the partials' sum writes bfloat16, float16 or float32, not " +
            std::string(dtype_name(o));
-  return tp::chunk_gemm_unsupported(op.gemm, op.M / n);
+  return tp::chunk_gemm_unsupported(op.gemm, op.M / n / op.lead);
 }
 
 Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOperands& op,
@@ -41,12 +42,19 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
   recv_ = DeviceBuffer(n_ * chunk_bytes_);
   REPLAY_CUDA(cudaMemset(recv_.get(), 0, recv_.bytes()));
   const size_t a_row_bytes = op.gemm.K * dtype_size(op.gemm.a_dtype);
+  const size_t d_row_bytes = op.gemm.N * dtype_size(op.gemm.out_dtype);
+  const int64_t rows = m_ / op.lead;  // rows per block
   computed_.reserve(n_);
   for (int j = 0; j < n_; ++j) {
     computed_.emplace_back();
-    const void* a = static_cast<const char*>(op.a) + j * m_ * a_row_bytes;
-    gemm_.push_back(tp::prepare_chunk_gemm("matmul_rs chunk " + std::to_string(j), op.gemm, a,
-                                           partial(j), j * m_, m_));
+    gemm_.emplace_back();
+    for (int64_t l = 0; l < op.lead; ++l) {
+      const int64_t row0 = (l * n_ + j) * rows;  // block l of rank j's rows
+      const void* a = static_cast<const char*>(op.a) + row0 * a_row_bytes;
+      gemm_[j].push_back(tp::prepare_chunk_gemm(
+          "matmul_rs chunk " + std::to_string(j) + (op.lead > 1 ? " block " + std::to_string(l) : ""),
+          op.gemm, a, partial(j) + l * rows * d_row_bytes, row0, rows));
+    }
   }
 }
 
@@ -72,7 +80,7 @@ void Pipeline::launch(cudaStream_t stream) {
   for (int s = 1; s < n_; ++s) {
     const int j = (rank_ + s) % n_;
     if (ipc) ex_->wait_done_previous(stream, j, chunk_name(j));
-    gemm_[j](stream);
+    for (EagerLaunch& g : gemm_[j]) g(stream);
     if (ipc) {
       ex_->signal_ready(stream, j);
     } else {
@@ -82,7 +90,7 @@ void Pipeline::launch(cudaStream_t stream) {
                          "matmul_rs nccl_chunked step " + std::to_string(s));
     }
   }
-  gemm_[rank_](stream);
+  for (EagerLaunch& g : gemm_[rank_]) g(stream);
   if (ipc) {
     // kWrongPeer: the peer's partial of the next rank's rows (a chunk delivered to the wrong rank).
     const int wanted = fault_ == tp::PipelineFault::kWrongPeer ? (rank_ + 1) % n_ : rank_;

@@ -32,6 +32,10 @@ struct PipelineOperands {
   void* out = nullptr;      ///< [M / world_size, N] row-major, gemm.out_dtype
   int64_t M = 0;            ///< rows of the partial product
   bool avg = false;         ///< reduce op "avg" (else "sum")
+  /// Blocks per destination (tp_match.hpp): rank p's rows are, for l < lead, the block of
+  /// M / (n lead) rows at row (l n + p) M / (n lead) of the partial product (the split/cat form
+  /// of a scatter along dim d > 0; 1 for dim 0). Its result holds them in l order.
+  int64_t lead = 1;
 };
 
 class Pipeline {
@@ -67,7 +71,7 @@ class Pipeline {
   DeviceBuffer partials_;                  // kNccl
   DeviceBuffer recv_;                      // [n, m, N]: the peers' partials of this rank's chunk
   cudaStream_t nccl_stream_ = nullptr;     // kNccl (owned)
-  std::vector<EagerLaunch> gemm_;          // by chunk (= destination rank)
+  std::vector<std::vector<EagerLaunch>> gemm_;  // by chunk (= destination rank), block
   std::vector<tp::Event> computed_;        // by chunk (kNccl)
   tp::Event fork_, join_;
 };

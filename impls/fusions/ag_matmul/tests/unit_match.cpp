@@ -1,7 +1,7 @@
 // The ag_matmul matcher on the bundled per-rank column-parallel traces (traces/tp/, world sizes 2
 // and 4, 2-D and the 3-D reshape form) through the whole registry, and on edited copies of them:
-// the gathered tensor read elsewhere, the split/cat form of a gather along dim 1, a group other
-// than the world, a world of one rank. The binder says why no variant runs.
+// the gathered tensor read elsewhere, the split/cat form of a gather along the last dim, a group
+// other than the world, a world of one rank. The captured traces: unit_captured.cpp. The binder says why no variant runs.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -57,8 +57,10 @@ TEST(AgMatmulMatch, EveryColumnParallelTrace) {
     EXPECT_EQ(params.world_size, c.world_size);
     EXPECT_EQ(params.M, c.M);
     EXPECT_EQ(params.K, c.K);
-    EXPECT_EQ(params.N, c.N);
-    EXPECT_FALSE(params.scaled);
+    ASSERT_EQ(params.gemms.size(), 1u);
+    EXPECT_EQ(params.gemms[0].N, c.N);
+    EXPECT_FALSE(params.gemms[0].scaled);
+    EXPECT_EQ(params.lead, 1);
     // Inputs: the shard and the weight; output: the graph's result.
     ASSERT_EQ(r->inputs.size(), 2u);
     EXPECT_EQ(g.values[r->inputs[0]].name, "x");
@@ -83,20 +85,31 @@ TEST(AgMatmulMatch, RowParallelTracesAreNotItsOwn) {
   }
 }
 
-TEST(AgMatmulMatch, DeclinesAGatheredTensorReadElsewhere) {
+TEST(AgMatmulMatch, AGatheredTensorReadElsewhereIsWrittenToo) {
   json t = read_json(trace_path("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24"));
   t["outputs"].push_back("wait");  // the gathered activation returned too (saved for backward)
   t["output_roles"]["wait"] = "output";
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
-  EXPECT_EQ(only_region(p, "ag_matmul"), nullptr);
-  EXPECT_NE(declined_by(p, "ag_matmul").find("read elsewhere"), std::string::npos)
-      << declined_by(p, "ag_matmul");
+  const Region* r = only_region(p, "ag_matmul");
+  ASSERT_NE(r, nullptr) << declined_by(p, "ag_matmul");
+  const auto& params = std::any_cast<const ag_matmul::Params&>(r->params);
+  ASSERT_EQ(ag_matmul::gathered_outputs(params, *r).size(), 1u);
+  EXPECT_EQ(g.values[ag_matmul::gathered_outputs(params, *r)[0]].name, "wait");
+  EXPECT_EQ(r->fusion->describe(g, *r)["gathered_written"], true);
+  // ... and without that output, nothing but the GEMM's result leaves the region
+  const Graph plain = load_trace(trace_path("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24"));
+  const Plan pp = make_plan(plain, fusion_registry());
+  const Region* rp = only_region(pp, "ag_matmul");
+  ASSERT_NE(rp, nullptr);
+  EXPECT_TRUE(
+      ag_matmul::gathered_outputs(std::any_cast<const ag_matmul::Params&>(rp->params), *rp).empty());
 }
 
-TEST(AgMatmulMatch, DeclinesTheSplitCatFormOfAGatherAlongDim1) {
+TEST(AgMatmulMatch, DeclinesTheSplitCatFormOfAGatherAlongTheLastDim) {
   // x [8, 16] gathered along dim 1 as torch writes it: all_gather (dim 0) -> wait -> split into
-  // the ranks' [8, 16] chunks -> cat along dim 1 -> [8, 32] -> mm.
+  // the ranks' [8, 16] chunks -> cat along dim 1 -> [8, 32] -> mm: the gather joins K, the GEMM's
+  // reduction dim, not rows.
   json t = read_json(trace_path("tp/tp_colwise_ag_mm_bf16_ws2_16x32x24"));
   t["inputs"][0]["shape"] = {8, 16};
   t["inputs"][0]["stride"] = {16, 1};
@@ -129,7 +142,7 @@ TEST(AgMatmulMatch, DeclinesTheSplitCatFormOfAGatherAlongDim1) {
   const Graph g = parse_trace(t, "edited");
   const Plan p = make_plan(g, fusion_registry());
   EXPECT_EQ(only_region(p, "ag_matmul"), nullptr);
-  EXPECT_NE(declined_by(p, "ag_matmul").find("split/cat form"), std::string::npos)
+  EXPECT_NE(declined_by(p, "ag_matmul").find("gather is along the last dim"), std::string::npos)
       << declined_by(p, "ag_matmul");
 }
 
@@ -218,9 +231,10 @@ TEST(AgMatmulMatch, Float8ScaledMmWithTensorwiseScales) {
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(region_node_ids(g, *r), (std::vector<std::string>{"all_gather", "wait", "mm"}));
   const auto& params = std::any_cast<const ag_matmul::Params&>(r->params);
-  EXPECT_TRUE(params.scaled);
-  EXPECT_EQ(g.values[params.scale_a].name, "scale_a");
-  EXPECT_EQ(g.values[params.scale_b].name, "scale_b");
+  ASSERT_EQ(params.gemms.size(), 1u);
+  EXPECT_TRUE(params.gemms[0].scaled);
+  EXPECT_EQ(g.values[params.gemms[0].scale_a].name, "scale_a");
+  EXPECT_EQ(g.values[params.gemms[0].scale_b].name, "scale_b");
   EXPECT_EQ(r->inputs.size(), 4u);
   EXPECT_EQ(r->fusion->cost(g, *r).matmul_flops.count("float8_tensorwise"), 1u);
 }

@@ -1,0 +1,179 @@
+// The tensor-parallel matchers (ag_matmul, matmul_rs) on the per-rank graphs captured through the
+// torch.compile backend with PyTorch's fake process group (traces/tp/captured/, written by
+// traces/capture/capture_tp.py): torchtitan's sequence-parallel plans (the split/cat forms of
+// gathers and scatters along dim 1), 2-D shards, Llama's FFN (one gather feeding w1 and w3),
+// training forwards (the gathered activation saved for backward) and backwards (weights through
+// two transposes, the gradient's reduce-scatter written with slices), float8 recipes; and what
+// they decline, with the reason. Every region must run where all it reads is ready and before
+// anything reads what it writes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "impls/fusions/ag_matmul/params.hpp"
+#include "impls/fusions/matmul_rs/params.hpp"
+#include "impls/fusions/registry.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/plan/plan.hpp"
+
+using namespace replay;
+using namespace replay::test;
+
+namespace {
+
+std::string captured(const std::string& name) { return trace_path("tp/captured/" + name); }
+
+const ag_matmul::Params& ag_params(const Region& r) {
+  return std::any_cast<const ag_matmul::Params&>(r.params);
+}
+const matmul_rs::Params& rs_params(const Region& r) {
+  return std::any_cast<const matmul_rs::Params&>(r.params);
+}
+
+}  // namespace
+
+TEST(TpCaptured, SequenceParallelColumnLinearGathersAlongDim1) {
+  for (int ws : {2, 4, 8}) {
+    SCOPED_TRACE(ws);
+    const Graph g = load_trace(captured("tp_colwise_seq_ws" + std::to_string(ws) + "_fwd_2x16x64x176"));
+    const Plan p = make_plan(g, fusion_registry());
+    const Region* r = only_region(p, "ag_matmul");
+    ASSERT_NE(r, nullptr) << declined_by(p, "ag_matmul");
+    const auto& pa = ag_params(*r);
+    EXPECT_EQ(pa.world_size, ws);
+    EXPECT_EQ(pa.gather_dim, 1);
+    EXPECT_EQ(pa.lead, 2);  // B = 2 blocks per shard
+    EXPECT_GE(pa.split, 0);
+    EXPECT_GE(pa.cat, 0);
+    EXPECT_EQ(pa.M, 32);
+    EXPECT_EQ(pa.K, 64);
+    ASSERT_EQ(pa.gemms.size(), 1u);
+    EXPECT_EQ(pa.gemms[0].N, 176 / ws);
+    // nn.Linear's weight [N, K] read through its permute, which the region claims
+    EXPECT_EQ(g.values[pa.gemms[0].b_transpose_of].name, "weight");
+    // the gathered activation is saved for the backward: the region writes it
+    EXPECT_FALSE(ag_matmul::gathered_outputs(pa, *r).empty());
+  }
+}
+
+TEST(TpCaptured, LlamaFfnGatherFeedsW1AndW3) {
+  for (const char* t : {"tp_llama_mlp_sp_ws2_fwd_2x16x64x176", "tp_llama_mlp_sp_ws8_fwd_1x8192x4096x14336",
+                        "tp_llama_mlp_sp_ws8_fwd_1x8192x8192x28672"}) {
+    SCOPED_TRACE(t);
+    const Graph g = load_trace(captured(t));
+    const Plan p = make_plan(g, fusion_registry());
+    const Region* ag = only_region(p, "ag_matmul");
+    ASSERT_NE(ag, nullptr) << declined_by(p, "ag_matmul");
+    const auto& pa = ag_params(*ag);
+    ASSERT_EQ(pa.gemms.size(), 2u);
+    EXPECT_EQ(g.values[pa.gemms[0].b_transpose_of].name, "feed_forward_w1_weight");
+    EXPECT_EQ(g.values[pa.gemms[1].b_transpose_of].name, "feed_forward_w3_weight");
+    const Cost c = ag->fusion->cost(g, *ag);
+    EXPECT_DOUBLE_EQ(c.flops, 2.0 * 2.0 * pa.M * pa.K * pa.gemms[0].N);
+    // B = 1 at the Llama shapes: the split/cat is left out (the gather along dim 1 is a view)
+    EXPECT_EQ(pa.lead, std::string(t).find("_1x8192") != std::string::npos ? 1 : 2);
+    // w2's partial product reduce-scattered back along the sequence
+    const Region* rs = only_region(p, "matmul_rs");
+    ASSERT_NE(rs, nullptr) << declined_by(p, "matmul_rs");
+    EXPECT_EQ(g.values[rs_params(*rs).b].name.substr(0, 7), "permute");
+  }
+}
+
+TEST(TpCaptured, BackwardGathersTheGradientWithTheWeightTransposedTwice) {
+  for (const char* t : {"tp_rowwise_seq_ws2_bwd_2x16x64x176", "tp_rowwise_2d_ws4_bwd_2x16x64x176"}) {
+    SCOPED_TRACE(t);
+    const Graph g = load_trace(captured(t));
+    const Plan p = make_plan(g, fusion_registry());
+    const Region* r = only_region(p, "ag_matmul");
+    ASSERT_NE(r, nullptr) << declined_by(p, "ag_matmul");
+    const auto& pa = ag_params(*r);
+    ASSERT_EQ(pa.gemms.size(), 1u);  // the data gradient; the weight gradient reads it as mat2
+    EXPECT_EQ(g.values[pa.gemms[0].b].name, "weight");  // w.t().t(): the weight itself
+    EXPECT_EQ(pa.gemms[0].b_transpose_of, -1);
+    EXPECT_FALSE(ag_matmul::gathered_outputs(pa, *r).empty());
+  }
+}
+
+TEST(TpCaptured, ScatterAlongDim1AsSplitOrSlices) {
+  struct Case {
+    const char* trace;
+    int64_t lead;
+    bool slices;
+  };
+  for (const Case& c : {Case{"tp_rowwise_seq_ws4_fwd_2x16x64x176", 2, false},
+                        Case{"tp_colwise_seq_ws8_bwd_2x16x64x176", 2, false},
+                        Case{"tp_f8_rowwise_colwise_ws8_bwd_1x8192x4096x14336", 1, true}}) {
+    SCOPED_TRACE(c.trace);
+    const Graph g = load_trace(captured(c.trace));
+    const Plan p = make_plan(g, fusion_registry());
+    const Region* r = only_region(p, "matmul_rs");
+    ASSERT_NE(r, nullptr) << declined_by(p, "matmul_rs");
+    const auto& pr = rs_params(*r);
+    EXPECT_EQ(pr.scatter_dim, 1);
+    EXPECT_EQ(pr.lead, c.lead);
+    EXPECT_EQ(pr.split < 0, c.slices);
+    EXPECT_GE(pr.cat, 0);
+  }
+}
+
+TEST(TpCaptured, DeclinesWithTheReason) {
+  struct Case {
+    const char* trace;
+    const char* fusion;
+    const char* reason;
+  };
+  const Case cases[] = {
+      // bf16 gathered, then quantized: the GEMM reads the float8 copy, not the gathered tensor
+      {"tp_f8_rowwise_colwise_ws8_fwd_1x8192x4096x14336", "ag_matmul",
+       "is the self of no aten.mm / aten._scaled_mm (read by 'abs_1' as an operand"},
+      // the FFN's input gradient: the w1 and w3 data gradients added before the reduce-scatter
+      {"tp_llama_mlp_sp_ws2_bwd_2x16x64x176", "matmul_rs",
+       "the reduce_scatter's input 'add_6' is not the output of aten.mm"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.trace);
+    const Graph g = load_trace(captured(c.trace));
+    const Plan p = make_plan(g, fusion_registry());
+    EXPECT_EQ(only_region(p, c.fusion), nullptr);
+    EXPECT_NE(declined_by(p, c.fusion).find(c.reason), std::string::npos) << declined_by(p, c.fusion);
+  }
+}
+
+TEST(TpCaptured, DeclinesAWaitReadOutsideTheSplitCatForm) {
+  nlohmann::json t = read_json(captured("tp_colwise_seq_ws2_fwd_2x16x64x176"));
+  t["outputs"].push_back("wait_tensor");  // the rank-major gathered tensor read as well
+  t["output_roles"]["wait_tensor"] = "output";
+  const Graph g = parse_trace(t, "edited");
+  const Plan p = make_plan(g, fusion_registry());
+  EXPECT_EQ(only_region(p, "ag_matmul"), nullptr);
+  EXPECT_NE(declined_by(p, "ag_matmul").find("split and read elsewhere too"), std::string::npos)
+      << declined_by(p, "ag_matmul");
+}
+
+// Every region of every captured trace runs at its anchor: after every value it reads is made,
+// before any node outside reads a value it writes.
+TEST(TpCaptured, EveryRegionRunsWhereItsInputsAreReadyAndBeforeItsReaders) {
+  int regions = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(REPLAY_TRACES_DIR) + "/tp/captured")) {
+    if (e.path().extension() != ".json") continue;
+    SCOPED_TRACE(e.path().string());
+    const Graph g = load_trace(e.path().string());
+    const Plan p = make_plan(g, fusion_registry());
+    for (const Region& r : p.regions) {
+      if (r.fusion->name != "ag_matmul" && r.fusion->name != "matmul_rs") continue;
+      ++regions;
+      const int anchor = r.anchor >= 0 ? r.anchor : r.nodes.back();
+      const std::set<int> in(r.nodes.begin(), r.nodes.end());
+      for (int v : r.inputs) EXPECT_LT(g.values[v].producer, anchor) << g.values[v].name;
+      for (int v : r.outputs)
+        for (int u : g.values[v].users)
+          if (!in.count(u)) EXPECT_GT(u, anchor) << g.values[v].name << " read by " << g.nodes[u].id;
+    }
+  }
+  EXPECT_GE(regions, 40);
+}
