@@ -329,6 +329,15 @@ phase_tp() {
       rc=1
     echo "ws$n: $(tail -3 "$D/ws$n.log")"
   done
+  # The captured per-rank graphs (traces/tp/captured, small shapes) at their world sizes, ranks
+  # sharing the GPU: correctness only.
+  for n in 2 4 8; do
+    # shellcheck disable=SC2046  # the trace list
+    timeout 240 "$R" launch --nproc $n --timeout 230 -- run \
+      $(ls traces/tp/captured/*_ws${n}_*_2x*.json) --modes cold --no-matmul-ceilings \
+      --rank-timeout 60 --out "$D/captured_ws$n" > "$D/captured_ws$n.log" 2>&1 || rc=1
+    echo "captured ws$n: $(tail -3 "$D/captured_ws$n.log")"
+  done
   return $rc
 }
 phase_bench() {

@@ -25,7 +25,8 @@ styles compute, since torchao is not installed on the GPU host):
     f8_tensorwise_gather_fp8  tensorwise amax all-reduced (max) over the ranks, x quantized on its
                             rank, float8 gathered, _scaled_mm (torchao Float8ColwiseParallel's
                             float8 all-gather), inference
-Shapes: small [B, T, D, H] = [2, 16, 64, 176]; Llama-3-8B [1, 8192, 4096, 14336] and 70B
+Shapes: small [B, T, D, H] = [2, 16, 64, 176] ([2, 32, 64, 256] for float8: _scaled_mm wants
+multiples of 16); Llama-3-8B [1, 8192, 4096, 14336] and 70B
 [1, 8192, 8192, 28672] (realistic, no tensors). World sizes 2, 4, 8.
 """
 import argparse
@@ -48,6 +49,7 @@ import models  # noqa: E402
 BF16 = torch.bfloat16
 E4M3 = torch.float8_e4m3fn
 SMALL = (2, 16, 64, 176)
+SMALL_F8 = (2, 32, 64, 256)  # _scaled_mm wants K and N (per rank) multiples of 16
 LLAMA8B = (1, 8192, 4096, 14336)
 LLAMA70B = (1, 8192, 8192, 28672)
 
@@ -289,7 +291,7 @@ def main():
         if args.only and kind not in args.only:
             continue
         for ws in (2, 4, 8):
-            jobs.append((kind, ws, SMALL))
+            jobs.append((kind, ws, SMALL_F8 if kind.startswith("f8_") else SMALL))
         if not args.small:
             for dims, wss in REALISTIC.get(kind, []):
                 jobs += [(kind, ws, dims) for ws in wss]

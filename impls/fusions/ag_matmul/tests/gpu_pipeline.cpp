@@ -29,13 +29,18 @@ struct Case {
   Values values = Values::kExact;
   int64_t m = 64, K = 64, N = 64;  // rows per shard, reduction, columns of the weight shard
   PipelineFault fault = PipelineFault::kNone;
+  // The split/cat form: each shard is `lead` blocks of m / lead rows, block l of rank p at
+  // gathered rows (l n + p) m / lead; a second weight (Llama's w3 beside w1); the gathered
+  // activation written too (bf16 only: the outputs are checked as one bf16 buffer).
+  int64_t lead = 1;
+  bool extra = false, gathered = false;
   DType a_dtype() const { return scaled ? DType::kFloat8E4M3 : DType::kBFloat16; }
 };
 
 // Every rank's inputs: shards x[q] [m, K] (seed x_seed + q), weight shards b[q] [K, N] (w_seed +
 // q), the gathered activation's scales [M] or [1], the weight shards' scales [N] or [1].
 struct Inputs {
-  std::vector<HostMat> x, b;
+  std::vector<HostMat> x, b, b2;
   std::vector<double> scale_a;
   std::vector<std::vector<double>> scale_b;
 };
@@ -45,28 +50,40 @@ Inputs make_inputs(const Case& c, int n, uint64_t x_seed, uint64_t w_seed) {
   for (int q = 0; q < n; ++q) {
     in.x.push_back(test::random_mat(x_seed + q, c.m, c.K, c.a_dtype(), c.values));
     in.b.push_back(test::random_mat(w_seed + q, c.K, c.N, c.a_dtype(), c.values));
+    if (c.extra) in.b2.push_back(test::random_mat(w_seed + 50 + q, c.K, c.N, c.a_dtype(), c.values));
     in.scale_b.push_back(test::random_scales(w_seed + 100 + q, c.rowwise ? c.N : 1, c.values));
   }
   in.scale_a = test::random_scales(x_seed + 100, c.rowwise ? n * c.m : 1, c.values);
   return in;
 }
 
-// Rank r's [M, N] output: the gathered shards times r's weight shard, scaled, in float64.
+// Rank r's outputs in float64: the gathered shards times r's weight shard, scaled, [M, N]; then
+// times the second weight [M, N]; then the gathered activation [M, K] (each where the case has it).
 std::vector<double> reference(const Case& c, const Inputs& in, int r, int n) {
-  const int64_t M = n * c.m;
-  std::vector<double> out(M * c.N);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < c.N; ++j) {
-      double acc = 0;
-      for (int64_t k = 0; k < c.K; ++k) acc += in.x[i / c.m].at(i % c.m, k) * in.b[r].at(k, j);
-      if (c.scaled) acc *= in.scale_a[c.rowwise ? i : 0] * in.scale_b[r][c.rowwise ? j : 0];
-      out[i * c.N + j] = acc;
-    }
+  const int64_t M = n * c.m, rows = c.m / c.lead;
+  auto gathered = [&](int64_t i, int64_t k) {  // row i: block l of rank p, row t of the block
+    const int64_t l = i / (n * rows), p = (i / rows) % n, t = i % rows;
+    return in.x[p].at(l * rows + t, k);
+  };
+  std::vector<double> out;
+  for (const std::vector<HostMat>* w : {&in.b, &in.b2}) {
+    if (w->empty()) continue;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < c.K; ++k) acc += gathered(i, k) * (*w)[r].at(k, j);
+        if (c.scaled) acc *= in.scale_a[c.rowwise ? i : 0] * in.scale_b[r][c.rowwise ? j : 0];
+        out.push_back(acc);
+      }
+  }
+  if (c.gathered)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < c.K; ++k) out.push_back(gathered(i, k));
   return out;
 }
 
 struct DeviceInputs {
-  DeviceBuffer x, b, sa, sb, out;
+  DeviceBuffer x, b, b2, sa, sb, out;  // out: [M, N] (then [M, N] of b2, then the gathered [M, K])
   PipelineOperands op;
 };
 
@@ -76,10 +93,13 @@ std::unique_ptr<DeviceInputs> to_device(const Case& c, const Inputs& in, int r, 
   d->x = test::upload(in.x[r].v, c.a_dtype());
   // float8 operands: the weight column-major (the "TN" layout Hopper's float8 kernels take).
   d->b = test::upload(in.b[r].v, c.a_dtype(), c.K, c.N, c.scaled);
-  d->out = DeviceBuffer(M * c.N * sizeof(uint16_t));
+  const int64_t out_elems = M * c.N * (c.extra ? 2 : 1) + (c.gathered ? M * c.K : 0);
+  d->out = DeviceBuffer(out_elems * sizeof(uint16_t));
   d->op.x = d->x.get();
   d->op.out = d->out.get();
   d->op.M = M;
+  d->op.lead = c.lead;
+  char* next = static_cast<char*>(d->out.get()) + M * c.N * sizeof(uint16_t);
   tp::ChunkGemm& g = d->op.gemm;
   g.a_dtype = c.a_dtype();
   g.b = device_tensor(d->b.get(), c.scaled ? TensorMeta{{c.K, c.N}, {1, c.K}, c.a_dtype()}
@@ -95,6 +115,14 @@ std::unique_ptr<DeviceInputs> to_device(const Case& c, const Inputs& in, int r, 
     g.scale_a = static_cast<const float*>(d->sa.get());
     g.scale_b = static_cast<const float*>(d->sb.get());
   }
+  if (c.extra) {
+    d->b2 = test::upload(in.b2[r].v, c.a_dtype(), c.K, c.N, c.scaled);
+    ExtraGemm e{g, next};
+    e.gemm.b.ptr = d->b2.get();  // the same layout as b
+    d->op.more.push_back(e);
+    next += M * c.N * sizeof(uint16_t);
+  }
+  if (c.gathered) d->op.gathered.push_back(next);
   return d;
 }
 
@@ -123,6 +151,8 @@ bool passes(const Case& c, const std::vector<char>& got, const std::vector<doubl
 std::string label(const Case& c, int r, int n) {
   return "rank " + std::to_string(r) + " of " + std::to_string(n) + ", " +
          (c.scaled ? (c.rowwise ? "float8 rowwise" : "float8 tensorwise") : "bf16") +
+         (c.lead > 1 ? " " + std::to_string(c.lead) + " blocks per shard" : "") +
+         (c.extra ? " two weights" : "") + (c.gathered ? " gathered written" : "") +
          (c.values == Values::kExact ? " exact" : " normal") + " m " + std::to_string(c.m) + " K " +
          std::to_string(c.K) + " N " + std::to_string(c.N);
 }
@@ -223,6 +253,15 @@ TEST(AgMatmulPipelineRank, DISABLED_Run) {
     tall.m = 256;
     tall.N = 32;
     run_case(*s, tall, 2);
+    // the split/cat form of a sequence-parallel gather, Llama's w1 and w3, the saved activation
+    Case sp;
+    sp.lead = 2;
+    sp.extra = sp.gathered = true;
+    run_case(*s, sp, 6);
+    Case sp8 = sp;  // float8 rowwise over row blocks: each block reads its own rows' scales
+    sp8.extra = sp8.gathered = false;
+    sp8.scaled = sp8.rowwise = true;
+    run_case(*s, sp8, 7);
     run_stale(*s, PipelineFault::kNone);
   } else if (tc == "normal") {
     Case c;
@@ -238,6 +277,9 @@ TEST(AgMatmulPipelineRank, DISABLED_Run) {
       Case c;
       c.fault = f;
       run_case(*s, c, 5);
+      c.lead = 2;  // the same faults in the split/cat form, with the gathered activation written
+      c.extra = c.gathered = true;
+      run_case(*s, c, 8);
     }
     run_stale(*s, PipelineFault::kStaleEpoch);
   } else if (tc == "kill") {

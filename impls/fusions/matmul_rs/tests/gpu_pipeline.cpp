@@ -32,6 +32,9 @@ struct Case {
   Values values = Values::kExact;
   int64_t m = 64, K = 64, N = 64;  // rows each rank owns (M = n m), K shard, columns
   PipelineFault fault = PipelineFault::kNone;
+  // The split/cat form of a scatter along dim 1: rank r's rows are `lead` blocks of m / lead
+  // rows, block l at rows (l n + r) m / lead of the partial product.
+  int64_t lead = 1;
   DType a_dtype() const { return scaled ? DType::kFloat8E4M3 : DType::kBFloat16; }
 };
 
@@ -59,7 +62,8 @@ std::vector<double> reference(const Case& c, const Inputs& in, int r, int n) {
   std::vector<double> out(c.m * c.N, 0.0);
   for (int q = 0; q < n; ++q)
     for (int64_t li = 0; li < c.m; ++li) {
-      const int64_t i = r * c.m + li;
+      const int64_t rows = c.m / c.lead, l = li / rows;
+      const int64_t i = (l * n + r) * rows + li % rows;
       for (int64_t j = 0; j < c.N; ++j) {
         double acc = 0;
         for (int64_t k = 0; k < c.K; ++k) acc += in.a[q].at(i, k) * in.b[q].at(k, j);
@@ -86,6 +90,7 @@ std::unique_ptr<DeviceInputs> to_device(const Case& c, const Inputs& in, int r, 
   d->op.out = d->out.get();
   d->op.M = n * c.m;
   d->op.avg = c.avg;
+  d->op.lead = c.lead;
   tp::ChunkGemm& g = d->op.gemm;
   g.a_dtype = c.a_dtype();
   g.b = device_tensor(d->b.get(), c.scaled ? TensorMeta{{c.K, c.N}, {1, c.K}, c.a_dtype()}
@@ -133,7 +138,7 @@ bool passes(const Case& c, int n, const std::vector<char>& got, const std::vecto
 std::string label(const Case& c, int r, int n) {
   return "rank " + std::to_string(r) + " of " + std::to_string(n) + ", " +
          (c.scaled ? (c.rowwise ? "float8 rowwise" : "float8 tensorwise") : "bf16") +
-         (c.avg ? " avg" : " sum") + (c.values == Values::kExact ? " exact" : " normal") + " m " +
+         (c.avg ? " avg" : " sum") + (c.lead > 1 ? " 2 blocks per rank" : "") + (c.values == Values::kExact ? " exact" : " normal") + " m " +
          std::to_string(c.m) + " K " + std::to_string(c.K) + " N " + std::to_string(c.N);
 }
 
@@ -203,6 +208,11 @@ TEST(MatmulRsPipelineRank, DISABLED_Run) {
     avg.m = 128;
     avg.N = 32;
     run_case(*s, avg, 2);
+    Case sp;  // the split/cat form; float8 rowwise: each block reads its own rows' scales
+    sp.lead = 2;
+    run_case(*s, sp, 6);
+    sp.scaled = sp.rowwise = true;
+    run_case(*s, sp, 7);
     run_stale(*s, PipelineFault::kNone);
   } else if (tc == "normal") {
     Case c;
@@ -218,6 +228,8 @@ TEST(MatmulRsPipelineRank, DISABLED_Run) {
       Case c;
       c.fault = f;
       run_case(*s, c, 5);
+      c.lead = 2;
+      run_case(*s, c, 8);
     }
     run_stale(*s, PipelineFault::kStaleEpoch);
   } else {
