@@ -258,6 +258,10 @@ TEST(AgMatmulPipelineRank, DISABLED_Run) {
     sp.lead = 2;
     sp.extra = sp.gathered = true;
     run_case(*s, sp, 6);
+    Case tiny = sp;  // blocks of 4 rows, N = 44 (the captured sequence-parallel graph at ws 4)
+    tiny.m = 8;
+    tiny.N = 44;
+    run_case(*s, tiny, 9);
     Case sp8 = sp;  // float8 rowwise over row blocks: each block reads its own rows' scales
     sp8.extra = sp8.gathered = false;
     sp8.scaled = sp8.rowwise = true;
