@@ -43,9 +43,11 @@ std::vector<bool> depends_on(const Graph& g, const std::vector<int>& from) {
 
 // The float64 reference of a world_size > 1 trace: every rank's inputs generated from the run's
 // seed mixed with the rank (rank_seed), the graph evaluated for all ranks in lockstep
-// (run_reference_ranks). Returns every rank's values (what a multi-process replay checks each
-// rank against). Golden sidecars and saved inputs linked to a forward trace hold one rank's
-// tensors: refused, naming the file.
+// (run_reference_ranks). A backward's saved inputs linked to a forward trace come from that
+// forward's multi-rank reference, rank by rank (its inputs from the same rank seeds), rounded to
+// the input's dtype, as derive_saved_inputs does for one rank. Returns every rank's values (what
+// a multi-process replay checks each rank against). Golden sidecars hold one rank's tensors:
+// refused, naming the file; so is a forward of another world size.
 std::vector<std::map<int, HostTensor>> run_reference_all_ranks(
     const Graph& g, const std::vector<ForwardOfSaved>& forwards, uint64_t seed, TraceResult& tr) {
   if (g.golden)
@@ -53,17 +55,47 @@ std::vector<std::map<int, HostTensor>> run_reference_all_ranks(
                      "a world_size " + std::to_string(g.world_size) +
                          " trace with a golden sidecar: per-rank golden tensors are not supported "
                          "yet (leave out \"golden\"; the reference simulates every rank)");
-  if (!forwards.empty())
-    throw TraceError(g.file, "",
-                     "a world_size " + std::to_string(g.world_size) +
-                         " trace whose saved inputs come from forward trace '" +
-                         forwards.front().trace + "': per-rank saved inputs are not supported yet");
   std::vector<std::map<int, HostTensor>> inputs;
   for (int r = 0; r < g.world_size; ++r) inputs.push_back(generate_inputs(g, rank_seed(seed, r)));
   tr.input_source = "generated per rank (world_size " + std::to_string(g.world_size) +
                     ": rank r from seed " + std::to_string(seed) +
                     " + r * 0x9E3779B97F4A7C15, captured value statistics); the float64 "
                     "reference simulated every rank in lockstep";
+  for (const ForwardOfSaved& f : forwards) {
+    if (!f.graph) {
+      tr.input_source += "; saved inputs linked to forward trace " + f.path +
+                         " generated independently: the forward was not found";
+      continue;
+    }
+    if (f.graph->world_size != g.world_size)
+      throw TraceError(g.file, "",
+                       "saved inputs come from forward trace '" + f.trace + "' of world_size " +
+                           std::to_string(f.graph->world_size) + ", this trace's is " +
+                           std::to_string(g.world_size));
+    std::vector<std::map<int, HostTensor>> fin;
+    for (int r = 0; r < g.world_size; ++r)
+      fin.push_back(generate_inputs(*f.graph, rank_seed(seed, r)));
+    std::vector<std::map<int, HostTensor>> fwd = run_reference_ranks(*f.graph, std::move(fin));
+    for (int r = 0; r < g.world_size; ++r)
+      for (int v : f.saved) {
+        const TensorMeta& m = g.meta(v);
+        HostTensor t = std::move(fwd[r].at(f.graph->find_value(g.values[v].from->output)));
+        for (double& x : t.data) x = round_to(m.dtype, x);
+        t.meta = TensorMeta{m.shape, contiguous_strides(m.shape), m.dtype};
+        inputs[r][v] = std::move(t);
+      }
+    tr.input_source += "; every rank's saved inputs from rank r of the float64 multi-rank "
+                       "reference of forward trace " + f.trace + " (its inputs from the same seeds)";
+  }
+  // An input marked the same as (or widened from) a derived one takes its source's values.
+  for (auto& in : inputs)
+    for (int v : g.inputs) {
+      const Value& val = g.values[v];
+      const int src = val.same_as >= 0 ? val.same_as : val.widened_from;
+      if (src < 0 || !in.count(src) || forwards.empty()) continue;
+      in[v] = in.at(src);
+      in[v].meta.dtype = val.meta.dtype;
+    }
   return run_reference_ranks(g, std::move(inputs));
 }
 
