@@ -34,6 +34,8 @@ struct Case {
   // activation written too (bf16 only: the outputs are checked as one bf16 buffer).
   int64_t lead = 1;
   bool extra = false, gathered = false;
+  bool b_col_major = false;  // a bf16 weight as nn.Linear's w.t() (float8: always column-major)
+  bool col_major() const { return scaled || b_col_major; }
   DType a_dtype() const { return scaled ? DType::kFloat8E4M3 : DType::kBFloat16; }
 };
 
@@ -92,7 +94,7 @@ std::unique_ptr<DeviceInputs> to_device(const Case& c, const Inputs& in, int r, 
   const int64_t M = n * c.m;
   d->x = test::upload(in.x[r].v, c.a_dtype());
   // float8 operands: the weight column-major (the "TN" layout Hopper's float8 kernels take).
-  d->b = test::upload(in.b[r].v, c.a_dtype(), c.K, c.N, c.scaled);
+  d->b = test::upload(in.b[r].v, c.a_dtype(), c.K, c.N, c.col_major());
   const int64_t out_elems = M * c.N * (c.extra ? 2 : 1) + (c.gathered ? M * c.K : 0);
   d->out = DeviceBuffer(out_elems * sizeof(uint16_t));
   d->op.x = d->x.get();
@@ -102,7 +104,7 @@ std::unique_ptr<DeviceInputs> to_device(const Case& c, const Inputs& in, int r, 
   char* next = static_cast<char*>(d->out.get()) + M * c.N * sizeof(uint16_t);
   tp::ChunkGemm& g = d->op.gemm;
   g.a_dtype = c.a_dtype();
-  g.b = device_tensor(d->b.get(), c.scaled ? TensorMeta{{c.K, c.N}, {1, c.K}, c.a_dtype()}
+  g.b = device_tensor(d->b.get(), c.col_major() ? TensorMeta{{c.K, c.N}, {1, c.K}, c.a_dtype()}
                                            : TensorMeta{{c.K, c.N}, {c.N, 1}, c.a_dtype()});
   g.out_dtype = DType::kBFloat16;
   g.K = c.K;
@@ -116,7 +118,7 @@ std::unique_ptr<DeviceInputs> to_device(const Case& c, const Inputs& in, int r, 
     g.scale_b = static_cast<const float*>(d->sb.get());
   }
   if (c.extra) {
-    d->b2 = test::upload(in.b2[r].v, c.a_dtype(), c.K, c.N, c.scaled);
+    d->b2 = test::upload(in.b2[r].v, c.a_dtype(), c.K, c.N, c.col_major());
     ExtraGemm e{g, next};
     e.gemm.b.ptr = d->b2.get();  // the same layout as b
     d->op.more.push_back(e);
@@ -262,6 +264,8 @@ TEST(AgMatmulPipelineRank, DISABLED_Run) {
     tiny.m = 8;
     tiny.N = 44;
     run_case(*s, tiny, 9);
+    tiny.b_col_major = true;
+    run_case(*s, tiny, 10);
     Case sp8 = sp;  // float8 rowwise over row blocks: each block reads its own rows' scales
     sp8.extra = sp8.gathered = false;
     sp8.scaled = sp8.rowwise = true;
