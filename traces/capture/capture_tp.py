@@ -89,12 +89,17 @@ class FFNBlock(nn.Module):
 
 
 def _init(mod, gen, device):
+    """Norm weights 1 + 0.1 N(0, 1), the others 0.02 N(0, 1). On a DTensor parameter each rank's
+    local shard is written: parallelize_module distributes the weights through collectives, which
+    the fake process group does not run, so the shards would otherwise hold uninitialized memory
+    (and the traces its statistics)."""
     with torch.no_grad():
         for n, p in mod.named_parameters():
+            t = p.to_local() if hasattr(p, "to_local") else p
             if "norm" in n:
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen, device=device))
+                t.copy_(1 + 0.1 * torch.randn(t.shape, generator=gen, device=device))
             else:
-                p.copy_(0.02 * torch.randn(p.shape, generator=gen, device=device))
+                t.copy_(0.02 * torch.randn(t.shape, generator=gen, device=device))
     return mod
 
 
@@ -104,7 +109,7 @@ def dtensor_case(kind, ws, dims, mesh, device, gen):
                                                    SequenceParallel, parallelize_module)
     B, T, D, H = dims
     if kind == "llama_mlp_sp":
-        mod = _init(FFNBlock(D, H).to(device, BF16), gen, device)
+        mod = FFNBlock(D, H).to(device, BF16)
         parallelize_module(mod, mesh, {
             "ffn_norm": SequenceParallel(),
             "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
@@ -112,12 +117,13 @@ def dtensor_case(kind, ws, dims, mesh, device, gen):
             "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
             "feed_forward.w3": ColwiseParallel(),
         })
+        _init(mod, gen, device)
         x = torch.randn(B, T // ws, D, generator=gen, device=device).to(BF16)
         return mod, x, "torchtitan Llama FFN block plan (SequenceParallel norm, Colwise w1/w3, Rowwise w2 " \
                        "to Shard(1)), h [B, T/ws, D] sharded along the sequence"
     lin = {"colwise_seq": (D, H), "colwise_2d": (D, H), "rowwise_seq": (H, D), "rowwise_2d": (H, D),
            "rowwise_replicate": (H, D)}[kind]
-    mod = _init(nn.Linear(*lin, bias=False).to(device, BF16), gen, device)
+    mod = nn.Linear(*lin, bias=False).to(device, BF16)
     if kind == "colwise_seq":
         style, x = ColwiseParallel(input_layouts=Shard(1)), torch.randn(B, T // ws, D, generator=gen, device=device)
     elif kind == "colwise_2d":
@@ -129,6 +135,7 @@ def dtensor_case(kind, ws, dims, mesh, device, gen):
     else:
         style, x = RowwiseParallel(), torch.randn(B, T, H // ws, generator=gen, device=device)
     parallelize_module(mod, mesh, style)
+    _init(mod, gen, device)
     return mod, x.to(BF16), f"nn.Linear({lin[0]}, {lin[1]}) under {type(style).__name__} " \
                             f"(input {getattr(style, 'input_layouts', None)}, output {getattr(style, 'output_layouts', None)})"
 
@@ -267,6 +274,10 @@ def capture(kind, ws, dims, out_dir, seed, device):
         if len(sizes) > 1:
             raise RuntimeError(f"{name}: collectives over groups of sizes {sorted(sizes)}")
         t["world_size"] = ws
+        for i in t["inputs"]:  # a shard left uninitialized (no collective ran) shows here
+            st = i.get("stats") or {}
+            if not all(abs(st.get(k, 0)) < 1e4 for k in ("mean", "std", "min", "max")):
+                raise RuntimeError(f"{name}: input {i['id']} has statistics {st}: uninitialized memory?")
         write_json(path, t)
         ops = sorted({n["op"] for n in t["nodes"]})
         print(f"  {name}: {len(t['nodes'])} nodes; ops {ops}", flush=True)
