@@ -39,6 +39,8 @@ void match(const Graph& g, Matches& out);
 Cost cost(const Graph& g, const Region& r);
 nlohmann::json describe(const Graph& g, const Region& r);
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
+/// The bounds of the reduce-scattered result (tolerance.cpp); std::nullopt for other values.
+std::optional<NumericsBounds> tolerance(const Graph& g, const Region& r, int value);
 /// The chunked-pipeline variants (bind_pipeline.cpp): "optimized" and "nccl_chunked".
 Binding bind_pipeline(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
 

@@ -29,7 +29,7 @@ extern const FusionSpec matmul_rs = {
     matmul_rs::cost,
     matmul_rs::describe,
     matmul_rs::bind,
-    nullptr,
+    matmul_rs::tolerance,
     2,
 };
 

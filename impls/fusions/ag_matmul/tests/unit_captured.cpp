@@ -177,3 +177,29 @@ TEST(TpCaptured, EveryRegionRunsWhereItsInputsAreReadyAndBeforeItsReaders) {
   }
   EXPECT_GE(regions, 40);
 }
+
+// The reduce-scattered result of a float8 row-parallel linear gets the bounds of a sum of n
+// rounded GEMM outputs (matmul_rs/tolerance.cpp): looser than one GEMM output's, wider with n and
+// float8, and only for that value.
+TEST(TpCaptured, ReduceScatterOfGemmPartialsHasSummedBounds) {
+  std::vector<double> share;
+  for (const char* t : {"tp_rowwise_seq_ws2_fwd_2x16x64x176", "tp_f8_rowwise_rowwise_ws2_fwd_2x32x64x256",
+                        "tp_f8_rowwise_rowwise_ws4_fwd_2x32x64x256"}) {
+    SCOPED_TRACE(t);
+    const Graph g = load_trace(captured(t));
+    const Plan p = make_plan(g, fusion_registry());
+    const Region* r = only_region(p, "matmul_rs");
+    ASSERT_NE(r, nullptr) << declined_by(p, "matmul_rs");
+    const auto& pr = rs_params(*r);
+    ASSERT_NE(r->fusion->tolerance, nullptr);
+    const std::optional<NumericsBounds> b = r->fusion->tolerance(g, *r, pr.out);
+    ASSERT_TRUE(b.has_value());
+    EXPECT_GT(b->share_floor, 0);  // flips of the partials summed: an absolute error
+    EXPECT_NE(b->why.find("a sum of " + std::to_string(pr.world_size) + " GEMM outputs"),
+              std::string::npos)
+        << b->why;
+    EXPECT_FALSE(r->fusion->tolerance(g, *r, pr.b).has_value());
+    share.push_back(b->share_floor);
+  }
+  EXPECT_GT(share[1], share[0]);  // float8 partials: the GEMM's noise too
+}
