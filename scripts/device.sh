@@ -330,13 +330,16 @@ phase_tp() {
     echo "ws$n: $(tail -3 "$D/ws$n.log")"
   done
   # The captured per-rank graphs (traces/tp/captured, small shapes) at their world sizes, ranks
-  # sharing the GPU: correctness only.
-  for n in 2 4 8; do
+  # sharing the GPU: correctness only (few samples, no CUPTI: the timings mean nothing).
+  # CAPTURED_WS picks the world sizes (default 2 4 8).
+  for n in ${CAPTURED_WS:-2 4 8}; do
     # shellcheck disable=SC2046  # the trace list
-    timeout 240 "$R" launch --nproc $n --timeout 230 -- run \
-      $(ls traces/tp/captured/*_ws${n}_*_2x*.json) --modes cold --no-matmul-ceilings \
-      --rank-timeout 60 --out "$D/captured_ws$n" > "$D/captured_ws$n.log" 2>&1 || rc=1
-    echo "captured ws$n: $(tail -3 "$D/captured_ws$n.log")"
+    timeout "${CAPTURED_S:-240}" "$R" launch --nproc $n --timeout "${CAPTURED_S:-240}" -- run \
+      $(ls traces/tp/captured/*_ws${n}_*_2x*.json) --modes cold --no-matmul-ceilings --no-cupti \
+      --min-samples 3 --max-time 0.05 --rank-timeout 60 --out "$D/captured_ws$n" \
+      > "$D/captured_ws$n.log" 2>&1 || rc=1
+    echo "captured ws$n: $(grep -c ' — PASS' "$D/captured_ws$n/report.md" 2>/dev/null) traces pass," \
+      "$(grep -c ' — \*\*FAIL' "$D/captured_ws$n/report.md" 2>/dev/null) fail; $(tail -1 "$D/captured_ws$n.log")"
   done
   return $rc
 }
