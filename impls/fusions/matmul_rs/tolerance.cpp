@@ -4,9 +4,15 @@
 // accumulation in another order; a float8 GEMM's noise, float8_gemm_error), and the sum carries
 // those flips however much the partials cancel. So the bounds are those of a summed value over
 // the longest reduction, n K terms (K per rank, then the n partials), after 1 + n roundings, with
-// the flips' rms as `inherited` (workloads/ir/tolerance.hpp). The GPU pipeline tests use the same
-// bounds (tests/gpu_pipeline.cpp); without them a correct float8 rowwise reduce-scatter on an
-// H200 had 0.3-1.1 % of elements beyond one ulp against an allowed 0.04 % (2026-11-26).
+// the flips' rms as `inherited` (workloads/ir/tolerance.hpp), as the GPU pipeline tests bound it
+// (tests/gpu_pipeline.cpp). A flip is one ulp of a partial, which is more than one ulp of the sum
+// where the partials cancel; so the share of elements beyond one ulp may be up to the chance that
+// any of the n partials flipped, n (delta + noise) / u of the partials' dtype (u: its unit
+// roundoff). On an H200 (2026-11-26) a correct float8 rowwise reduce-scatter at n = 2, K = 128
+// had 0.2-1.1 % of elements beyond one ulp: the summed bounds alone allowed 0.02 %, this 25 %
+// (the noise bound is 3x the measured noise and more); rel_l2, the row and element bounds stay,
+// and they catch a wrong or missing chunk.
+#include <algorithm>
 #include <cmath>
 
 #include "impls/fusions/matmul_rs/params.hpp"
@@ -26,10 +32,13 @@ std::optional<NumericsBounds> tolerance(const Graph& g, const Region& r, int val
   const int n = static_cast<int>(p.world_size);
   NumericsBounds b = default_bounds(g.meta(p.out).dtype, 1 + n, n * p.K, f8, p.scaled ? 0 : p.K,
                                     inherited, true);
+  const double flips = n * (delta + f8.noise) / unit_roundoff(g.meta(p.mm_out).dtype);
+  b.max_beyond_1ulp = std::min(1.0, std::max(b.max_beyond_1ulp, 1e-4 + flips));
   b.why = "matmul_rs: a sum of " + std::to_string(n) + " GEMM outputs (K " + std::to_string(p.K) +
           (p.scaled ? ", float8" : "") + ") rounded to " +
           std::string(dtype_name(g.meta(p.mm_out).dtype)) +
-          ", their one-ulp flips against the reference's roundings summed; " + b.why;
+          ", their one-ulp flips against the reference's roundings summed (beyond one ulp: up to " +
+          std::to_string(b.max_beyond_1ulp) + " of the elements); " + b.why;
   return b;
 }
 
