@@ -39,6 +39,8 @@ ncclDataType_t reduce_type(DType t) {
 ncclRedOp_t reduce_op(const std::string& op) {
   if (op == "sum") return ncclSum;
   if (op == "avg") return ncclAvg;
+  if (op == "max") return ncclMax;
+  if (op == "min") return ncclMin;
   throw std::invalid_argument(nccl_reduce_unsupported(DType::kFloat32, op));
 }
 
@@ -49,8 +51,8 @@ std::string rank_text(const DistContext& d) {
 }  // namespace
 
 std::string nccl_reduce_unsupported(DType dtype, const std::string& op) {
-  if (op != "sum" && op != "avg")
-    return "reduce op '" + op + "' is not run through NCCL (\"sum\" and \"avg\" are)";
+  if (op != "sum" && op != "avg" && op != "max" && op != "min")
+    return "reduce op '" + op + "' is not run through NCCL (sum, avg, max and min are)";
   switch (dtype) {
     case DType::kFloat32:
     case DType::kFloat64:

@@ -110,8 +110,8 @@ TEST(Collective, BadArgumentsNameTheNode) {
   EXPECT_TRUE(
       has(parse_error(one_op(2, kWait, {4, 3}, "float32", json::array(), {4, 3})), "tensor"));
   // unsupported reductions and dtypes
-  EXPECT_TRUE(has(parse_error(one_op(2, kAllReduce, {4, 3}, "float32", {x, "max", "0"}, {4, 3})),
-                  "reduce_op 'max' is not supported"));
+  EXPECT_TRUE(has(parse_error(one_op(2, kAllReduce, {4, 3}, "float32", {x, "product", "0"}, {4, 3})),
+                  "reduce_op 'product' is not supported"));
   EXPECT_TRUE(
       has(parse_error(one_op(2, kAllReduce, {4, 3}, "float8_e4m3fn", {x, "sum", "0"}, {4, 3})),
           "a float8_e4m3fn reduction"));
@@ -162,6 +162,8 @@ TEST_P(CollectiveRanks, MatchHandComputedResults) {
       {kReduceScatter, {x, "avg", ws, "0"}, {ws * n, c}, {n, c}, "float32"},
       {kAllReduce, {x, "sum", "0"}, {n, c}, {n, c}, "float32"},
       {kAllReduce, {x, "avg", "0"}, {n, c}, {n, c}, "bfloat16"},
+      {kAllReduce, {x, "max", "0"}, {n, c}, {n, c}, "float32"},  // a tensorwise amax's
+      {kReduceScatter, {x, "min", ws, "0"}, {ws * n, c}, {n, c}, "bfloat16"},
       {kWait, json::array({x}), {n, c}, {n, c}, "bfloat16"},
   };
   for (const Case& k : cases) {
@@ -176,7 +178,7 @@ TEST_P(CollectiveRanks, MatchHandComputedResults) {
     const auto vals = run_reference_ranks(g, std::move(in));
     ASSERT_EQ(vals.size(), static_cast<size_t>(ws));
     const int64_t out_numel = g.meta(g.outputs[0]).numel();
-    const bool avg = k.args.size() > 1 && k.args[1] == "avg";
+    const std::string mode = k.args.size() > 1 && k.args[1].is_string() ? k.args[1] : "";
     for (int r = 0; r < ws; ++r) {
       const HostTensor& got = vals[r].at(g.outputs[0]);
       ASSERT_EQ(got.meta.shape, k.out);
@@ -189,8 +191,14 @@ TEST_P(CollectiveRanks, MatchHandComputedResults) {
           s = xs[r][i];
         } else {
           const int64_t at = k.op == kReduceScatter ? r * out_numel + i : i;
-          for (int q = 0; q < ws; ++q) s += xs[q][at];
-          if (avg) s /= ws;
+          if (mode == "max" || mode == "min") {
+            s = xs[0][at];
+            for (int q = 1; q < ws; ++q)
+              s = mode == "max" ? std::max(s, xs[q][at]) : std::min(s, xs[q][at]);
+          } else {
+            for (int q = 0; q < ws; ++q) s += xs[q][at];
+          }
+          if (mode == "avg") s /= ws;
         }
         want[i] = round_to(dt, s);
       }

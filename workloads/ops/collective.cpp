@@ -8,7 +8,8 @@
 // Groups: one group spanning the trace's world (group_size == Graph::world_size; all_reduce, which
 // records no size, takes the world). A group that is a part of the world (a 2-D device mesh: TP
 // inside DP) is refused: the trace does not say which ranks it holds. group_name is recorded,
-// not interpreted. Reductions: "sum" and "avg" of a floating dtype other than float8 (NCCL
+// not interpreted. Reductions: "sum", "avg", "max" and "min" (torchao's Float8ColwiseParallel
+// all-reduces the tensorwise amax with max) of a floating dtype other than float8 (NCCL
 // reduces no float8 through PyTorch's process group). wait_tensor is the identity on values (the
 // async handle the functional op returns is a value here).
 //
@@ -17,6 +18,9 @@
 // of one, so a collective over more ranks throws there, naming the node. Sums are float64 over
 // the ranks in rank order, rounded once to the output dtype by the executor (NCCL's ring or tree
 // order, in the dtype, is the GPU's error, bounded by the numerics check).
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -57,8 +61,9 @@ void read_group(ArgReader& a, const Graph& g, Node& n, std::optional<size_t> siz
 
 void read_reduce_op(ArgReader& a, const Graph& g, Node& n, size_t i) {
   n.mode = require_string(a, i, "reduce_op");
-  if (n.mode != "sum" && n.mode != "avg")
-    a.fail("reduce_op '" + n.mode + "' is not supported (\"sum\" and \"avg\" are)");
+  if (n.mode != "sum" && n.mode != "avg" && n.mode != "max" && n.mode != "min")
+    a.fail("reduce_op '" + n.mode +
+           "' is not supported (\"sum\", \"avg\", \"max\" and \"min\" are)");
   const DType t = g.meta(n.operands[0].value).dtype;
   if (!is_floating(t) || dtype_size(t) == 1)
     a.fail("a " + dt(t) + " reduction: only float64, float32, bfloat16 and float16 are reduced");
@@ -138,16 +143,30 @@ std::vector<HostTensor> ref_all_gather(const RefArgs& r) {
   return ref_outputs(std::move(out));
 }
 
-// out[i] = reduce over ranks q of in_q[offset + i] (sum; avg divides by the group size).
+// out[i] = reduce over ranks q of in_q[offset + i] (sum; avg divides by the group size; max and
+// min as NCCL takes them, a NaN of any rank propagating).
 HostTensor reduce_ranks(const RefArgs& r, int64_t offset) {
   const auto& group = group_of(r);
   HostTensor out = make_host_tensor_for_overwrite(r.out[0].shape, r.out[0].dtype);
-  const double scale = r.node.mode == "avg" ? 1.0 / static_cast<double>(group.size()) : 1.0;
+  const std::string& mode = r.node.mode;
+  const double scale = mode == "avg" ? 1.0 / static_cast<double>(group.size()) : 1.0;
   double* o = out.data.data();
   parallel_for(static_cast<int64_t>(out.data.size()), [&](int64_t i) {
+    if (mode == "max" || mode == "min") {
+      double m = group[0]->data[offset + i];
+      for (const HostTensor* t : group) {
+        const double v = t->data[offset + i];
+        if (std::isnan(v) || std::isnan(m))
+          m = std::numeric_limits<double>::quiet_NaN();
+        else
+          m = mode == "max" ? std::max(m, v) : std::min(m, v);
+      }
+      o[i] = m;
+      return;
+    }
     double s = 0;
     for (const HostTensor* t : group) s += t->data[offset + i];
-    o[i] = r.node.mode == "avg" ? s * scale : s;
+    o[i] = mode == "avg" ? s * scale : s;
   });
   return out;
 }

@@ -31,6 +31,10 @@ bool match_one(const Graph& g, int rs, Matches& out) {
     return out.decline(rs, "group_size " + std::to_string(n.group_size) +
                                " is not the trace's world_size " + std::to_string(g.world_size) +
                                ": only a reduce-scatter over the whole world is fused");
+  if (n.mode != "sum" && n.mode != "avg")
+    return out.decline(rs, "reduce_op '" + n.mode +
+                               "': a row-parallel linear's partial products are summed (sum or "
+                               "avg)");
   const int scattered = n.outputs[0];
   p.wait = single_user(g, scattered);
   if (p.wait < 0 || g.nodes[p.wait].op != Op::kWaitTensor)

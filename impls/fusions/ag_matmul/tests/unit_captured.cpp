@@ -203,3 +203,36 @@ TEST(TpCaptured, ReduceScatterOfGemmPartialsHasSummedBounds) {
   }
   EXPECT_GT(share[1], share[0]);  // float8 partials: the GEMM's noise too
 }
+
+// torchao's Float8ColwiseParallel form: the tensorwise amax all-reduced with max over the ranks,
+// x quantized on its rank, the float8 rows gathered into _scaled_mm; and the rowwise form whose
+// scales are gathered beside the rows (sharded scales): the GEMM's gather fuses, the scales' is
+// declined as what it is (scale_a of the _scaled_mm) and runs before it.
+TEST(TpCaptured, Float8GatheredAsFloat8) {
+  {
+    const Graph g = load_trace(captured("tp_f8_tensorwise_gather_fp8_ws4_fwd_2x32x64x256"));
+    bool max_reduce = false;
+    for (const Node& n : g.nodes) max_reduce |= n.op == Op::kAllReduce && n.mode == "max";
+    EXPECT_TRUE(max_reduce);
+    const Plan p = make_plan(g, fusion_registry());
+    const Region* r = only_region(p, "ag_matmul");
+    ASSERT_NE(r, nullptr) << declined_by(p, "ag_matmul");
+    const auto& pa = ag_params(*r);
+    ASSERT_EQ(pa.gemms.size(), 1u);
+    EXPECT_TRUE(pa.gemms[0].scaled);
+    EXPECT_EQ(g.meta(pa.x).dtype, DType::kFloat8E4M3);
+  }
+  {
+    const Graph g = load_trace(captured("tp_f8_rowwise_gather_fp8_ws2_fwd_2x32x64x256"));
+    const Plan p = make_plan(g, fusion_registry());
+    const Region* r = only_region(p, "ag_matmul");
+    ASSERT_NE(r, nullptr) << declined_by(p, "ag_matmul");
+    const auto& pa = ag_params(*r);
+    ASSERT_EQ(pa.gemms.size(), 1u);
+    const int sa = pa.gemms[0].scale_a;  // the gathered scales: made outside, read by the region
+    ASSERT_GE(g.values[sa].producer, 0);
+    EXPECT_EQ(g.nodes[g.values[sa].producer].op, Op::kWaitTensor);
+    EXPECT_NE(declined_by(p, "ag_matmul").find("as scale_a"), std::string::npos)
+        << declined_by(p, "ag_matmul");
+  }
+}
