@@ -299,7 +299,10 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
 // all-gathered through the rendezvous), merged (harness/dist/rank_results.hpp). Every rank merges,
 // so every rank knows whether the run can go on.
 TraceResult gather_rank_results(dist::RankSession& rank, const TraceResult& mine) {
-  const std::vector<std::string> all = rank.rendezvous().all_gather(dist::trace_blob(mine));
+  const std::string step = "results of " + mine.file;
+  const std::vector<std::string> all =
+      dist::step_blobs(rank.rendezvous().all_gather(dist::step_blob(step, dist::trace_blob(mine))),
+                       step, rank.context().rank);
   std::vector<TraceResult> ranks;
   for (size_t r = 0; r < all.size(); ++r)
     ranks.push_back(dist::parse_trace_blob(all[r], static_cast<int>(r)));

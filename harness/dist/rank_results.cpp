@@ -223,4 +223,28 @@ StopReason agreed_stop(const std::vector<StopReason>& ranks) {
   return ranks.empty() ? StopReason::kNone : ranks.front();
 }
 
+std::string step_blob(const std::string& step, const std::string& blob) {
+  std::string s = step;
+  std::replace(s.begin(), s.end(), '\n', ' ');  // a file name with a newline in it
+  return s + "\n" + blob;
+}
+
+std::vector<std::string> step_blobs(const std::vector<std::string>& all, const std::string& step_in,
+                                    int my_rank) {
+  std::string step = step_in;
+  std::replace(step.begin(), step.end(), '\n', ' ');
+  std::vector<std::string> out;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const size_t nl = all[r].find('\n');
+    const std::string theirs =
+        nl == std::string::npos ? all[r].substr(0, 80) : all[r].substr(0, nl);
+    if (nl == std::string::npos || theirs != step)
+      throw std::runtime_error("rank " + std::to_string(r) + " is at step '" + theirs +
+                               "' while rank " + std::to_string(my_rank) + " is at '" + step +
+                               "': the ranks fell out of step (did a rank fail earlier?)");
+    out.push_back(all[r].substr(nl + 1));
+  }
+  return out;
+}
+
 }  // namespace replay::dist

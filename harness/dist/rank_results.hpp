@@ -71,4 +71,17 @@ std::string world_size_mismatch(int trace_ws, int run_ws, bool launched);
 /// when every rank's rule is met (kConverged, or the first rank's reason); else kNone (go on).
 StopReason agreed_stop(const std::vector<StopReason>& ranks);
 
+/// `blob` tagged with the step of the run it belongs to ("results of traces/a.json"), for an
+/// all-gather at which every rank must be at the same step: the rendezvous pairs all-gathers in
+/// order, so a rank that skipped one (it failed to load a trace the others loaded) would pair its
+/// next with the others' current one. A newline in `step` becomes a space.
+std::string step_blob(const std::string& step, const std::string& blob);
+
+/// The blobs of an all-gather of step_blob()s, untagged, each checked to be at `step`. Throws
+/// std::runtime_error naming the first rank at another step and both steps ("rank 1 is at step
+/// 'results of b.json' while rank 0 is at 'whether to replay b.json': the ranks fell out of
+/// step").
+std::vector<std::string> step_blobs(const std::vector<std::string>& all, const std::string& step,
+                                    int my_rank);
+
 }  // namespace replay::dist

@@ -334,7 +334,10 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
     ctx.comm = dist->comm;
     agree = [dist](StopReason mine) {
       std::vector<StopReason> all;
-      for (const std::string& b : dist->all_gather(std::string(1, static_cast<char>(mine))))
+      const std::string step = "when to stop timing";
+      for (const std::string& b : dist::step_blobs(
+               dist->all_gather(dist::step_blob(step, std::string(1, static_cast<char>(mine)))),
+               step, dist->rank))
         all.push_back(b.size() == 1 ? static_cast<StopReason>(b[0]) : StopReason::kNone);
       return dist::agreed_stop(all);
     };
@@ -584,7 +587,9 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     }
     if (dist) {  // the ranks decide together (their estimates may differ): any rank's reason, all
       std::string first;
-      for (const std::string& w : dist->all_gather(skip_why))
+      const std::string step = "whether to replay " + path;
+      for (const std::string& w :
+           dist::step_blobs(dist->all_gather(dist::step_blob(step, skip_why)), step, dist->rank))
         if (first.empty() && !w.empty()) first = w;
       skip_why = first;
     }

@@ -229,6 +229,26 @@ TEST(MergeRanks, ThroughResultsJson) {
             "max over 2 ranks of the median (slowest: rank 0)");
 }
 
+// All-gathers carry their step: ranks out of step fail with both steps and the rank named
+// instead of pairing one step's blobs with another's (found by the review of issue 31).
+TEST(StepBlobs, RanksOutOfStepAreNamed) {
+  const std::string a = "results of traces/tp/a.json", b = "whether to replay traces/tp/b.json";
+  const std::vector<std::string> same = {step_blob(a, "x"), step_blob(a, ""), step_blob(a, "z\nw")};
+  EXPECT_EQ(step_blobs(same, a, 0), (std::vector<std::string>{"x", "", "z\nw"}));
+  try {
+    step_blobs({step_blob(b, "x"), step_blob(a, "y")}, b, 0);
+    ADD_FAILURE() << "ranks out of step passed";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(has(e.what(),
+                    "rank 1 is at step 'results of traces/tp/a.json' while rank 0 is at "
+                    "'whether to replay traces/tp/b.json'"))
+        << e.what();
+  }
+  EXPECT_THROW(step_blobs({"untagged"}, a, 0), std::runtime_error);
+  // A newline in a step (a file name) does not break the tag.
+  EXPECT_EQ(step_blobs({step_blob("odd\nname", "v")}, "odd\nname", 0).at(0), "v");
+}
+
 TEST(AgreedStop, AllRanksMustBeDoneUnlessOneHitAHardLimit) {
   using S = StopReason;
   EXPECT_EQ(agreed_stop({S::kConverged, S::kNone}), S::kNone);
