@@ -281,10 +281,12 @@ TEST(DistMessages, NcclReducesFloatTypesOnly) {
   for (DType t : {DType::kFloat32, DType::kFloat64, DType::kBFloat16, DType::kFloat16}) {
     EXPECT_EQ(nccl_reduce_unsupported(t, "sum"), "");
     EXPECT_EQ(nccl_reduce_unsupported(t, "avg"), "");
+    EXPECT_EQ(nccl_reduce_unsupported(t, "max"), "");
+    EXPECT_EQ(nccl_reduce_unsupported(t, "min"), "");
   }
   EXPECT_TRUE(has(nccl_reduce_unsupported(DType::kFloat8E4M3, "sum"),
                   "NCCL reduction of float8_e4m3fn is not supported"));
-  EXPECT_TRUE(has(nccl_reduce_unsupported(DType::kFloat32, "max"), "reduce op 'max'"));
+  EXPECT_TRUE(has(nccl_reduce_unsupported(DType::kFloat32, "product"), "reduce op 'product'"));
 }
 
 TEST(Launched, LauncherVariablesMakeARank) {
