@@ -106,6 +106,20 @@ void nccl_reduce_scatter(const DistContext& d, const void* send, void* recv, siz
 EagerLaunch lower_collective(const Node& n, const std::vector<DeviceTensor>& in,
                              const std::vector<DeviceTensor>& out, const DistContext& d) {
   const std::string name(op_name(n.op));
+  if (!d.comm && ipc_collectives(d) && n.group_size == d.world_size) {
+    std::vector<std::shared_ptr<DeviceBuffer>> temps;
+    const DeviceTensor x = in.at(0), y = out.at(0);
+    const DeviceTensor xs = staged(x, temps), ys = staged(y, temps);
+    const EagerLaunch copy_in = xs.ptr != x.ptr ? prepare_copy(xs, x) : EagerLaunch{};
+    const EagerLaunch copy_out = ys.ptr != y.ptr ? prepare_copy(y, ys) : EagerLaunch{};
+    const EagerLaunch run = lower_collective_ipc(n, xs, ys, d);
+    return [=](cudaStream_t s) {
+      (void)temps;
+      if (copy_in) copy_in(s);
+      run(s);
+      if (copy_out) copy_out(s);
+    };
+  }
   if (!d.comm)
     throw NoCommunicator("node " + n.id + ": " + name +
                          " needs an NCCL communicator: " + d.no_nccl_why);

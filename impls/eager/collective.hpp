@@ -35,9 +35,24 @@ struct NoCommunicator : std::invalid_argument {
 /// (...)", "... did not complete within 30 s").
 void nccl_check(const DistContext& d, int result, cudaStream_t stream, const std::string& what);
 
+/// Whether the eager collectives of run `d` go over CUDA IPC (collective_ipc.cu): no NCCL
+/// communicator because the ranks share a GPU, a rendezvous to exchange IPC handles, 2..16 ranks.
+bool ipc_collectives(const DistContext& d);
+
+/// The launch of collective node `n` over CUDA IPC, for ranks sharing a GPU (ipc_collectives):
+/// x, y contiguous (lower_collective stages them). Collective: every rank lowers its collectives
+/// in the same order (the IPC handles are exchanged now). Reductions (sum, avg, max, min) run in
+/// float32 (float64 for float64) in rank order, rounded once. Throws std::invalid_argument naming
+/// the node for a reduction of another dtype, RuntimeFailure on a CUDA error; a launch whose
+/// wait for a peer times out throws RuntimeFailure naming the rank and the node at the next
+/// launch (the peer exchange's watchdog).
+EagerLaunch lower_collective_ipc(const Node& n, const DeviceTensor& x, const DeviceTensor& y,
+                                 const DistContext& d);
+
 /// The launch of collective node `n` (its op row's lowering is EagerLowering::kCollective, not
-/// wait_tensor) on `d.comm`. `in`/`out` as lower_node takes them. Throws NoCommunicator naming
-/// the node when d.comm is null (with d.no_nccl_why); std::invalid_argument naming the node when
+/// wait_tensor) on `d.comm`, or over CUDA IPC where the ranks share a GPU (ipc_collectives).
+/// `in`/`out` as lower_node takes them. Throws NoCommunicator naming the node when d.comm is
+/// null and IPC cannot stand in (with d.no_nccl_why); std::invalid_argument naming the node when
 /// its group is not the communicator's size, or for a reduction of a dtype NCCL does not reduce.
 EagerLaunch lower_collective(const Node& n, const std::vector<DeviceTensor>& in,
                              const std::vector<DeviceTensor>& out, const DistContext& d);

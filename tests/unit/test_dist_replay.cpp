@@ -300,5 +300,36 @@ TEST(Launched, LauncherVariablesMakeARank) {
   EXPECT_TRUE(launched({{"SLURM_NTASKS", "2"}}));
 }
 
+// Ranks sharing a GPU have no NCCL communicator; their eager collectives go over CUDA IPC when a
+// rendezvous can exchange the handles (collective_ipc.cu), else the node says it needs NCCL.
+TEST(DistMessages, EagerCollectivesOverIpcOnlyForRanksSharingAGpu) {
+  DistContext d;
+  d.world_size = 2;
+  d.shared_device = true;
+  d.all_gather = [](const std::string& s) { return std::vector<std::string>{s, s}; };
+  EXPECT_TRUE(ipc_collectives(d));
+  DistContext apart = d;
+  apart.shared_device = false;  // one GPU per rank: NCCL's job (no communicator is an error)
+  EXPECT_FALSE(ipc_collectives(apart));
+  DistContext lone = d;
+  lone.all_gather = nullptr;  // no rendezvous to exchange IPC handles
+  EXPECT_FALSE(ipc_collectives(lone));
+  DistContext one = d;
+  one.world_size = 1;
+  EXPECT_FALSE(ipc_collectives(one));
+  Node n;
+  n.id = "ag";
+  n.op = Op::kAllGatherIntoTensor;
+  n.group_size = 2;
+  lone.no_nccl_why = "NCCL cannot place two ranks on one GPU";
+  try {
+    (void)lower_collective(n, {DeviceTensor{}}, {DeviceTensor{}}, lone);
+    ADD_FAILURE() << "no communicator and no IPC: the lowering must refuse";
+  } catch (const NoCommunicator& e) {
+    EXPECT_TRUE(has(e.what(), "node ag: ")) << e.what();
+    EXPECT_TRUE(has(e.what(), "NCCL cannot place two ranks on one GPU")) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace replay::dist
