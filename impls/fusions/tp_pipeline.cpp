@@ -36,6 +36,9 @@ std::string chunk_gemm_unsupported(const ChunkGemm& g, int64_t rows) {
     alignas(256) static const char kDummy[256] = {};
     ScaledMatmulOperands m = scaled_operands(g, kDummy, const_cast<char*>(kDummy), 0, rows);
     m.scale_a = m.scale_b = &kScale;
+    if (g.rowwise && rows % 4 != 0)
+      return "rowwise scales of chunks of " + std::to_string(rows) +
+             " rows would start off a 16-byte boundary (a multiple of 4 rows keeps them aligned)";
     return scaled_matmul_unsupported(m);
   }
   if (g.a_dtype != DType::kBFloat16 && g.a_dtype != DType::kFloat16)

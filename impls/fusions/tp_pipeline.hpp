@@ -37,6 +37,9 @@ struct ChunkGemm {
 /// Why cuBLASLt cannot run `g` on chunks of `rows` rows ("" when it can): for float8, what
 /// scaled_matmul_unsupported says of the layout (b not column-major, K or N not a multiple of 16,
 /// ...); for mm, a dtype other than bfloat16 / float16 or d not of a's dtype.
+/// Rowwise scales of chunks of `rows` rows start at row0 * 4 bytes into scale_a: unless rows is a
+/// multiple of 4 some would not be 16-byte aligned, which cuBLASLt's outer-vector scales are not
+/// known to accept (only aligned ones were run): refused then.
 std::string chunk_gemm_unsupported(const ChunkGemm& g, int64_t rows);
 
 /// The launch of the GEMM of one chunk: rows [row0, row0 + rows) of the [M, K] activation whose

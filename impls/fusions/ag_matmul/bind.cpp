@@ -23,15 +23,18 @@ DeviceTensor rows_of(void* ptr, int64_t M, int64_t N, DType t) {
   return device_tensor(ptr, TensorMeta{{M, N}, {N, 1}, t});
 }
 
-// Operand i of GEMM `ge` as bound (the weight read through its transposed graph input where the
-// region claims the permute).
+// Operand i of GEMM `ge` as bound. The weight is read as the matcher resolved it (Gemm::b, or
+// the graph input it is the transpose of): where the region claims the weight's transposes, the
+// GEMM's own operand is made inside the region and has no buffer.
 DeviceTensor operand(const Graph& g, const Gemm& ge, size_t i, BindContext& ctx) {
   const Operand& o = g.nodes[g.values[ge.mm_out].producer].operands[i];
   if (!o.is_tensor()) return {};
-  if (i == 1 && ge.b_transpose_of >= 0) {
-    BoundTensor w = ctx.tensor(ge.b_transpose_of);
-    std::swap(w.layout.shape[0], w.layout.shape[1]);
-    std::swap(w.layout.stride[0], w.layout.stride[1]);
+  if (i == 1) {
+    BoundTensor w = ctx.tensor(ge.b_transpose_of >= 0 ? ge.b_transpose_of : ge.b);
+    if (ge.b_transpose_of >= 0) {
+      std::swap(w.layout.shape[0], w.layout.shape[1]);
+      std::swap(w.layout.stride[0], w.layout.stride[1]);
+    }
     return device_tensor(w.ptr, w.layout);
   }
   const BoundTensor t = ctx.tensor(o.value);

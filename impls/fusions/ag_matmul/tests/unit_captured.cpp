@@ -9,11 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "impls/cuda/dist_context.hpp"
 #include "impls/fusions/ag_matmul/params.hpp"
+#include "impls/fusions/binding.hpp"
 #include "impls/fusions/matmul_rs/params.hpp"
 #include "impls/fusions/registry.hpp"
 #include "tests/unit/test_util.hpp"
@@ -199,6 +202,14 @@ TEST(TpCaptured, ReduceScatterOfGemmPartialsHasSummedBounds) {
               std::string::npos)
         << b->why;
     EXPECT_FALSE(r->fusion->tolerance(g, *r, pr.b).has_value());
+    // a same-shape view of the result returned by the graph gets the same bounds
+    for (int v : g.outputs)
+      if (v != pr.out && g.values[v].producer >= 0 &&
+          g.nodes[g.values[v].producer].operands[0].value == pr.out) {
+        const auto bv = r->fusion->tolerance(g, *r, v);
+        ASSERT_TRUE(bv.has_value()) << g.values[v].name;
+        EXPECT_EQ(bv->why, b->why);
+      }
     share.push_back(b->share_floor);
   }
   EXPECT_GT(share[1], share[0]);  // float8 partials: the GEMM's noise too
@@ -234,5 +245,153 @@ TEST(TpCaptured, Float8GatheredAsFloat8) {
     EXPECT_EQ(g.nodes[g.values[sa].producer].op, Op::kWaitTensor);
     EXPECT_NE(declined_by(p, "ag_matmul").find("as scale_a"), std::string::npos)
         << declined_by(p, "ag_matmul");
+  }
+}
+
+namespace {
+
+// Buffers as GpuProgram gives a fused step: the region's inputs and outputs and what outside
+// nodes make, nothing made inside the region (tests/unit/fake_buffers.hpp serves any value).
+// A communicator pointer, so the NCCL baselines bind (nothing is launched).
+struct StrictBuffers : BindContext {
+  const Graph& g;
+  std::set<int> ok;
+  DistContext d;
+  StrictBuffers(const Graph& graph, const Region& r, int world_size) : g(graph) {
+    ok.insert(r.inputs.begin(), r.inputs.end());
+    ok.insert(r.outputs.begin(), r.outputs.end());
+    ok.insert(g.inputs.begin(), g.inputs.end());
+    const std::set<int> in(r.nodes.begin(), r.nodes.end());
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni)
+      if (!in.count(static_cast<int>(ni))) ok.insert(g.nodes[ni].outputs.begin(), g.nodes[ni].outputs.end());
+    d.world_size = world_size;
+    d.comm = reinterpret_cast<ncclComm_t>(uintptr_t{0x1234});
+  }
+  BoundTensor tensor(int v) override {
+    if (!ok.count(v))
+      throw std::logic_error("value '" + g.values.at(v).name + "' is made inside the region");
+    return {reinterpret_cast<void*>(uintptr_t{0x10000} * uintptr_t(v + 1)), g.meta(v)};
+  }
+  void* workspace(size_t) override { return reinterpret_cast<void*>(uintptr_t{0x10000000}); }
+  const DistContext* dist() const override { return &d; }
+};
+
+}  // namespace
+
+// The NCCL baselines bind with only the buffers a fused step has: the weight read through the
+// transposes the region claims (w.t() forward, w.t().t() backward), the split/cat forms.
+TEST(TpCaptured, BaselinesBindWithOnlyTheRegionsBuffers) {
+  for (const char* t : {"tp_colwise_seq_ws2_fwd_2x16x64x176", "tp_rowwise_seq_ws2_bwd_2x16x64x176",
+                        "tp_rowwise_2d_ws4_bwd_2x16x64x176", "tp_llama_mlp_sp_ws2_fwd_2x16x64x176",
+                        "tp_llama_mlp_sp_ws2_bwd_2x16x64x176"}) {
+    SCOPED_TRACE(t);
+    const Graph g = load_trace(captured(t));
+    const Plan p = make_plan(g, fusion_registry());
+    int bound = 0;
+    for (const Region& r : p.regions) {
+      if (r.fusion->name != "ag_matmul" && r.fusion->name != "matmul_rs") continue;
+      StrictBuffers ctx(g, r, static_cast<int>(g.world_size));
+      Binding b;
+      ASSERT_NO_THROW(b = r.fusion->bind(g, r, *r.fusion->find_variant("baseline"), ctx))
+          << r.fusion->name;
+      EXPECT_TRUE(b.launch) << r.fusion->name << ": " << b.unsupported;
+      ++bound;
+    }
+    EXPECT_GE(bound, 1);
+  }
+}
+
+// Edited captures the matchers must decline, each with its reason: chunks joined out of order,
+// unequal chunks, a reduce-scatter that is not a sum, a reader of the gathered activation that
+// runs before the last input of the region is made.
+TEST(TpCaptured, DeclinesEditedForms) {
+  using nlohmann::json;
+  auto edited = [](const char* name, const std::function<void(json&)>& edit) {
+    json t = read_json(captured(name));
+    edit(t);
+    return parse_trace(t, std::string("edited ") + name);
+  };
+  struct Case {
+    const char* what;
+    Graph g;
+    const char* fusion;
+    const char* reason;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"gathered chunks joined in reverse",
+                   edited("tp_colwise_seq_ws2_fwd_2x16x64x176",
+                          [](json& t) {
+                            json& a = trace_node(t, "cat")["args"][0];
+                            std::swap(a[0], a[1]);
+                          }),
+                   "ag_matmul", "does not take split 'split''s chunks in order"});
+  cases.push_back({"unequal chunks",
+                   edited("tp_colwise_seq_ws2_fwd_2x16x64x176",
+                          [](json& t) {
+                            json& s = trace_node(t, "split");
+                            s["op"] = "aten.split_with_sizes.default";
+                            s["args"] = {{{"ref", "wait_tensor"}}, {1, 3}};
+                            s["outputs"][0]["shape"] = {1, 8, 64};
+                            s["outputs"][1]["shape"] = {3, 8, 64};
+                            trace_node(t, "getitem")["outputs"][0]["shape"] = {1, 8, 64};
+                            trace_node(t, "getitem_1")["outputs"][0]["shape"] = {3, 8, 64};
+                            json& c = trace_node(t, "cat");
+                            c["args"][1] = 0;
+                            c["outputs"][0]["shape"] = {4, 8, 64};
+                            c["outputs"][0]["stride"] = {512, 64, 1};
+                          }),
+                   "ag_matmul", "split 'split' makes chunks of different sizes"});
+  cases.push_back({"a max reduce-scatter",
+                   edited("tp_rowwise_seq_ws2_fwd_2x16x64x176",
+                          [](json& t) { trace_node(t, "reduce_scatter_tensor")["args"][1] = "max"; }),
+                   "matmul_rs", "reduce_op 'max': a row-parallel linear's partial products are summed"});
+  cases.push_back({"scattered chunks joined in reverse",
+                   edited("tp_rowwise_seq_ws2_fwd_2x16x64x176",
+                          [](json& t) {
+                            json& a = trace_node(t, "cat")["args"][0];
+                            std::swap(a[0], a[1]);
+                          }),
+                   "matmul_rs", "does not take split 'split''s chunks in order"});
+  cases.push_back(
+      {"a reader of the gathered activation before the weight is made",
+       edited("tp_colwise_seq_ws2_fwd_2x16x64x176",
+              [](json& t) {
+                json& nodes = t["nodes"];
+                json perm = trace_node(t, "permute");
+                perm["args"][0] = {{"ref", "wmul"}};
+                json w;
+                for (const json& i : t["inputs"])
+                  if (i["id"] == "weight") w = i;
+                json neg = {{"id", "neg_reader"},
+                            {"op", "aten.neg.default"},
+                            {"args", {{{"ref", "view_1"}}}},
+                            {"kwargs", json::object()},
+                            {"outputs", trace_node(t, "view_1")["outputs"]}};
+                json mulw = {{"id", "wmul"},
+                             {"op", "aten.mul.Tensor"},
+                             {"args", {{{"ref", "weight"}}, 1.0}},
+                             {"kwargs", json::object()},
+                             {"outputs", {{{"shape", w["shape"]}, {"stride", w["stride"]},
+                                           {"dtype", w["dtype"]}}}}};
+                json out = json::array();
+                for (const json& n : nodes) {
+                  if (n["id"] == "permute") continue;
+                  out.push_back(n);
+                  if (n["id"] == "view_1") {
+                    out.push_back(neg);
+                    out.push_back(mulw);
+                    out.push_back(perm);
+                  }
+                }
+                nodes = out;
+                t["outputs"].push_back("neg_reader");
+                t["output_roles"]["neg_reader"] = "output";
+              }),
+       "ag_matmul", "is read by node 'neg_reader' before every input of the region is ready"});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Plan p = make_plan(c.g, fusion_registry());
+    EXPECT_EQ(only_region(p, c.fusion), nullptr);
+    EXPECT_NE(declined_by(p, c.fusion).find(c.reason), std::string::npos) << declined_by(p, c.fusion);
   }
 }

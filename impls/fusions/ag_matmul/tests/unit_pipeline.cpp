@@ -70,6 +70,21 @@ TEST(TpPipelineUnsupported, WorldSizeRowsAndDtypes) {
   EXPECT_NE(matmul_rs::Pipeline::unsupported(&d, tp::Transport::kIpc, rs)
                 .find("bfloat16, float16 or float32"),
             std::string::npos);
+  // Row blocks (the split/cat form): M a multiple of world size x blocks; float8 rowwise scales
+  // of blocks whose rows are not a multiple of 4 are refused (their scale vectors misaligned).
+  ag_matmul::PipelineOperands blocks = ag_bf16(128);
+  blocks.lead = 3;
+  EXPECT_NE(ag_matmul::Pipeline::unsupported(&d, tp::Transport::kIpc, blocks)
+                .find("times the blocks per shard 3"),
+            std::string::npos);
+  ag_matmul::PipelineOperands f8 = ag_bf16(2 * 2 * 6);  // 2 blocks of 6 rows per shard
+  f8.lead = 2;
+  f8.gemm.scaled = f8.gemm.rowwise = true;
+  f8.gemm.a_dtype = DType::kFloat8E4M3;
+  f8.gemm.b = device_tensor(nullptr, TensorMeta{{64, 64}, {1, 64}, DType::kFloat8E4M3});
+  EXPECT_NE(ag_matmul::Pipeline::unsupported(&d, tp::Transport::kIpc, f8)
+                .find("rowwise scales of chunks of 6 rows"),
+            std::string::npos);
 }
 
 }  // namespace
