@@ -390,13 +390,15 @@ int cmd_run(const std::vector<std::string>& traces, RunOptions opt, bool variant
          "behind a barrier"}};
     if (d.shared_device)
       run.gpu_note = std::string(dist::kSharedDeviceTimingNote) + ". " + d.no_nccl_why +
-                     ": variants that need NCCL did not run; the others ran for correctness.";
+                     ": variants that need NCCL did not run (their regions ran eagerly, the "
+                     "collectives over CUDA IPC); the others ran for correctness.";
   }
   if (!opt.test_slowdown_us.empty()) {
     run.run_info["test_slowdown_us"] = opt.test_slowdown_us;
-    run.gpu_note =
-        "TEST RUN: a spin kernel was added to the timed replays of some variants "
-        "(--test-slowdown); its times are not the kernels' times.";
+    // Beside a note already there (ranks sharing a GPU), not over it.
+    run.gpu_note = (run.gpu_note.empty() ? "" : run.gpu_note + " ") +
+                   "TEST RUN: a spin kernel was added to the timed replays of some variants "
+                   "(--test-slowdown); its times are not the kernels' times.";
   }
   std::unique_ptr<GpuSession> gpu;
   const bool wants_gpu = opt.variants.empty() ||
