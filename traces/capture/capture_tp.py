@@ -38,7 +38,6 @@ import traceback
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from backend import ReplayBackend  # noqa: E402
@@ -63,26 +62,13 @@ def init_world(ws):
     return init_device_mesh("cuda", (ws,), mesh_dim_names=("tp",))
 
 
-class FeedForward(nn.Module):
-    """torchtitan models/llama3 FeedForward: w2(silu(w1(x)) * w3(x)), no bias."""
-
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 class FFNBlock(nn.Module):
     """The FFN half of torchtitan's TransformerBlock: h + feed_forward(ffn_norm(h))."""
 
     def __init__(self, dim, hidden):
         super().__init__()
         self.ffn_norm = nn.RMSNorm(dim, eps=1e-5)
-        self.feed_forward = FeedForward(dim, hidden)
+        self.feed_forward = models.LlamaFeedForward(dim, hidden)  # torchtitan's llama3 FeedForward too
 
     def forward(self, h):
         return h + self.feed_forward(self.ffn_norm(h))
