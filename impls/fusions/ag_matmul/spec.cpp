@@ -6,8 +6,9 @@ namespace {
 
 constexpr VariantSpec kVariants[] = {
     {"baseline", Role::kBaseline,
-     "NCCL all-gather of the shards into a workspace, then one cuBLASLt GEMM on the gathered "
-     "activation (vanilla tensor parallelism; needs one process per GPU with a communicator)"},
+     "NCCL all-gather of the shards into a workspace (its blocks reordered for a gather along dim "
+     "1), then the graph's cuBLASLt GEMMs on the gathered activation (vanilla tensor parallelism; "
+     "needs one process per GPU with a communicator)"},
     {"optimized", Role::kOptimized,
      "chunked pipeline, one chunk per rank's shard: peer copies on the copy engines through CUDA "
      "IPC, a signal per chunk (stream memory operations, epochs, a watchdog timeout), per-chunk "
@@ -23,7 +24,8 @@ constexpr VariantSpec kVariants[] = {
 extern const FusionSpec ag_matmul = {
     "ag_matmul",
     "column-parallel linear of tensor parallelism: all_gather_into_tensor -> wait_tensor -> "
-    "[view] -> mm / _scaled_mm, the gather overlapped with the GEMM",
+    "[split/cat: a gather along dim 1] -> [view] -> one or more mm / _scaled_mm, the gather "
+    "overlapped with the GEMMs",
     kVariants,
     ag_matmul::match,
     ag_matmul::cost,

@@ -23,7 +23,8 @@ constexpr VariantSpec kVariants[] = {
 extern const FusionSpec matmul_rs = {
     "matmul_rs",
     "row-parallel linear of tensor parallelism: [view] -> mm / _scaled_mm -> [view] -> "
-    "reduce_scatter_tensor -> wait_tensor, the scatter overlapped with the GEMM",
+    "[split/cat: a scatter along dim 1] -> reduce_scatter_tensor -> wait_tensor, the scatter "
+    "overlapped with the GEMM",
     kVariants,
     matmul_rs::match,
     matmul_rs::cost,
