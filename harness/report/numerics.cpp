@@ -535,8 +535,13 @@ NumericsBounds output_bounds(const Graph& g, const Plan& plan,
   const int r = prod >= 0 ? plan.node_region[prod] : -1;
   if (r >= 0) {
     const Region& reg = plan.regions[r];
+    // An identity the region absorbed and the graph returns (Region::tail) holds the elements of
+    // the region output it passes on: the fusion bounds that output.
+    int asked = v;
+    for (const TailAlias& t : reg.tail)
+      if (g.nodes[t.node].outputs.at(0) == v) asked = t.source;
     if (reg.fusion->tolerance)
-      if (auto b = reg.fusion->tolerance(g, reg, v)) return *b;
+      if (auto b = reg.fusion->tolerance(g, reg, asked)) return *b;
   }
   return defaults[v];
 }

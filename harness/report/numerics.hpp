@@ -99,8 +99,9 @@ NumericsResult check_value(const Graph& g, int v, const HostTensor& got, const H
 /// reduction on it (default_bounds).
 std::vector<NumericsBounds> default_value_bounds(const Graph& g);
 
-/// The bounds of value `v`: those its producing region's fusion declares (FusionSpec::tolerance),
-/// else `defaults[v]` (default_value_bounds).
+/// The bounds of value `v`: those its producing region's fusion declares (FusionSpec::tolerance;
+/// for an identity the region absorbed, Region::tail, those of the output it passes on), else
+/// `defaults[v]` (default_value_bounds).
 NumericsBounds output_bounds(const Graph& g, const Plan& plan,
                              const std::vector<NumericsBounds>& defaults, int v);
 

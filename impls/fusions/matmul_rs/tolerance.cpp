@@ -16,24 +16,13 @@
 #include <cmath>
 
 #include "impls/fusions/matmul_rs/params.hpp"
-#include "workloads/ops/op.hpp"
 #include "workloads/ir/tolerance.hpp"
 
 namespace replay::matmul_rs {
 
 std::optional<NumericsBounds> tolerance(const Graph& g, const Region& r, int value) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  // The result, or a view of it the region returns too (a same-shape view folded into the region
-  // as an alias of its result: its elements are the result's).
-  int v = value;
-  while (v != p.out && g.values[v].producer >= 0) {
-    const Node& n = g.nodes[g.values[v].producer];
-    if (!op_def(n.op).alias || n.operands.empty() || !n.operands[0].is_tensor() ||
-        g.meta(n.operands[0].value).numel() != g.meta(v).numel())
-      break;
-    v = n.operands[0].value;
-  }
-  if (v != p.out) return std::nullopt;
+  if (value != p.out) return std::nullopt;  // a returned alias of it: output_bounds asks for it
   const Node& mm = g.nodes[g.values[p.mm_out].producer];
   const Float8GemmError f8 = p.scaled ? float8_gemm_error(p.K, mm.flag) : Float8GemmError{};
   const double delta = std::ldexp(8 + 4 * std::sqrt(static_cast<double>(p.K)), -24) +
