@@ -75,15 +75,30 @@ std::string contiguous_ptr(const Graph& graph, BindContext& ctx, int value, int6
   return "";
 }
 
+std::string nccl_baseline_unsupported(const DistContext* dist, int64_t world_size,
+                                      const std::string& collective) {
+  if (!dist) return "the NCCL baseline needs one process per rank (a multi-process run)";
+  if (!dist->comm) return "no NCCL communicator: " + dist->no_nccl_why;
+  if (dist->world_size != world_size)
+    return "the " + collective + " spans " + std::to_string(world_size) + " ranks, the run " +
+           std::to_string(dist->world_size);
+  return "";
+}
+
+BoundTensor bound_weight(BindContext& ctx, int b, int transpose_of) {
+  BoundTensor w = ctx.tensor(transpose_of >= 0 ? transpose_of : b);
+  if (transpose_of >= 0 && w.layout.shape.size() == 2) {
+    std::swap(w.layout.shape[0], w.layout.shape[1]);
+    std::swap(w.layout.stride[0], w.layout.stride[1]);
+  }
+  return w;
+}
+
 std::string bind_chunk_gemm(const Graph& graph, BindContext& ctx, const GemmValues& v,
                             DType a_dtype, ChunkGemm& g) {
   g.a_dtype = a_dtype;
-  BoundTensor b = ctx.tensor(v.b_transpose_of >= 0 ? v.b_transpose_of : v.b);
+  const BoundTensor b = bound_weight(ctx, v.b, v.b_transpose_of);
   if (b.layout.shape.size() != 2) return "the weight '" + graph.values[v.b].name + "' is not 2-D";
-  if (v.b_transpose_of >= 0) {
-    std::swap(b.layout.shape[0], b.layout.shape[1]);
-    std::swap(b.layout.stride[0], b.layout.stride[1]);
-  }
   g.b = device_tensor(b.ptr, b.layout);
   g.out_dtype = graph.meta(v.out).dtype;
   g.K = v.K;

@@ -54,6 +54,17 @@ EagerLaunch prepare_chunk_gemm(const std::string& name, const ChunkGemm& g, cons
 /// kNccl (ranks sharing a GPU: DistContext::no_nccl_why).
 std::string dist_unsupported(const DistContext* dist, int64_t world_size, Transport transport);
 
+/// Why the NCCL `baseline` of a region whose `collective` ("all-gather") spans `world_size` ranks
+/// cannot bind ("" when it can): a single process, no NCCL communicator (DistContext::no_nccl_why),
+/// a run of another world size.
+std::string nccl_baseline_unsupported(const DistContext* dist, int64_t world_size,
+                                      const std::string& collective);
+
+/// The weight [K, N] of a region's GEMM as bound: value `b`, or, where the region claims the
+/// weight's transposes, the 2-D graph input `transpose_of` read with its strides swapped (-1:
+/// none).
+BoundTensor bound_weight(BindContext& ctx, int b, int transpose_of);
+
 /// The transport of a chunked-pipeline variant: "optimized" CUDA IPC, "nccl_chunked" NCCL send /
 /// recv; nullopt for any other name.
 std::optional<Transport> pipeline_transport(std::string_view variant);

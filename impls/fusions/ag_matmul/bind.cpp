@@ -15,6 +15,7 @@
 #include "impls/eager/gemm.hpp"
 #include "impls/fusions/ag_matmul/params.hpp"
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/tp_pipeline.hpp"
 
 namespace replay::ag_matmul {
 namespace {
@@ -30,11 +31,7 @@ DeviceTensor operand(const Graph& g, const Gemm& ge, size_t i, BindContext& ctx)
   const Operand& o = g.nodes[g.values[ge.mm_out].producer].operands[i];
   if (!o.is_tensor()) return {};
   if (i == 1) {
-    BoundTensor w = ctx.tensor(ge.b_transpose_of >= 0 ? ge.b_transpose_of : ge.b);
-    if (ge.b_transpose_of >= 0) {
-      std::swap(w.layout.shape[0], w.layout.shape[1]);
-      std::swap(w.layout.stride[0], w.layout.stride[1]);
-    }
+    const BoundTensor w = tp::bound_weight(ctx, ge.b, ge.b_transpose_of);
     return device_tensor(w.ptr, w.layout);
   }
   const BoundTensor t = ctx.tensor(o.value);
@@ -44,12 +41,8 @@ DeviceTensor operand(const Graph& g, const Gemm& ge, size_t i, BindContext& ctx)
 Binding bind_baseline(const Graph& g, const Region& r, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
   const DistContext* d = ctx.dist();
-  if (!d) return {{}, "the NCCL baseline needs one process per rank (a multi-process run)"};
-  if (!d->comm) return {{}, "no NCCL communicator: " + d->no_nccl_why};
-  if (d->world_size != p.world_size)
-    return {{},
-            "the all-gather spans " + std::to_string(p.world_size) + " ranks, the run " +
-                std::to_string(d->world_size)};
+  if (std::string why = tp::nccl_baseline_unsupported(d, p.world_size, "all-gather"); !why.empty())
+    return {{}, why};
   const BoundTensor x = ctx.tensor(p.x);
   if (!x.layout.is_contiguous())
     return {{},

@@ -11,6 +11,7 @@
 #include "impls/eager/collective.hpp"
 #include "impls/eager/gemm.hpp"
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/tp_pipeline.hpp"
 #include "impls/fusions/matmul_rs/params.hpp"
 
 namespace replay::matmul_rs {
@@ -23,12 +24,9 @@ DeviceTensor rows_of(void* ptr, int64_t M, int64_t N, DType t) {
 Binding bind_baseline(const Graph& g, const Region& r, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
   const DistContext* d = ctx.dist();
-  if (!d) return {{}, "the NCCL baseline needs one process per rank (a multi-process run)"};
-  if (!d->comm) return {{}, "no NCCL communicator: " + d->no_nccl_why};
-  if (d->world_size != p.world_size)
-    return {{},
-            "the reduce-scatter spans " + std::to_string(p.world_size) + " ranks, the run " +
-                std::to_string(d->world_size)};
+  if (std::string why = tp::nccl_baseline_unsupported(d, p.world_size, "reduce-scatter");
+      !why.empty())
+    return {{}, why};
   const Node& mm = g.nodes[g.values[p.mm_out].producer];
   const DType part_dt = g.meta(mm.outputs[0]).dtype;
   if (std::string why = nccl_reduce_unsupported(part_dt, p.reduce_op); !why.empty())

@@ -18,6 +18,7 @@
 #include "impls/cuda/dist_context.hpp"
 #include "impls/fusions/ag_matmul/params.hpp"
 #include "impls/fusions/binding.hpp"
+#include "impls/fusions/tp_pipeline.hpp"
 #include "impls/fusions/matmul_rs/params.hpp"
 #include "impls/fusions/registry.hpp"
 #include "tests/unit/test_util.hpp"
@@ -295,6 +296,14 @@ TEST(TpCaptured, BaselinesBindWithOnlyTheRegionsBuffers) {
       ASSERT_NO_THROW(b = r.fusion->bind(g, r, *r.fusion->find_variant("baseline"), ctx))
           << r.fusion->name;
       EXPECT_TRUE(b.launch) << r.fusion->name << ": " << b.unsupported;
+      if (r.fusion->name == "ag_matmul")  // the weight as the pipelines' GEMMs read it too
+        for (const ag_matmul::Gemm& ge : ag_params(r).gemms) {
+          const BoundTensor w = tp::bound_weight(ctx, ge.b, ge.b_transpose_of);
+          EXPECT_EQ(w.layout.shape, (std::vector<int64_t>{ag_params(r).K, ge.N}));
+          EXPECT_EQ(w.layout.stride, ge.b_transpose_of >= 0
+                                         ? (std::vector<int64_t>{1, ag_params(r).K})
+                                         : g.meta(ge.b).stride);
+        }
       ++bound;
     }
     EXPECT_GE(bound, 1);
