@@ -63,41 +63,31 @@ nlohmann::json perfetto_trace(const RunResult& run) {
             args["sol_pct"] = row.sol_pct(v.stats.median, run.ceilings);
           }
           if (!row.fusion.empty()) args["fusion"] = row.fusion;
-          events.push_back({{"ph", "X"},
-                            {"cat", "region"},
-                            {"name", row.label},
-                            {"pid", pid},
-                            {"tid", track(v.variant.name, -1)},
-                            {"ts", cursor},
-                            {"dur", end},
-                            {"args", args}});
+          // One complete ("X") slice of this replay on a track of this variant.
+          auto slice = [&](const char* cat, const std::string& name, int64_t stream, double ts,
+                           double dur, nlohmann::json slice_args) {
+            events.push_back({{"ph", "X"},
+                              {"cat", cat},
+                              {"name", name},
+                              {"pid", pid},
+                              {"tid", track(v.variant.name, stream)},
+                              {"ts", ts},
+                              {"dur", dur},
+                              {"args", std::move(slice_args)}});
+          };
+          slice("region", row.label, -1, cursor, end, args);
           for (const KernelEvent& k : c.timeline)
             if (k.kind == KernelEvent::Kind::kMemcpy)
-              events.push_back(
-                  {{"ph", "X"},
-                   {"cat", "memcpy"},
-                   {"name", k.name},
-                   {"pid", pid},
-                   {"tid", track(v.variant.name, k.stream)},
-                   {"ts", cursor + k.start_us},
-                   {"dur", k.dur_us},
-                   {"args",
-                    {{"copy_kind", k.copy_kind}, {"bytes", k.bytes}, {"region", row.label}}}});
+              slice("memcpy", k.name, k.stream, cursor + k.start_us, k.dur_us,
+                    {{"copy_kind", k.copy_kind}, {"bytes", k.bytes}, {"region", row.label}});
             else
-              events.push_back({{"ph", "X"},
-                                {"cat", "kernel"},
-                                {"name", k.name},
-                                {"pid", pid},
-                                {"tid", track(v.variant.name, k.stream)},
-                                {"ts", cursor + k.start_us},
-                                {"dur", k.dur_us},
-                                {"args",
-                                 {{"grid", {k.grid[0], k.grid[1], k.grid[2]}},
-                                  {"block", {k.block[0], k.block[1], k.block[2]}},
-                                  {"registers_per_thread", k.registers},
-                                  {"static_smem_bytes", k.static_smem},
-                                  {"dynamic_smem_bytes", k.dynamic_smem},
-                                  {"region", row.label}}}});
+              slice("kernel", k.name, k.stream, cursor + k.start_us, k.dur_us,
+                    {{"grid", {k.grid[0], k.grid[1], k.grid[2]}},
+                     {"block", {k.block[0], k.block[1], k.block[2]}},
+                     {"registers_per_thread", k.registers},
+                     {"static_smem_bytes", k.static_smem},
+                     {"dynamic_smem_bytes", k.dynamic_smem},
+                     {"region", row.label}});
           cursor += end + kPerfettoReplayGapUs;
         }
     }
