@@ -11,8 +11,8 @@
 
 #include "impls/fusions/matmul_rs/params.hpp"
 #include "impls/fusions/registry.hpp"
-#include "tests/unit/fake_buffers.hpp"
 #include "tests/unit/test_util.hpp"
+#include "tests/unit/tp_variants.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/plan/plan.hpp"
 
@@ -157,35 +157,7 @@ TEST(MatmulRsMatch, DeclinesAReduceScatterOfAGraphInput) {
 }
 
 TEST(MatmulRsMatch, EveryVariantSaysWhyItCannotRun) {
-  const Graph g = load_trace(trace_path("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24"));
-  const Plan p = make_plan(g, fusion_registry());
-  const Region* r = only_region(p, "matmul_rs");
-  ASSERT_NE(r, nullptr);
-  FakeBuffers buffers(g);  // a single process: no DistContext
-  for (const VariantSpec& v : r->fusion->variants) {
-    const Binding b = r->fusion->bind(g, *r, v, buffers);
-    EXPECT_FALSE(b.launch) << v.name;
-    EXPECT_FALSE(b.unsupported.empty()) << v.name;
-    if (v.name == "baseline")
-      EXPECT_NE(b.unsupported.find("the NCCL baseline needs one process per rank"),
-                std::string::npos)
-          << b.unsupported;
-    if (v.role != Role::kBaseline)  // bind_pipeline.cpp: the chunked pipelines
-      EXPECT_NE(b.unsupported.find("needs a multi-process run"), std::string::npos)
-          << v.name << ": " << b.unsupported;
-  }
-  // Ranks sharing a GPU: a DistContext without a communicator; the baseline says why.
-  struct NoComm : FakeBuffers {
-    using FakeBuffers::FakeBuffers;
-    DistContext d;
-    const DistContext* dist() const override { return &d; }
-  } shared(g);
-  shared.d.world_size = 2;
-  shared.d.shared_device = true;
-  shared.d.no_nccl_why = "NCCL cannot place two ranks on one GPU (ranks 0 and 1 share device X)";
-  const Binding b = r->fusion->bind(g, *r, *r->fusion->find_variant("baseline"), shared);
-  EXPECT_FALSE(b.launch);
-  EXPECT_EQ(b.unsupported, "no NCCL communicator: " + shared.d.no_nccl_why);
+  expect_every_tp_variant_says_why("tp/tp_rowwise_mm_rs_bf16_ws2_16x32x24", "matmul_rs");
 }
 
 TEST(MatmulRsMatch, Float8ScaledMmWithTensorwiseScales) {
