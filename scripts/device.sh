@@ -36,6 +36,8 @@
 #                   (replay_bench_gemm_host) -> gemm/gemm_host.json: ~3 min.
 #   normbwd         norm_bwd split-size sweep of the [576000, 384] LayerNorm and RMSNorm backward
 #                   (replay_bench_norm_bwd) -> normbwd/bench_{ln,rms}.json: <= 10 min.
+#   normfwd         layernorm_fwd sweep mode (REPLAY_NORM_FWD_GEOMETRY) on the [576000, 384],
+#                   [16384, 1600] and [8192, 4096] forwards -> normfwd/sweep.txt: ~4 min.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
 #   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
@@ -48,7 +50,9 @@
 #                   world sizes 1 (NCCL), 2 and 4 -> tp/ws<N>/: ~2-4 min.
 #   bench           the Google Benchmark runner (replay_bench) over the bundled traces, JSON.
 #   compare=REPLAY  another `replay` binary and this build alternated twice on $TRACES (default:
-#                   the small traces) in one job, medians side by side (scripts/medians.py).
+#                   the small traces) in one job, medians side by side (scripts/medians.py);
+#                   RUN_ARGS are passed to both (e.g. '--modes cold --variants optimized'),
+#                   COMPARE_ROUNDS (default 2) sets the rounds.
 #   tour            README's 5-minute tour as a newcomer runs it: capture_script.py on
 #                   traces/capture/examples/train_tiny.py, validate, plan, run, compare, repro and
 #                   repro.py -> tour/tour.tgz (logs, traces, report): ~2 min.
@@ -285,6 +289,39 @@ phase_normbwd() {
   done
   return $rc
 }
+phase_normfwd() {
+  # layernorm_fwd sweep mode: REPLAY_NORM_FWD_GEOMETRY=TPG,VPT,D,MINB,CS,P (kernels.cu) over
+  # $NORMFWD_GEOMETRIES (default below; each must be compiled in REPLAY_NORM_FWD_SWEEP), on the
+  # [576000, 384], [16384, 1600] and [8192, 4096] forwards it holds, cold, optimized only; the
+  # heuristic's choice first ("heuristic"). -> normfwd/sweep.txt
+  local rc=0 g f cols tpg vpt
+  local t384="traces/pr165370_layernorm_train_fwd_576000x384.json traces/pr165370_rmsnorm_train_fwd_576000x384.json"
+  local t1600=traces/nanogpt_layernorm_train_fwd_16x1024x1600.json
+  local t4096=traces/meta_llama_rmsnorm_train_fwd_2x4096x4096.json
+  local geoms=${NORMFWD_GEOMETRIES:-"heuristic 8,6,1,4,1,1 16,3,2,4,1,1 16,3,2,4,0,1 16,3,1,8,1,0
+    16,3,1,8,0,0 32,2,1,8,1,0 32,7,1,4,1,1 32,7,1,4,0,1 128,4,2,4,1,1 128,4,2,4,0,1 128,4,2,3,1,1
+    128,4,2,3,0,1 128,4,1,4,1,1 64,8,1,3,0,1"}
+  for g in $geoms; do
+    for f in $t384 $t1600 $t4096; do
+      cols=${f##*x}; cols=${cols%.json}
+      if [ "$g" != heuristic ]; then
+        IFS=, read -r tpg vpt _ <<< "$g"
+        # only the configurations that hold the row with less than a vector per thread to spare
+        (( tpg * vpt * 8 >= cols && (tpg * (vpt - 1)) * 8 < cols )) || continue
+      fi
+      [ "$g" = heuristic ] && g_env= || g_env=$g
+      REPLAY_NORM_FWD_GEOMETRY=$g_env timeout 120 "$R" run "$f" --modes cold --variants optimized \
+        --no-matmul-ceilings --no-repro --out "$D/run_${g//,/_}_$(basename "$f" .json)" \
+        > "$D/run.log" 2>&1 || rc=$?
+      printf '%-14s %-48s %s  copy %s us\n' "$g" "$(basename "$f" .json)" \
+        "$(grep -E '^ +optimized' "$D/run.log" | awk '{print $2, $4, $NF}')" \
+        "$(grep -oE 'same bytes, timed the same way: [0-9.]+' \
+          "$D/run_${g//,/_}_$(basename "$f" .json)/report.md" | head -1 | awk '{print $NF}')" |
+        tee -a "$D/sweep.txt"
+    done
+  done
+  return $rc
+}
 phase_normbwd_peers() {  # DIR holding anchors.py
   local peers=${1:?normbwd-peers=DIR} mix rc=0
   for mix in 0 1; do
@@ -353,14 +390,19 @@ phase_bench() {
 phase_compare() {  # OTHER_REPLAY
   local other=${1:?compare=OTHER_REPLAY} t i
   mapfile -t t < <(traces_or small)
-  for i in 1 2; do
-    "$other" run "${t[@]}" --out "$D/before_$i" > "$D/before_$i.log" 2>&1
+  for i in $(seq 1 "${COMPARE_ROUNDS:-2}"); do
+    # shellcheck disable=SC2086
+    "$other" run "${t[@]}" ${RUN_ARGS:-} --out "$D/before_$i" > "$D/before_$i.log" 2>&1
     echo "round $i: $other rc=$?"
-    "$R" run "${t[@]}" --out "$D/after_$i" > "$D/after_$i.log" 2>&1
+    # shellcheck disable=SC2086
+    "$R" run "${t[@]}" ${RUN_ARGS:-} --out "$D/after_$i" > "$D/after_$i.log" 2>&1
     echo "round $i: $R rc=$?"
   done
-  python3 scripts/medians.py "$D"/before_1/results.json "$D"/after_1/results.json \
-    "$D"/before_2/results.json "$D"/after_2/results.json | tee "$D/medians.txt"
+  local files=()
+  for i in $(seq 1 "${COMPARE_ROUNDS:-2}"); do
+    files+=("$D/before_$i/results.json" "$D/after_$i/results.json")
+  done
+  python3 scripts/medians.py "${files[@]}" | tee "$D/medians.txt"
 }
 phase_capture() {
   mkdir -p "$D/cap"

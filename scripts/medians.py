@@ -18,7 +18,8 @@ for i, run in enumerate(runs):
                 if k not in keys:
                     keys.append(k)
                 med = v.get("stats", {}).get("median_us")
-                verdict = "PASS" if v.get("numerics_pass") else "FAIL"
+                checks = v.get("numerics") or []  # one entry per checked output
+                verdict = "PASS" if checks and all(c.get("pass") for c in checks) else "FAIL"
                 if v.get("skipped"):
                     verdict = "skip"
                 cells[(k, i)] = ("%9.2f" % med if med is not None else "        –") + " " + verdict

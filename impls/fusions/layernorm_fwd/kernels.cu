@@ -22,8 +22,12 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/vec16.cuh"
@@ -46,13 +50,15 @@ __device__ __forceinline__ void round_to_dtype(float* y, DType dt) {
   }
 }
 
-// E fp32 values to 16-byte aligned memory, E/4 streaming 16-byte stores (written once).
+// E fp32 values to 16-byte aligned memory, E/4 16-byte stores. Plain stores, not streaming
+// (`st.global.cs`) ones: on the H200 the evict-first hint on the written rows cost 3-9 % of the
+// forward's time (TUNING.md, issue 25 sweep).
 template <int E>
 __device__ __forceinline__ void store_f32(float* dst, const float* y) {
 #pragma unroll
   for (int j = 0; j < E / 4; ++j)
-    __stcs(reinterpret_cast<float4*>(dst) + j,
-           make_float4(y[4 * j], y[4 * j + 1], y[4 * j + 2], y[4 * j + 3]));
+    reinterpret_cast<float4*>(dst)[j] =
+        make_float4(y[4 * j], y[4 * j + 1], y[4 * j + 2], y[4 * j + 3]);
 }
 
 template <typename T>
@@ -76,7 +82,7 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, DType dt) {
 }
 
 // E fp32 values written at element `off` of `base` in dtype `dt` (float32, bfloat16 or float16),
-// streaming stores of 16 (E * 2 = 8: 8) bytes; `base + off` aligned to the bytes written.
+// plain stores of 16 (E * 2 = 8: 8) bytes; `base + off` aligned to the bytes written.
 template <int E>
 __device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, const float* y) {
   if (dt == DType::kFloat32) return store_f32<E>(static_cast<float*>(base) + off, y);
@@ -85,10 +91,10 @@ __device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, cons
   for (int e = 0; e < E; e += 2) w[e / 2] = pack2(y[e], y[e + 1], dt);
   uint16_t* p = static_cast<uint16_t*>(base) + off;
   if constexpr (E == 8) {
-    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
   } else {
     static_assert(E == 4, "16-byte vectors of 2- or 4-byte elements");
-    __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
   }
 }
 
@@ -344,35 +350,65 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 }
 
 // ---------------------------------------------------------------------------------------------
-// optimized: one persistent kernel. A group of 32*WARPS threads owns a row; thread t holds the
-// row's 16-byte vectors t, t+G, t+2G, ... (VPT of them) in registers as fp32, so x is read from
-// memory once; the next row's vectors are loaded (packed) while the current row is computed, so
-// every warp keeps a row of loads in flight. Statistics: one pass over registers, shifted by the
-// row's first element, both sums reduced together.
-// Block = 128 threads = 4/WARPS rows per iteration; the grid (SMs x resident blocks) strides over
-// rows. Epilogue weights are staged once per block in shared memory, and the epilogue shapes the
-// matcher produces for nanoGPT and Llama are compiled as straight-line code.
+// optimized: one persistent kernel. A group of TPG threads (8, 32 or 128) owns a row; thread t
+// holds the row's 16-byte vectors t, t+TPG, t+2TPG, ... (VPT of them) in registers as fp32, so x is
+// read from memory once. D rows per group are in flight: while a row is computed, the loads of the
+// next D - 1 rows of the group (packed, 16-byte) are outstanding, in a ring of D register buffers
+// indexed at compile time (the row loop is unrolled D times), and the row after those is issued as
+// soon as this one is unpacked. Statistics: one pass over registers, shifted by the row's first
+// element, both sums reduced together.
+// Block = 128 threads = 128/TPG rows per iteration. Rows of a warp or more: a persistent grid (SMs
+// x resident blocks) strides over the rows, the epilogue weights staged once per block in shared
+// memory; short rows (16 threads each): one block per 8 rows, a block starting as another ends
+// (persistent(): measured faster there). The epilogue shapes the matcher produces for nanoGPT and
+// Llama are compiled as straight-line code.
+// The geometry below was chosen by the sweep mode (REPLAY_NORM_FWD_GEOMETRY; TUNING.md, issue 25)
+// on the [576000, 384], [16384, 1600] and [8192, 4096] forwards on an H200.
 constexpr int kOptThreads = 128;
-// Resident blocks per SM asked of ptxas: 4 (x 4 warps) caps registers at 128, which holds up to
-// 7 vectors per thread without spilling (6 with 4 warps per row); more need 3.
-// With the residual prologue the next row's residual vectors are in flight too (VPT more 16-byte
-// registers): 3 resident blocks (168 registers) from 4 vectors per thread, 2 from 7 (not tuned).
-constexpr int min_blocks(int vpt, int warps, bool add) {
+// Resident blocks per SM asked of ptxas. 4 (x 4 warps) caps registers at 128, which holds up to 7
+// vectors per thread without spilling (6 with 4 warps per row); more need 3; so do two rows in
+// flight of 3-4 vectors (measured: 3 blocks faster than 4 at [8192, 4096]). Short rows (16 threads,
+// at most 4 vectors): 8 (64 registers; 6 at 4 vectors; 4 for the generic body). With the residual
+// prologue the next row's residual vectors are in flight too (VPT more 16-byte registers): 3
+// resident blocks (168 registers) from 4 vectors per thread, 2 from 7 (not tuned).
+constexpr int min_blocks(int vpt, int tpg, bool add, bool generic) {
   if (add) return vpt >= 7 ? 2 : vpt >= 4 ? 3 : 4;
-  return vpt >= (warps > 1 ? 7 : 8) ? 3 : 4;
+  if (tpg == 16) return generic ? 4 : vpt <= 3 ? 8 : 6;  // the generic body spills at 64 or 85
+  if (vpt >= 3 && vpt <= 4) return 3;                    // rows_in_flight: 2
+  return vpt >= (tpg > 32 ? 7 : 8) ? 3 : 4;
 }
 
-// Two sums over the row group at once (independent shuffles interleave).
-template <int WARPS>
+// Rows in flight per row group: with one row in flight a warp per row left DRAM at 47-56 % of its
+// peak (ncu) at 16 warps per SM. Rows of 3-4 vectors per thread (C = 4096 in 16-bit at 4 warps per
+// row) keep the next row's loads outstanding beside the row computed; longer ones have no registers
+// left for it, short rows (16 threads) run one row per group and block (not persistent). Not
+// measured with the residual prologue: one row.
+constexpr int rows_in_flight(int vpt, int tpg, bool add) {
+  if (add || tpg == 16) return 1;
+  return vpt <= 4 ? 2 : 1;
+}
+
+// Persistent grid (false: one block per 128 / TPG rows): persistent for rows of a warp or more,
+// where the sweep found the persistent grid faster ([8192, 4096]: 36.9 vs 46.8 µs), not for 16
+// threads per row ([576000, 384] RMSNorm: 220.9 vs 227.8 µs).
+constexpr bool persistent_grid(int tpg) {
+  return tpg > 16;
+}
+
+// Two sums over the row group at once (independent shuffles interleave). Groups of TPG <= 32
+// threads are aligned segments of a warp (xor offsets below TPG stay inside the segment).
+template <int TPG>
 __device__ __forceinline__ float2 group_sum2(float a, float b) {
+  constexpr int kTop = TPG < 32 ? TPG / 2 : 16;
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
+  for (int o = kTop; o > 0; o >>= 1) {
     a += __shfl_xor_sync(0xffffffffu, a, o);
     b += __shfl_xor_sync(0xffffffffu, b, o);
   }
-  if constexpr (WARPS == 1) {
+  if constexpr (TPG <= 32) {
     return make_float2(a, b);
   } else {
+    constexpr int WARPS = TPG / 32;
     const int warp = threadIdx.x / 32, grp = warp / WARPS;
     __shared__ float2 part[kOptThreads / 32];
     if (threadIdx.x % 32 == 0) part[warp] = make_float2(a, b);
@@ -399,40 +435,145 @@ __device__ __forceinline__ void stage_weights(const NormFwdArgs& a, void* w_smem
   __syncthreads();
 }
 
-// ADD: the residual prologue; each row's residual vectors are loaded (and prefetched) beside x's,
-// h = round(x + residual) is formed in registers as the row is unpacked, written with the same
-// 16-byte streaming stores when exported, and is what the statistics and the normalize read.
-template <typename T, int VPT, int WARPS, EpiKind K, bool ADD>
-__device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const void* w1,
-                                          float (*red)[4]) {
+// One row of a group: the row's VPT 16-byte vectors of x (and of the residual) from memory,
+// zeros past the last row or the row's end.
+template <typename T, int VPT, int TPG, bool ADD, bool CS>
+__device__ __forceinline__ void load_row(const NormFwdArgs& a, int64_t row, int tid, uint4* raw,
+                                         uint4* rraw) {
+  const int nvec = static_cast<int>(a.cols / Vec<T>::kElems);
+  const uint4* xr =
+      reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride);
+  const uint4* rr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.residual) +
+                                                   row * a.residual_row_stride);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = tid + k * TPG;
+    const bool in = row < a.rows && v < nvec;
+    raw[k] = in ? (CS ? __ldcs(xr + v) : __ldg(xr + v)) : make_uint4(0, 0, 0, 0);
+    if constexpr (ADD)
+      rraw[k] = in ? (CS ? __ldcs(rr + v) : __ldg(rr + v)) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// One row: unpack its buffers (raw, rraw: loaded by an earlier load_row), refill them with the row
+// `refill` (D rows ahead), then statistics, epilogue and stores.
+// ADD: the residual prologue; h = round(x + residual) is formed in registers as the row is
+// unpacked, written with the same 16-byte streaming stores when exported, and is what the
+// statistics and the normalize read.
+// eps and inv_cols = 1 / cols come from the caller, read once per kernel (an eps tensor's load
+// would otherwise be repeated per row: the row's stores may alias it).
+template <typename T, int VPT, int TPG, EpiKind K, bool ADD, bool CS>
+__device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int64_t refill,
+                                         uint4* raw, uint4* rraw, const void* w0, const void* w1,
+                                         float (*red)[4], bool two_step, float eps,
+                                         float inv_cols) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
-  constexpr int G = 32 * WARPS;         // threads per row
-  constexpr int RPB = kOptThreads / G;  // rows per block iteration
-  const int tid = threadIdx.x % G, grp = threadIdx.x / G;
+  const int tid = threadIdx.x % TPG, grp = threadIdx.x / TPG;
   const int nvec = static_cast<int>(a.cols / E);
   const bool ln = a.kind == NormKind::kLayerNorm;
+  float x[VPT][E];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    V::unpack(raw[k], x[k]);
+    if constexpr (ADD) {  // h = round(x + residual): the graph's add, before anything reads h
+      float r[E];
+      V::unpack(rraw[k], r);
+#pragma unroll
+      for (int e = 0; e < E; ++e) x[k][e] += r[e];
+      round_to_dtype<E>(x[k], a.h_round);
+    }
+  }
+  load_row<T, VPT, TPG, ADD, CS>(a, refill, tid, raw, rraw);  // D rows ahead, in flight from here
+  // One pass, shifted by the row's first element c (broadcast from the group's first thread):
+  // s1 = sum(x - c), s2 = sum((x - c)^2), var = s2/n - (s1/n)^2. With c a sample of the row,
+  // |mean - c| is of the order of the standard deviation, so the subtraction does not cancel
+  // catastrophically even when |mean| >> std; both sums reduce together (one shuffle chain).
+  // Independent partial sums per thread avoid a serial chain of VPT*E dependent adds.
+  float c = 0.f;
+  if (ln) {
+    c = __shfl_sync(0xffffffffu, x[0][0], 0, TPG < 32 ? TPG : 32);
+    if constexpr (TPG > 32) {  // the group's first thread holds element 0
+      if (tid == 0) red[grp][0] = x[0][0];
+      __syncthreads();
+      c = red[grp][0];
+      __syncthreads();
+    }
+  }
+  constexpr int P = 4;  // partial sums per thread (registers are at the 128 cap)
+  float p1[P] = {0.f, 0.f, 0.f, 0.f}, p2[P] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const bool in = tid + k * TPG < nvec;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float d = in ? x[k][e] - c : 0.f;
+      p1[e % P] += d;
+      p2[e % P] = fmaf(d, d, p2[e % P]);
+    }
+  }
+  float2 sums = group_sum2<TPG>(tree_sum<P>(p1), tree_sum<P>(p2));
+  const float m1 = sums.x * inv_cols;
+  const float mean = ln ? c + m1 : 0.f;
+  const float var = ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) * a.var_scale : sums.y * inv_cols;
+  const float rstd = rsqrtf(var + eps);
+  const float shift = -mean * rstd;
+  if (row >= a.rows) return;
+  if (tid == 0) {  // the statistics a training forward saves for the backward
+    if (a.mean_out) a.mean_out[row * a.mean_stride] = mean;
+    if (a.rstd_out) a.rstd_out[row * a.rstd_stride] = rstd;
+  }
+  uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
+  float* x32r = a.x32_out ? a.x32_out + row * a.x32_row_stride : nullptr;
+  uint4* hr = ADD && a.h_out
+                  ? reinterpret_cast<uint4*>(static_cast<T*>(a.h_out) + row * a.h_row_stride)
+                  : nullptr;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int v = tid + k * TPG;
+    if (v >= nvec) continue;
+    float* y = x[k];
+    if constexpr (ADD) {
+      if (hr) hr[v] = V::pack(y);  // h as the graph rounds it (pack rounds to T)
+    }
+    if (x32r) store_f32<E>(x32r + int64_t(v) * E, y);
+    if (K == EpiKind::kGeneric && two_step) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) y[e] -= mean;
+      export_stage<E>(a, kStageCentered, row, v, y);
+#pragma unroll
+      for (int e = 0; e < E; ++e) y[e] *= rstd;
+      export_stage<E>(a, kStageNormalized, row, v, y);
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
+    }
+    epilogue<T, K>(a, y, w0, w1, v, row);
+    if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>())
+      if constexpr (CS)
+        __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
+      else
+        yr[v] = V::pack(y);
+    else
+      store_as<E>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
+  }
+}
+
+// The rows of a group: D rows' loads issued before the weights are staged, then the ring.
+template <typename T, int VPT, int TPG, EpiKind K, bool ADD, int D, bool CS>
+__device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const void* w1,
+                                          float (*red)[4]) {
+  constexpr int RPB = kOptThreads / TPG;  // rows per block iteration
+  const int tid = threadIdx.x % TPG, grp = threadIdx.x / TPG;
+  const int64_t step = int64_t(gridDim.x) * RPB;
   const float inv_cols = 1.f / float(a.cols);
   const float eps = a.eps_ptr ? __ldg(a.eps_ptr) : a.eps;
-  const int64_t step = int64_t(gridDim.x) * RPB;
-
-  auto load_row = [&](int64_t row, uint4* raw, uint4* rraw) {
-    const uint4* xr =
-        reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + row * a.x_row_stride);
-    const uint4* rr = reinterpret_cast<const uint4*>(static_cast<const T*>(a.residual) +
-                                                     row * a.residual_row_stride);
+  uint4 raw[D][VPT], rraw[D][ADD ? VPT : 1];
+  const int64_t first = int64_t(blockIdx.x) * RPB + grp;
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = tid + k * G;
-      const bool in = row < a.rows && v < nvec;
-      raw[k] = in ? __ldcs(xr + v) : make_uint4(0, 0, 0, 0);
-      if constexpr (ADD) rraw[k] = in ? __ldcs(rr + v) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  uint4 raw[VPT], rraw[ADD ? VPT : 1];
-  int64_t row = int64_t(blockIdx.x) * RPB + grp;
-  load_row(row, raw, rraw);  // the first row is in flight while the weights are staged
-  stage_weights<T>(a, w0);   // w1 follows w0 in the same buffer
+  for (int d = 0; d < D; ++d)
+    load_row<T, VPT, TPG, ADD, CS>(a, first + d * step, tid, raw[d], rraw[d]);
+  stage_weights<T>(a, w0);  // w1 follows w0 in the same buffer
   // Exports are written by the generic body only (classify_epilogue). x - mean and the normalized
   // value as the graph computes them (sub, then mul) where one of them is exported; else one fma
   // per element.
@@ -441,89 +582,15 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
     if (blockIdx.x == 0 && a.n_weight_exports) write_weight_exports<T>(a);
     two_step = a.n_row_exports > 0;
   }
-  for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += step, row += step) {
-    float x[VPT][E];
+  // row0 (the block's first row of an iteration) is uniform across the block: the 128-thread
+  // groups' __syncthreads are reached by every thread or none.
+  for (int64_t row0 = int64_t(blockIdx.x) * RPB; row0 < a.rows; row0 += D * step) {
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      V::unpack(raw[k], x[k]);
-      if constexpr (ADD) {  // h = round(x + residual): the graph's add, before anything reads h
-        float r[E];
-        V::unpack(rraw[k], r);
-#pragma unroll
-        for (int e = 0; e < E; ++e) x[k][e] += r[e];
-        round_to_dtype<E>(x[k], a.h_round);
-      }
-    }
-    load_row(row + step, raw, rraw);  // prefetch the next row while this one is computed
-    // One pass, shifted by the row's first element c (broadcast from lane 0 of the group):
-    // s1 = sum(x - c), s2 = sum((x - c)^2), var = s2/n - (s1/n)^2. With c a sample of the row,
-    // |mean - c| is of the order of the standard deviation, so the subtraction does not cancel
-    // catastrophically even when |mean| >> std; both sums reduce together (one shuffle chain).
-    // Independent partial sums per thread avoid a serial chain of VPT*E dependent adds.
-    float c = 0.f;
-    if (ln) {
-      c = __shfl_sync(0xffffffffu, x[0][0], 0);
-      if constexpr (WARPS > 1) {  // lane 0 of the group's first warp holds element 0
-        if (threadIdx.x % G == 0) red[grp][0] = x[0][0];
-        __syncthreads();
-        c = red[grp][0];
-        __syncthreads();
-      }
-    }
-    constexpr int P = 4;  // partial sums per thread (registers are at the 128 cap)
-    float p1[P] = {0.f, 0.f, 0.f, 0.f}, p2[P] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const bool in = tid + k * G < nvec;
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        const float d = in ? x[k][e] - c : 0.f;
-        p1[e % P] += d;
-        p2[e % P] = fmaf(d, d, p2[e % P]);
-      }
-    }
-    float2 sums = group_sum2<WARPS>(tree_sum<P>(p1), tree_sum<P>(p2));
-    const float m1 = sums.x * inv_cols;
-    const float mean = ln ? c + m1 : 0.f;
-    const float var =
-        ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) * a.var_scale : sums.y * inv_cols;
-    const float rstd = rsqrtf(var + eps);
-    const float shift = -mean * rstd;
-    if (row >= a.rows) continue;
-    if (tid == 0) {  // the statistics a training forward saves for the backward
-      if (a.mean_out) a.mean_out[row * a.mean_stride] = mean;
-      if (a.rstd_out) a.rstd_out[row * a.rstd_stride] = rstd;
-    }
-    uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
-    float* x32r = a.x32_out ? a.x32_out + row * a.x32_row_stride : nullptr;
-    uint4* hr = ADD && a.h_out
-                    ? reinterpret_cast<uint4*>(static_cast<T*>(a.h_out) + row * a.h_row_stride)
-                    : nullptr;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const int v = tid + k * G;
-      if (v >= nvec) continue;
-      float* y = x[k];
-      if constexpr (ADD) {
-        if (hr) __stcs(hr + v, V::pack(y));  // h as the graph rounds it (pack rounds to T)
-      }
-      if (x32r) store_f32<E>(x32r + int64_t(v) * E, y);
-      if (K == EpiKind::kGeneric && two_step) {
-#pragma unroll
-        for (int e = 0; e < E; ++e) y[e] -= mean;
-        export_stage<E>(a, kStageCentered, row, v, y);
-#pragma unroll
-        for (int e = 0; e < E; ++e) y[e] *= rstd;
-        export_stage<E>(a, kStageNormalized, row, v, y);
-      } else {
-#pragma unroll
-        for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
-      }
-      epilogue<T, K>(a, y, w0, w1, v, row);
-      if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>())
-        __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
-      else
-        store_as<E>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
+    for (int d = 0; d < D; ++d) {
+      if (row0 + d * step >= a.rows) break;
+      const int64_t row = row0 + d * step + grp;
+      norm_row<T, VPT, TPG, K, ADD, CS>(a, row, row + D * step, raw[d], rraw[d], w0, w1, red,
+                                        two_step, eps, inv_cols);
     }
   }
 }
@@ -531,20 +598,21 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
 // One kernel per epilogue shape (its own register allocation: the generic body, which also
 // writes the exported intermediates, needs more registers than the compiled shapes and must not
 // make them spill).
-template <typename T, int VPT, int WARPS, bool ADD, EpiKind K>
-__global__ void __launch_bounds__(kOptThreads, min_blocks(VPT, WARPS, ADD))
-    norm_fwd_persistent_kernel(NormFwdArgs a) {
-  constexpr int RPB = kOptThreads / (32 * WARPS);
+template <typename T, int VPT, int TPG, bool ADD, EpiKind K, int D, int MINB, bool CS>
+__global__ void __launch_bounds__(kOptThreads, MINB) norm_fwd_persistent_kernel(NormFwdArgs a) {
+  constexpr int RPB = kOptThreads / TPG;
   __shared__ float red[RPB][4];
   extern __shared__ uint4 w_smem[];  // [n_weights][cols] of T, filled by norm_rows
   void* w0 = w_smem;
   const void* w1 = reinterpret_cast<const T*>(w_smem) + a.cols;
-  norm_rows<T, VPT, WARPS, K, ADD>(a, w0, w1, red);
+  norm_rows<T, VPT, TPG, K, ADD, D, CS>(a, w0, w1, red);
 }
 
-template <typename T, int VPT, int WARPS, bool ADD, EpiKind K>
-void launch_shape(const NormFwdArgs& a, cudaStream_t stream) {
-  auto kernel = norm_fwd_persistent_kernel<T, VPT, WARPS, ADD, K>;
+template <typename T, int VPT, int TPG, bool ADD, EpiKind K, int D = rows_in_flight(VPT, TPG, ADD),
+          int MINB = min_blocks(VPT, TPG, ADD, K == EpiKind::kGeneric), bool CS = false>
+void launch_shape(const NormFwdArgs& a, cudaStream_t stream,
+                  bool persistent = persistent_grid(TPG)) {
+  auto kernel = norm_fwd_persistent_kernel<T, VPT, TPG, ADD, K, D, MINB, CS>;
   const size_t smem = size_t(a.n_weights) * size_t(a.cols) * sizeof(T);
   // Occupancy is a host query of several µs: computed once per (instantiation, smem size), so that
   // a timed launch costs only the launch.
@@ -562,71 +630,150 @@ void launch_shape(const NormFwdArgs& a, cudaStream_t stream) {
     REPLAY_CUDA(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kOptThreads, smem));
   }
-  constexpr int RPB = kOptThreads / (32 * WARPS);
+  constexpr int RPB = kOptThreads / TPG;
   const int64_t needed = (a.rows + RPB - 1) / RPB;
-  const int grid =
-      static_cast<int>(std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)));
+  const int grid = static_cast<int>(
+      persistent ? std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)) : needed);
   if (grid == 0) return;
   kernel<<<grid, kOptThreads, smem, stream>>>(a);
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
 }
 
-template <typename T, int VPT, int WARPS, bool ADD>
+template <typename T, int VPT, int TPG, bool ADD>
 void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
   switch (classify_epilogue(a)) {
     case EpiKind::kIdentity:
-      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kIdentity>(a, stream);
+      return launch_shape<T, VPT, TPG, ADD, EpiKind::kIdentity>(a, stream);
     case EpiKind::kScale:
-      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kScale>(a, stream);
+      return launch_shape<T, VPT, TPG, ADD, EpiKind::kScale>(a, stream);
     case EpiKind::kAffine:
-      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kAffine>(a, stream);
+      return launch_shape<T, VPT, TPG, ADD, EpiKind::kAffine>(a, stream);
     case EpiKind::kRoundScale:
-      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kRoundScale>(a, stream);
+      return launch_shape<T, VPT, TPG, ADD, EpiKind::kRoundScale>(a, stream);
     default:
-      return launch_shape<T, VPT, WARPS, ADD, EpiKind::kGeneric>(a, stream);
+      return launch_shape<T, VPT, TPG, ADD, EpiKind::kGeneric>(a, stream);
   }
 }
 
-template <typename T, int WARPS, bool ADD>
+template <typename T, int TPG, bool ADD>
 void dispatch_vpt(int vpt, const NormFwdArgs& a, cudaStream_t s) {
-  switch (vpt) {
-    case 1:
-      return launch_persistent<T, 1, WARPS, ADD>(a, s);
-    case 2:
-      return launch_persistent<T, 2, WARPS, ADD>(a, s);
-    case 3:
-      return launch_persistent<T, 3, WARPS, ADD>(a, s);
-    case 4:
-      return launch_persistent<T, 4, WARPS, ADD>(a, s);
-    case 5:
-      return launch_persistent<T, 5, WARPS, ADD>(a, s);
-    case 6:
-      return launch_persistent<T, 6, WARPS, ADD>(a, s);
-    case 7:
-      return launch_persistent<T, 7, WARPS, ADD>(a, s);
-    case 8:
-      return launch_persistent<T, 8, WARPS, ADD>(a, s);
-    default:
-      throw std::invalid_argument("layernorm_fwd optimized: vectors per thread out of range");
+  if constexpr (TPG == 16) {  // rows of at most 64 vectors (geometry)
+    switch (vpt) {
+      case 1:
+        return launch_persistent<T, 1, TPG, ADD>(a, s);
+      case 2:
+        return launch_persistent<T, 2, TPG, ADD>(a, s);
+      case 3:
+        return launch_persistent<T, 3, TPG, ADD>(a, s);
+      case 4:
+        return launch_persistent<T, 4, TPG, ADD>(a, s);
+      default:
+        break;
+    }
+  } else {
+    switch (vpt) {
+      case 1:
+        return launch_persistent<T, 1, TPG, ADD>(a, s);
+      case 2:
+        return launch_persistent<T, 2, TPG, ADD>(a, s);
+      case 3:
+        return launch_persistent<T, 3, TPG, ADD>(a, s);
+      case 4:
+        return launch_persistent<T, 4, TPG, ADD>(a, s);
+      case 5:
+        return launch_persistent<T, 5, TPG, ADD>(a, s);
+      case 6:
+        return launch_persistent<T, 6, TPG, ADD>(a, s);
+      case 7:
+        return launch_persistent<T, 7, TPG, ADD>(a, s);
+      case 8:
+        return launch_persistent<T, 8, TPG, ADD>(a, s);
+      default:
+        break;
+    }
   }
+  throw std::invalid_argument("layernorm_fwd optimized: vectors per thread out of range");
 }
 
 constexpr int kMaxVpt = 8;
 
-// (warps per row, vectors per thread) for a row of nvec 16-byte vectors.
+// (threads per row, vectors per thread) for a row of nvec 16-byte vectors: 16 threads per row up
+// to 64 vectors (C <= 512 in 16-bit: 384 columns fill 16 threads x 3 vectors, where a warp left
+// half its lanes idle on the second vector), a warp up to 256, else four warps (H200, [576000,
+// 384], streaming hints: a warp x 2 vectors 269 µs, 16 threads x 3 241.6 µs, 8 x 6 245.6 µs).
 std::pair<int, int> geometry(int64_t nvec) {
-  if (nvec <= kMaxVpt * 32) return {1, static_cast<int>((nvec + 31) / 32)};
-  return {4, static_cast<int>((nvec + 127) / 128)};
+  if (nvec <= 4 * 16) return {16, static_cast<int>((nvec + 15) / 16)};
+  if (nvec <= kMaxVpt * 32) return {32, static_cast<int>((nvec + 31) / 32)};
+  return {128, static_cast<int>((nvec + 127) / 128)};
+}
+
+// Sweep mode (TUNING.md): REPLAY_NORM_FWD_GEOMETRY=TPG,VPT,D,MINB,CS,P replaces the heuristic's
+// (threads per row, vectors per thread, rows in flight, resident blocks asked of ptxas, streaming
+// cache hints on x and y, a persistent grid: 0 = one block per 128 / TPG rows) for
+// bfloat16 regions without a residual whose epilogue is a compiled shape (scale, affine,
+// round-then-scale), from the configurations compiled here: how the heuristic was chosen.
+#define REPLAY_NORM_FWD_SWEEP(X)                                                            \
+  X(8, 6, 1, 4, 1)                                                                          \
+  X(16, 3, 2, 4, 1)                                                                         \
+  X(16, 3, 2, 4, 0) X(16, 3, 1, 8, 1) X(16, 3, 1, 8, 0) X(32, 2, 1, 8, 1) X(32, 7, 1, 4, 1) \
+      X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) X(128, 4, 2, 4, 0) X(128, 4, 2, 3, 1)            \
+          X(128, 4, 2, 3, 0) X(128, 4, 1, 4, 1) X(64, 8, 1, 3, 0)
+
+template <int VPT, int TPG, int D, int MINB, bool CS>
+void launch_sweep_shape(const NormFwdArgs& a, cudaStream_t s, bool persistent) {
+  using T = __nv_bfloat16;
+  switch (classify_epilogue(a)) {
+    case EpiKind::kScale:
+      return launch_shape<T, VPT, TPG, false, EpiKind::kScale, D, MINB, CS>(a, s, persistent);
+    case EpiKind::kAffine:
+      return launch_shape<T, VPT, TPG, false, EpiKind::kAffine, D, MINB, CS>(a, s, persistent);
+    case EpiKind::kRoundScale:
+      return launch_shape<T, VPT, TPG, false, EpiKind::kRoundScale, D, MINB, CS>(a, s, persistent);
+    default:
+      throw std::invalid_argument(
+          "REPLAY_NORM_FWD_GEOMETRY: the sweep covers the scale, affine and round-then-scale "
+          "epilogues only");
+  }
+}
+
+// True when REPLAY_NORM_FWD_GEOMETRY is set and the launch took it; throws when it names a
+// configuration not compiled, too short for the row, or the region is not one the sweep covers.
+bool launch_sweep(const NormFwdArgs& a, cudaStream_t s) {
+  static const char* env = std::getenv("REPLAY_NORM_FWD_GEOMETRY");
+  if (!env || !*env) return false;
+  int tpg = 0, vpt = 0, d = 0, mb = 0, cs = 1, persistent = 1;
+  if (std::sscanf(env, "%d,%d,%d,%d,%d,%d", &tpg, &vpt, &d, &mb, &cs, &persistent) != 6)
+    throw std::invalid_argument(std::string("REPLAY_NORM_FWD_GEOMETRY='") + env +
+                                "': expected TPG,VPT,D,MINB,CS,P");
+  if (a.x_dtype != DType::kBFloat16 || a.residual)
+    throw std::invalid_argument(
+        "REPLAY_NORM_FWD_GEOMETRY: the sweep covers bfloat16 rows without a residual");
+  if (int64_t(tpg) * vpt * 8 < a.cols)
+    throw std::invalid_argument(std::string("REPLAY_NORM_FWD_GEOMETRY='") + env + "' holds " +
+                                std::to_string(tpg * vpt * 8) + " of the row's " +
+                                std::to_string(a.cols) + " columns");
+#define REPLAY_SWEEP_CASE(TPG, VPT, D, MB, CS)                      \
+  if (tpg == TPG && vpt == VPT && d == D && mb == MB && cs == CS) { \
+    launch_sweep_shape<VPT, TPG, D, MB, CS>(a, s, persistent != 0); \
+    return true;                                                    \
+  }
+  REPLAY_NORM_FWD_SWEEP(REPLAY_SWEEP_CASE)
+#undef REPLAY_SWEEP_CASE
+  throw std::invalid_argument(std::string("REPLAY_NORM_FWD_GEOMETRY='") + env +
+                              "' is not among the compiled sweep configurations (kernels.cu)");
 }
 
 template <typename T>
 void dispatch_optimized(const NormFwdArgs& a, cudaStream_t s) {
-  auto [warps, vpt] = geometry(a.cols / Vec<T>::kElems);
+  if (launch_sweep(a, s)) return;
+  auto [tpg, vpt] = geometry(a.cols / Vec<T>::kElems);
   const bool add = a.residual != nullptr;
-  if (warps == 1)
-    add ? dispatch_vpt<T, 1, true>(vpt, a, s) : dispatch_vpt<T, 1, false>(vpt, a, s);
+  if (tpg == 16)
+    add ? dispatch_vpt<T, 16, true>(vpt, a, s) : dispatch_vpt<T, 16, false>(vpt, a, s);
+  else if (tpg == 32)
+    add ? dispatch_vpt<T, 32, true>(vpt, a, s) : dispatch_vpt<T, 32, false>(vpt, a, s);
   else
-    add ? dispatch_vpt<T, 4, true>(vpt, a, s) : dispatch_vpt<T, 4, false>(vpt, a, s);
+    add ? dispatch_vpt<T, 128, true>(vpt, a, s) : dispatch_vpt<T, 128, false>(vpt, a, s);
 }
 
 template <typename T>
@@ -732,6 +879,30 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant) {
       return "h rounded to " + std::string(dtype_name(a.h_round)) + ", not to x's dtype";
   } else if (a.h_out) {
     return "h to write but no residual to add";
+  }
+  // The optimized kernel reads x and the residual through the read-only data path (ld.global.nc):
+  // nothing it writes may overlap them.
+  auto span = [&a](const void* p, int64_t row_stride, DType dt) {
+    const auto* b = static_cast<const char*>(p);
+    return std::make_pair(b, b + ((a.rows - 1) * row_stride + a.cols) * int64_t(dtype_size(dt)));
+  };
+  auto overlaps = [](std::pair<const char*, const char*> u, std::pair<const char*, const char*> w) {
+    return u.first < w.second && w.first < u.second;
+  };
+  if (variant == NormVariant::kOptimized) {
+    std::vector<std::pair<const char*, const char*>> read{span(a.x, a.x_row_stride, t)};
+    if (a.residual) read.push_back(span(a.residual, a.residual_row_stride, t));
+    std::vector<std::pair<const char*, const char*>> written{
+        span(a.out, a.out_row_stride, a.out_dtype)};
+    if (a.h_out) written.push_back(span(a.h_out, a.h_row_stride, t));
+    if (a.x32_out) written.push_back(span(a.x32_out, a.x32_row_stride, DType::kFloat32));
+    for (int i = 0; i < a.n_row_exports; ++i)
+      written.push_back(
+          span(a.row_exports[i].ptr, a.row_exports[i].row_stride, a.row_exports[i].dtype));
+    for (const auto& r : read)
+      for (const auto& w : written)
+        if (r.first && w.first && overlaps(r, w))
+          return "an output overlaps x or the residual (in place)";
   }
   if (variant == NormVariant::kOptimized && geometry(a.cols / elems).second > kMaxVpt)
     return "row of " + std::to_string(a.cols) +

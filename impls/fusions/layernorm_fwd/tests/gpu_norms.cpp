@@ -10,8 +10,13 @@
 using namespace replay;
 using namespace replay::test;
 
-// Shapes that exercise every code path of the optimized kernel: one warp per row with 1..8
-// vectors per thread, 4 warps per row, rows not a multiple of the rows per block, and each dtype.
+// Shapes that exercise every code path of the optimized kernel: 16 threads per row (up to 64
+// vectors, one block per 8 rows), one warp per row with 1..8 vectors per thread, 4 warps per row,
+// rows not a multiple of the rows per block, each dtype, and enough rows that every persistent
+// group goes round its ring of rows in flight more than once (3001 x 4096: 4 warps x 4 vectors, 2
+// rows in flight; 4099 x 384 float32: a warp x 3 vectors, 2 rows) or that the short-row grid has
+// thousands of blocks (20011 x 384: 16 x 3 vectors; 9001 x 512 float16: 16 x 4; 5003 x 128: 16 x
+// 1).
 class SyntheticNorm : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, std::string>> {};
 
 TEST_P(SyntheticNorm, AllVariantsMatchReference) {
@@ -29,7 +34,10 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(1001, 2048, "bfloat16"),
                       std::make_tuple(129, 4096, "bfloat16"), std::make_tuple(65, 8192, "bfloat16"),
                       std::make_tuple(77, 1600, "float16"), std::make_tuple(50, 1024, "float32"),
-                      std::make_tuple(19, 4096, "float32")));
+                      std::make_tuple(19, 4096, "float32"), std::make_tuple(20011, 384, "bfloat16"),
+                      std::make_tuple(3001, 4096, "bfloat16"),
+                      std::make_tuple(9001, 512, "float16"), std::make_tuple(5003, 128, "bfloat16"),
+                      std::make_tuple(4099, 384, "float32")));
 
 // Every epilogue shape: the compiled ones (affine, scale, none) and the generic run-time path.
 class NormEpilogue : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};

@@ -823,3 +823,27 @@ TEST(LayerNormFwdMatch, EveryBundledNormForwardFusesAndBinds) {
   EXPECT_GE(traces, 100);  // 28 in traces/, 76 in byog/, 4 decoder layers
   EXPECT_GE(regions, traces);
 }
+
+// The optimized kernel reads x and the residual through the read-only data path: an output that
+// overlaps either (an in-place norm) is refused with the reason; the baseline takes it.
+TEST(LayerNormFwdSupports, OutputOverlappingTheInputIsRefusedByTheOptimizedKernel) {
+  alignas(16) static uint16_t buf[8 * 64];
+  NormFwdArgs a;
+  a.rows = 4;
+  a.cols = 64;
+  a.x_dtype = a.out_dtype = DType::kBFloat16;
+  a.x_row_stride = a.out_row_stride = 64;
+  a.x = buf;
+  a.out = buf + 4 * 64;  // right after x: no overlap
+  EXPECT_EQ(layernorm_fwd_supports(a, NormVariant::kOptimized), "");
+  a.out = buf + 3 * 64;  // x's last row
+  EXPECT_EQ(layernorm_fwd_supports(a, NormVariant::kOptimized),
+            "an output overlaps x or the residual (in place)");
+  EXPECT_EQ(layernorm_fwd_supports(a, NormVariant::kBaseline), "");
+  a.out = buf + 4 * 64;
+  a.residual = buf + 4 * 64;  // h = x + residual written over the residual's rows
+  a.residual_row_stride = 64;
+  a.h_round = DType::kBFloat16;
+  EXPECT_EQ(layernorm_fwd_supports(a, NormVariant::kOptimized),
+            "an output overlaps x or the residual (in place)");
+}
