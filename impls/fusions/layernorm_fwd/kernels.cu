@@ -50,15 +50,15 @@ __device__ __forceinline__ void round_to_dtype(float* y, DType dt) {
   }
 }
 
-// E fp32 values to 16-byte aligned memory, E/4 16-byte stores. Plain stores, not streaming
-// (`st.global.cs`) ones: on the H200 the evict-first hint on the written rows cost 3-9 % of the
-// forward's time (TUNING.md, issue 25 sweep).
+// E fp32 values to 16-byte aligned memory, E/4 streaming 16-byte stores (written once). The
+// exports of the generic body keep the streaming hint: with plain stores the write-heavy default-
+// partitioner forwards measured slower (TUNING.md, issue 25 step 3).
 template <int E>
 __device__ __forceinline__ void store_f32(float* dst, const float* y) {
 #pragma unroll
   for (int j = 0; j < E / 4; ++j)
-    reinterpret_cast<float4*>(dst)[j] =
-        make_float4(y[4 * j], y[4 * j + 1], y[4 * j + 2], y[4 * j + 3]);
+    __stcs(reinterpret_cast<float4*>(dst) + j,
+           make_float4(y[4 * j], y[4 * j + 1], y[4 * j + 2], y[4 * j + 3]));
 }
 
 template <typename T>
@@ -82,7 +82,7 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, DType dt) {
 }
 
 // E fp32 values written at element `off` of `base` in dtype `dt` (float32, bfloat16 or float16),
-// plain stores of 16 (E * 2 = 8: 8) bytes; `base + off` aligned to the bytes written.
+// streaming stores of 16 (E * 2 = 8: 8) bytes; `base + off` aligned to the bytes written.
 template <int E>
 __device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, const float* y) {
   if (dt == DType::kFloat32) return store_f32<E>(static_cast<float*>(base) + off, y);
@@ -91,10 +91,10 @@ __device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, cons
   for (int e = 0; e < E; e += 2) w[e / 2] = pack2(y[e], y[e + 1], dt);
   uint16_t* p = static_cast<uint16_t*>(base) + off;
   if constexpr (E == 8) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
   } else {
     static_assert(E == 4, "16-byte vectors of 2- or 4-byte elements");
-    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
   }
 }
 
@@ -368,13 +368,16 @@ constexpr int kOptThreads = 128;
 // Resident blocks per SM asked of ptxas. 4 (x 4 warps) caps registers at 128, which holds up to 7
 // vectors per thread without spilling (6 with 4 warps per row); more need 3; so do two rows in
 // flight of 3-4 vectors (measured: 3 blocks faster than 4 at [8192, 4096]). Short rows (16 threads,
-// at most 4 vectors): 8 (64 registers; 6 at 4 vectors; 4 for the generic body). With the residual
-// prologue the next row's residual vectors are in flight too (VPT more 16-byte registers): 3
-// resident blocks (168 registers) from 4 vectors per thread, 2 from 7 (not tuned).
+// at most 4 vectors): 8 (64 registers; 6 at 4 vectors). With the residual prologue the next row's
+// residual vectors are in flight too (VPT more 16-byte registers): 3 resident blocks (168
+// registers) from 4 vectors per thread, 2 from 7 (not tuned). The generic body (exports, run-time
+// epilogue) keeps the choices it had before the issue-25 sweep (one row in flight, 4 or 3 blocks,
+// streaming hints: plain stores measured slower on its write-heavy forms; it spills at 64 or 85).
 constexpr int min_blocks(int vpt, int tpg, bool add, bool generic) {
   if (add) return vpt >= 7 ? 2 : vpt >= 4 ? 3 : 4;
-  if (tpg == 16) return generic ? 4 : vpt <= 3 ? 8 : 6;  // the generic body spills at 64 or 85
-  if (vpt >= 3 && vpt <= 4) return 3;                    // rows_in_flight: 2
+  if (generic) return vpt >= (tpg > 32 ? 7 : 8) ? 3 : 4;
+  if (tpg == 16) return vpt <= 3 ? 8 : 6;
+  if (vpt >= 3 && vpt <= 4) return 3;  // rows_in_flight: 2
   return vpt >= (tpg > 32 ? 7 : 8) ? 3 : 4;
 }
 
@@ -382,9 +385,9 @@ constexpr int min_blocks(int vpt, int tpg, bool add, bool generic) {
 // peak (ncu) at 16 warps per SM. Rows of 3-4 vectors per thread (C = 4096 in 16-bit at 4 warps per
 // row) keep the next row's loads outstanding beside the row computed; longer ones have no registers
 // left for it, short rows (16 threads) run one row per group and block (not persistent). Not
-// measured with the residual prologue: one row.
-constexpr int rows_in_flight(int vpt, int tpg, bool add) {
-  if (add || tpg == 16) return 1;
+// measured with the residual prologue or the generic body: one row.
+constexpr int rows_in_flight(int vpt, int tpg, bool add, bool generic) {
+  if (add || generic || tpg == 16) return 1;
   return vpt <= 4 ? 2 : 1;
 }
 
@@ -534,7 +537,12 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
     if (v >= nvec) continue;
     float* y = x[k];
     if constexpr (ADD) {
-      if (hr) hr[v] = V::pack(y);  // h as the graph rounds it (pack rounds to T)
+      if (hr) {  // h as the graph rounds it (pack rounds to T)
+        if constexpr (CS)
+          __stcs(hr + v, V::pack(y));
+        else
+          hr[v] = V::pack(y);
+      }
     }
     if (x32r) store_f32<E>(x32r + int64_t(v) * E, y);
     if (K == EpiKind::kGeneric && two_step) {
@@ -608,8 +616,10 @@ __global__ void __launch_bounds__(kOptThreads, MINB) norm_fwd_persistent_kernel(
   norm_rows<T, VPT, TPG, K, ADD, D, CS>(a, w0, w1, red);
 }
 
-template <typename T, int VPT, int TPG, bool ADD, EpiKind K, int D = rows_in_flight(VPT, TPG, ADD),
-          int MINB = min_blocks(VPT, TPG, ADD, K == EpiKind::kGeneric), bool CS = false>
+template <typename T, int VPT, int TPG, bool ADD, EpiKind K,
+          int D = rows_in_flight(VPT, TPG, ADD, K == EpiKind::kGeneric),
+          int MINB = min_blocks(VPT, TPG, ADD, K == EpiKind::kGeneric),
+          bool CS = K == EpiKind::kGeneric>
 void launch_shape(const NormFwdArgs& a, cudaStream_t stream,
                   bool persistent = persistent_grid(TPG)) {
   auto kernel = norm_fwd_persistent_kernel<T, VPT, TPG, ADD, K, D, MINB, CS>;
@@ -712,12 +722,14 @@ std::pair<int, int> geometry(int64_t nvec) {
 // cache hints on x and y, a persistent grid: 0 = one block per 128 / TPG rows) for
 // bfloat16 regions without a residual whose epilogue is a compiled shape (scale, affine,
 // round-then-scale), from the configurations compiled here: how the heuristic was chosen.
-#define REPLAY_NORM_FWD_SWEEP(X)                                                            \
-  X(8, 6, 1, 4, 1)                                                                          \
-  X(16, 3, 2, 4, 1)                                                                         \
-  X(16, 3, 2, 4, 0) X(16, 3, 1, 8, 1) X(16, 3, 1, 8, 0) X(32, 2, 1, 8, 1) X(32, 7, 1, 4, 1) \
-      X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) X(128, 4, 2, 4, 0) X(128, 4, 2, 3, 1)            \
-          X(128, 4, 2, 3, 0) X(128, 4, 1, 4, 1) X(64, 8, 1, 3, 0)
+#define REPLAY_NORM_FWD_SWEEP(X)                                                             \
+  X(8, 6, 1, 4, 1)                                                                           \
+  X(16, 3, 2, 4, 1)                                                                          \
+  X(16, 3, 2, 4, 0)                                                                          \
+  X(16, 3, 1, 8, 1)                                                                          \
+  X(16, 3, 1, 8, 0) X(32, 2, 1, 8, 1) X(32, 7, 1, 4, 1) X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) \
+      X(128, 4, 2, 4, 0) X(128, 4, 2, 3, 1) X(128, 4, 2, 3, 0) X(128, 4, 1, 4, 1)            \
+          X(64, 8, 1, 3, 0)
 
 template <int VPT, int TPG, int D, int MINB, bool CS>
 void launch_sweep_shape(const NormFwdArgs& a, cudaStream_t s, bool persistent) {
