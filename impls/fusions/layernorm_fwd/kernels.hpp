@@ -4,10 +4,13 @@
 // Variants (kernels.cu):
 //   baseline  — a statistics kernel (mean, rstd per row, fp32) and a normalize+epilogue kernel:
 //               x is read twice, mean/rstd round-trip through memory; 16-byte vector I/O.
-//   optimized — one persistent row kernel: each row is read once into registers with 16-byte
-//               vector loads, statistics in fp32 (one shifted pass over registers), epilogue
-//               applied in registers, 16-byte streaming stores; the next row's loads are in
-//               flight while a row is computed; weights staged once per block in shared memory.
+//   optimized — one row kernel: a group of 16, 32 or 128 threads reads each row once into
+//               registers with 16-byte vector loads, statistics in fp32 (one shifted pass over
+//               registers), epilogue applied in registers, 16-byte stores; up to two rows per
+//               group in flight; weights staged once per block in shared memory; a persistent
+//               grid for rows of 256 elements or more (16-bit), one block per 8 rows below.
+//               Geometry, cache hints and grid chosen by a sweep on an H200 (TUNING.md, issue
+//               25; REPLAY_NORM_FWD_GEOMETRY overrides them for bfloat16 rows).
 // Training forwards also export what the backward saves: both variants write mean and rstd
 // (fp32 per row; the baseline from its statistics kernel, the optimized one from the same
 // persistent kernel) and the upcast x (fp32, from the pass that reads x) when asked to. Graphs
@@ -144,7 +147,12 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant);
 void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, void* h_ws,
                             cudaStream_t stream);
 
-/// Optimized: one persistent row kernel. Requires layernorm_fwd_supports(a, kOptimized) == "".
+/// Optimized: one row kernel. Requires layernorm_fwd_supports(a, kOptimized) == "" (which also
+/// refuses an output overlapping x or the residual: they are read through the read-only path).
+/// With REPLAY_NORM_FWD_GEOMETRY=TPG,VPT,D,MINB,CS,P set (sweep mode, TUNING.md) it launches that
+/// compiled configuration instead of the heuristic's; throws std::invalid_argument when the
+/// configuration is not compiled, cannot hold the row, or the region is not a bfloat16 row
+/// without a residual with a compiled epilogue shape.
 void layernorm_fwd_optimized(const NormFwdArgs& a, cudaStream_t stream);
 
 }  // namespace replay
