@@ -294,7 +294,7 @@ phase_normfwd() {
   # $NORMFWD_GEOMETRIES (default below; each must be compiled in REPLAY_NORM_FWD_SWEEP), on the
   # [576000, 384], [16384, 1600] and [8192, 4096] forwards it holds, cold, optimized only; the
   # heuristic's choice first ("heuristic"). -> normfwd/sweep.txt
-  local rc=0 g f cols tpg vpt
+  local rc=0 g g_env f cols tpg vpt
   local t384="traces/pr165370_layernorm_train_fwd_576000x384.json traces/pr165370_rmsnorm_train_fwd_576000x384.json"
   local t1600=traces/nanogpt_layernorm_train_fwd_16x1024x1600.json
   local t4096=traces/meta_llama_rmsnorm_train_fwd_2x4096x4096.json

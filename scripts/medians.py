@@ -19,7 +19,10 @@ for i, run in enumerate(runs):
                     keys.append(k)
                 med = v.get("stats", {}).get("median_us")
                 checks = v.get("numerics") or []  # one entry per checked output
-                verdict = "PASS" if checks and all(c.get("pass") for c in checks) else "FAIL"
+                if checks:
+                    verdict = "PASS" if all(c.get("pass") for c in checks) else "FAIL"
+                else:
+                    verdict = "n/c"  # not compared
                 if v.get("skipped"):
                     verdict = "skip"
                 cells[(k, i)] = ("%9.2f" % med if med is not None else "        –") + " " + verdict

@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -50,9 +51,10 @@ __device__ __forceinline__ void round_to_dtype(float* y, DType dt) {
   }
 }
 
-// E fp32 values to 16-byte aligned memory, E/4 streaming 16-byte stores (written once). The
-// exports of the generic body keep the streaming hint: with plain stores the write-heavy default-
-// partitioner forwards measured slower (TUNING.md, issue 25 step 3).
+// E fp32 values to 16-byte aligned memory, E/4 streaming 16-byte stores (written once): the
+// generic body's exports and, in every shape, the exported fp32 x (not swept). The generic body
+// keeps the streaming hint: with plain stores the write-heavy default-partitioner forwards measured
+// slower (TUNING.md, issue 25 step 3).
 template <int E>
 __device__ __forceinline__ void store_f32(float* dst, const float* y) {
 #pragma unroll
@@ -350,7 +352,8 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 }
 
 // ---------------------------------------------------------------------------------------------
-// optimized: one persistent kernel. A group of TPG threads (8, 32 or 128) owns a row; thread t
+// optimized: one row kernel. A group of TPG threads (16, 32 or 128; 8 and 64 in the sweep only)
+// owns a row; thread t
 // holds the row's 16-byte vectors t, t+TPG, t+2TPG, ... (VPT of them) in registers as fp32, so x is
 // read from memory once. D rows per group are in flight: while a row is computed, the loads of the
 // next D - 1 rows of the group (packed, 16-byte) are outstanding, in a ring of D register buffers
@@ -360,7 +363,8 @@ __global__ void norm_apply_kernel(NormFwdArgs a, const float* mean, const float*
 // Block = 128 threads = 128/TPG rows per iteration. Rows of a warp or more: a persistent grid (SMs
 // x resident blocks) strides over the rows, the epilogue weights staged once per block in shared
 // memory; short rows (16 threads each): one block per 8 rows, a block starting as another ends
-// (persistent(): measured faster there). The epilogue shapes the matcher produces for nanoGPT and
+// (persistent_grid(): measured faster there), the row kept packed in registers (norm_row_packed)
+// for the compiled epilogue shapes. The epilogue shapes the matcher produces for nanoGPT and
 // Llama are compiled as straight-line code.
 // The geometry below was chosen by the sweep mode (REPLAY_NORM_FWD_GEOMETRY; TUNING.md, issue 25)
 // on the [576000, 384], [16384, 1600] and [8192, 4096] forwards on an H200.
@@ -372,7 +376,8 @@ constexpr int kOptThreads = 128;
 // residual vectors are in flight too (VPT more 16-byte registers): 3 resident blocks (168
 // registers) from 4 vectors per thread, 2 from 7 (not tuned). The generic body (exports, run-time
 // epilogue) keeps the choices it had before the issue-25 sweep (one row in flight, 4 or 3 blocks,
-// streaming hints: plain stores measured slower on its write-heavy forms; it spills at 64 or 85).
+// streaming hints: plain stores measured slower on its write-heavy forms; it spills at 64 or 85),
+// except that rows of at most 64 vectors take the 16-thread geometry and grid (not measured there).
 constexpr int min_blocks(int vpt, int tpg, bool add, bool generic) {
   if (add) return vpt >= 7 ? 2 : vpt >= 4 ? 3 : 4;
   if (generic) return vpt >= (tpg > 32 ? 7 : 8) ? 3 : 4;
@@ -399,7 +404,7 @@ constexpr bool persistent_grid(int tpg) {
 }
 
 // Rows kept packed in registers (norm_row_packed): 16 threads per row, a compiled epilogue shape,
-// no residual.
+// no residual (and one row in flight: a sweep's D = 2 runs the ring of norm_row).
 constexpr bool packed_rows(int tpg, bool add, EpiKind k) {
   return tpg == 16 && !add && k != EpiKind::kGeneric;
 }
@@ -467,7 +472,7 @@ __device__ __forceinline__ void load_row(const NormFwdArgs& a, int64_t row, int 
 // One row: unpack its buffers (raw, rraw: loaded by an earlier load_row), refill them with the row
 // `refill` (D rows ahead), then statistics, epilogue and stores.
 // ADD: the residual prologue; h = round(x + residual) is formed in registers as the row is
-// unpacked, written with the same 16-byte streaming stores when exported, and is what the
+// unpacked, written with the 16-byte stores of y (streaming with CS) when exported, and is what the
 // statistics and the normalize read.
 // eps and inv_cols = 1 / cols come from the caller, read once per kernel (an eps tensor's load
 // would otherwise be repeated per row: the row's stores may alias it).
@@ -563,13 +568,14 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
       for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
     }
     epilogue<T, K>(a, y, w0, w1, v, row);
-    if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>())
+    if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>()) {
       if constexpr (CS)
         __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
       else
         yr[v] = V::pack(y);
-    else
+    } else {
       store_as<E>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
+    }
   }
 }
 
@@ -579,7 +585,7 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
 // registers, so more resident warps (the sweep's lever at [576000, 384]). The same float32 steps
 // in the same order as norm_row: the same bits. No prefetch: with one block per 8 rows a group has
 // one row.
-template <typename T, int VPT, int TPG, EpiKind K>
+template <typename T, int VPT, int TPG, EpiKind K, bool CS>
 __device__ __forceinline__ void norm_row_packed(const NormFwdArgs& a, int64_t row, const uint4* raw,
                                                 const void* w0, const void* w1, float eps,
                                                 float inv_cols) {
@@ -631,7 +637,10 @@ __device__ __forceinline__ void norm_row_packed(const NormFwdArgs& a, int64_t ro
 #pragma unroll
     for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
     epilogue<T, K>(a, y, w0, w1, v, row);
-    yr[v] = V::pack(y);
+    if constexpr (CS)
+      __stcs(yr + v, V::pack(y));
+    else
+      yr[v] = V::pack(y);
   }
 }
 
@@ -644,14 +653,14 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   const int64_t step = int64_t(gridDim.x) * RPB;
   const float inv_cols = 1.f / float(a.cols);
   const float eps = a.eps_ptr ? __ldg(a.eps_ptr) : a.eps;
-  if constexpr (packed_rows(TPG, ADD, K)) {
+  if constexpr (packed_rows(TPG, ADD, K) && D == 1) {  // (a sweep's D = 2 takes the ring)
     uint4 raw[VPT], none[1];
     const int64_t first = int64_t(blockIdx.x) * RPB;
     load_row<T, VPT, TPG, false, CS>(a, first + grp, tid, raw, none);
     stage_weights<T>(a, w0);
     for (int64_t row0 = first; row0 < a.rows; row0 += step) {
       if (row0 != first) load_row<T, VPT, TPG, false, CS>(a, row0 + grp, tid, raw, none);
-      norm_row_packed<T, VPT, TPG, K>(a, row0 + grp, raw, w0, w1, eps, inv_cols);
+      norm_row_packed<T, VPT, TPG, K, CS>(a, row0 + grp, raw, w0, w1, eps, inv_cols);
     }
     return;
   }
@@ -721,8 +730,12 @@ void launch_shape(const NormFwdArgs& a, cudaStream_t stream,
   }
   constexpr int RPB = kOptThreads / TPG;
   const int64_t needed = (a.rows + RPB - 1) / RPB;
-  const int grid = static_cast<int>(
-      persistent ? std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)) : needed);
+  const int64_t blocks =
+      persistent ? std::min<int64_t>(needed, int64_t(sms) * std::max(blocks_per_sm, 1)) : needed;
+  if (blocks > int64_t(std::numeric_limits<int>::max()))
+    throw std::invalid_argument("layernorm_fwd optimized: " + std::to_string(a.rows) +
+                                " rows need more blocks than a grid holds");
+  const int grid = static_cast<int>(blocks);
   if (grid == 0) return;
   kernel<<<grid, kOptThreads, smem, stream>>>(a);
   REPLAY_CUDA_LAUNCH("norm_fwd_persistent_kernel");
@@ -801,10 +814,11 @@ std::pair<int, int> geometry(int64_t nvec) {
 // cache hints on x and y, a persistent grid: 0 = one block per 128 / TPG rows) for
 // bfloat16 regions without a residual whose epilogue is a compiled shape (scale, affine,
 // round-then-scale), from the configurations compiled here: how the heuristic was chosen.
-#define REPLAY_NORM_FWD_SWEEP(X)                                                                   \
-  X(8, 6, 1, 4, 1)                                                                                 \
-  X(16, 3, 2, 4, 1) X(16, 3, 2, 4, 0) X(16, 3, 1, 8, 1) X(16, 3, 1, 8, 0) X(32, 2, 1, 8, 1)        \
-      X(32, 7, 1, 4, 1) X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) X(128, 4, 2, 4, 0) X(128, 4, 2, 3, 1) \
+#define REPLAY_NORM_FWD_SWEEP(X)                                                            \
+  X(8, 6, 1, 4, 1)                                                                          \
+  X(16, 3, 2, 4, 1)                                                                         \
+  X(16, 3, 2, 4, 0) X(16, 3, 1, 8, 1) X(16, 3, 1, 8, 0) X(32, 2, 1, 8, 1) X(32, 7, 1, 4, 1) \
+      X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) X(128, 4, 2, 4, 0) X(128, 4, 2, 3, 1)            \
           X(128, 4, 2, 3, 0) X(128, 4, 1, 4, 1) X(64, 8, 1, 3, 0)
 
 template <int VPT, int TPG, int D, int MINB, bool CS>
@@ -829,8 +843,9 @@ void launch_sweep_shape(const NormFwdArgs& a, cudaStream_t s, bool persistent) {
 bool launch_sweep(const NormFwdArgs& a, cudaStream_t s) {
   static const char* env = std::getenv("REPLAY_NORM_FWD_GEOMETRY");
   if (!env || !*env) return false;
-  int tpg = 0, vpt = 0, d = 0, mb = 0, cs = 1, persistent = 1;
-  if (std::sscanf(env, "%d,%d,%d,%d,%d,%d", &tpg, &vpt, &d, &mb, &cs, &persistent) != 6)
+  int tpg = 0, vpt = 0, d = 0, mb = 0, cs = 1, persistent = 1, used = 0;
+  if (std::sscanf(env, "%d,%d,%d,%d,%d,%d%n", &tpg, &vpt, &d, &mb, &cs, &persistent, &used) != 6 ||
+      env[used] != '\0')
     throw std::invalid_argument(std::string("REPLAY_NORM_FWD_GEOMETRY='") + env +
                                 "': expected TPG,VPT,D,MINB,CS,P");
   if (a.x_dtype != DType::kBFloat16 || a.residual)
@@ -972,6 +987,7 @@ std::string layernorm_fwd_supports(const NormFwdArgs& a, NormVariant variant) {
   // nothing it writes may overlap them.
   auto span = [&a](const void* p, int64_t row_stride, DType dt) {
     const auto* b = static_cast<const char*>(p);
+    if (!b) return std::make_pair(b, b);
     return std::make_pair(b, b + ((a.rows - 1) * row_stride + a.cols) * int64_t(dtype_size(dt)));
   };
   auto overlaps = [](std::pair<const char*, const char*> u, std::pair<const char*, const char*> w) {

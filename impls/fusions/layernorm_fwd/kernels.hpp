@@ -8,7 +8,8 @@
 //               registers with 16-byte vector loads, statistics in fp32 (one shifted pass over
 //               registers), epilogue applied in registers, 16-byte stores; up to two rows per
 //               group in flight; weights staged once per block in shared memory; a persistent
-//               grid for rows of 256 elements or more (16-bit), one block per 8 rows below.
+//               grid for rows of more than 64 16-byte vectors (more than 512 elements in 16-bit),
+//               one block per 8 rows below.
 //               Geometry, cache hints and grid chosen by a sweep on an H200 (TUNING.md, issue
 //               25; REPLAY_NORM_FWD_GEOMETRY overrides them for bfloat16 rows).
 // Training forwards also export what the backward saves: both variants write mean and rstd

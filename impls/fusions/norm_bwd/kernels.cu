@@ -480,7 +480,7 @@ __global__ void __launch_bounds__(block_of(G),
 #pragma unroll
           for (int e = 0; e < E; ++e) out[e] = round_as(out[e], a.dy_dtype) + o[e];
         }
-        // a plain store: the evict-first hint of st.global.cs cost the forward 3-9 % on the
+        // a plain store: the evict-first hint of st.global.cs cost the forward 3-7 % on the
         // H200 (layernorm_fwd/TUNING.md, issue 25 sweep)
         reinterpret_cast<uint4*>(dxr)[v] = V::pack(out);
       }
