@@ -438,6 +438,32 @@ __device__ __forceinline__ float2 group_sum2(float a, float b) {
   }
 }
 
+// The shifted sums of one vector of E values (d = x - c; zeros past the row's end) into P
+// independent partial sums per thread (no serial chain of VPT * E dependent adds).
+template <int E, int P>
+__device__ __forceinline__ void accumulate_shifted(const float* t, float c, bool in, float* p1,
+                                                   float* p2) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const float d = in ? t[e] - c : 0.f;
+    p1[e % P] += d;
+    p2[e % P] = fmaf(d, d, p2[e % P]);
+  }
+}
+
+// mean and rstd of a row from its group's partial sums (both reduced in one shuffle chain):
+// s1 = sum(x - c), s2 = sum((x - c)^2), var = s2/n - (s1/n)^2 (LayerNorm, times var_scale);
+// RMSNorm (c = 0): mean 0, var = s2/n. Returns {mean, rstd}; p1 and p2 are summed in place.
+template <int TPG, int P>
+__device__ __forceinline__ float2 row_statistics(const NormFwdArgs& a, float* p1, float* p2,
+                                                 float c, bool ln, float eps, float inv_cols) {
+  const float2 sums = group_sum2<TPG>(tree_sum<P>(p1), tree_sum<P>(p2));
+  const float m1 = sums.x * inv_cols;
+  const float mean = ln ? c + m1 : 0.f;
+  const float var = ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) * a.var_scale : sums.y * inv_cols;
+  return make_float2(mean, rsqrtf(var + eps));
+}
+
 // Copy the epilogue weights into shared memory once per block (16-byte loads).
 // w_smem holds [n_weights][cols] elements of T.
 template <typename T>
@@ -517,20 +543,9 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
   constexpr int P = 4;  // partial sums per thread (registers are at the 128 cap)
   float p1[P] = {0.f, 0.f, 0.f, 0.f}, p2[P] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const bool in = tid + k * TPG < nvec;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const float d = in ? x[k][e] - c : 0.f;
-      p1[e % P] += d;
-      p2[e % P] = fmaf(d, d, p2[e % P]);
-    }
-  }
-  float2 sums = group_sum2<TPG>(tree_sum<P>(p1), tree_sum<P>(p2));
-  const float m1 = sums.x * inv_cols;
-  const float mean = ln ? c + m1 : 0.f;
-  const float var = ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) * a.var_scale : sums.y * inv_cols;
-  const float rstd = rsqrtf(var + eps);
+  for (int k = 0; k < VPT; ++k) accumulate_shifted<E, P>(x[k], c, tid + k * TPG < nvec, p1, p2);
+  const float2 st = row_statistics<TPG, P>(a, p1, p2, c, ln, eps, inv_cols);
+  const float mean = st.x, rstd = st.y;
   const float shift = -mean * rstd;
   if (row >= a.rows) return;
   if (tid == 0) {  // the statistics a training forward saves for the backward
@@ -604,21 +619,12 @@ __device__ __forceinline__ void norm_row_packed(const NormFwdArgs& a, int64_t ro
   float p1[P] = {0.f, 0.f, 0.f, 0.f}, p2[P] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    const bool in = tid + k * TPG < nvec;
     float t[E];
     V::unpack(raw[k], t);
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      const float d = in ? t[e] - c : 0.f;
-      p1[e % P] += d;
-      p2[e % P] = fmaf(d, d, p2[e % P]);
-    }
+    accumulate_shifted<E, P>(t, c, tid + k * TPG < nvec, p1, p2);
   }
-  float2 sums = group_sum2<TPG>(tree_sum<P>(p1), tree_sum<P>(p2));
-  const float m1 = sums.x * inv_cols;
-  const float mean = ln ? c + m1 : 0.f;
-  const float var = ln ? fmaxf(sums.y * inv_cols - m1 * m1, 0.f) * a.var_scale : sums.y * inv_cols;
-  const float rstd = rsqrtf(var + eps);
+  const float2 st = row_statistics<TPG, P>(a, p1, p2, c, ln, eps, inv_cols);
+  const float mean = st.x, rstd = st.y;
   const float shift = -mean * rstd;
   if (row >= a.rows) return;
   if (tid == 0) {
@@ -759,29 +765,22 @@ void launch_persistent(const NormFwdArgs& a, cudaStream_t stream) {
 
 template <typename T, int TPG, bool ADD>
 void dispatch_vpt(int vpt, const NormFwdArgs& a, cudaStream_t s) {
-  if constexpr (TPG == 16) {  // rows of at most 64 vectors (geometry)
+  // 16-thread rows hold at most 64 vectors (geometry): 1-4 per thread; the others 1-8.
+  constexpr int kMax = TPG == 16 ? 4 : 8;
+  switch (vpt) {
+    case 1:
+      return launch_persistent<T, 1, TPG, ADD>(a, s);
+    case 2:
+      return launch_persistent<T, 2, TPG, ADD>(a, s);
+    case 3:
+      return launch_persistent<T, 3, TPG, ADD>(a, s);
+    case 4:
+      return launch_persistent<T, 4, TPG, ADD>(a, s);
+    default:
+      break;
+  }
+  if constexpr (kMax > 4) {
     switch (vpt) {
-      case 1:
-        return launch_persistent<T, 1, TPG, ADD>(a, s);
-      case 2:
-        return launch_persistent<T, 2, TPG, ADD>(a, s);
-      case 3:
-        return launch_persistent<T, 3, TPG, ADD>(a, s);
-      case 4:
-        return launch_persistent<T, 4, TPG, ADD>(a, s);
-      default:
-        break;
-    }
-  } else {
-    switch (vpt) {
-      case 1:
-        return launch_persistent<T, 1, TPG, ADD>(a, s);
-      case 2:
-        return launch_persistent<T, 2, TPG, ADD>(a, s);
-      case 3:
-        return launch_persistent<T, 3, TPG, ADD>(a, s);
-      case 4:
-        return launch_persistent<T, 4, TPG, ADD>(a, s);
       case 5:
         return launch_persistent<T, 5, TPG, ADD>(a, s);
       case 6:
@@ -814,12 +813,14 @@ std::pair<int, int> geometry(int64_t nvec) {
 // cache hints on x and y, a persistent grid: 0 = one block per 128 / TPG rows) for
 // bfloat16 regions without a residual whose epilogue is a compiled shape (scale, affine,
 // round-then-scale), from the configurations compiled here: how the heuristic was chosen.
-#define REPLAY_NORM_FWD_SWEEP(X)                                                            \
-  X(8, 6, 1, 4, 1)                                                                          \
-  X(16, 3, 2, 4, 1)                                                                         \
-  X(16, 3, 2, 4, 0) X(16, 3, 1, 8, 1) X(16, 3, 1, 8, 0) X(32, 2, 1, 8, 1) X(32, 7, 1, 4, 1) \
-      X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) X(128, 4, 2, 4, 0) X(128, 4, 2, 3, 1)            \
-          X(128, 4, 2, 3, 0) X(128, 4, 1, 4, 1) X(64, 8, 1, 3, 0)
+#define REPLAY_NORM_FWD_SWEEP(X)                                                              \
+  X(8, 6, 1, 4, 1)                                                                            \
+  X(16, 3, 2, 4, 1)                                                                           \
+  X(16, 3, 2, 4, 0)                                                                           \
+  X(16, 3, 1, 8, 1)                                                                           \
+  X(16, 3, 1, 8, 0)                                                                           \
+  X(32, 2, 1, 8, 1) X(32, 7, 1, 4, 1) X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) X(128, 4, 2, 4, 0) \
+      X(128, 4, 2, 3, 1) X(128, 4, 2, 3, 0) X(128, 4, 1, 4, 1) X(64, 8, 1, 3, 0)
 
 template <int VPT, int TPG, int D, int MINB, bool CS>
 void launch_sweep_shape(const NormFwdArgs& a, cudaStream_t s, bool persistent) {
