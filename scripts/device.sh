@@ -37,7 +37,7 @@
 #   normbwd         norm_bwd split-size sweep of the [576000, 384] LayerNorm and RMSNorm backward
 #                   (replay_bench_norm_bwd) -> normbwd/bench_{ln,rms}.json: <= 10 min.
 #   normfwd         layernorm_fwd sweep mode (REPLAY_NORM_FWD_GEOMETRY) on the [576000, 384],
-#                   [16384, 1600] and [8192, 4096] forwards -> normfwd/sweep.txt: ~4 min.
+#                   [16384, 1600] and [8192, 4096] forwards -> normfwd/sweep.txt: ~3 min.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
 #   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
