@@ -18,9 +18,10 @@
 #include "impls/cuda/dist_context.hpp"
 #include "impls/fusions/ag_matmul/params.hpp"
 #include "impls/fusions/binding.hpp"
-#include "impls/fusions/tp_pipeline.hpp"
 #include "impls/fusions/matmul_rs/params.hpp"
 #include "impls/fusions/registry.hpp"
+#include "impls/fusions/tp_pipeline.hpp"
+#include "tests/unit/fake_buffers.hpp"
 #include "tests/unit/test_util.hpp"
 #include "workloads/loader/trace_loader.hpp"
 #include "workloads/plan/plan.hpp"
@@ -30,7 +31,9 @@ using namespace replay::test;
 
 namespace {
 
-std::string captured(const std::string& name) { return trace_path("tp/captured/" + name); }
+std::string captured(const std::string& name) {
+  return trace_path("tp/captured/" + name);
+}
 
 const ag_matmul::Params& ag_params(const Region& r) {
   return std::any_cast<const ag_matmul::Params&>(r.params);
@@ -44,7 +47,8 @@ const matmul_rs::Params& rs_params(const Region& r) {
 TEST(TpCaptured, SequenceParallelColumnLinearGathersAlongDim1) {
   for (int ws : {2, 4, 8}) {
     SCOPED_TRACE(ws);
-    const Graph g = load_trace(captured("tp_colwise_seq_ws" + std::to_string(ws) + "_fwd_2x16x64x176"));
+    const Graph g =
+        load_trace(captured("tp_colwise_seq_ws" + std::to_string(ws) + "_fwd_2x16x64x176"));
     const Plan p = make_plan(g, fusion_registry());
     const Region* r = only_region(p, "ag_matmul");
     ASSERT_NE(r, nullptr) << declined_by(p, "ag_matmul");
@@ -66,8 +70,9 @@ TEST(TpCaptured, SequenceParallelColumnLinearGathersAlongDim1) {
 }
 
 TEST(TpCaptured, LlamaFfnGatherFeedsW1AndW3) {
-  for (const char* t : {"tp_llama_mlp_sp_ws2_fwd_2x16x64x176", "tp_llama_mlp_sp_ws8_fwd_1x8192x4096x14336",
-                        "tp_llama_mlp_sp_ws8_fwd_1x8192x8192x28672"}) {
+  for (const char* t :
+       {"tp_llama_mlp_sp_ws2_fwd_2x16x64x176", "tp_llama_mlp_sp_ws8_fwd_1x8192x4096x14336",
+        "tp_llama_mlp_sp_ws8_fwd_1x8192x8192x28672"}) {
     SCOPED_TRACE(t);
     const Graph g = load_trace(captured(t));
     const Plan p = make_plan(g, fusion_registry());
@@ -89,7 +94,8 @@ TEST(TpCaptured, LlamaFfnGatherFeedsW1AndW3) {
 }
 
 TEST(TpCaptured, BackwardGathersTheGradientWithTheWeightTransposedTwice) {
-  for (const char* t : {"tp_rowwise_seq_ws2_bwd_2x16x64x176", "tp_rowwise_2d_ws4_bwd_2x16x64x176"}) {
+  for (const char* t :
+       {"tp_rowwise_seq_ws2_bwd_2x16x64x176", "tp_rowwise_2d_ws4_bwd_2x16x64x176"}) {
     SCOPED_TRACE(t);
     const Graph g = load_trace(captured(t));
     const Plan p = make_plan(g, fusion_registry());
@@ -144,7 +150,8 @@ TEST(TpCaptured, DeclinesWithTheReason) {
     const Graph g = load_trace(captured(c.trace));
     const Plan p = make_plan(g, fusion_registry());
     EXPECT_EQ(only_region(p, c.fusion), nullptr);
-    EXPECT_NE(declined_by(p, c.fusion).find(c.reason), std::string::npos) << declined_by(p, c.fusion);
+    EXPECT_NE(declined_by(p, c.fusion).find(c.reason), std::string::npos)
+        << declined_by(p, c.fusion);
   }
 }
 
@@ -177,7 +184,8 @@ TEST(TpCaptured, EveryRegionRunsWhereItsInputsAreReadyAndBeforeItsReaders) {
       for (int v : r.inputs) EXPECT_LT(g.values[v].producer, anchor) << g.values[v].name;
       for (int v : r.outputs)
         for (int u : g.values[v].users)
-          if (!in.count(u)) EXPECT_GT(u, anchor) << g.values[v].name << " read by " << g.nodes[u].id;
+          if (!in.count(u))
+            EXPECT_GT(u, anchor) << g.values[v].name << " read by " << g.nodes[u].id;
     }
   }
   EXPECT_GE(regions, 40);
@@ -188,8 +196,9 @@ TEST(TpCaptured, EveryRegionRunsWhereItsInputsAreReadyAndBeforeItsReaders) {
 // float8, and only for that value.
 TEST(TpCaptured, ReduceScatterOfGemmPartialsHasSummedBounds) {
   std::vector<double> share;
-  for (const char* t : {"tp_rowwise_seq_ws2_fwd_2x16x64x176", "tp_f8_rowwise_rowwise_ws2_fwd_2x32x64x256",
-                        "tp_f8_rowwise_rowwise_ws4_fwd_2x32x64x256"}) {
+  for (const char* t :
+       {"tp_rowwise_seq_ws2_fwd_2x16x64x176", "tp_f8_rowwise_rowwise_ws2_fwd_2x32x64x256",
+        "tp_f8_rowwise_rowwise_ws4_fwd_2x32x64x256"}) {
     SCOPED_TRACE(t);
     const Graph g = load_trace(captured(t));
     const Plan p = make_plan(g, fusion_registry());
@@ -252,28 +261,29 @@ TEST(TpCaptured, Float8GatheredAsFloat8) {
 namespace {
 
 // Buffers as GpuProgram gives a fused step: the region's inputs and outputs and what outside
-// nodes make, nothing made inside the region (tests/unit/fake_buffers.hpp serves any value).
-// A communicator pointer, so the NCCL baselines bind (nothing is launched).
-struct StrictBuffers : BindContext {
+// nodes make, nothing made inside the region (FakeBuffers alone serves any value), at
+// FakeBuffers' addresses. A communicator pointer, so the NCCL baselines bind (nothing is launched).
+struct StrictBuffers : FakeBuffers {
   const Graph& g;
   std::set<int> ok;
   DistContext d;
-  StrictBuffers(const Graph& graph, const Region& r, int world_size) : g(graph) {
+  StrictBuffers(const Graph& graph, const Region& r, int world_size)
+      : FakeBuffers(graph), g(graph) {
     ok.insert(r.inputs.begin(), r.inputs.end());
     ok.insert(r.outputs.begin(), r.outputs.end());
     ok.insert(g.inputs.begin(), g.inputs.end());
     const std::set<int> in(r.nodes.begin(), r.nodes.end());
     for (size_t ni = 0; ni < g.nodes.size(); ++ni)
-      if (!in.count(static_cast<int>(ni))) ok.insert(g.nodes[ni].outputs.begin(), g.nodes[ni].outputs.end());
+      if (!in.count(static_cast<int>(ni)))
+        ok.insert(g.nodes[ni].outputs.begin(), g.nodes[ni].outputs.end());
     d.world_size = world_size;
     d.comm = reinterpret_cast<ncclComm_t>(uintptr_t{0x1234});
   }
   BoundTensor tensor(int v) override {
     if (!ok.count(v))
       throw std::logic_error("value '" + g.values.at(v).name + "' is made inside the region");
-    return {reinterpret_cast<void*>(uintptr_t{0x10000} * uintptr_t(v + 1)), g.meta(v)};
+    return FakeBuffers::tensor(v);
   }
-  void* workspace(size_t) override { return reinterpret_cast<void*>(uintptr_t{0x10000000}); }
   const DistContext* dist() const override { return &d; }
 };
 
@@ -350,10 +360,11 @@ TEST(TpCaptured, DeclinesEditedForms) {
                             c["outputs"][0]["stride"] = {512, 64, 1};
                           }),
                    "ag_matmul", "split 'split' makes chunks of different sizes"});
-  cases.push_back({"a max reduce-scatter",
-                   edited("tp_rowwise_seq_ws2_fwd_2x16x64x176",
-                          [](json& t) { trace_node(t, "reduce_scatter_tensor")["args"][1] = "max"; }),
-                   "matmul_rs", "reduce_op 'max': a row-parallel linear's partial products are summed"});
+  cases.push_back(
+      {"a max reduce-scatter",
+       edited("tp_rowwise_seq_ws2_fwd_2x16x64x176",
+              [](json& t) { trace_node(t, "reduce_scatter_tensor")["args"][1] = "max"; }),
+       "matmul_rs", "reduce_op 'max': a row-parallel linear's partial products are summed"});
   cases.push_back({"scattered chunks joined in reverse",
                    edited("tp_rowwise_seq_ws2_fwd_2x16x64x176",
                           [](json& t) {
@@ -376,12 +387,13 @@ TEST(TpCaptured, DeclinesEditedForms) {
                             {"args", {{{"ref", "view_1"}}}},
                             {"kwargs", json::object()},
                             {"outputs", trace_node(t, "view_1")["outputs"]}};
-                json mulw = {{"id", "wmul"},
-                             {"op", "aten.mul.Tensor"},
-                             {"args", {{{"ref", "weight"}}, 1.0}},
-                             {"kwargs", json::object()},
-                             {"outputs", {{{"shape", w["shape"]}, {"stride", w["stride"]},
-                                           {"dtype", w["dtype"]}}}}};
+                json mulw = {
+                    {"id", "wmul"},
+                    {"op", "aten.mul.Tensor"},
+                    {"args", {{{"ref", "weight"}}, 1.0}},
+                    {"kwargs", json::object()},
+                    {"outputs",
+                     {{{"shape", w["shape"]}, {"stride", w["stride"]}, {"dtype", w["dtype"]}}}}};
                 json out = json::array();
                 for (const json& n : nodes) {
                   if (n["id"] == "permute") continue;
@@ -401,6 +413,7 @@ TEST(TpCaptured, DeclinesEditedForms) {
     SCOPED_TRACE(c.what);
     const Plan p = make_plan(c.g, fusion_registry());
     EXPECT_EQ(only_region(p, c.fusion), nullptr);
-    EXPECT_NE(declined_by(p, c.fusion).find(c.reason), std::string::npos) << declined_by(p, c.fusion);
+    EXPECT_NE(declined_by(p, c.fusion).find(c.reason), std::string::npos)
+        << declined_by(p, c.fusion);
   }
 }
