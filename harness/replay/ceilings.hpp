@@ -1,6 +1,8 @@
 // The matmul ceilings of a run (issue 26): per matmul class, the dense peak this device reaches
-// through the same cuBLASLt path the eager executor uses (impls/eager/gemm.hpp), so a region's
-// "% SOL" of a GEMM-bound graph is measured against what the hardware does here, not a datasheet.
+// through cuBLASLt as the fusions call it (impls/eager/gemm.hpp: prepare_matmul and
+// prepare_scaled_matmul with the algorithm timed among the heuristic's candidates; float64 through
+// the eager path), so a region's "% SOL" of a GEMM-bound graph is measured against what the
+// hardware does here, not a datasheet.
 // Method: one square problem per class (8192^3 for the 16-bit and float8 classes, 4096^3 for
 // float32, 2048^3 for float64: each several hundred µs or more, so launch and ramp are < 1 %),
 // operands filled with a tiled block of N(0, 1) values (random bit patterns draw the power a real
@@ -32,6 +34,7 @@ struct MatmulPeak {
   double best_us = 0;    ///< µs per GEMM, cold L2, the fastest sample
   double tflops = 0;     ///< 2 m n k / best_us, TFLOP/s; 0 when not measured
   std::string error;     ///< non-empty: why this class was not measured (e.g. cuBLASLt refused)
+  std::string algo;      ///< the cuBLASLt algorithm timed (empty: the eager path's, float64)
 };
 
 /// The classes measure_matmul_peaks() measures, in order.

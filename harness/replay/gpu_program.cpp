@@ -88,6 +88,7 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
       if (add_fused_step(r)) {
         for (const TailAlias& t : reg.tail)
           slots_[g.nodes[t.node].outputs.at(0)] = slot(t.source, g.nodes[t.node].id);
+        for (int n : reg.views) add_view(n);  // aliases of what the step wrote (Region::views)
         continue;
       }
       // Unsupported: the region's nodes run eagerly. A node after the anchor reads only the
@@ -182,7 +183,9 @@ bool GpuProgram::add_fused_step(int r) {
     alloc(out, m);
   }
   Binder ctx(*this);
+  GemmChoiceLog gemms;
   Binding b = reg.fusion->bind(g_, reg, *v, ctx);
+  gemm_choices_[r] = gemms.take();
   if (!b.launch) {
     fallback_[r] = b.unsupported;
     for (int out : reg.outputs) slots_.erase(out);
@@ -223,6 +226,12 @@ HostTensor GpuProgram::download(int value, cudaStream_t stream) const {
       cudaMemcpyAsync(bytes.data(), sl.ptr(), bytes.size(), cudaMemcpyDeviceToHost, stream));
   REPLAY_CUDA(cudaStreamSynchronize(stream));
   return unpack(bytes, sl.layout);
+}
+
+const std::vector<GemmChoice>& GpuProgram::gemm_choices(int r) const {
+  static const std::vector<GemmChoice> kNone;
+  auto it = gemm_choices_.find(r);
+  return it == gemm_choices_.end() ? kNone : it->second;
 }
 
 std::string GpuProgram::fallback_reason(int r) const {

@@ -12,6 +12,7 @@
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dist_context.hpp"
 #include "impls/cuda/launch_context.hpp"
+#include "impls/eager/gemm_choice.hpp"
 #include "workloads/ir/host_tensor.hpp"
 #include "workloads/plan/plan.hpp"
 
@@ -49,6 +50,9 @@ class GpuProgram {
   HostTensor download(int value, cudaStream_t stream) const;
   /// Why region r runs eagerly inside this variant (empty if it runs fused or variant is eager).
   std::string fallback_reason(int r) const;
+  /// The cuBLASLt algorithms region r's fused step chose while it was bound, with the timings
+  /// behind each choice (impls/eager/gemm_choice.hpp); empty for a region without tuned GEMMs.
+  const std::vector<GemmChoice>& gemm_choices(int r) const;
   /// Number of steps (launch sites) of the whole program.
   size_t num_steps() const { return steps_.size(); }
   /// Enqueue step `i` alone (for timing one step's host enqueue; its inputs are whatever the
@@ -88,6 +92,7 @@ class GpuProgram {
   std::map<int, Slot> slots_;
   std::vector<Step> steps_;
   std::map<int, std::string> fallback_;
+  std::map<int, std::vector<GemmChoice>> gemm_choices_;
   std::vector<std::shared_ptr<DeviceBuffer>> workspaces_;
   const DistContext* dist_ = nullptr;
 };

@@ -84,8 +84,10 @@ std::vector<std::map<int, HostTensor>> run_reference_all_ranks(
         t.meta = TensorMeta{m.shape, contiguous_strides(m.shape), m.dtype};
         inputs[r][v] = std::move(t);
       }
-    tr.input_source += "; every rank's saved inputs from rank r of the float64 multi-rank "
-                       "reference of forward trace " + f.trace + " (its inputs from the same seeds)";
+    tr.input_source +=
+        "; every rank's saved inputs from rank r of the float64 multi-rank "
+        "reference of forward trace " +
+        f.trace + " (its inputs from the same seeds)";
   }
   // An input marked the same as (or widened from) a derived one takes its source's values.
   for (auto& in : inputs)
@@ -377,6 +379,14 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
       const bool whole_row = rr.nodes.size() == g.nodes.size();
       const std::string why = r >= 0 ? prog.fallback_reason(r) : "";
       if (!why.empty()) v.skipped = "unsupported by this variant (" + why + "); ran eagerly";
+      if (r >= 0) {
+        v.gemms = prog.gemm_choices(r);
+      } else {
+        for (size_t k = 0; k < plan.regions.size(); ++k) {
+          const auto& c = prog.gemm_choices(static_cast<int>(k));
+          v.gemms.insert(v.gemms.end(), c.begin(), c.end());
+        }
+      }
       for (int out : whole_row ? g.outputs : plan.regions[r].outputs)
         v.numerics.push_back(check_value(g, out, prog.download(out, ctx.stream), ref.at(out), ref,
                                          output_bounds(g, plan, bounds, out)));

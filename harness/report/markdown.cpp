@@ -252,6 +252,10 @@ std::string render_markdown(const RunResult& r) {
       std::vector<VariantRow> rows;
       for (const auto& v : reg.variants) rows.push_back({&reg, &v, &r.ceilings});
       md += markdown_table(columns, rows);
+      if (reg.region >= 0)  // the whole-trace row repeats the regions' choices
+        for (const auto& v : reg.variants)
+          for (const GemmChoice& c : v.gemms)
+            md += "\n- GEMM of " + v.variant.name + ": " + describe(c) + "\n";
       if (const auto orows = overlap_rows(reg, r.ceilings); !orows.empty())
         md += "\nCommunication overlap" + overlap_caveat(orows) + ":\n\n" +
               markdown_table(overlap_columns(), orows) + "\n" + kOverlapNote + "\n";

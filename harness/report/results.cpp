@@ -220,6 +220,21 @@ nlohmann::json variant_json(const VariantResult& v, const RegionResult& r, const
       w.push_back({{"kernel", e.kernel}, {"operand", e.operand}, {"bytes", e.bytes}});
     j["vector_widths"] = std::move(w);
   }
+  if (!v.gemms.empty()) {
+    nlohmann::json gs = nlohmann::json::array();
+    for (const GemmChoice& c : v.gemms)
+      gs.push_back({{"name", c.name},
+                    {"problem", c.problem},
+                    {"algo", c.algo},
+                    {"tuned", c.tuned},
+                    {"candidates", c.candidates},
+                    {"candidate_us", c.candidate_us},
+                    {"chosen", c.chosen},
+                    {"chosen_us", c.chosen_us()},
+                    {"heuristic_first_us", c.first_us()},
+                    {"workspace_bytes", c.workspace_bytes}});
+    j["gemms"] = std::move(gs);
+  }
   return j;
 }
 

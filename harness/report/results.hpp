@@ -14,6 +14,7 @@
 #include "harness/measure/timeline_overlap.hpp"
 #include "harness/replay/variants.hpp"
 #include "harness/report/numerics.hpp"
+#include "impls/eager/gemm_choice.hpp"
 #include "impls/fusions/launch_record.hpp"
 
 namespace replay {
@@ -97,6 +98,10 @@ struct VariantResult {
   /// untimed replay (impls/fusions/launch_record.hpp); empty where no launcher records (eager
   /// ops, baselines) or the variant did not run.
   std::vector<LaunchWidth> vector_widths;
+  /// The cuBLASLt algorithm each tuned GEMM of the row's fused steps runs, and the timings of the
+  /// candidates behind the choice (impls/eager/gemm_choice.hpp); empty where none (eager GEMMs take
+  /// the heuristic's first, as PyTorch eager does, and are not listed).
+  std::vector<GemmChoice> gemms;
   bool timed() const { return !samples_us.empty(); }
   /// Not compared when no output was checked (a skipped variant, the reference itself).
   Verdict verdict() const;

@@ -260,6 +260,19 @@ VariantResult read_variant(const JNode& v) {
     for (const JNode& w : v.at("vector_widths").items())
       r.vector_widths.push_back(
           {w.at("kernel").str(), w.at("operand").str(), static_cast<int>(w.at("bytes").num())});
+  if (v.has("gemms"))
+    for (const JNode& gn : v.at("gemms").items()) {
+      GemmChoice c;
+      c.name = gn.at("name").str();
+      c.problem = gn.at("problem").str();
+      c.algo = gn.at("algo").str();
+      c.tuned = gn.at("tuned").boolean();
+      c.candidates = static_cast<int>(gn.at("candidates").integer());
+      c.candidate_us = gn.at("candidate_us").nums();
+      c.chosen = static_cast<int>(gn.at("chosen").integer());
+      c.workspace_bytes = gn.at("workspace_bytes").uinteger();
+      r.gemms.push_back(std::move(c));
+    }
   return r;
 }
 

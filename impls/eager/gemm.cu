@@ -20,6 +20,7 @@
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dtype_device.cuh"
+#include "impls/eager/gemm_choice.hpp"
 
 namespace replay {
 namespace {
@@ -266,7 +267,11 @@ struct LtCall {
   float alpha_f = 1, beta_f = 0;
   double alpha_d = 1, beta_d = 0;
   uint32_t align_a = 256, align_b = 256, align_d = 256;
-  std::string key;  // problem key of the algorithm cache (device prepended at resolve())
+  std::string key;      // problem key of the algorithm cache (device prepended at resolve())
+  std::string problem;  // the problem in words (GemmChoice::problem)
+  // The workspace handed to cublasLtMatmul: the whole device workspace, or what the algorithm
+  // chose_algo kept asks for (the heuristic's workspaceSize for it).
+  size_t ws_bytes = kWorkspaceBytes;
   // Resolved at the first launch.
   bool ready = false, ran = false;
   cublasLtHandle_t handle = nullptr;
@@ -359,7 +364,7 @@ struct LtCall {
     const void* alpha = f64 ? static_cast<const void*>(&alpha_d) : &alpha_f;
     const void* beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
     return cublasLtMatmul(handle, desc.get(), alpha, A, la.get(), B, lb.get(), beta, D, lc.get(), D,
-                          ld.get(), &algo, workspace, kWorkspaceBytes, s);
+                          ld.get(), &algo, ws_bytes ? workspace : nullptr, ws_bytes, s);
   }
 };
 
@@ -431,6 +436,11 @@ std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
   c->align_d = alignment(g.d.ptr, bytes(g.d));
   c->key += "|al" + std::to_string(c->align_a) + "," + std::to_string(c->align_b) + "," +
             std::to_string(c->align_d);
+  c->problem =
+      std::string(dtype_name(g.a.dtype)) + (batch > 1 ? " " + std::to_string(batch) + " x" : "") +
+      " [" + std::to_string(M) + ", " + std::to_string(K) + "] @ [" + std::to_string(K) + ", " +
+      std::to_string(N) + "]" + (g.la.col_major ? " (a column-major)" : "") +
+      (g.lb.col_major ? " (b column-major)" : "") + " -> " + std::string(dtype_name(g.d.dtype));
   if (g.scale_a || g.scale_b) {  // cuBLASLt's A is our b: its scale is scale_b, and vice versa
     set_desc(*c, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, g.scale_b);
     set_desc(*c, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, g.scale_a);
@@ -439,6 +449,7 @@ std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
       set_desc(*c, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode);
       set_desc(*c, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode);
     }
+    c->problem += g.outer_vec ? ", rowwise scales" : ", tensorwise scales";
     c->key += std::string("|scale") + (g.outer_vec ? "vec" : "scalar") +
               std::to_string(alignment(g.scale_a, 0)) + "," +
               std::to_string(alignment(g.scale_b, 0));
@@ -447,6 +458,7 @@ std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
     const int8_t fast = g.fast_accum ? 1 : 0;
     set_desc(*c, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast);
     c->key += "|fast" + std::to_string(fast);
+    if (g.fast_accum) c->problem += ", fast accumulation";
   }
   if (g.bias) {
     const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -455,6 +467,7 @@ std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
     set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias);
     set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
     if (batch > 1) set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, g.bias_bstride);
+    c->problem += ", bias";
     c->key += "|bias" + std::to_string(bias_type) + "@" + std::to_string(alignment(g.bias, 0)) +
               "s" + std::to_string(g.bias_bstride);
   }
@@ -737,9 +750,12 @@ void plan_scaled_mm(GemmPlan& p, const Node& n, const std::vector<DeviceTensor>&
   p.direct = std::move(st);
 }
 
-// --- a fusion's float8 matmul: algorithm choice ------------------------------------------------
+// --- a fusion's matmul: algorithm choice -------------------------------------------------------
 
-constexpr int kTuneCandidates = 8;    // heuristic candidates timed
+// Heuristic candidates timed: the float8 kernels' list is short (8 is all of it at the shapes
+// measured); the 16-bit and float32 one is longer, and its later entries were not timed before.
+constexpr int kTuneCandidatesFloat8 = 8;
+constexpr int kTuneCandidates = 16;
 constexpr int kTuneReps = 5;          // timed launches per candidate (after one warm-up)
 constexpr double kTuneMargin = 0.97;  // a later candidate must be 3 % faster to replace one
 
@@ -777,61 +793,73 @@ struct TuneStream {
   TuneStream& operator=(const TuneStream&) = delete;
 };
 
-// Sets c.algo for prepare_scaled_matmul (see gemm.hpp), once per (device, problem, tune) for the
-// process; `candidates` the heuristic candidates considered. Returns why there is none, or "".
-std::string choose_algo(LtCall& c, bool tune, int& candidates) {
+// Sets c.algo and c.ws_bytes for a fusion's matmul (prepare_matmul with tune,
+// prepare_scaled_matmul; see gemm.hpp), once per (device, problem, tune) for the process, and
+// records the choice (gemm_choice.hpp) under c.node, also when it came from the cache. `want`:
+// heuristic candidates to consider when tuning; `none`: the reason when the heuristic has none.
+// Returns that reason, or "".
+std::string choose_algo(LtCall& c, bool tune, int want, const std::string& none, GemmChoice& rec) {
   struct Choice {
     std::optional<cublasLtMatmulAlgo_t> algo;
-    int candidates = 0;
+    size_t ws = 0;
+    GemmChoice rec;
   };
   static std::unordered_map<std::string, Choice> chosen;
   c.bind_device();
   const std::string k = std::to_string(c.device) + (tune ? "|tuned|" : "|first|") + c.key;
-  const std::string none =
-      "cuBLASLt has no algorithm for this float8 matmul (cublasLtMatmulAlgoGetHeuristic returned "
-      "none with deterministic split-K reductions)";
-  if (auto it = chosen.find(k); it != chosen.end()) {
-    candidates = it->second.candidates;
-    if (!it->second.algo) return none;
-    c.algo = *it->second.algo;
+  auto done = [&](const Choice& ch) {
+    rec = ch.rec;
+    rec.name = c.node;
+    if (!ch.algo) return none;
+    c.algo = *ch.algo;
+    c.ws_bytes = ch.ws;
     c.ready = true;
-    return "";
-  }
+    record_gemm_choice(rec);
+    return std::string();
+  };
+  if (auto it = chosen.find(k); it != chosen.end()) return done(it->second);
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  const auto cands = c.heuristics(tune ? kTuneCandidates : 1, st);
+  const auto cands = c.heuristics(tune ? want : 1, st);
   if (st != CUBLAS_STATUS_SUCCESS) lt_fail(c.node, "cublasLtMatmulAlgoGetHeuristic", st);
-  candidates = static_cast<int>(cands.size());
+  Choice ch;
+  ch.rec.problem = c.problem;
+  ch.rec.candidates = static_cast<int>(cands.size());
   size_t best = 0;
   bool found = !cands.empty();
   if (tune && cands.size() > 1) {
     ++g_counters.tuned_problems;
+    ch.rec.tuned = true;
     TuneStream ts;
-    std::vector<float> ms(cands.size(), -1);
+    std::vector<double>& us = ch.rec.candidate_us;
+    us.assign(cands.size(), -1);
     for (size_t i = 0; i < cands.size(); ++i) {
       c.algo = cands[i].algo;
+      c.ws_bytes = cands[i].workspaceSize;
       if (c.matmul(ts.s) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a refusal skips it
       REPLAY_CUDA(cudaEventRecord(ts.start, ts.s));
       bool ok = true;
       for (int r = 0; r < kTuneReps && ok; ++r) ok = c.matmul(ts.s) == CUBLAS_STATUS_SUCCESS;
       REPLAY_CUDA(cudaEventRecord(ts.stop, ts.s));
       REPLAY_CUDA(cudaEventSynchronize(ts.stop));
-      if (ok) REPLAY_CUDA(cudaEventElapsedTime(&ms[i], ts.start, ts.stop));
+      float ms = 0;
+      if (ok) REPLAY_CUDA(cudaEventElapsedTime(&ms, ts.start, ts.stop));
+      if (ok) us[i] = 1e3 * ms / kTuneReps;
     }
     found = false;
     for (size_t i = 0; i < cands.size(); ++i) {
-      if (ms[i] < 0) continue;
-      if (!found || ms[i] < ms[best] * kTuneMargin) best = i;
+      if (us[i] < 0) continue;
+      if (!found || us[i] < us[best] * kTuneMargin) best = i;
       found = true;
     }
   }
-  if (!found) {
-    chosen.emplace(k, Choice{std::nullopt, candidates});
-    return none;
+  if (found) {
+    ch.algo = cands[best].algo;
+    ch.ws = cands[best].workspaceSize;
+    ch.rec.algo = algo_str(cands[best].algo);
+    ch.rec.chosen = static_cast<int>(best);
+    ch.rec.workspace_bytes = ch.ws;
   }
-  c.algo = cands[best].algo;
-  c.ready = true;
-  chosen.emplace(k, Choice{c.algo, candidates});
-  return "";
+  return done(chosen.emplace(k, std::move(ch)).first->second);
 }
 
 bool is_float8(DType t) {
@@ -920,6 +948,11 @@ EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
     g.bias_dtype = m.bias_dtype;
   }
   st.call = build_call(name, g);
+  if (m.tune) {  // chosen now, timed among the heuristic's candidates (a launch then only runs
+    // it); with none, the call stays unresolved and its launch fails as an untuned one does
+    GemmChoice rec;
+    choose_algo(*st.call, true, kTuneCandidates, "no algorithm", rec);
+  }
   plan->direct = std::move(st);
   return [plan](cudaStream_t s) { plan->run(s); };
 }
@@ -1016,9 +1049,15 @@ PreparedMatmul prepare_scaled_matmul(const std::string& name, const ScaledMatmul
     g.bias_dtype = m.bias_dtype;
   }
   std::shared_ptr<LtCall> call = build_call(name, g);
-  out.unsupported = choose_algo(*call, m.tune, out.candidates);
+  GemmChoice rec;
+  out.unsupported = choose_algo(
+      *call, m.tune, kTuneCandidatesFloat8,
+      "cuBLASLt has no algorithm for this float8 matmul (cublasLtMatmulAlgoGetHeuristic returned "
+      "none with deterministic split-K reductions)",
+      rec);
+  out.candidates = rec.candidates;
   if (!out.unsupported.empty()) return out;
-  out.algo = algo_str(call->algo);
+  out.algo = rec.algo;
   out.launch = [call](cudaStream_t s) { lt_check(call->node, "cublasLtMatmul", call->matmul(s)); };
   return out;
 }

@@ -72,13 +72,18 @@ EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
 ///  - bias: a [N] vector of d's dtype (unit stride, or N == 1): CUBLASLT_EPILOGUE_BIAS,
 ///    d = round(acc + bias) with one rounding (PyTorch's gemm_and_bias); nullptr: no epilogue.
 /// Float32 operands accumulate in float32 without TF32. `name` names the call in errors.
-/// Throws std::invalid_argument for ranks, shapes or dtypes outside this; the launch throws
+/// With `tune`, the algorithm is chosen now among the heuristic's first 16 deterministic
+/// candidates, each timed (as prepare_scaled_matmul times its candidates; the buffers must be
+/// allocated, d is overwritten), once per problem for the process, and recorded
+/// (gemm_choice.hpp); without, at the first launch, the heuristic's first (what PyTorch eager
+/// runs). Throws std::invalid_argument for ranks, shapes or dtypes outside this; the launch throws
 /// RuntimeFailure with the cuBLASLt status as lower_gemm's does.
 struct MatmulOperands {
   DeviceTensor a, b, d;
   const void* bias = nullptr;
   DType bias_dtype = DType::kFloat32;
   int64_t bias_stride = 1;
+  bool tune = false;
 };
 EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m);
 
@@ -158,8 +163,11 @@ struct PreparedMatmul {
 ///    contents do not matter and d is overwritten); the first in the heuristic's order is kept
 ///    unless another is at least 3 % faster. Nothing else may use the device's cuBLASLt
 ///    workspace meanwhile (bind time: the program is being built).
-/// Later launches enqueue one cublasLtMatmul with that algorithm. Throws std::invalid_argument
-/// for ranks or shapes that do not fit; the launch throws RuntimeFailure with the cuBLASLt status.
+/// The choice, its timings and the workspace the kept algorithm asks for (which is all it is
+/// given) are recorded in a live GemmChoiceLog (gemm_choice.hpp), also when they come from the
+/// cache. Later launches enqueue one cublasLtMatmul with that algorithm. Throws
+/// std::invalid_argument for ranks or shapes that do not fit; the launch throws RuntimeFailure with
+/// the cuBLASLt status.
 PreparedMatmul prepare_scaled_matmul(const std::string& name, const ScaledMatmulOperands& m);
 
 /// What the GEMM launches of this process did so far (for tests and logs).
@@ -168,7 +176,7 @@ struct GemmCounters {
   int64_t matmuls = 0;            ///< cublasLtMatmul calls
   int64_t copied_operands = 0;    ///< operands given a temporary in a cuBLASLt layout (lowering)
   int64_t scaled_fallbacks = 0;   ///< _scaled_mm nodes that took the float32-GEMM + scale path
-  int64_t tuned_problems = 0;     ///< problems whose candidates prepare_scaled_matmul timed
+  int64_t tuned_problems = 0;     ///< problems whose candidates were timed (tune)
 };
 GemmCounters gemm_counters();
 

@@ -118,6 +118,16 @@ RunResult rich_run() {
   base.graph_skipped = "the replay cannot be captured into a CUDA graph: x";
   base.numerics = {numerics("y", false)};
   VariantResult opt = timed({VariantInfo::kFusion, "optimized", Role::kOptimized}, {38, 39});
+  GemmChoice gc;
+  gc.name = "mm";
+  gc.problem = "bfloat16 [8192, 4096] @ [4096, 14336] (b column-major) -> bfloat16, bias";
+  gc.algo = "id 66 tile 20 stages 8 splitK 1 reduction 0 swizzle 0";
+  gc.tuned = true;
+  gc.candidates = 3;
+  gc.candidate_us = {1350.5, -1, 1312.25};
+  gc.chosen = 2;
+  gc.workspace_bytes = 1u << 20;
+  opt.gemms = {gc};
   VariantResult alt = timed({VariantInfo::kFusion, "cublas", Role::kAlternative}, {50});
   alt.stop = StopReason::kTimeout;
   VariantResult peer = timed({VariantInfo::kPeer, "pytorch_ops"}, {480, 490});
@@ -177,6 +187,39 @@ TEST(ResultsIo, EveryFieldSurvivesTheRoundTrip) {
   EXPECT_EQ(back.traces[0].regions[0].cost.matmul_flops.at("bf16"), 2e12);
   EXPECT_EQ(back.traces[1].error_kind, TraceResult::Error::kBadInput);
   EXPECT_EQ(back.verdict(), Verdict::kFail);  // recomputed from the numerics read back
+  ASSERT_EQ(vs[3].gemms.size(), 1u);
+  EXPECT_EQ(vs[3].gemms[0].candidate_us[1], -1);  // a candidate cuBLASLt refused
+  EXPECT_EQ(vs[3].gemms[0].chosen_us(), 1312.25);
+  EXPECT_EQ(vs[3].gemms[0].first_us(), 1350.5);
+  EXPECT_EQ(vs[3].gemms[0].workspace_bytes, 1u << 20);
+  EXPECT_EQ(first["traces"][0]["regions"][0]["variants"][3]["gemms"][0]["heuristic_first_us"],
+            1350.5);
+}
+
+// The log records only while alive, innermost first; describe() names the choice and its times.
+TEST(GemmChoiceLog, RecordsWhileAliveAndDescribes) {
+  GemmChoice c;
+  c.name = "mm_1";
+  c.problem = "bfloat16 [16, 32] @ [32, 64] -> bfloat16";
+  c.algo = "id 1";
+  record_gemm_choice(c);  // no log: dropped
+  GemmChoiceLog outer;
+  {
+    GemmChoiceLog inner;
+    record_gemm_choice(c);
+    EXPECT_EQ(inner.take().size(), 1u);
+  }
+  EXPECT_TRUE(outer.take().empty());
+  EXPECT_NE(describe(c).find("the heuristic's first of 0, not timed"), std::string::npos);
+  c.tuned = true;
+  c.candidate_us = {20.0, 10.0};
+  c.chosen = 1;
+  const std::string d = describe(c);
+  EXPECT_NE(d.find("'mm_1' bfloat16 [16, 32] @ [32, 64] -> bfloat16: id 1, 10.0 µs"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("heuristic's first 20.0 µs"), std::string::npos) << d;
+  EXPECT_NE(d.find("2 candidates timed"), std::string::npos) << d;
 }
 
 TEST(ResultsIo, SchemaOneIsRead) {

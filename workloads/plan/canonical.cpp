@@ -344,6 +344,10 @@ std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
     if (in[i]) nodes.push_back(i);
   std::sort(absorbed.begin(), absorbed.end());
   r.nodes = std::move(nodes);
+  for (int& v : r.views) {
+    v = c.orig_node.at(v);
+    if (v < 0) return "a view the region leaves as an alias is not a node of the captured graph";
+  }
   r.anchor = early >= 0 ? early : anchor;
   r.absorbed = std::move(absorbed);
   r.tail = std::move(tail);

@@ -111,6 +111,13 @@ struct Region {
   int anchor = -1;
   std::vector<int> absorbed;
   std::vector<TailAlias> tail;
+  /// View nodes of the region (view, reshape, split, ...; canonical indices from the matcher,
+  /// captured ones after map_region) that the fused step does not run: right after it, the GPU
+  /// program makes their outputs aliases of the buffers it wrote, as the eager executor makes
+  /// any view (outside_views, match_util.hpp). Their outputs are not in `outputs`; the values
+  /// they view are. The default partitioner returns `view(mm)` for the backward beside the
+  /// epilogue that reads it.
+  std::vector<int> views;
 };
 
 /// A candidate a matcher considered and rejected, and why (issue 24: "why did this not fuse?" is

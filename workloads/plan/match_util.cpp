@@ -76,6 +76,49 @@ Region make_region(const Graph& g, std::vector<int> nodes, std::any params) {
   return r;
 }
 
+std::vector<int> outside_views(const Graph& g, const std::vector<int>& nodes,
+                               std::vector<int>& roots) {
+  const std::set<int> in(nodes.begin(), nodes.end());
+  auto is_view = [&](int ni) {
+    const Node& n = g.nodes[ni];
+    return in.count(ni) && op_def(n.op).alias != nullptr && !n.operands.empty() &&
+           n.operands[0].is_tensor();
+  };
+  // Backward over graph order: a view is needed when one of its outputs leaves the set, or feeds
+  // a needed view.
+  std::set<int> needed;
+  std::vector<int> sorted(nodes.begin(), nodes.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (auto it = sorted.rbegin(); it != sorted.rend(); ++it) {
+    if (!is_view(*it)) continue;
+    bool need = false;
+    for (int v : g.nodes[*it].outputs) {
+      need |= g.values[v].graph_output;
+      for (int u : g.values[v].users) need |= !in.count(u) || needed.count(u);
+    }
+    if (need) needed.insert(*it);
+  }
+  std::vector<int> views(needed.begin(), needed.end());
+  std::set<int> root_set;
+  for (int ni : views) {
+    const int src = g.nodes[ni].operands[0].value;
+    const int p = g.values[src].producer;
+    if (p < 0 || !needed.count(p)) root_set.insert(src);
+  }
+  roots.assign(root_set.begin(), root_set.end());
+  return views;
+}
+
+void set_region_views(Region& r, const Graph& g, const std::vector<int>& views,
+                      const std::vector<int>& roots) {
+  std::set<int> outs(r.outputs.begin(), r.outputs.end());
+  for (int ni : views)
+    for (int v : g.nodes[ni].outputs) outs.erase(v);
+  outs.insert(roots.begin(), roots.end());
+  r.outputs.assign(outs.begin(), outs.end());
+  r.views = views;
+}
+
 double value_bytes(const Graph& g, const std::vector<int>& values) {
   std::set<int> unique(values.begin(), values.end());
   double b = 0;

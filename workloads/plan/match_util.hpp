@@ -33,6 +33,20 @@ bool intermediates_private(const Graph& g, const std::vector<int>& nodes,
 /// and `params`.
 Region make_region(const Graph& g, std::vector<int> nodes, std::any params);
 
+/// The view nodes among `nodes` (ops with an alias rule, reading their operand 0: view, reshape,
+/// split, permute, ...) whose outputs something outside the set reads or the graph returns,
+/// directly or through later such views, in graph order: the default partitioner saves
+/// `view(mm)` for the backward. A fused step that writes each chain's root can leave them as
+/// aliases of its buffers (Region::views). `roots` receives the root values (the first operand,
+/// down each chain, that no view of the set produces), each once.
+std::vector<int> outside_views(const Graph& g, const std::vector<int>& nodes,
+                               std::vector<int>& roots);
+
+/// `r` (from make_region) with the view nodes `views` (outside_views) left to alias what the
+/// fused step writes: their outputs taken off r.outputs, their `roots` added, r.views set.
+void set_region_views(Region& r, const Graph& g, const std::vector<int>& views,
+                      const std::vector<int>& roots);
+
 /// Bytes of the listed values (numel * element size each, every value counted once).
 double value_bytes(const Graph& g, const std::vector<int>& values);
 

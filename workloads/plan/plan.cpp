@@ -123,6 +123,7 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
          {"nodes", ids(r.nodes)},
          {"absorbed", ids(r.absorbed)},
          {"tail", tail_ids(r.tail)},
+         {"views", ids(r.views)},
          {"inputs", ins},
          {"outputs", outs},
          {"variants", variants},

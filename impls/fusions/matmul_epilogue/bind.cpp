@@ -7,10 +7,13 @@
 //              + one kernel per step: bias, activation, gating
 // Both compute what the graph computes with its roundings (the GEMM output rounded to its dtype,
 // each cast a rounding); TUNING.md says why cuBLASLt's GELU epilogues are not used.
+#include <map>
 #include <string>
 #include <vector>
 
+#include "impls/cuda/cuda_check.hpp"
 #include "impls/eager/gemm.hpp"
+#include "impls/eager/lower.hpp"
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/matmul_epilogue/params.hpp"
 
@@ -38,6 +41,56 @@ EpiMat as_rows(const BoundTensor& t, int64_t M, int64_t N) {
   m.ptr = t.ptr;
   m.dtype = l.dtype;
   return m;
+}
+
+// The Act::kTable table: the chain's nodes (p.act_values' producers, graph order) run by the
+// eager executor's own launches (lower_node) over every 16-bit pattern of the chain's source
+// dtype, as [65536] tensors, on the current device now; the last node's results, indexed by the
+// source's bits, are the table (in the program's workspace). So each entry is what eager computes
+// for that value, roundings between ops included. nullptr (and `why`) when an op cannot be
+// lowered that way.
+const uint16_t* make_table(const Graph& g, const Params& p, BindContext& ctx, std::string& why) {
+  const DType src_t = g.meta(p.act_src).dtype;
+  auto tensor = [&](DType t) {
+    DeviceTensor d;
+    d.ptr = ctx.workspace(static_cast<size_t>(kTableEntries) * dtype_size(t));
+    d.dtype = t;
+    d.ndim = 1;
+    d.shape[0] = kTableEntries;
+    d.stride[0] = 1;
+    return d;
+  };
+  std::map<int, DeviceTensor> val;
+  val[p.act_src] = tensor(src_t);
+  std::vector<uint16_t> bits(static_cast<size_t>(kTableEntries));
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<uint16_t>(i);
+  REPLAY_CUDA(cudaMemcpy(val[p.act_src].ptr, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice));
+  try {
+    for (int v : p.act_values) {
+      const Node& n = g.nodes[g.values[v].producer];
+      std::vector<DeviceTensor> in;
+      for (const Operand& o : n.operands) {
+        if (!o.is_tensor()) {
+          in.emplace_back();
+          continue;
+        }
+        auto it = val.find(o.value);
+        if (it == val.end()) {
+          why = "node '" + n.id + "' of the chain reads '" + g.values[o.value].name +
+                "', which the chain does not compute";
+          return nullptr;
+        }
+        in.push_back(it->second);
+      }
+      val[v] = tensor(g.meta(v).dtype);
+      lower_node(g, n, in, {val[v]})(nullptr);
+    }
+  } catch (const std::invalid_argument& e) {
+    why = std::string("the chain cannot be tabulated: ") + e.what();
+    return nullptr;
+  }
+  REPLAY_CUDA(cudaStreamSynchronize(nullptr));
+  return static_cast<const uint16_t*>(val.at(p.act_values.back()).ptr);
 }
 
 DeviceTensor dev2(const EpiMat& m, int64_t M, int64_t N) {
@@ -219,6 +272,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   // One GEMM and, for addmm, its bias: fused (optimized) or through a float32 buffer (baseline).
   auto add_gemm = [&](const Gemm& gm, const EpiMat& z) -> bool {
     MatmulOperands mo;
+    mo.tune = true;  // both variants: the same GEMM algorithm, so they differ by the epilogue
     BoundTensor ta = ctx.tensor(gm.a), tb = ctx.tensor(gm.b);
     mo.a = device_tensor(ta.ptr, ta.layout);
     mo.b = device_tensor(tb.ptr, tb.layout);
@@ -282,17 +336,27 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     const void* add_bias = nullptr;
     DType add_dtype = dt;
     if (p.add_bias >= 0 && !vector_of(p.add_bias, add_bias, add_dtype)) return b;
+    const uint16_t* table = nullptr;  // Act::kTable: the chain, tabulated (both variants)
+    const DType table_in = p.act_src >= 0 ? g.meta(p.act_src).dtype : DType::kBFloat16;
+    if (p.has_act_step && p.act == Act::kTable && !(table = make_table(g, p, ctx, b.unsupported)))
+      return b;
     e.res = res;
     if (p.residual >= 0) {  // GEMM output, then one kernel adding the residual (both variants)
       e.y = y;
       steps.push_back({{}, e, false});
     } else if (optimized) {  // one kernel, every step
+      if (p.act_out >= 0 && !(e.mid = as_rows(ctx.tensor(p.act_out), M, EN)).ptr) {
+        b.unsupported = "activation '" + g.values[p.act_out].name + "' is not a contiguous [.., N]";
+        return b;
+      }
       e.bias = add_bias;
       e.bias_dtype = add_dtype;
       e.bias_round = p.add_round;
       e.act_step = p.has_act_step;
       e.act = p.act;
       e.act_round = p.act_round;
+      e.table = table;
+      e.table_in = table_in;
       if (p.up.node >= 0 || p.split_halves) e.up = up;
       e.y = y;
       steps.push_back({{}, e, false});
@@ -321,7 +385,15 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
         s.act_step = true;
         s.act = p.act;
         s.act_round = p.act_round;
-        s.y = step_out(p.act_round, p.up.node < 0 && !p.split_halves);
+        s.table = table;
+        s.table_in = table_in;
+        s.y = p.act_out >= 0 ? as_rows(ctx.tensor(p.act_out), M, EN)
+                             : step_out(p.act_round, p.up.node < 0 && !p.split_halves);
+        if (!s.y.ptr) {
+          b.unsupported =
+              "activation '" + g.values[p.act_out].name + "' is not a contiguous [.., N]";
+          return b;
+        }
         cur = s.y;
         steps.push_back({{}, s, false});
       }

@@ -160,6 +160,7 @@ nlohmann::json describe(const Graph& g, const Region& r) {
     epi.push_back({{"op", p.act == Act::kNone ? "cast" : act_name(p.act)},
                    {"round", dtype_name(p.act_round)},
                    {"nodes", ops}});
+    if (p.act_out >= 0) epi.back()["written"] = g.values[p.act_out].name;  // saved for backward
   }
   if (p.split_halves)
     epi.push_back(

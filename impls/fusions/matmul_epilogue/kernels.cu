@@ -12,6 +12,7 @@
 #include "impls/fusions/matmul_epilogue/kernels.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dtype_device.cuh"
@@ -28,6 +29,8 @@ const char* act_name(Act a) {
       return "gelu (tanh)";
     case Act::kSilu:
       return "silu";
+    case Act::kTable:
+      return "pointwise chain (tabulated)";
   }
   return "?";
 }
@@ -91,16 +94,45 @@ __device__ __forceinline__ float act_f(Act a, float x) {
   return act_eval(a, x).act;
 }
 
-// The element chain of kernels.hpp for one value v at column n, shared by both kernels.
+// A 16-bit value's bits (v holds a value of dtype t exactly) and back.
+__device__ __forceinline__ unsigned short bits16(DType t, float v) {
+  return t == DType::kBFloat16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
+                               : __half_as_ushort(__float2half_rn(v));
+}
+__device__ __forceinline__ float from_bits16(DType t, unsigned short b) {
+  return t == DType::kBFloat16 ? __bfloat162float(__ushort_as_bfloat16(b))
+                               : __half2float(__ushort_as_half(b));
+}
+
+// The element chain of kernels.hpp for one value v at column n, shared by both kernels. `tab`: the
+// Act::kTable table as staged in shared memory (nullptr otherwise).
 struct Chain {
   const EpilogueArgs& a;
+  const unsigned short* tab = nullptr;
   __device__ __forceinline__ float bias_step(float v, float b) const {
     return round_to(a.bias_round, v + b);
   }
   __device__ __forceinline__ float act_step(float v) const {
+    if (tab) return from_bits16(a.act_round, tab[bits16(a.table_in, v)]);
     return round_to(a.act_round, act_f(a.act, v));
   }
 };
+
+// Act::kTable: the block copies the table into dynamic shared memory (16-byte words) before its
+// first element; nullptr for the other activations (no shared memory asked for).
+template <bool kTab>
+__device__ __forceinline__ const unsigned short* stage_table(const EpilogueArgs& a) {
+  if constexpr (!kTab) {
+    return nullptr;
+  } else {
+    extern __shared__ uint4 s_table[];
+    const uint4* src = reinterpret_cast<const uint4*>(a.table);
+    constexpr int kWords = static_cast<int>(kTableEntries * 2 / sizeof(uint4));
+    for (int i = threadIdx.x; i < kWords; i += blockDim.x) s_table[i] = src[i];
+    __syncthreads();
+    return reinterpret_cast<const unsigned short*>(s_table);
+  }
+}
 
 constexpr int kV = 8;  // elements per vector
 
@@ -192,9 +224,10 @@ __device__ __forceinline__ void store8(void* base, int64_t i, DType t, const flo
   *reinterpret_cast<uint4*>(static_cast<char*>(base) + i * 2) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+template <bool kTab>
 __global__ void epilogue_vec_kernel(EpilogueArgs a) {
   const int64_t nv = a.N / kV, total = a.M * nv;
-  const Chain c{a};
+  const Chain c{a, stage_table<kTab>(a)};
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t m = i / nv, n = (i - m * nv) * kV;
@@ -225,13 +258,14 @@ __global__ void epilogue_vec_kernel(EpilogueArgs a) {
   }
 }
 
+template <bool kTab>
 __global__ void epilogue_kernel(EpilogueArgs a) {
   const int64_t total = a.M * a.N;
+  const Chain c{a, stage_table<kTab>(a)};
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t m = i / a.N, n = i - m * a.N;
     float v = load_elem<float>(a.z.ptr, m * a.z.ld + n, a.z.dtype);
-    const Chain c{a};
     if (a.bias) {
       v = c.bias_step(v, load_elem<float>(a.bias, n, a.bias_dtype));
       if (a.pre.ptr) store_elem<float>(a.pre.ptr, m * a.pre.ld + n, a.pre.dtype, v);
@@ -514,22 +548,51 @@ bool epilogue_vectorized(const EpilogueArgs& a) {
          (!a.bias || (vec_dtype(a.bias_dtype) && reinterpret_cast<uintptr_t>(a.bias) % 16 == 0));
 }
 
+namespace {
+bool is_16bit(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16;
+}
+}  // namespace
+
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector) {
   const int64_t total = a.M * a.N;
   if (total == 0) return;
-  constexpr int kThreads = 256;
-  const int64_t cap = static_cast<int64_t>(device_sms()) * 8;  // 8 resident blocks of 256 per SM
-  if (allow_vector && epilogue_vectorized(a)) {
-    const int64_t work = total / kV;
-    epilogue_vec_kernel<<<static_cast<int>(
-                              std::min<int64_t>((work + kThreads - 1) / kThreads, cap)),
-                          kThreads, 0, stream>>>(a);
-    REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_vec_kernel");
+  const bool vec = allow_vector && epilogue_vectorized(a);
+  const int64_t work = vec ? total / kV : total;
+  if (a.act_step && a.act == Act::kTable) {
+    if (!a.table || !is_16bit(a.table_in) || !is_16bit(a.act_round))
+      throw RuntimeFailure(
+          "matmul_epilogue: a tabulated activation needs a table from and to bfloat16 / float16");
+    // One block per SM: the table takes 128 KiB of its shared memory.
+    constexpr int kThreads = 1024;
+    constexpr size_t kSmem = kTableEntries * 2;
+    static std::set<int> sized;  // devices whose kernels may take that much (a per-device
+    int dev = 0;                 // attribute, set once)
+    REPLAY_CUDA(cudaGetDevice(&dev));
+    if (sized.insert(dev).second) {
+      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_vec_kernel<true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_kernel<true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    }
+    const int blocks = static_cast<int>(
+        std::min<int64_t>((work + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms())));
+    if (vec)
+      epilogue_vec_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
+    else
+      epilogue_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
+    REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel (table)");
     return;
   }
-  epilogue_kernel<<<static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, cap)),
-                    kThreads, 0, stream>>>(a);
-  REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel");
+  constexpr int kThreads = 256;
+  const int64_t cap = static_cast<int64_t>(device_sms()) * 8;  // 8 resident blocks of 256 per SM
+  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, cap));
+  if (vec)
+    epilogue_vec_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
+  else
+    epilogue_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
+  REPLAY_CUDA_LAUNCH(vec ? "matmul_epilogue::epilogue_vec_kernel"
+                         : "matmul_epilogue::epilogue_kernel");
 }
 
 }  // namespace replay::matmul_epilogue

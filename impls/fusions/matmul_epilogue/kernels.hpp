@@ -19,6 +19,10 @@ enum class Act : uint8_t {
   kGeluErf,   ///< 0.5 x (1 + erf(x / sqrt 2)): nn.GELU(), F.gelu
   kGeluTanh,  ///< 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GPT-2 gelu_new, Gemma
   kSilu,      ///< x / (1 + exp(-x)) = x * sigmoid(x): Llama, Qwen, Mistral
+  /// Any pointwise chain of one 16-bit value, as a lookup table over its 65536 bit patterns
+  /// (EpilogueArgs::table): GPT-2's gelu_new op by op in bfloat16, an activation none of the
+  /// above is. Forward epilogues only.
+  kTable,
 };
 const char* act_name(Act a);
 
@@ -52,7 +56,15 @@ struct EpilogueArgs {
   EpiMat up;   ///< optional: the gating operand
   EpiMat res;  ///< optional: the residual added last
   EpiMat y;
+  /// act == kTable: act(v) = table[the bits of v as `table_in`], 65536 entries of act_round's
+  /// 16-bit dtype, staged in shared memory per block (128 KiB). v must be a value of table_in
+  /// (bfloat16 or float16: the GEMM output, or the bias step's result, in that dtype).
+  const uint16_t* table = nullptr;
+  DType table_in = DType::kBFloat16;
 };
+
+/// Entries of an Act::kTable table: one per 16-bit pattern.
+constexpr int64_t kTableEntries = 65536;
 
 /// True when the epilogue takes the vector kernel: N and every row stride multiples of 8
 /// elements, every base (and bias) 16-byte aligned, every dtype float32, bfloat16 or float16.
@@ -61,7 +73,9 @@ bool epilogue_vectorized(const EpilogueArgs& a);
 /// Enqueues the epilogue on `stream`: one grid-stride kernel, 8 elements per thread iteration with
 /// 16-byte accesses when epilogue_vectorized(a), else one element per iteration; both compute the
 /// same float32 steps (bit-identical results); `allow_vector` false forces the scalar kernel (the
-/// test that proves the two agree). Throws RuntimeFailure on a launch failure.
+/// test that proves the two agree). With a table (Act::kTable): one block of 1024 threads per SM,
+/// each staging the table in 128 KiB of shared memory first. Throws RuntimeFailure on a launch
+/// failure, or a table with a dtype other than bfloat16 / float16 on either side.
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector = true);
 
 /// The backward epilogue (params.hpp, Backward), per element (m, n) of [M, N], in float32:

@@ -24,9 +24,11 @@
 //   | split(z) -> f(half) * other half           gating within one GEMM over fused gate/up
 //                                                weights (Phi-3's gate_up_proj)
 // and is taken when it has at least a bias or a step after the GEMM (a plain mm is eager's
-// business). The GEMM outputs may be read outside (training forwards save them); every other
-// intermediate must be private to the region, and every outside reader of a region output must
-// come after the region's last node (the fused step runs there). The operands are read where
+// business). The GEMM outputs may be read outside (training forwards save them), so may a gated
+// pair's activation (the default partitioner saves it) and views of these (left as aliases of
+// what the fused step writes: Region::views); every other intermediate must be private to the
+// region, and every outside reader of a region output must come after the region's last node (the
+// fused step runs there). The operands are read where
 // they are: a `t`/`permute` of a weight is a column-major operand, handed to cuBLASLt through
 // its transpose flag (impls/eager/gemm.hpp), never copied.
 #include <algorithm>
@@ -37,6 +39,7 @@
 #include <string>
 
 #include "impls/fusions/matmul_epilogue/params.hpp"
+#include "workloads/ops/op.hpp"
 #include "workloads/plan/match_util.hpp"
 
 namespace replay::matmul_epilogue {
@@ -211,19 +214,33 @@ struct Chain {
   std::string why_not;  // why the pointwise ops after the GEMM were not taken
 };
 
+// An op the eager executor runs as one pointwise launch (elementwise, broadcasting): what a
+// tabulated chain may hold (its table is computed by those launches, impls/eager/lower.hpp).
+bool pointwise_op(Op op) {
+  return op_def(op).eager.kernel == EagerLowering::kPointwise;
+}
+
+bool is_16bit_float(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16;
+}
+
 std::string leak(const Graph& g, const std::vector<int>& nodes, const std::vector<int>& exported);
 
 // The pointwise chain of `src` alone: the nodes after it that read only `src`, chain values and
 // Python scalars (its closure, graph order). Taken: the longest prefix that computes a known
 // activation (GELU erf/tanh, SiLU) in float32 and ends in one value read after it; else, when the
-// closure holds only converts, the longest such prefix as a cast. Otherwise nothing, and why.
+// closure holds only converts, the longest such prefix as a cast; else, when `src` and the
+// closure's last value are 16-bit floats and nothing else of it is read outside, the whole
+// closure as a table (Act::kTable: whatever the function, and whatever it rounds between its
+// ops, it is a function of src's 16 bits; bind.cpp computes it with the eager executor's own
+// launches, so the region gives eager's bits). Otherwise nothing, and why.
 Chain find_chain(const Graph& g, int src) {
   std::vector<int> closure;
   std::set<int> vals{src};
   const int start = g.values[src].producer + 1;
   for (int i = start; i < static_cast<int>(g.nodes.size()) && closure.size() < 32; ++i) {
     const Node& n = g.nodes[i];
-    if (!chain_op(n.op) || n.outputs.size() != 1) continue;
+    if (!(chain_op(n.op) || pointwise_op(n.op)) || n.outputs.size() != 1) continue;
     bool reads = false, only = true;
     for (const Operand& o : n.operands) {
       if (o.is_tensor()) {
@@ -246,6 +263,7 @@ Chain find_chain(const Graph& g, int src) {
     std::vector<int> pre(closure.begin(), closure.begin() + static_cast<long>(k));
     const int sink = g.nodes[pre.back()].outputs[0];
     std::string why = leak(g, pre, {sink});
+    const bool private_chain = why.empty();
     if (why.empty())
       for (size_t j = 0; j + 1 < pre.size() && why.empty(); ++j) {
         const int v = g.nodes[pre[j]].outputs[0];
@@ -256,7 +274,9 @@ Chain find_chain(const Graph& g, int src) {
       }
     std::optional<Act> act;
     if (why.empty()) {
-      act = classify(g, pre, src);
+      act = std::all_of(pre.begin(), pre.end(), [&](int ni) { return chain_op(g.nodes[ni].op); })
+                ? classify(g, pre, src)
+                : std::nullopt;
       if (!act)
         why = "the pointwise chain after the GEMM (" + std::to_string(pre.size()) +
               " ops ending in " + vname(g, sink) +
@@ -264,6 +284,11 @@ Chain find_chain(const Graph& g, int src) {
       else if (*act == Act::kNone && !casts_only)
         why = "the pointwise chain after the GEMM ending in " + vname(g, sink) +
               " computes the identity through math ops, not casts";
+    }
+    if (!why.empty() && private_chain && k == closure.size() && is_16bit_float(g.meta(src).dtype) &&
+        is_16bit_float(g.meta(sink).dtype)) {
+      act = Act::kTable;  // the whole closure, a function of src's 16 bits
+      why.clear();
     }
     if (why.empty()) {
       best.nodes = pre;
@@ -329,12 +354,16 @@ bool trace_up(const Graph& g, int w, int mul, int64_t M, int64_t N, DType dt, Ge
       nodes.push_back(p);
       return true;
     }
-    if (single_user(g, w) != reader) return false;
     const bool upcast =
         n.op == Op::kConvertElementType &&
         promote_types(g.meta(n.operands[0].value).dtype, n.dtype) == std::optional<DType>(n.dtype);
     const bool reshape = is_flat_reshape(n.op) && g.meta(n.outputs[0]).shape.back() == N;
     if (!upcast && !reshape) return false;
+    // A reshape may be read outside too (the default partitioner returns it): it then stays an
+    // alias of the up projection the fused step writes (Region::views).
+    if (reshape ? std::find(users.begin(), users.end(), reader) == users.end()
+                : single_user(g, w) != reader)
+      return false;
     nodes.push_back(p);
     w = n.operands[0].value;
     reader = p;
@@ -359,7 +388,7 @@ bool match_split(const Graph& g, int v, Params& p, std::vector<int>& nodes) {
       Chain c = find_chain(g, gate);
       if (c.nodes.empty() || c.act == Act::kNone) continue;
       const int sink = g.nodes[c.nodes.back()].outputs[0];
-      int m = -1;  // the one mul reading the activation (it may be saved too: declined later)
+      int m = -1;  // the one mul reading the activation (saved too: written as Params::act_out)
       for (int u : g.values[sink].users)
         if (g.nodes[u].op == Op::kMul && u != m) m = m < 0 ? u : -2;
       if (m < 0) continue;
@@ -380,6 +409,7 @@ bool match_split(const Graph& g, int v, Params& p, std::vector<int>& nodes) {
       p.gate_half = gh;
       p.has_act_step = true;
       p.act = c.act;
+      p.act_src = gate;
       p.act_round = g.meta(sink).dtype;
       for (int ni : c.nodes) p.act_values.push_back(g.nodes[ni].outputs[0]);
       p.gate_round = g.meta(g.nodes[m].outputs[0]).dtype;
@@ -789,15 +819,20 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
   if (!chain.nodes.empty()) {
     p.has_act_step = true;
     p.act = chain.act;
+    p.act_src = cur;
     p.act_round = g.meta(g.nodes[chain.nodes.back()].outputs[0]).dtype;
     for (int ni : chain.nodes) p.act_values.push_back(g.nodes[ni].outputs[0]);
     tail.insert(tail.end(), chain.nodes.begin(), chain.nodes.end());
     cur = g.nodes[chain.nodes.back()].outputs[0];
   }
   if (p.add_bias < 0 && p.residual < 0 && !p.has_act_step && !split) tail.clear();
-  // Gating: cur * up, up another GEMM's [M, N] output.
-  if (!split && p.has_act_step && !g.values[cur].graph_output && g.values[cur].users.size() == 1) {
-    const int m = g.values[cur].users[0];
+  // Gating: cur * up, up another GEMM's [M, N] output. The activation may be read outside too
+  // (the default partitioner saves it): the fused step then writes it as well (Params::act_out).
+  int gate_mul = -1;  // the one aten.mul reading the activation
+  for (int u : g.values[cur].users)
+    if (g.nodes[u].op == Op::kMul && u != gate_mul) gate_mul = gate_mul < 0 ? u : -2;
+  if (!split && p.has_act_step && gate_mul >= 0) {
+    const int m = gate_mul;
     const Node& mul = g.nodes[m];
     const int w = mul.op == Op::kMul ? other_tensor(mul, cur) : -1;
     std::vector<int> up_nodes;
@@ -838,6 +873,30 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
   }
   std::vector<int> exported{p.gemm.out, p.out};
   if (p.up.node >= 0) exported.push_back(p.up.out);
+  if ((p.up.node >= 0 || p.split_halves) && !p.act_values.empty()) {
+    // The activation of a gated pair, read outside (saved for the backward): written too.
+    const int a = p.act_values.back();
+    const auto& us = g.values[a].users;
+    if (g.values[a].graph_output || std::any_of(us.begin(), us.end(), [&](int u) {
+          return std::find(nodes.begin(), nodes.end(), u) == nodes.end();
+        })) {
+      p.act_out = a;
+      exported.push_back(a);
+    }
+  }
+  // Views of what the step writes, read outside (the default partitioner returns view(mm)): left
+  // as aliases of its buffers (Region::views); a view of anything else leaks an intermediate.
+  std::vector<int> view_roots;
+  const std::vector<int> views = outside_views(g, nodes, view_roots);
+  for (int v : view_roots)
+    if (std::find(exported.begin(), exported.end(), v) == exported.end()) {
+      out.decline(root, "intermediate " + vname(g, v) +
+                            " is read outside the region through a view, and the fused step "
+                            "does not write it");
+      return;
+    }
+  for (int vn : views)
+    exported.insert(exported.end(), g.nodes[vn].outputs.begin(), g.nodes[vn].outputs.end());
   if (std::string l = leak(g, nodes, exported); !l.empty()) {
     out.decline(root, l);
     return;
@@ -851,17 +910,22 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
                               "' before the region's last node '" + g.nodes[anchor].id + "'");
         return;
       }
+  auto viewed = [&](int v) {
+    return std::find(view_roots.begin(), view_roots.end(), v) != view_roots.end();
+  };
   p.gemm.exported =
-      g.values[p.gemm.out].graph_output ||
+      g.values[p.gemm.out].graph_output || viewed(p.gemm.out) ||
       std::any_of(g.values[p.gemm.out].users.begin(), g.values[p.gemm.out].users.end(),
                   [&](int u) { return !in.count(u); });
   if (p.up.node >= 0) {
-    p.up.exported = g.values[p.up.out].graph_output ||
+    p.up.exported = g.values[p.up.out].graph_output || viewed(p.up.out) ||
                     std::any_of(g.values[p.up.out].users.begin(), g.values[p.up.out].users.end(),
                                 [&](int u) { return !in.count(u); });
     claimed_up.insert(p.up.node);
   }
-  out.regions.push_back(make_region(g, nodes, p));
+  Region r = make_region(g, nodes, p);
+  set_region_views(r, g, views, view_roots);
+  out.regions.push_back(std::move(r));
 }
 
 }  // namespace
@@ -882,8 +946,10 @@ double act_grad_reference(Act act, double x) {
       const double s = 1 / (1 + std::exp(-x));
       return s * (1 + x * (1 - s));
     }
+    case Act::kTable:
+      break;
   }
-  return 1;
+  return std::nan("");
 }
 
 double act_reference(Act act, double x) {
@@ -896,8 +962,10 @@ double act_reference(Act act, double x) {
       return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     case Act::kSilu:
       return x / (1 + std::exp(-x));
+    case Act::kTable:
+      break;
   }
-  return x;
+  return std::nan("");
 }
 
 void match(const Graph& g, Matches& out) {

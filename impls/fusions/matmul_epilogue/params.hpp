@@ -76,6 +76,10 @@ struct Params {
   Act act = Act::kNone;       ///< the activation (kNone: only casts, or nothing after the bias)
   bool has_act_step = false;  ///< a pointwise chain (activation or cast) follows
   DType act_round = DType::kBFloat16;
+  /// The value the chain starts from (the GEMM output, its reshape, the bias step's result or a
+  /// split half); with kTable its 16-bit dtype indexes the table (bind.cpp builds it by running
+  /// the chain's nodes, act_values' producers, over every bit pattern).
+  int act_src = -1;
   /// A residual added last by an aten.add (alpha 1): [.., N] of the GEMM's shape and dtype, the
   /// sum in that dtype (the residual stream: o_proj / down_proj + hidden_states); -1: none. No
   /// activation or gating with it, and only after an mm: an addmm (bias) followed by a residual
@@ -91,7 +95,10 @@ struct Params {
   bool shared_input = false;    ///< gate and up read the same activations (x W_gate, x W_up)
   int out = -1;                 ///< the region's final value, [.., N] (M * N elements, contiguous)
   std::vector<int> act_values;  ///< outputs of the activation chain's nodes (for describe)
-  Backward bwd;                 ///< a backward epilogue (then only gemm, M, N, K, out are set)
+  /// Gated (or split halves): the activation's rounded result act(gate), written too because it
+  /// is read outside the region (the default partitioner saves it for the backward); -1: private.
+  int act_out = -1;
+  Backward bwd;  ///< a backward epilogue (then only gemm, M, N, K, out are set)
 };
 
 void match(const Graph& g, Matches& out);
@@ -100,12 +107,13 @@ nlohmann::json describe(const Graph& g, const Region& r);
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx);
 
 /// Evaluates x -> act(x) in double: GELU erf 0.5 x (1 + erf(x / sqrt 2)), GELU tanh
-/// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), SiLU x / (1 + exp(-x)), identity for kNone.
+/// 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), SiLU x / (1 + exp(-x)), identity for kNone;
+/// NaN for kTable (the graph's own chain defines it).
 double act_reference(Act act, double x);
 
 /// The derivative act'(x) in double (the backward epilogue's reference): GELU erf
 /// Phi(x) + x phi(x); GELU tanh 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-/// with t the tanh above; SiLU s (1 + x (1 - s)), s = sigmoid(x); 1 for kNone.
+/// with t the tanh above; SiLU s (1 + x (1 - s)), s = sigmoid(x); 1 for kNone; NaN for kTable.
 double act_grad_reference(Act act, double x);
 
 }  // namespace replay::matmul_epilogue

@@ -88,7 +88,14 @@ std::vector<GpuCase> cases() {
         "byog/linear/gemma_mlp_mincut_train_bwd_2x8x128",
         "byog/linear/gemma_mlp_default_train_bwd_2x8x128",
         "byog/linear/phi3_mlp_mincut_train_bwd_2x8x128",
-        "byog/linear/phi3_mlp_default_train_bwd_2x8x128"})
+        "byog/linear/phi3_mlp_default_train_bwd_2x8x128",
+        // default-partition forwards: saved views of the GEMM outputs left as aliases, the gated
+        // activation written too; GPT-2's bf16 gelu_new tabulated
+        "byog/linear/llama_mlp_default_train_fwd_2x8x128",
+        "byog/linear/gemma_mlp_default_train_fwd_2x8x128",
+        "byog/linear/phi3_mlp_default_train_fwd_2x8x128",
+        "byog/linear/bert_intermediate_default_train_fwd_2x8x128",
+        "byog/linear/gpt2_mlp_mincut_train_fwd_2x8x128"})
     out.push_back({t, [t] { return bundled(t); }});
   for (const auto& [n, t] : rescaled_backwards()) {
     const std::string name = n;
@@ -102,6 +109,9 @@ std::vector<GpuCase> cases() {
       {"synthetic_linear_mm_silu", synth("linear", "none", "silu", false)},
       {"synthetic_linear_mm_residual", synth("linear", "none", "none", false, true)},
       {"synthetic_conv1d_addmm_residual", synth("conv1d", "addmm", "none", false, true)},
+      {"synthetic_linear_addmm_quick_gelu", synth("linear", "addmm", "quick_gelu", false)},
+      {"synthetic_conv1d_addmm_gelu_new_bf16", synth("conv1d", "addmm", "gelu_new_bf16", true)},
+      {"synthetic_linear_mm_add_relu2", synth("linear", "add", "relu2", false)},
   };
   for (const auto& [n, f] : forms) {
     const LinearForm form = f;
@@ -177,6 +187,8 @@ enum class Mutant {
   kDerivativeTanhForErf,  ///< backward: GELU tanh's derivative on an erf graph
   kGateUpSwapped,         ///< backward: d_gate written where d_up goes and back
   kBiasGradDropped,       ///< backward: the bias gradient not written (the check must see it)
+  kTableShort,            ///< a tabulated chain without its last op
+  kActOutDropped,         ///< the saved activation of a gated pair not written
 };
 Mutant g_mutant = Mutant::kBiasDropped;
 
@@ -189,6 +201,8 @@ Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindC
     p.bwd.act = Act::kGeluTanh;
   if (g_mutant == Mutant::kGateUpSwapped) std::swap(p.bwd.dx, p.bwd.dup);
   if (g_mutant == Mutant::kBiasGradDropped) p.bwd.dbias = -1;
+  if (g_mutant == Mutant::kTableShort && p.act == Act::kTable) p.act_values.pop_back();
+  if (g_mutant == Mutant::kActOutDropped) p.act_out = -1;
   m.params = p;
   if (g_mutant == Mutant::kUntransposedWeight) {
     UntransposedWeight w(ctx, p.gemm.b);
@@ -357,6 +371,54 @@ TEST(MatmulEpilogueMutant, BackwardBiasGradientDroppedFails) {
   for (const char* variant : {"baseline", "optimized"})
     expect_mutant_fails(bundled("nanogpt_mlp_train_bwd_2x8x64"), Mutant::kBiasGradDropped, variant,
                         "view_8");
+}
+
+TEST(MatmulEpilogueMutant, TabulatedChainWithoutItsLastOpFails) {
+  REQUIRE_GPU();
+  for (const char* variant : {"baseline", "optimized"}) {
+    expect_mutant_fails(parse_trace(linear_trace(synth("conv1d", "addmm", "gelu_new_bf16", false)),
+                                    "gelu_new_bf16"),
+                        Mutant::kTableShort, variant);
+    expect_mutant_fails(bundled("byog/linear/gpt2_mlp_mincut_train_fwd_2x8x128"),
+                        Mutant::kTableShort, variant);
+  }
+}
+
+TEST(MatmulEpilogueMutant, SavedActivationNotWrittenFails) {
+  REQUIRE_GPU();
+  for (const char* variant : {"baseline", "optimized"})
+    expect_mutant_fails(bundled("byog/linear/llama_mlp_default_train_fwd_2x8x128"),
+                        Mutant::kActOutDropped, variant, "convert_element_type_3");
+}
+
+// The table is the eager executor's own chain over every bit pattern: the tabulated region gives
+// eager's bits exactly, on GPT-2's bf16 gelu_new (every op rounding) and a float32 QuickGELU.
+TEST(MatmulEpilogueTableGpu, TabulatedChainIsBitIdenticalToEager) {
+  REQUIRE_GPU();
+  const std::vector<std::pair<std::string, std::function<Graph()>>> graphs = {
+      {"gpt2", [] { return bundled("byog/linear/gpt2_mlp_mincut_train_fwd_2x8x128"); }},
+      {"quick_gelu",
+       [] {
+         return parse_trace(linear_trace(synth("linear", "addmm", "quick_gelu", false)), "q");
+       }},
+  };
+  for (const auto& [name, load] : graphs) {
+    Graph g = load();
+    const Plan plan = make_plan(g, fusion_registry());
+    auto ref = run_reference(g, generate_inputs(g, 7));
+    std::map<std::string, HostData> got;
+    for (const char* variant : {"eager", "baseline", "optimized"}) {
+      GpuProgram prog(g, plan, variant, ref, nullptr);
+      expect_fused_where_available(plan, prog, variant, name);
+      prog.poison_outputs(nullptr);
+      prog.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      const int y = std::any_cast<const matmul_epilogue::Params&>(plan.regions.at(0).params).out;
+      got[variant] = prog.download(y, nullptr).data;
+    }
+    EXPECT_EQ(got["optimized"], got["eager"]) << name;
+    EXPECT_EQ(got["baseline"], got["eager"]) << name;
+  }
 }
 
 // Baseline (one kernel per step) and optimized (one fused kernel, the bias gradient's partials

@@ -17,12 +17,15 @@ struct LinearForm {
   std::string dtype = "bfloat16";
   std::string weight = "linear";  ///< "linear": [N, C] behind a permute; "conv1d": [C, N] as is
   std::string bias = "addmm";     ///< "addmm", "add" (mm then aten.add of [N]), "none"
-  std::string act = "gelu_erf";   ///< "gelu_erf", "gelu_tanh", "silu", "none" (no pointwise)
-  bool save_pre = false;          ///< return the GEMM output (training forward)
-  bool leak_inner = false;        ///< return an intermediate of the activation chain too
-  int64_t bias_rows = 0;          ///< > 0: the bias is [bias_rows, N] (a wrong shape)
-  bool alias_gemm = false;        ///< an aten.alias of the GEMM output between it and its view
-  bool residual = false;          ///< add a [B, T, N] residual after the GEMM (act must be "none")
+  /// "gelu_erf", "gelu_tanh", "silu", "none" (no pointwise); chains no fixed activation is:
+  /// "quick_gelu" (x * sigmoid(1.702 x) in float32, CLIP's), "gelu_new_bf16" (GPT-2's gelu_new op
+  /// by op in the model's dtype, every op rounding), "relu2" (squared ReLU in float32, Primer's)
+  std::string act = "gelu_erf";
+  bool save_pre = false;    ///< return the GEMM output (training forward)
+  bool leak_inner = false;  ///< return an intermediate of the activation chain too
+  int64_t bias_rows = 0;    ///< > 0: the bias is [bias_rows, N] (a wrong shape)
+  bool alias_gemm = false;  ///< an aten.alias of the GEMM output between it and its view
+  bool residual = false;    ///< add a [B, T, N] residual after the GEMM (act must be "none")
 };
 
 inline nlohmann::json linear_trace(const LinearForm& f) {
@@ -88,7 +91,21 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
   auto f32 = [&](const std::string& id, const char* op, json args) {
     nodes.push_back(node(id, op, args, {tensor(y3, "float32")}));
   };
-  if (f.act != "none") {
+  auto narrow = [&](const std::string& id, const char* op, json args) {
+    nodes.push_back(node(id, op, args, {tensor(y3, dt)}));
+  };
+  if (f.act == "gelu_new_bf16") {  // every op in the model's dtype, as GPT-2's code runs it
+    narrow("half", "aten.mul.Tensor", {test::ref(cur), 0.5});
+    narrow("cube", "aten.pow.Tensor_Scalar", {test::ref(cur), 3.0});
+    narrow("c3", "aten.mul.Tensor", {test::ref("cube"), 0.044715});
+    narrow("inner", "aten.add.Tensor", {test::ref(cur), test::ref("c3")});
+    narrow("scaled", "aten.mul.Tensor", {test::ref("inner"), 0.7978845608028654});
+    narrow("erf", "aten.tanh.default", {test::ref("scaled")});
+    narrow("one_plus", "aten.add.Tensor", {test::ref("erf"), 1.0});
+    narrow("y", "aten.mul.Tensor", {test::ref("half"), test::ref("one_plus")});
+    outputs.push_back("y");
+    if (f.leak_inner) outputs.push_back("erf");
+  } else if (f.act != "none") {
     f32("up", "prims.convert_element_type.default", {test::ref(cur), {{"dtype", "float32"}}});
     if (f.act == "gelu_erf") {
       f32("half", "aten.mul.Tensor", {test::ref("up"), 0.5});
@@ -106,6 +123,13 @@ inline nlohmann::json linear_trace(const LinearForm& f) {
       f32("one_plus", "aten.add.Tensor", {test::ref("erf"), 1});
       f32("half", "aten.mul.Tensor", {test::ref("up"), 0.5});
       f32("act", "aten.mul.Tensor", {test::ref("half"), test::ref("one_plus")});
+    } else if (f.act == "quick_gelu") {
+      f32("scaled", "aten.mul.Tensor", {test::ref("up"), 1.702});
+      f32("erf", "aten.sigmoid.default", {test::ref("scaled")});
+      f32("act", "aten.mul.Tensor", {test::ref("up"), test::ref("erf")});
+    } else if (f.act == "relu2") {
+      f32("erf", "aten.relu.default", {test::ref("up")});
+      f32("act", "aten.mul.Tensor", {test::ref("erf"), test::ref("erf")});
     } else {  // silu as x * sigmoid(x)
       f32("erf", "aten.sigmoid.default", {test::ref("up")});
       f32("act", "aten.mul.Tensor", {test::ref("up"), test::ref("erf")});
