@@ -611,6 +611,10 @@ int main(int argc, char** argv) {
                   "timing: discard samples taken while the SM clock ran below this fraction of "
                   "its maximum (0: keep all)")
       ->capture_default_str();
+  run->add_option("--throttle-recovery", opt.rule.throttle_recovery_s,
+                  "timing: seconds the GPU idles after a batch with a discarded (throttled) "
+                  "sample, before a shorter one")
+      ->capture_default_str();
   std::vector<std::string> slowdown;
   run->add_option("--test-slowdown", slowdown,
                   "test only: VARIANT:US adds a spin of US µs to every timed replay of VARIANT "

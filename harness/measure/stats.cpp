@@ -84,6 +84,7 @@ nlohmann::json to_json(const StopRule& r) {
       {"max_noise", r.max_noise},
       {"timeout_s", r.timeout_s},
       {"min_clock_ratio", r.min_clock_ratio},
+      {"throttle_recovery_s", r.throttle_recovery_s},
       {"noise_measure", "rel_ci: half-width of the 95% order-statistic CI of the median / median"}};
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "harness/measure/gpu_state.hpp"
 
@@ -119,9 +120,11 @@ Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
   static const double kMaxMhz = max_sm_clock_mhz();
   double fastest = kMaxMhz;
   const auto t0 = std::chrono::steady_clock::now();
+  size_t batch = kBatch;
   for (;;) {
     std::vector<double> host, mhz;
-    const std::vector<double> us = sample_batch(fn, s, l2, kBatch, &host, check ? &mhz : nullptr);
+    const std::vector<double> us = sample_batch(fn, s, l2, batch, &host, check ? &mhz : nullptr);
+    size_t kept = 0;
     for (size_t i = 0; i < us.size(); ++i) {
       if (check) {
         fastest = std::max(fastest, mhz[i]);
@@ -132,8 +135,18 @@ Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
         }
         t.sm_mhz.push_back(mhz[i]);
       }
+      ++kept;
       t.samples_us.push_back(us[i]);
       t.host_us.push_back(host[i]);
+    }
+    // Throttled (power or heat): idle so the clock recovers, then sample only as long a burst as
+    // ran at speed (StopRule::throttle_recovery_s).
+    if (kept < us.size()) {
+      batch = std::max<size_t>(1, kept);
+      if (rule.throttle_recovery_s > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(rule.throttle_recovery_s));
+    } else {
+      batch = std::min(kBatch, 2 * batch);
     }
     t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     t.stop = stop_reason(t.samples_us, t.wall_s, rule);

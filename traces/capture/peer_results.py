@@ -72,9 +72,10 @@ def stop_reason(samples, wall_s, rule):
     return "converged" if summarize(samples)["rel_ci"] <= rule["max_noise"] else None
 
 
-# The harness's default StopRule (harness/measure/stats.hpp), without the clock check.
+# The harness's default StopRule (harness/measure/stats.hpp); the clock check is torch_replay.py's
+# (NVML after each batch, where pynvml is there).
 DEFAULT_RULE = {"min_samples": 10, "max_samples": 1000000, "min_time_s": 0.05, "max_noise": 0.005,
-                "timeout_s": 15.0, "min_clock_ratio": 0.0}
+                "timeout_s": 15.0, "min_clock_ratio": 0.9, "throttle_recovery_s": 0.05}
 
 
 def variant_json(name, m):
@@ -87,9 +88,13 @@ def variant_json(name, m):
     v["samples_us"] = samples
     v["stats"] = summarize(samples)
     v["host_enqueue"] = summarize([])
+    clocks = sorted(float(x) for x in m.get("sm_clock_mhz", []))
     v["timing"] = {"stop_reason": m.get("stop_reason", "max_samples"), "wall_s": m.get("wall_s", 0.0),
-                   "sm_clock_mhz": {"n": 0, "median": 0.0, "min": 0.0, "max": 0.0},
-                   "clock_floor_mhz": 0.0, "discarded_slow_clock": 0}
+                   "sm_clock_mhz": {"n": len(clocks), "median": clocks[len(clocks) // 2] if clocks else 0.0,
+                                    "min": clocks[0] if clocks else 0.0,
+                                    "max": clocks[-1] if clocks else 0.0},
+                   "clock_floor_mhz": float(m.get("clock_floor_mhz", 0.0)),
+                   "discarded_slow_clock": int(m.get("discarded_slow_clock", 0))}
     v["sol_pct"] = 0.0
     return v
 

@@ -25,6 +25,10 @@ READING a buffer twice its size (buf.sum()), CUDA events around the call alone, 
 then samples in batches of 10 until the harness's own stopping rule stops (>= 10 samples and
 >= 50 ms of GPU time with the 95 % CI of the median within 0.5 % of it, or 15 s; --reps N: exactly
 N samples instead); the median, every sample and why sampling stopped are recorded (microseconds).
+As the harness does (harness/measure/TIMING.md, "Power throttling"), a batch after which the SM
+clock (NVML, through pynvml) is below 0.9 x its maximum is discarded and counted, the GPU idles
+50 ms and the next batch is half as long: so a peer and the harness's variants are both timed at
+the clock they run at unthrottled (without pynvml no clock is checked, and the peers file says so).
 --results RESULTS.json also writes the peers in the harness's results schema (peer_results.py), so
 `replay compare` and `replay merge` put them beside the harness's own variants.
 
@@ -276,6 +280,31 @@ def load_graph(path, device="cuda", seed=0, case=None):
 _L2_READ = None
 
 
+_NVML = None  # (pynvml, handle) of device 0; False without pynvml
+
+
+def sm_clock_mhz():
+    """(current, maximum) SM clock of CUDA device 0 in MHz from NVML, or None without pynvml."""
+    global _NVML
+    if _NVML is None:
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            idx = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
+            _NVML = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(idx))
+        except Exception:  # noqa: BLE001 (no pynvml, or no NVML: no clock check)
+            _NVML = False
+    if not _NVML:
+        return None
+    nv, h = _NVML
+    return (nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM))
+
+
+MIN_CLOCK_RATIO = 0.9       # harness/measure/stats.hpp StopRule::min_clock_ratio
+THROTTLE_RECOVERY_S = 0.05  # StopRule::throttle_recovery_s
+
+
 def bench(fn, rep=0, warmup=25):
     """Cold samples in µs (shared/peers/anchors.py bench): the L2 flushed by READING a buffer of
     twice its size before every sample, CUDA events around `fn` alone, `warmup` calls first.
@@ -289,9 +318,12 @@ def bench(fn, rep=0, warmup=25):
         _L2_READ = torch.ones(2 * l2 // 4, dtype=torch.float32, device="cuda")
     for _ in range(warmup):
         fn()
-    samples, t0 = [], time.time()
+    samples, clocks, discarded, t0 = [], [], 0, time.time()
+    full = min(rep, 10) if rep > 0 else 10
+    batch, floor = full, 0.0
     while True:
-        batch = rep if rep > 0 else 10
+        if rep > 0:
+            batch = min(batch, rep - len(samples))
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
         for i in range(batch):
@@ -300,13 +332,32 @@ def bench(fn, rep=0, warmup=25):
             fn()
             ends[i].record()
         torch.cuda.synchronize()
-        samples += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        clock = sm_clock_mhz()
+        if clock is not None:
+            floor = MIN_CLOCK_RATIO * clock[1]
+        if clock is not None and clock[0] < floor:  # throttled: discard, idle, shorter bursts
+            discarded += batch
+            batch = max(1, batch // 2)
+            time.sleep(THROTTLE_RECOVERY_S)
+        else:
+            samples += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+            clocks += [clock[0]] * batch if clock is not None else []
+            batch = min(full, 2 * batch)
         wall = time.time() - t0
-        why = "fixed_count" if rep > 0 else peer_results.stop_reason(samples, wall, peer_results.DEFAULT_RULE)
+        if rep > 0:
+            why = "fixed_count" if len(samples) >= rep else (
+                "timeout" if wall >= peer_results.DEFAULT_RULE["timeout_s"] else None)
+        else:
+            why = peer_results.stop_reason(samples, wall, peer_results.DEFAULT_RULE)
         if why:
             break
+    if not samples:
+        raise RuntimeError(f"every sample ran with the SM clock below {floor:.0f} MHz "
+                           f"({discarded} discarded) until the timeout")
     return {"median_us": round(peer_results.summarize(samples)["median_us"], 3),
-            "samples_us": [round(x, 3) for x in samples], "stop_reason": why, "wall_s": round(wall, 3)}
+            "samples_us": [round(x, 3) for x in samples], "stop_reason": why, "wall_s": round(wall, 3),
+            "sm_clock_mhz": clocks, "clock_floor_mhz": round(floor, 1),
+            "discarded_slow_clock": discarded, "clock_check": "nvml" if floor > 0 else "none"}
 
 
 def check_golden(outs, trace, golden):

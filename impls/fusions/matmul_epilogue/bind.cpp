@@ -336,10 +336,19 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     const void* add_bias = nullptr;
     DType add_dtype = dt;
     if (p.add_bias >= 0 && !vector_of(p.add_bias, add_bias, add_dtype)) return b;
-    const uint16_t* table = nullptr;  // Act::kTable: the chain, tabulated (both variants)
+    // Act::kTable: the graph's chain, tabulated (both variants). Optimized, a fixed activation
+    // from and to a 16-bit dtype: looked up too, from a table of the kernel's own act (the same
+    // bits, no erf / tanh / exp per element).
+    const uint16_t* table = nullptr;
     const DType table_in = p.act_src >= 0 ? g.meta(p.act_src).dtype : DType::kBFloat16;
     if (p.has_act_step && p.act == Act::kTable && !(table = make_table(g, p, ctx, b.unsupported)))
       return b;
+    if (optimized && p.has_act_step && act_tabulable(p.act, table_in, p.act_round)) {
+      auto* t = static_cast<uint16_t*>(ctx.workspace(kTableEntries * sizeof(uint16_t)));
+      build_act_table(p.act, table_in, p.act_round, t, nullptr);
+      REPLAY_CUDA(cudaStreamSynchronize(nullptr));
+      table = t;
+    }
     e.res = res;
     if (p.residual >= 0) {  // GEMM output, then one kernel adding the residual (both variants)
       e.y = y;

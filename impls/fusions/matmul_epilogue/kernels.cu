@@ -19,6 +19,12 @@
 
 namespace replay::matmul_epilogue {
 
+namespace {
+bool is_16bit(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16;
+}
+}  // namespace
+
 const char* act_name(Act a) {
   switch (a) {
     case Act::kNone:
@@ -224,37 +230,77 @@ __device__ __forceinline__ void store8(void* base, int64_t i, DType t, const flo
   *reinterpret_cast<uint4*>(static_cast<char*>(base) + i * 2) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-template <bool kTab>
+// One vector of 8 elements at (m, n): the steps of kernels.hpp from z's words as loaded (and the
+// gating operand's, `ur`, when a.up is set), stored. Shared by the vector kernels.
+__device__ __forceinline__ void vec_elements(const EpilogueArgs& a, const Chain& c, int64_t m,
+                                             int64_t n, const Raw8& zr, const Raw8& ur) {
+  float v[kV], t[kV];
+  unpack8(zr, a.z.dtype, v);
+  if (a.bias) {
+    load8(a.bias, n, a.bias_dtype, t);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = c.bias_step(v[k], t[k]);
+    if (a.pre.ptr) store8(a.pre.ptr, m * a.pre.ld + n, a.pre.dtype, v);
+  }
+  if (a.act_step) {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = c.act_step(v[k]);
+    if (a.mid.ptr) store8(a.mid.ptr, m * a.mid.ld + n, a.mid.dtype, v);
+  }
+  if (a.up.ptr) {
+    unpack8(ur, a.up.dtype, t);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = v[k] * t[k];
+  }
+  if (a.res.ptr) {
+    load8(a.res.ptr, m * a.res.ld + n, a.res.dtype, t);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = v[k] + t[k];
+  }
+  store8(a.y.ptr, m * a.y.ld + n, a.y.dtype, v);
+}
+
 __global__ void epilogue_vec_kernel(EpilogueArgs a) {
   const int64_t nv = a.N / kV, total = a.M * nv;
-  const Chain c{a, stage_table<kTab>(a)};
+  const Chain c{a};
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t m = i / nv, n = (i - m * nv) * kV;
-    float v[kV], t[kV];
-    load8(a.z.ptr, m * a.z.ld + n, a.z.dtype, v);
-    if (a.bias) {
-      load8(a.bias, n, a.bias_dtype, t);
+    const Raw8 zr = load_raw8(a.z.ptr, m * a.z.ld + n, a.z.dtype);
+    const Raw8 ur = a.up.ptr ? load_raw8(a.up.ptr, m * a.up.ld + n, a.up.dtype) : Raw8{};
+    vec_elements(a, c, m, n, zr, ur);
+  }
+}
+
+// The table kernel (EpilogueArgs::table): one block of kTableThreads per SM (the table takes 128
+// KiB of its shared memory), so each thread keeps kTableIlp vectors' loads in flight before it
+// looks any of them up: ~kTableIlp x 16 bytes (32 with gating) a thread, 32-64 KiB an SM, what a
+// 4.2 TB/s stream needs at HBM latency (one vector at a time measured 62 us for GPT-2's 2 x 64 MiB
+// where the bytes take ~31 us, H200).
+constexpr int kTableThreads = 512, kTableIlp = 4;
+
+__global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(EpilogueArgs a) {
+  const Chain c{a, stage_table<true>(a)};
+  const int64_t nv = a.N / kV, total = a.M * nv;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i0 < total;
+       i0 += stride * kTableIlp) {
+    Raw8 zr[kTableIlp] = {}, ur[kTableIlp] = {};
 #pragma unroll
-      for (int k = 0; k < kV; ++k) v[k] = c.bias_step(v[k], t[k]);
-      if (a.pre.ptr) store8(a.pre.ptr, m * a.pre.ld + n, a.pre.dtype, v);
+    for (int u = 0; u < kTableIlp; ++u) {
+      const int64_t i = i0 + u * stride;
+      if (i >= total) break;
+      const int64_t m = i / nv, n = (i - m * nv) * kV;
+      zr[u] = load_raw8(a.z.ptr, m * a.z.ld + n, a.z.dtype);
+      if (a.up.ptr) ur[u] = load_raw8(a.up.ptr, m * a.up.ld + n, a.up.dtype);
     }
-    if (a.act_step) {
 #pragma unroll
-      for (int k = 0; k < kV; ++k) v[k] = c.act_step(v[k]);
-      if (a.mid.ptr) store8(a.mid.ptr, m * a.mid.ld + n, a.mid.dtype, v);
+    for (int u = 0; u < kTableIlp; ++u) {
+      const int64_t i = i0 + u * stride;
+      if (i >= total) break;
+      const int64_t m = i / nv, n = (i - m * nv) * kV;
+      vec_elements(a, c, m, n, zr[u], ur[u]);
     }
-    if (a.up.ptr) {
-      load8(a.up.ptr, m * a.up.ld + n, a.up.dtype, t);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) v[k] = v[k] * t[k];
-    }
-    if (a.res.ptr) {
-      load8(a.res.ptr, m * a.res.ld + n, a.res.dtype, t);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) v[k] = v[k] + t[k];
-    }
-    store8(a.y.ptr, m * a.y.ld + n, a.y.dtype, v);
   }
 }
 
@@ -542,35 +588,57 @@ void launch_column_sum(const EpiMat& src, int64_t M, int64_t N, void* dbias, DTy
   reduce_partials(partial, static_cast<int>(grid.y), N, dbias, dbias_dtype, stream);
 }
 
+namespace {
+// table[b] = round(out, act(the value of `in` with bits b)): the fused kernel's own act_step over
+// every 16-bit pattern, so a lookup gives the bits computing it gives.
+__global__ void act_table_kernel(Act act, DType in, DType out, unsigned short* table) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= kTableEntries) return;
+  const float x = from_bits16(in, static_cast<unsigned short>(b));
+  table[b] = bits16(out, round_to(out, act_f(act, x)));
+}
+}  // namespace
+
+bool act_tabulable(Act act, DType in, DType out) {
+  return act != Act::kNone && act != Act::kTable && is_16bit(in) && is_16bit(out);
+}
+
+void build_act_table(Act act, DType in, DType out, uint16_t* table, cudaStream_t stream) {
+  if (!act_tabulable(act, in, out))
+    throw RuntimeFailure("matmul_epilogue: " + std::string(act_name(act)) + " from " +
+                         std::string(dtype_name(in)) + " to " + std::string(dtype_name(out)) +
+                         " is not tabulated (16-bit to 16-bit activations only)");
+  constexpr int kThreads = 256;
+  act_table_kernel<<<static_cast<int>(kTableEntries / kThreads), kThreads, 0, stream>>>(
+      act, in, out, reinterpret_cast<unsigned short*>(table));
+  REPLAY_CUDA_LAUNCH("matmul_epilogue::act_table_kernel");
+}
+
 bool epilogue_vectorized(const EpilogueArgs& a) {
   return a.N % kV == 0 && vec_ok(a.z) && vec_ok(a.pre) && vec_ok(a.mid) && vec_ok(a.up) &&
          vec_ok(a.res) && vec_ok(a.y) &&
          (!a.bias || (vec_dtype(a.bias_dtype) && reinterpret_cast<uintptr_t>(a.bias) % 16 == 0));
 }
 
-namespace {
-bool is_16bit(DType t) {
-  return t == DType::kBFloat16 || t == DType::kFloat16;
-}
-}  // namespace
-
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector) {
   const int64_t total = a.M * a.N;
   if (total == 0) return;
   const bool vec = allow_vector && epilogue_vectorized(a);
   const int64_t work = vec ? total / kV : total;
-  if (a.act_step && a.act == Act::kTable) {
-    if (!a.table || !is_16bit(a.table_in) || !is_16bit(a.act_round))
+  if (a.act_step && a.act == Act::kTable && !a.table)
+    throw RuntimeFailure("matmul_epilogue: a tabulated activation without its table");
+  if (a.act_step && a.table) {
+    if (!is_16bit(a.table_in) || !is_16bit(a.act_round))
       throw RuntimeFailure(
           "matmul_epilogue: a tabulated activation needs a table from and to bfloat16 / float16");
     // One block per SM: the table takes 128 KiB of its shared memory.
-    constexpr int kThreads = 1024;
+    constexpr int kThreads = kTableThreads;
     constexpr size_t kSmem = kTableEntries * 2;
     static std::set<int> sized;  // devices whose kernels may take that much (a per-device
     int dev = 0;                 // attribute, set once)
     REPLAY_CUDA(cudaGetDevice(&dev));
     if (sized.insert(dev).second) {
-      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_vec_kernel<true>,
+      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_table_vec_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
       REPLAY_CUDA(cudaFuncSetAttribute(epilogue_kernel<true>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -578,7 +646,7 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
     const int blocks = static_cast<int>(
         std::min<int64_t>((work + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms())));
     if (vec)
-      epilogue_vec_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
+      epilogue_table_vec_kernel<<<blocks, kThreads, kSmem, stream>>>(a);
     else
       epilogue_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
     REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel (table)");
@@ -588,7 +656,7 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
   const int64_t cap = static_cast<int64_t>(device_sms()) * 8;  // 8 resident blocks of 256 per SM
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, cap));
   if (vec)
-    epilogue_vec_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
+    epilogue_vec_kernel<<<blocks, kThreads, 0, stream>>>(a);
   else
     epilogue_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
   REPLAY_CUDA_LAUNCH(vec ? "matmul_epilogue::epilogue_vec_kernel"

@@ -56,15 +56,27 @@ struct EpilogueArgs {
   EpiMat up;   ///< optional: the gating operand
   EpiMat res;  ///< optional: the residual added last
   EpiMat y;
-  /// act == kTable: act(v) = table[the bits of v as `table_in`], 65536 entries of act_round's
-  /// 16-bit dtype, staged in shared memory per block (128 KiB). v must be a value of table_in
-  /// (bfloat16 or float16: the GEMM output, or the bias step's result, in that dtype).
+  /// When set (required for act == kTable; a fixed act's table from build_act_table otherwise):
+  /// act(v) = table[the bits of v as `table_in`], 65536 entries of act_round's 16-bit dtype,
+  /// staged in shared memory per block (128 KiB). v must be a value of table_in (bfloat16 or
+  /// float16: the GEMM output, or the bias step's result, in that dtype).
   const uint16_t* table = nullptr;
   DType table_in = DType::kBFloat16;
 };
 
 /// Entries of an Act::kTable table: one per 16-bit pattern.
 constexpr int64_t kTableEntries = 65536;
+
+/// Whether build_act_table takes `act` from `in` to `out`: GELU (erf, tanh) or SiLU, both dtypes
+/// bfloat16 or float16.
+bool act_tabulable(Act act, DType in, DType out);
+
+/// Writes the table of a fixed activation: table[b] = round(out, act(the `in` value with bits b)),
+/// computed by the kernels' own float32 act (so a lookup gives the bits computing it gives), into
+/// `table` (kTableEntries 16-bit entries, device memory) on `stream`. The optimized forward
+/// epilogue looks its activation up instead of computing erf / tanh / exp per element. Throws
+/// RuntimeFailure when !act_tabulable(act, in, out) or on a launch failure.
+void build_act_table(Act act, DType in, DType out, uint16_t* table, cudaStream_t stream);
 
 /// True when the epilogue takes the vector kernel: N and every row stride multiples of 8
 /// elements, every base (and bias) 16-byte aligned, every dtype float32, bfloat16 or float16.

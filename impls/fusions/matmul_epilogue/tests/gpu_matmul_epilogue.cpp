@@ -22,8 +22,11 @@ using namespace replay;
 using namespace replay::test;
 using replay::matmul_epilogue::Act;
 using replay::matmul_epilogue::act_name;
+using replay::matmul_epilogue::act_tabulable;
+using replay::matmul_epilogue::build_act_table;
 using replay::matmul_epilogue::epilogue_vectorized;
 using replay::matmul_epilogue::EpilogueArgs;
+using replay::matmul_epilogue::kTableEntries;
 using replay::matmul_epilogue::launch_epilogue;
 
 namespace {
@@ -274,6 +277,7 @@ TEST(MatmulEpilogueMutant, UntransposedWeightFails) {
 // The vector kernel (16-byte accesses) and the scalar kernel compute the same float32 chain: on
 // every chain shape (bias with an exported pre-activation, each activation with its export,
 // gating, residual; bf16 and float32 operands) their outputs are bit-identical.
+// Also with the activation looked up in its table (build_act_table), where it is tabulable.
 TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
   REQUIRE_GPU();
   const int64_t M = 96, N = 264;  // N % 8 == 0: vectorizable
@@ -304,8 +308,16 @@ TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
           ASSERT_EQ(cudaMemcpy(bias.get(), h.data(), h.size(), cudaMemcpyHostToDevice),
                     cudaSuccess);
         }
+        // The activation's input: the bias step's bf16 result, else z itself.
+        const DType act_in = extra == 0 ? DType::kBFloat16 : zt;
+        const bool tab = act_tabulable(act, act_in, DType::kBFloat16);
+        DeviceBuffer table(static_cast<size_t>(kTableEntries) * 2);
+        if (tab)
+          build_act_table(act, act_in, DType::kBFloat16, static_cast<uint16_t*>(table.get()),
+                          nullptr);
         std::vector<std::vector<unsigned char>> outs;
-        for (bool vec : {true, false}) {
+        for (int mode = 0; mode < (tab ? 4 : 2); ++mode) {  // vector, scalar; each with the table
+          const bool vec = mode % 2 == 0;
           auto y = mat(DType::kBFloat16), pre = mat(DType::kBFloat16), mid = mat(DType::kBFloat16);
           EpilogueArgs a;
           a.M = M, a.N = N;
@@ -321,6 +333,7 @@ TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
           if (extra == 1) a.up = {up.first.get(), DType::kBFloat16, N};
           if (extra == 2) a.res = {res.first.get(), DType::kBFloat16, N};
           a.y = {y.first.get(), DType::kBFloat16, N};
+          if (mode >= 2) a.table = static_cast<const uint16_t*>(table.get()), a.table_in = act_in;
           ASSERT_TRUE(epilogue_vectorized(a));
           launch_epilogue(a, nullptr, vec);
           ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -333,8 +346,9 @@ TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
           }
           outs.push_back(std::move(h));
         }
-        EXPECT_EQ(outs[0], outs[1])
-            << "z " << dtype_name(zt) << ", " << act_name(act) << ", extra " << extra;
+        for (size_t k = 1; k < outs.size(); ++k)
+          EXPECT_EQ(outs[0], outs[k]) << "z " << dtype_name(zt) << ", " << act_name(act)
+                                      << ", extra " << extra << ", mode " << k;
       }
   // A row stride that is not a multiple of 8 takes the scalar kernel.
   EpilogueArgs odd;
