@@ -272,36 +272,62 @@ __global__ void epilogue_vec_kernel(EpilogueArgs a) {
   }
 }
 
-// The table kernel (EpilogueArgs::table): one block of kTableThreads per SM (the table takes 128
-// KiB of its shared memory), so each thread keeps kTableIlp vectors' loads in flight before it
-// looks any of them up: ~kTableIlp x 16 bytes (32 with gating) a thread, 32-64 KiB an SM, what a
-// 4.2 TB/s stream needs at HBM latency (one vector at a time measured 62 us for GPT-2's 2 x 64 MiB
-// where the bytes take ~31 us, H200).
-constexpr int kTableThreads = 512, kTableIlp = 4;
+// The table kernel (EpilogueArgs::table, 16-bit z and up): one block of kTableThreads per SM,
+// whose shared memory holds the table (128 KiB) and a ring of kTableStages 16-byte slots per
+// thread and operand (80 KiB), filled by cp.async: each thread has its next kTableStages - 1
+// vectors' loads in flight while it looks the current one up, 32-64 KiB an SM at all times,
+// what a 4.2 TB/s stream needs at HBM latency. Measured before (H200): one vector at a time in
+// registers, 62 us for GPT-2's 2 x 64 MiB (the bytes take ~31 us); four loaded, then four looked
+// up, 146-182 us on nanoGPT's and BERT's 210-256 MB (the lookups and the loads took turns).
+constexpr int kTableThreads = 512, kTableStages = 5;
+constexpr int kTableWords = static_cast<int>(kTableEntries * 2 / sizeof(uint4));
+constexpr size_t kTableSmem = (kTableWords + 2 * kTableStages * kTableThreads) * sizeof(uint4);
+
+// 16 bytes global -> shared, asynchronously (zeros when !pred; gmem must still be a valid
+// address).
+__device__ __forceinline__ void cp_async16(uint4* smem, const void* gmem, bool pred) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 __global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(EpilogueArgs a) {
+  extern __shared__ uint4 smem[];
   const Chain c{a, stage_table<true>(a)};
+  uint4* ring = smem + kTableWords;  // [stage][operand: z, up][thread]
+  auto slot = [&](int st, int op) { return ring + (st * 2 + op) * kTableThreads + threadIdx.x; };
   const int64_t nv = a.N / kV, total = a.M * nv;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i0 < total;
-       i0 += stride * kTableIlp) {
-    Raw8 zr[kTableIlp] = {}, ur[kTableIlp] = {};
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  auto issue = [&](int64_t i, int st) {  // vector i's z (and up) into stage st; one group
+    const bool ok = i < total;
+    const int64_t m = ok ? i / nv : 0, n = ok ? (i - m * nv) * kV : 0;
+    cp_async16(slot(st, 0), static_cast<const char*>(a.z.ptr) + (m * a.z.ld + n) * 2, ok);
+    if (a.up.ptr)
+      cp_async16(slot(st, 1), static_cast<const char*>(a.up.ptr) + (m * a.up.ld + n) * 2, ok);
+    cp_async_commit();
+  };
 #pragma unroll
-    for (int u = 0; u < kTableIlp; ++u) {
-      const int64_t i = i0 + u * stride;
-      if (i >= total) break;
-      const int64_t m = i / nv, n = (i - m * nv) * kV;
-      zr[u] = load_raw8(a.z.ptr, m * a.z.ld + n, a.z.dtype);
-      if (a.up.ptr) ur[u] = load_raw8(a.up.ptr, m * a.up.ld + n, a.up.dtype);
-    }
-#pragma unroll
-    for (int u = 0; u < kTableIlp; ++u) {
-      const int64_t i = i0 + u * stride;
-      if (i >= total) break;
-      const int64_t m = i / nv, n = (i - m * nv) * kV;
-      vec_elements(a, c, m, n, zr[u], ur[u]);
-    }
+  for (int st = 0; st < kTableStages - 1; ++st) issue(first + st * stride, st);
+  int st = 0;
+  for (int64_t i = first; i < total; i += stride) {
+    issue(i + (kTableStages - 1) * stride, (st + kTableStages - 1) % kTableStages);
+    cp_async_wait<kTableStages - 1>();  // this thread's group for vector i has landed
+    const int64_t m = i / nv, n = (i - m * nv) * kV;
+    Raw8 zr{}, ur{};
+    zr.w[0] = *slot(st, 0);
+    if (a.up.ptr) ur.w[0] = *slot(st, 1);
+    vec_elements(a, c, m, n, zr, ur);
+    st = (st + 1) % kTableStages;
   }
+  cp_async_wait<0>();
 }
 
 template <bool kTab>
@@ -631,21 +657,23 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
     if (!is_16bit(a.table_in) || !is_16bit(a.act_round))
       throw RuntimeFailure(
           "matmul_epilogue: a tabulated activation needs a table from and to bfloat16 / float16");
-    // One block per SM: the table takes 128 KiB of its shared memory.
-    constexpr int kThreads = kTableThreads;
-    constexpr size_t kSmem = kTableEntries * 2;
+    // One block per SM: the table takes 128 KiB of its shared memory (the vector kernel's ring
+    // another 80 KiB; it takes 16-bit z and up).
+    const bool ring = vec && is_16bit(a.z.dtype) && (!a.up.ptr || is_16bit(a.up.dtype));
+    const int kThreads = ring ? kTableThreads : 1024;
+    const size_t kSmem = ring ? kTableSmem : kTableEntries * 2;
     static std::set<int> sized;  // devices whose kernels may take that much (a per-device
     int dev = 0;                 // attribute, set once)
     REPLAY_CUDA(cudaGetDevice(&dev));
     if (sized.insert(dev).second) {
       REPLAY_CUDA(cudaFuncSetAttribute(epilogue_table_vec_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_kernel<true>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kTableSmem));
+      REPLAY_CUDA(cudaFuncSetAttribute(
+          epilogue_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTableEntries * 2));
     }
     const int blocks = static_cast<int>(
         std::min<int64_t>((work + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms())));
-    if (vec)
+    if (ring)
       epilogue_table_vec_kernel<<<blocks, kThreads, kSmem, stream>>>(a);
     else
       epilogue_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
