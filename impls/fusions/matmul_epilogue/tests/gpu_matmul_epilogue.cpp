@@ -280,76 +280,81 @@ TEST(MatmulEpilogueMutant, UntransposedWeightFails) {
 // Also with the activation looked up in its table (build_act_table), where it is tabulable.
 TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
   REQUIRE_GPU();
-  const int64_t M = 96, N = 264;  // N % 8 == 0: vectorizable
-  auto mat = [&](DType t) {
-    return std::make_pair(DeviceBuffer(static_cast<size_t>(M * N) * dtype_size(t)), t);
-  };
-  auto fill = [&](const DeviceBuffer& b, DType t, uint64_t seed) {
-    std::vector<unsigned char> h(b.bytes());
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-    for (size_t i = 0; i < h.size() / dtype_size(t); ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      store_as(t, (static_cast<double>(x % 20001) - 10000.0) / 2500.0, &h[i * dtype_size(t)]);
-    }
-    ASSERT_EQ(cudaMemcpy(b.get(), h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  };
-  for (DType zt : {DType::kBFloat16, DType::kFloat32})
-    for (Act act : {Act::kNone, Act::kGeluErf, Act::kGeluTanh, Act::kSilu})
-      for (int extra = 0; extra < 3; ++extra) {  // 0: bias + pre; 1: gating; 2: residual
-        auto z = mat(zt), up = mat(DType::kBFloat16), res = mat(DType::kBFloat16);
-        DeviceBuffer bias(static_cast<size_t>(N) * 2);
-        fill(z.first, zt, 1);
-        fill(up.first, DType::kBFloat16, 2);
-        fill(res.first, DType::kBFloat16, 3);
-        {
-          std::vector<unsigned char> h(bias.bytes());
-          for (int64_t n = 0; n < N; ++n)
-            store_as(DType::kBFloat16, 0.01 * (n % 37) - 0.2, &h[n * 2]);
-          ASSERT_EQ(cudaMemcpy(bias.get(), h.data(), h.size(), cudaMemcpyHostToDevice),
-                    cudaSuccess);
-        }
-        // The activation's input: the bias step's bf16 result, else z itself.
-        const DType act_in = extra == 0 ? DType::kBFloat16 : zt;
-        const bool tab = act_tabulable(act, act_in, DType::kBFloat16);
-        DeviceBuffer table(static_cast<size_t>(kTableEntries) * 2);
-        if (tab)
-          build_act_table(act, act_in, DType::kBFloat16, static_cast<uint16_t*>(table.get()),
-                          nullptr);
-        std::vector<std::vector<unsigned char>> outs;
-        for (int mode = 0; mode < (tab ? 4 : 2); ++mode) {  // vector, scalar; each with the table
-          const bool vec = mode % 2 == 0;
-          auto y = mat(DType::kBFloat16), pre = mat(DType::kBFloat16), mid = mat(DType::kBFloat16);
-          EpilogueArgs a;
-          a.M = M, a.N = N;
-          a.z = {z.first.get(), zt, N};
-          if (extra == 0) {
-            a.bias = bias.get(), a.bias_dtype = DType::kBFloat16, a.bias_round = DType::kBFloat16;
-            a.pre = {pre.first.get(), DType::kBFloat16, N};
-          }
-          if (act != Act::kNone) {
-            a.act_step = true, a.act = act, a.act_round = DType::kBFloat16;
-            a.mid = {mid.first.get(), DType::kBFloat16, N};
-          }
-          if (extra == 1) a.up = {up.first.get(), DType::kBFloat16, N};
-          if (extra == 2) a.res = {res.first.get(), DType::kBFloat16, N};
-          a.y = {y.first.get(), DType::kBFloat16, N};
-          if (mode >= 2) a.table = static_cast<const uint16_t*>(table.get()), a.table_in = act_in;
-          ASSERT_TRUE(epilogue_vectorized(a));
-          launch_epilogue(a, nullptr, vec);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          std::vector<unsigned char> h(3 * y.first.bytes());
-          for (int k = 0; k < 3; ++k) {
-            const DeviceBuffer& b = k == 0 ? y.first : k == 1 ? pre.first : mid.first;
-            ASSERT_EQ(
-                cudaMemcpy(h.data() + k * b.bytes(), b.get(), b.bytes(), cudaMemcpyDeviceToHost),
-                cudaSuccess);
-          }
-          outs.push_back(std::move(h));
-        }
-        for (size_t k = 1; k < outs.size(); ++k)
-          EXPECT_EQ(outs[0], outs[k]) << "z " << dtype_name(zt) << ", " << act_name(act)
-                                      << ", extra " << extra << ", mode " << k;
+  // N % 8 == 0: vectorizable. M = 96: each thread one vector; 16384: grid-stride steps that wrap
+  // rows (the kernels' Cursor).
+  for (const int64_t M : {int64_t{96}, int64_t{16384}}) {
+    const int64_t N = 264;
+    auto mat = [&](DType t) {
+      return std::make_pair(DeviceBuffer(static_cast<size_t>(M * N) * dtype_size(t)), t);
+    };
+    auto fill = [&](const DeviceBuffer& b, DType t, uint64_t seed) {
+      std::vector<unsigned char> h(b.bytes());
+      uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+      for (size_t i = 0; i < h.size() / dtype_size(t); ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        store_as(t, (static_cast<double>(x % 20001) - 10000.0) / 2500.0, &h[i * dtype_size(t)]);
       }
+      ASSERT_EQ(cudaMemcpy(b.get(), h.data(), h.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    };
+    for (DType zt : {DType::kBFloat16, DType::kFloat32})
+      for (Act act : {Act::kNone, Act::kGeluErf, Act::kGeluTanh, Act::kSilu})
+        for (int extra = 0; extra < 3; ++extra) {  // 0: bias + pre; 1: gating; 2: residual
+          auto z = mat(zt), up = mat(DType::kBFloat16), res = mat(DType::kBFloat16);
+          DeviceBuffer bias(static_cast<size_t>(N) * 2);
+          fill(z.first, zt, 1);
+          fill(up.first, DType::kBFloat16, 2);
+          fill(res.first, DType::kBFloat16, 3);
+          {
+            std::vector<unsigned char> h(bias.bytes());
+            for (int64_t n = 0; n < N; ++n)
+              store_as(DType::kBFloat16, 0.01 * (n % 37) - 0.2, &h[n * 2]);
+            ASSERT_EQ(cudaMemcpy(bias.get(), h.data(), h.size(), cudaMemcpyHostToDevice),
+                      cudaSuccess);
+          }
+          // The activation's input: the bias step's bf16 result, else z itself.
+          const DType act_in = extra == 0 ? DType::kBFloat16 : zt;
+          const bool tab = act_tabulable(act, act_in, DType::kBFloat16);
+          DeviceBuffer table(static_cast<size_t>(kTableEntries) * 2);
+          if (tab)
+            build_act_table(act, act_in, DType::kBFloat16, static_cast<uint16_t*>(table.get()),
+                            nullptr);
+          std::vector<std::vector<unsigned char>> outs;
+          for (int mode = 0; mode < (tab ? 4 : 2); ++mode) {  // vector, scalar; each with the table
+            const bool vec = mode % 2 == 0;
+            auto y = mat(DType::kBFloat16), pre = mat(DType::kBFloat16),
+                 mid = mat(DType::kBFloat16);
+            EpilogueArgs a;
+            a.M = M, a.N = N;
+            a.z = {z.first.get(), zt, N};
+            if (extra == 0) {
+              a.bias = bias.get(), a.bias_dtype = DType::kBFloat16, a.bias_round = DType::kBFloat16;
+              a.pre = {pre.first.get(), DType::kBFloat16, N};
+            }
+            if (act != Act::kNone) {
+              a.act_step = true, a.act = act, a.act_round = DType::kBFloat16;
+              a.mid = {mid.first.get(), DType::kBFloat16, N};
+            }
+            if (extra == 1) a.up = {up.first.get(), DType::kBFloat16, N};
+            if (extra == 2) a.res = {res.first.get(), DType::kBFloat16, N};
+            a.y = {y.first.get(), DType::kBFloat16, N};
+            if (mode >= 2) a.table = static_cast<const uint16_t*>(table.get()), a.table_in = act_in;
+            ASSERT_TRUE(epilogue_vectorized(a));
+            launch_epilogue(a, nullptr, vec);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            std::vector<unsigned char> h(3 * y.first.bytes());
+            for (int k = 0; k < 3; ++k) {
+              const DeviceBuffer& b = k == 0 ? y.first : k == 1 ? pre.first : mid.first;
+              ASSERT_EQ(
+                  cudaMemcpy(h.data() + k * b.bytes(), b.get(), b.bytes(), cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+            }
+            outs.push_back(std::move(h));
+          }
+          for (size_t k = 1; k < outs.size(); ++k)
+            EXPECT_EQ(outs[0], outs[k]) << "M " << M << ", z " << dtype_name(zt) << ", "
+                                        << act_name(act) << ", extra " << extra << ", mode " << k;
+        }
+  }
   // A row stride that is not a multiple of 8 takes the scalar kernel.
   EpilogueArgs odd;
   odd.M = 2, odd.N = 8;
