@@ -9,8 +9,9 @@ traces/capture/torch_replay.py --compile (`bash scripts/device.sh OUT peers`) on
 Columns: the fused regions (`fusion` per region that ran fused, `fusion (eager: why)` where its
 variant fell back, `-` where no fusion matched); `ours` is the whole graph's `optimized` median
 (`eager` where the trace has no fusion), µs, cold; `% SOL` its share of the speed of light the run
-measured and `bound` the term that bounds it (memory, matmul: the run's ceilings); `eager` our
-eager executor's median and `PyTorch ops` PyTorch's op by op replay of the same graph, µs;
+measured and `bound` the term that bounds it (memory, matmul: the run's ceilings); `eager` and
+`baseline` our eager executor's and the fusions' baseline variant's medians (`-` where not run), and
+`PyTorch ops` PyTorch's op by op replay of the same graph, µs;
 `torch.compile` the peer's median, µs; `ours / compile` below 1 means faster. Takes a second.
 Exit status 0.
 """
@@ -58,9 +59,9 @@ def main():
         peers = json.load(f)
     lines = [f"GPU: {env.get('device', 'none')}; PyTorch {peers.get('torch_version', '?')}. "
              "Medians of cold samples (L2 flushed), µs.", "",
-             "| trace | regions | ours | µs | % SOL | bound | eager µs | PyTorch ops µs | torch.compile µs "
-             "| ours / compile | numerics |",
-             "|---|---|---|---:|---:|---|---:|---:|---:|---:|---|"]
+             "| trace | regions | ours | µs | % SOL | bound | eager µs | baseline µs | PyTorch ops µs "
+             "| torch.compile µs | ours / compile | numerics |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for t in sorted(traces, key=lambda t: t["name"]):
         name, v = best_row(t)
         peer = peers.get("traces", {}).get(t["name"], {})
@@ -68,8 +69,10 @@ def main():
         ops = peer.get("pytorch_ops", {}).get("median_us")
         whole = (t.get("regions") or [{}])[0]
         bound = whole.get("sol_terms_us", {}).get("bound") or "-"
-        eager = next((x["stats"]["median_us"] for x in whole.get("variants", [])
-                      if x.get("variant") == "eager" and "stats" in x), None)
+        def median_of(variant):
+            return next((x["stats"]["median_us"] for x in whole.get("variants", [])
+                         if x.get("variant") == variant and "stats" in x and "skipped" not in x), None)
+        eager, base = median_of("eager"), median_of("baseline")
         ours = v["stats"]["median_us"] if v else None
         sol = v.get("sol_pct") if v else None
         ratio = f"{ours / comp:.2f}x" if ours and comp else "-"
@@ -77,7 +80,8 @@ def main():
         lines.append(f"| {t['name']} | {regions} | {name or '-'} | "
                      f"{'-' if ours is None else f'{ours:.1f}'} | "
                      f"{'-' if sol is None else f'{sol:.0f}'} | {bound} | "
-                     f"{'-' if eager is None else f'{eager:.1f}'} | {'-' if ops is None else f'{ops:.1f}'} | "
+                     f"{'-' if eager is None else f'{eager:.1f}'} | {'-' if base is None else f'{base:.1f}'} | "
+                     f"{'-' if ops is None else f'{ops:.1f}'} | "
                      f"{'-' if comp is None else f'{comp:.1f}'} | {ratio} | "
                      f"{t.get('verdict', '-')}{' ' + t['error'][:60] if t.get('error') else ''} |")
     text = "\n".join(lines) + "\n"

@@ -10,17 +10,19 @@ constexpr VariantSpec kVariants[] = {
      "kernel per epilogue step (bias, activation, gating; backward: act', products, column sum)"},
     {"optimized", Role::kOptimized,
      "cuBLASLt GEMM with CUBLASLT_EPILOGUE_BIAS and the output dtype direct; what the graph "
-     "rounds in between (GELU, SiLU gating; backward: the activation's derivative, d_gate and "
-     "d_up, the bias gradient's column partials) in one fused kernel reading each tensor once"},
+     "rounds in between (GELU, SiLU gating, a 16-bit activation looked up in its table; "
+     "backward: the activation's derivative, d_gate and d_up, the bias gradient's column "
+     "partials) in one fused kernel reading each tensor once"},
 };
 
 }  // namespace
 
 extern const FusionSpec matmul_epilogue = {
     "matmul_epilogue",
-    "GEMM + epilogue: bias, GELU (erf, tanh), SiLU/GELU gating, casts (nn.Linear, GPT-2 Conv1D, "
-    "Llama/Gemma MLPs) through cuBLASLt; backward: the activation's derivative after dY @ W, "
-    "d_gate/d_up, the bias gradient",
+    "GEMM + epilogue: bias, GELU (erf, tanh), SiLU/GELU gating, any pointwise chain of one 16-bit "
+    "value (tabulated), casts (nn.Linear, GPT-2 Conv1D, Llama/Gemma MLPs) through cuBLASLt, the "
+    "algorithm timed among the heuristic's candidates; backward: the activation's derivative "
+    "after dY @ W, d_gate/d_up, the bias gradient",
     kVariants,
     matmul_epilogue::match,
     matmul_epilogue::cost,
