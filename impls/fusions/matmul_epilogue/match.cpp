@@ -828,10 +828,14 @@ void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& ou
   if (p.add_bias < 0 && p.residual < 0 && !p.has_act_step && !split) tail.clear();
   // Gating: cur * up, up another GEMM's [M, N] output. The activation may be read outside too
   // (the default partitioner saves it): the fused step then writes it as well (Params::act_out).
+  // Its other readers must come after the gating mul (the fused step runs there); otherwise the
+  // activation is fused alone, as when it has no such mul.
   int gate_mul = -1;  // the one aten.mul reading the activation
   for (int u : g.values[cur].users)
     if (g.nodes[u].op == Op::kMul && u != gate_mul) gate_mul = gate_mul < 0 ? u : -2;
-  if (!split && p.has_act_step && gate_mul >= 0) {
+  const auto& act_readers = g.values[cur].users;
+  if (!split && p.has_act_step && gate_mul >= 0 &&
+      std::all_of(act_readers.begin(), act_readers.end(), [&](int u) { return u >= gate_mul; })) {
     const int m = gate_mul;
     const Node& mul = g.nodes[m];
     const int w = mul.op == Op::kMul ? other_tensor(mul, cur) : -1;
