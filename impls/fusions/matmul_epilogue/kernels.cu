@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <set>
 
+#include "impls/cuda/cp_async.cuh"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dtype_device.cuh"
 
@@ -306,21 +307,6 @@ __global__ void epilogue_vec_kernel(EpilogueArgs a) {
 constexpr int kTableThreads = 512, kTableStages = 5;
 constexpr int kTableWords = static_cast<int>(kTableEntries * 2 / sizeof(uint4));
 constexpr size_t kTableSmem = (kTableWords + 2 * kTableStages * kTableThreads) * sizeof(uint4);
-
-// 16 bytes global -> shared, asynchronously (zeros when !pred; gmem must still be a valid
-// address).
-__device__ __forceinline__ void cp_async16(uint4* smem, const void* gmem, bool pred) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(pred ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(EpilogueArgs a) {
   extern __shared__ uint4 smem[];

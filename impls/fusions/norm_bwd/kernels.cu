@@ -35,6 +35,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "impls/cuda/cp_async.cuh"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dtype_device.cuh"
 #include "impls/cuda/vec16.cuh"
@@ -113,19 +114,6 @@ __device__ __forceinline__ float2 group_sum2(float a, float b, float2* red, int&
 // no barrier. Three stages (two rows in flight per group): H100, [8192, 4096] RMSNorm 98.5 -> 84.3
 // µs; same time at [576000, 384] and [16384, 1600]; four stages gained nothing (TUNING.md).
 constexpr int kStages = 3;
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
-               "r"(pred ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // Row r's first element in a tensor laid out by m (NormBwdRowMap).
 __device__ __forceinline__ int64_t row_off(const NormBwdArgs& a, const NormBwdRowMap& m,
