@@ -47,8 +47,9 @@ struct StopRule {
   /// ms, and those samples run 15 % slower (harness/measure/TIMING.md, "Power throttling").
   double min_clock_ratio = 0.9;
   /// After a batch with a discarded sample the GPU idles this long before the next one, which
-  /// holds only as many samples as that batch kept (at least 1): nvbench's throttle recovery
-  /// delay, so a power-limited replay is sampled in the short bursts it runs unthrottled.
+  /// holds only as many samples as that batch kept (at least 1; ranks of a multi-process run keep
+  /// the batch length, as their replays may hold collectives): nvbench's throttle recovery delay,
+  /// so a power-limited replay is sampled in the short bursts it runs unthrottled.
   double throttle_recovery_s = 0.05;
 };
 

@@ -139,10 +139,12 @@ Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
       t.samples_us.push_back(us[i]);
       t.host_us.push_back(host[i]);
     }
-    // Throttled (power or heat): idle so the clock recovers, then sample only as long a burst as
-    // ran at speed (StopRule::throttle_recovery_s).
+    // Throttled (power or heat): idle so the clock recovers, then sample only as many as this
+    // batch kept (StopRule::throttle_recovery_s). Ranks that agree on when to stop keep the batch
+    // length: each replay may hold a collective, so every rank must run as many of them between
+    // two agreements.
     if (kept < us.size()) {
-      batch = std::max<size_t>(1, kept);
+      if (!agree) batch = std::max<size_t>(1, kept);
       if (rule.throttle_recovery_s > 0)
         std::this_thread::sleep_for(std::chrono::duration<double>(rule.throttle_recovery_s));
     } else {

@@ -86,9 +86,9 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
       const int anchor = reg.anchor >= 0 ? reg.anchor : reg.nodes.back();
       if (static_cast<int>(ni) != anchor) continue;
       if (add_fused_step(r)) {
-        for (const TailAlias& t : reg.tail)
-          slots_[g.nodes[t.node].outputs.at(0)] = slot(t.source, g.nodes[t.node].id);
         for (int n : reg.views) add_view(n);  // aliases of what the step wrote (Region::views)
+        for (const TailAlias& t : reg.tail)   // (an alias of a view reads the view's slot)
+          slots_[g.nodes[t.node].outputs.at(0)] = slot(t.source, g.nodes[t.node].id);
         continue;
       }
       // Unsupported: the region's nodes run eagerly. A node after the anchor reads only the
@@ -185,7 +185,7 @@ bool GpuProgram::add_fused_step(int r) {
   Binder ctx(*this);
   GemmChoiceLog gemms;
   Binding b = reg.fusion->bind(g_, reg, *v, ctx);
-  gemm_choices_[r] = gemms.take();
+  if (b.launch) gemm_choices_[r] = gemms.take();  // a region that runs eagerly runs none of them
   if (!b.launch) {
     fallback_[r] = b.unsupported;
     for (int out : reg.outputs) slots_.erase(out);

@@ -810,7 +810,10 @@ std::string choose_algo(LtCall& c, bool tune, int want, const std::string& none,
   auto done = [&](const Choice& ch) {
     rec = ch.rec;
     rec.name = c.node;
-    if (!ch.algo) return none;
+    if (!ch.algo) {  // left unresolved: a launch resolves the heuristic's first, as untuned
+      c.ws_bytes = kWorkspaceBytes;
+      return none;
+    }
     c.algo = *ch.algo;
     c.ws_bytes = ch.ws;
     c.ready = true;

@@ -286,8 +286,10 @@ std::string map_region(const Graph& g, const CanonicalGraph& c, Region& r) {
     const int p = g.values[v].producer;
     return p >= 0 && in[p];
   };
-  std::vector<char> written(g.values.size(), 0);  // by the fused step
+  std::vector<char> written(g.values.size(), 0);  // by the fused step (or its views' aliases)
   for (int v : r.outputs) written[v] = 1;
+  for (int n : r.views)  // canonical indices still; values are the captured graph's
+    for (int v : c.graph.nodes.at(n).outputs) written[v] = 1;
   std::vector<int> absorbed, tail_candidates;
   // Forward: removed nodes reading the region's values.
   for (int k : c.removed) {

@@ -85,8 +85,9 @@ bool epilogue_vectorized(const EpilogueArgs& a);
 /// Enqueues the epilogue on `stream`: one grid-stride kernel, 8 elements per thread iteration with
 /// 16-byte accesses when epilogue_vectorized(a), else one element per iteration; both compute the
 /// same float32 steps (bit-identical results); `allow_vector` false forces the scalar kernel (the
-/// test that proves the two agree). With a table (Act::kTable): one block of 1024 threads per SM,
-/// each staging the table in 128 KiB of shared memory first. Throws RuntimeFailure on a launch
+/// test that proves the two agree). With a table: one block per SM, staging the table in 128
+/// KiB of its shared memory first (512 threads and a cp.async ring for 16-bit z and up, else
+/// the scalar kernel with 1024). Throws RuntimeFailure on a launch
 /// failure, or a table with a dtype other than bfloat16 / float16 on either side.
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector = true);
 

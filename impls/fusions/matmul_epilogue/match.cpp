@@ -234,13 +234,15 @@ std::string leak(const Graph& g, const std::vector<int>& nodes, const std::vecto
 // closure as a table (Act::kTable: whatever the function, and whatever it rounds between its
 // ops, it is a function of src's 16 bits; bind.cpp computes it with the eager executor's own
 // launches, so the region gives eager's bits). Otherwise nothing, and why.
-Chain find_chain(const Graph& g, int src) {
+// `wide`: the closure takes every pointwise op, not only chain_op's (the table attempt alone;
+// find_chain below).
+Chain find_chain_in(const Graph& g, int src, bool wide) {
   std::vector<int> closure;
   std::set<int> vals{src};
   const int start = g.values[src].producer + 1;
   for (int i = start; i < static_cast<int>(g.nodes.size()) && closure.size() < 32; ++i) {
     const Node& n = g.nodes[i];
-    if (!(chain_op(n.op) || pointwise_op(n.op)) || n.outputs.size() != 1) continue;
+    if (!(chain_op(n.op) || (wide && pointwise_op(n.op))) || n.outputs.size() != 1) continue;
     bool reads = false, only = true;
     for (const Operand& o : n.operands) {
       if (o.is_tensor()) {
@@ -299,6 +301,17 @@ Chain find_chain(const Graph& g, int src) {
     if (best.why_not.empty()) best.why_not = why;
   }
   return best;
+}
+
+// The chain as find_chain_in takes it over the ops of the fixed activations; when that finds no
+// activation (nothing, or a cast), the whole closure over every pointwise op as a table if it can
+// be one (squared ReLU's relu): an unrelated pointwise reader of src (a returned abs(x)) then
+// cannot keep a GELU from being classified.
+Chain find_chain(const Graph& g, int src) {
+  Chain narrow = find_chain_in(g, src, false);
+  if (!narrow.nodes.empty() && narrow.act != Act::kNone) return narrow;
+  Chain wide = find_chain_in(g, src, true);
+  return !wide.nodes.empty() && wide.act == Act::kTable ? wide : narrow;
 }
 
 // The reshape of `v` to [.., N] of the same (contiguous) elements: its node, or -1.

@@ -410,33 +410,49 @@ TEST(MatmulEpilogueMutant, SavedActivationNotWrittenFails) {
                         Mutant::kActOutDropped, variant, "convert_element_type_3");
 }
 
-// The table is the eager executor's own chain over every bit pattern: the tabulated region gives
-// eager's bits exactly, on GPT-2's bf16 gelu_new (every op rounding) and a float32 QuickGELU.
+// The table is the eager executor's own chain over every bit pattern: wherever the fused step's
+// GEMM output equals eager's (the variants time their own GEMM algorithm, eager runs the
+// heuristic's first, so the two GEMM outputs may differ in a few elements), the tabulated result
+// is eager's bit for bit; on GPT-2's bf16 gelu_new (every op rounding) and a float32 QuickGELU.
 TEST(MatmulEpilogueTableGpu, TabulatedChainIsBitIdenticalToEager) {
   REQUIRE_GPU();
   const std::vector<std::pair<std::string, std::function<Graph()>>> graphs = {
       {"gpt2", [] { return bundled("byog/linear/gpt2_mlp_mincut_train_fwd_2x8x128"); }},
       {"quick_gelu",
-       [] {
-         return parse_trace(linear_trace(synth("linear", "addmm", "quick_gelu", false)), "q");
-       }},
+       [] { return parse_trace(linear_trace(synth("linear", "addmm", "quick_gelu", true)), "q"); }},
   };
   for (const auto& [name, load] : graphs) {
     Graph g = load();
     const Plan plan = make_plan(g, fusion_registry());
+    const auto& p = std::any_cast<const matmul_epilogue::Params&>(plan.regions.at(0).params);
+    ASSERT_EQ(p.act, Act::kTable) << name;
+    ASSERT_TRUE(g.values[p.gemm.out].graph_output) << name << ": the GEMM output is returned";
     auto ref = run_reference(g, generate_inputs(g, 7));
-    std::map<std::string, HostData> got;
+    std::map<std::string, std::pair<HostData, HostData>> got;  // variant -> (GEMM output, y)
     for (const char* variant : {"eager", "baseline", "optimized"}) {
       GpuProgram prog(g, plan, variant, ref, nullptr);
       expect_fused_where_available(plan, prog, variant, name);
       prog.poison_outputs(nullptr);
       prog.run_all(LaunchContext{});
       REPLAY_CUDA(cudaDeviceSynchronize());
-      const int y = std::any_cast<const matmul_epilogue::Params&>(plan.regions.at(0).params).out;
-      got[variant] = prog.download(y, nullptr).data;
+      got[variant] = {prog.download(p.gemm.out, nullptr).data, prog.download(p.out, nullptr).data};
     }
-    EXPECT_EQ(got["optimized"], got["eager"]) << name;
-    EXPECT_EQ(got["baseline"], got["eager"]) << name;
+    const auto& [z_eager, y_eager] = got["eager"];
+    for (const char* variant : {"baseline", "optimized"}) {
+      const auto& [z, y] = got[variant];
+      ASSERT_EQ(z.size(), z_eager.size());
+      ASSERT_EQ(y.size(), y_eager.size());
+      size_t same_z = 0, mismatched = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (z[i] != z_eager[i]) continue;
+        ++same_z;
+        mismatched += y[i] != y_eager[i];
+      }
+      std::cout << "[ table ] " << name << " " << variant << ": " << same_z << " of " << y.size()
+                << " GEMM outputs equal eager's\n";
+      EXPECT_GT(same_z, y.size() / 2) << name << " " << variant;
+      EXPECT_EQ(mismatched, 0u) << name << " " << variant;
+    }
   }
 }
 

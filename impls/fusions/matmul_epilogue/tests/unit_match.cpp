@@ -263,6 +263,54 @@ TEST(MatmulEpilogueMatch, DefaultPartitionSavedViewsAreAliasesOfWrittenValues) {
   EXPECT_EQ(name(g3, params(p3.regions[0]).act_out), "convert_element_type_3");
 }
 
+// The saved view returned through an alias (or a clone) of it: the alias is a tail of the region
+// passing the view's buffer on, not a reason to drop the region.
+TEST(MatmulEpilogueMatch, AnAliasOfASavedViewIsATail) {
+  for (const char* op : {"aten.alias.default", "aten.clone.default"}) {
+    json t = read_json(trace_path("byog/linear/bert_intermediate_default_train_fwd_2x8x128"));
+    json view1;
+    for (const auto& n : t["nodes"])
+      if (n["id"] == "view_1") view1 = n;
+    t["nodes"].push_back({{"id", "alias_1"},
+                          {"op", op},
+                          {"args", {test::ref("view_1")}},
+                          {"kwargs", json::object()},
+                          {"outputs", view1["outputs"]}});
+    for (auto& o : t["outputs"])
+      if (o == "view_1") o = "alias_1";
+    t.erase("golden");
+    Graph g = parse_trace(t, "bert_alias_view");
+    Plan p = plan_of(g);
+    ASSERT_EQ(p.regions.size(), 1u) << op << ": " << json(p.dropped.size());
+    const Region& r = p.regions[0];
+    ASSERT_EQ(r.views.size(), 1u) << op;
+    EXPECT_EQ(g.nodes[r.views[0]].id, "view_1");
+    ASSERT_EQ(r.tail.size(), 1u) << op;
+    EXPECT_EQ(g.nodes[r.tail[0].node].id, "alias_1");
+    EXPECT_EQ(name(g, r.tail[0].source), "view_1");
+  }
+}
+
+// A pointwise reader of the GEMM output beside its GELU (a returned abs(x)) is outside the
+// activation's chain: the GELU is still classified and fused.
+TEST(MatmulEpilogueMatch, AnUnrelatedPointwiseReaderLeavesTheActivation) {
+  json t = read_json(trace_path("byog/linear/bert_intermediate_mincut_train_fwd_2x8x128"));
+  json view1;
+  for (const auto& n : t["nodes"])
+    if (n["id"] == "view_1") view1 = n;
+  t["nodes"].push_back({{"id", "abs_1"},
+                        {"op", "aten.abs.default"},
+                        {"args", {test::ref("view_1")}},
+                        {"kwargs", json::object()},
+                        {"outputs", view1["outputs"]}});
+  t["outputs"].push_back("abs_1");
+  t.erase("golden");
+  Graph g = parse_trace(t, "bert_abs");
+  Plan p = plan_of(g);
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(params(p.regions[0]).act, Act::kGeluErf);
+}
+
 TEST(MatmulEpilogueMatch, DeclinesABiasOfTheWrongShape) {
   LinearForm f = form("linear", "addmm", "gelu_erf");
   f.bias_rows = 16;  // a [M, N] self: not nn.Linear's bias
