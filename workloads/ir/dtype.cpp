@@ -108,6 +108,9 @@ size_t dtype_size(DType t) {
 bool is_floating(DType t) {
   return info(t).floating;
 }
+bool is_16bit_float(DType t) {
+  return t == DType::kBFloat16 || t == DType::kFloat16;
+}
 int mantissa_bits(DType t) {
   return info(t).mant;
 }

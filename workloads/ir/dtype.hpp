@@ -32,6 +32,8 @@ std::string dtype_list();
 /// Size of one element in bytes.
 size_t dtype_size(DType t);
 bool is_floating(DType t);
+/// bfloat16 or float16: the dtypes whose every value a 65536-entry table indexes by its bits.
+bool is_16bit_float(DType t);
 /// Explicit mantissa bits of a floating dtype (bfloat16 7, float16 10, float32 23, float64 52,
 /// float8_e4m3fn 3, float8_e5m2 2); 0 for integers and bool.
 int mantissa_bits(DType t);

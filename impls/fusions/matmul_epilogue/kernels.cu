@@ -20,12 +20,6 @@
 
 namespace replay::matmul_epilogue {
 
-namespace {
-bool is_16bit(DType t) {
-  return t == DType::kBFloat16 || t == DType::kFloat16;
-}
-}  // namespace
-
 const char* act_name(Act a) {
   switch (a) {
     case Act::kNone:
@@ -641,7 +635,7 @@ __global__ void act_table_kernel(Act act, DType in, DType out, unsigned short* t
 }  // namespace
 
 bool act_tabulable(Act act, DType in, DType out) {
-  return act != Act::kNone && act != Act::kTable && is_16bit(in) && is_16bit(out);
+  return act != Act::kNone && act != Act::kTable && is_16bit_float(in) && is_16bit_float(out);
 }
 
 void build_act_table(Act act, DType in, DType out, uint16_t* table, cudaStream_t stream) {
@@ -669,12 +663,12 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
   if (a.act_step && a.act == Act::kTable && !a.table)
     throw RuntimeFailure("matmul_epilogue: a tabulated activation without its table");
   if (a.act_step && a.table) {
-    if (!is_16bit(a.table_in) || !is_16bit(a.act_round))
+    if (!is_16bit_float(a.table_in) || !is_16bit_float(a.act_round))
       throw RuntimeFailure(
           "matmul_epilogue: a tabulated activation needs a table from and to bfloat16 / float16");
     // One block per SM: the table takes 128 KiB of its shared memory (the vector kernel's ring
     // another 80 KiB; it takes 16-bit z and up).
-    const bool ring = vec && is_16bit(a.z.dtype) && (!a.up.ptr || is_16bit(a.up.dtype));
+    const bool ring = vec && is_16bit_float(a.z.dtype) && (!a.up.ptr || is_16bit_float(a.up.dtype));
     const int kThreads = ring ? kTableThreads : 1024;
     const size_t kSmem = ring ? kTableSmem : kTableEntries * 2;
     static std::set<int> sized;  // devices whose kernels may take that much (a per-device

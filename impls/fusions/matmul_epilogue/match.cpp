@@ -220,10 +220,6 @@ bool pointwise_op(Op op) {
   return op_def(op).eager.kernel == EagerLowering::kPointwise;
 }
 
-bool is_16bit_float(DType t) {
-  return t == DType::kBFloat16 || t == DType::kFloat16;
-}
-
 std::string leak(const Graph& g, const std::vector<int>& nodes, const std::vector<int>& exported);
 
 // The pointwise chain of `src` alone: the nodes after it that read only `src`, chain values and
