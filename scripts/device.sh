@@ -48,6 +48,13 @@
 #                   tests (world sizes 1, 2, 4; ranks may share a GPU), the multigpu tests (they
 #                   skip below 2 / 4 GPUs), then `replay launch --nproc N -- run` on traces/tp at
 #                   world sizes 1 (NCCL), 2 and 4 -> tp/ws<N>/: ~2-4 min.
+#   tp-large=PEERS  one process per GPU (world size = the GPU count, or TP_WS): the GPUs' links
+#                   (nvidia-smi topo), `replay launch --nproc N -- run traces/tp/large/*_wsN_*`
+#                   (issue 29's shapes, every variant, cold, no reference budget), PyTorch's fused
+#                   ops in the same job (PEERS/tp_anchor.py under torchrun: a copy of
+#                   ../shared/peers), the ws N small traces once more with srun-style variables
+#                   and once with rank 1 killed (rank 0 must end within --rank-timeout, exit 4)
+#                   -> tp-large/: ~5-8 min on 2 GPUs.
 #   bench           the Google Benchmark runner (replay_bench) over the bundled traces, JSON.
 #   compare=REPLAY  another `replay` binary and this build alternated twice on $TRACES (default:
 #                   the small traces) in one job, medians side by side (scripts/medians.py);
@@ -380,6 +387,59 @@ phase_tp() {
   done
   return $rc
 }
+phase_tp_large() {  # PEERS: a folder holding tp_anchor.py
+  local peers=${1:?tp-large=PEERS} rc=0 n t0 pid0 pid1 port=29611 i
+  n=${TP_WS:-$(nvidia-smi -L | wc -l)}
+  # NVLink multicast stays off (KINDS.md): NCCL, PyTorch's symmetric memory, NVSHMEM.
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+  nvidia-smi topo -m > "$D/topo.txt" 2>&1
+  cat "$D/topo.txt"
+  # The reference of each trace (float64, every rank simulated) runs before its GPU replay: the
+  # rank timeout covers it (a rank waits for the others' references at the replay decision).
+  t0=$SECONDS
+  # shellcheck disable=SC2046  # the trace list
+  timeout "${LARGE_S:-420}" "$R" launch --nproc "$n" --timeout "${LARGE_S:-420}" -- run \
+    $(ls traces/tp/large/*_ws"${n}"_*.json) --modes cold --reference-budget 0 --rank-timeout 240 \
+    --out "$D/ws$n" > "$D/ws$n.log" 2>&1 || rc=1
+  echo "large ws$n ($((SECONDS - t0)) s): $(grep -c ' — PASS' "$D/ws$n/report.md" 2>/dev/null) pass," \
+    "$(grep -c ' — \*\*FAIL' "$D/ws$n/report.md" 2>/dev/null) fail; $(tail -2 "$D/ws$n.log")"
+  # PyTorch in the same job: NCCL then mm, fused_all_gather_matmul, fused_matmul_reduce_scatter.
+  t0=$SECONDS
+  OUT="$D" timeout 300 torchrun --nproc-per-node "$n" "$peers/tp_anchor.py" > "$D/tp_anchor.log" 2>&1 ||
+    rc=1
+  echo "tp_anchor ($((SECONDS - t0)) s):"
+  grep -E "^(ag_mm|mm_rs)_" "$D/tp_anchor.log"
+  # srun-style variables (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID), no launcher process.
+  local small
+  small=$(ls traces/tp/*_ws"${n}"_*.json)
+  for i in $(seq 0 $((n - 1))); do
+    # shellcheck disable=SC2086  # the trace list
+    SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_LOCALID=$i MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout 200 "$R" run $small --modes cold --no-matmul-ceilings --rank-timeout 60 \
+      --out "$D/srun_ws$n" > "$D/srun_rank$i.log" 2>&1 &
+  done
+  wait || rc=1
+  echo "srun-style ws$n: $(grep -c ' — PASS' "$D/srun_ws$n/report.md" 2>/dev/null) pass; $(tail -1 "$D/srun_rank0.log")"
+  # Rank 1 killed (SIGKILL) while the ranks time: rank 0 must end within its rank timeout (20 s),
+  # exit 4, naming the rank. Long measurements (--noise 0) keep them timing when the kill comes.
+  for i in 0 1; do
+    # shellcheck disable=SC2086
+    SLURM_PROCID=$i SLURM_NTASKS=2 SLURM_LOCALID=$i MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
+      timeout 200 "$R" run $small --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
+      --max-time 20 --rank-timeout 20 --out "$D/killed_ws2" > "$D/killed_rank$i.log" 2>&1 &
+    eval "pid$i=\$!"
+  done
+  sleep "${KILL_AFTER_S:-15}"
+  kill -9 "$pid1"
+  t0=$SECONDS
+  wait "$pid0"
+  local code=$?
+  echo "killed rank 1: rank 0 ended $((SECONDS - t0)) s after the kill, exit $code (want 4, <= ~25 s):"
+  tail -3 "$D/killed_rank0.log"
+  [ "$code" = 4 ] || rc=1
+  wait
+  return $rc
+}
 phase_bench() {
   "$BUILD/tests/replay_bench" --benchmark_out="$D/bench.json" --benchmark_out_format=json \
     > "$D/bench.txt" 2>&1
@@ -466,7 +526,7 @@ for p in "$@"; do
     continue
   fi
   D=$OUT/$name${arg:+-${arg//\//-}}
-  [[ $name = compare || $name = normbwd-peers ]] && D=$OUT/$name
+  [[ $name = compare || $name = normbwd-peers || $name = tp-large ]] && D=$OUT/$name
   mkdir -p "$D"
   echo "== $p"
   t0=$SECONDS

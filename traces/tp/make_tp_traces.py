@@ -77,8 +77,15 @@ class Trace:
     def write(self, out):
         self.t["outputs"] = [out]
         self.t["output_roles"] = {out: "output"}
-        # world size 1 beside the others, in ws1/ (`replay run traces/tp` takes the per-rank ones)
-        folder = os.path.join(HERE, "ws1") if self.ws == 1 else HERE
+        # world size 1 beside the others, in ws1/ (`replay run traces/tp` takes the per-rank ones);
+        # the shapes of issue 29's goals (and of ../shared/peers/tp_anchor.py) in large/
+        m, k, n = (int(d) for d in self.t["name"].rsplit("_", 1)[1].split("x")[-3:])
+        if self.ws == 1:
+            folder = os.path.join(HERE, "ws1")
+        elif m * k * n >= 1 << 32:
+            folder = os.path.join(HERE, "large")
+        else:
+            folder = HERE
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, self.t["name"] + ".json"), "w") as f:
             json.dump(self.t, f, indent=1)
@@ -152,3 +159,10 @@ if __name__ == "__main__":
     rowwise(4, 16, 32, 24)
     colwise_3d(4, 4, 3, 32, 16)
     rowwise_3d(2, 4, 3, 32, 16)
+    # The shapes PyTorch's fused ops were measured at (../shared/peers/tp_anchor.py, PEERS.md):
+    # Llama-3-8B's FFN up projection and a square 8192 one, at world sizes 2, 4 and 8. Replay
+    # them one process per GPU; their float64 reference takes minutes (--reference-budget 0).
+    for ws in (2, 4, 8):
+        for m, k, n in ((16384, 4096, 14336), (8192, 8192, 7168)):
+            colwise(ws, m, k, n)
+            rowwise(ws, m, k, n)
