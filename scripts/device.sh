@@ -422,13 +422,17 @@ phase_tp_large() {  # PEERS: a folder holding tp_anchor.py
   echo "srun-style ws$n: $(grep -c ' — PASS' "$D/srun_ws$n/report.md" 2>/dev/null) pass; $(tail -1 "$D/srun_rank0.log")"
   # Rank 1 killed (SIGKILL) while the ranks time: rank 0 must end within its rank timeout (20 s),
   # exit 4, naming the rank. Long measurements (--noise 0) keep them timing when the kill comes.
-  for i in 0 1; do
-    # shellcheck disable=SC2086
-    SLURM_PROCID=$i SLURM_NTASKS=2 SLURM_LOCALID=$i MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
-      timeout 200 "$R" run $small --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
-      --max-time 20 --rank-timeout 20 --out "$D/killed_ws2" > "$D/killed_rank$i.log" 2>&1 &
-    eval "pid$i=\$!"
-  done
+  # shellcheck disable=SC2086
+  SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
+    timeout 200 "$R" run $small --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
+    --max-time 20 --rank-timeout 20 --out "$D/killed_ws2" > "$D/killed_rank0.log" 2>&1 &
+  pid0=$!
+  # rank 1 without a `timeout` wrapper, so $! is the replay process itself (the one killed)
+  # shellcheck disable=SC2086
+  SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
+    "$R" run $small --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
+    --max-time 20 --rank-timeout 20 --out "$D/killed_ws2_1" > "$D/killed_rank1.log" 2>&1 &
+  pid1=$!
   sleep "${KILL_AFTER_S:-15}"
   kill -9 "$pid1"
   t0=$SECONDS

@@ -73,13 +73,17 @@ void stream_wait_u32_geq(cudaStream_t s, const uint32_t* addr, uint32_t value) {
 }
 
 PeerExchange::PeerExchange(const DistContext& dist, size_t data_bytes, std::string what,
-                           PipelineFault fault)
+                           PipelineFault fault, int ready_steps)
     : rank_(dist.rank),
       world_size_(dist.world_size),
       device_(dist.device),
       timeout_s_(dist.timeout_s),
       what_(std::move(what)),
-      fault_(fault) {
+      fault_(fault),
+      ready_steps_(ready_steps) {
+  if (ready_steps < 1 || ready_steps > 1024)
+    throw std::invalid_argument(what_ + ": ready_steps " + std::to_string(ready_steps) +
+                                " outside 1..1024");
   if (!dist.all_gather) throw std::invalid_argument(what_ + ": the DistContext has no all_gather");
   if (world_size_ < 2)
     throw std::invalid_argument(what_ + ": a peer exchange needs 2 ranks or more");
@@ -193,12 +197,19 @@ uint32_t PeerExchange::begin(cudaStream_t stream) {
   return epoch_;
 }
 
-void PeerExchange::signal_ready(cudaStream_t s, int peer) {
-  stream_write_u32(s, ready_word(peer, rank_), epoch_);
+uint32_t PeerExchange::ready_value(int step) const {
+  if (step < 0 || step >= ready_steps_)
+    throw std::invalid_argument(what_ + ": ready step " + std::to_string(step) + " outside 0.." +
+                                std::to_string(ready_steps_ - 1));
+  return (epoch_ - 1) * static_cast<uint32_t>(ready_steps_) + static_cast<uint32_t>(step) + 1;
 }
 
-void PeerExchange::wait_ready(cudaStream_t s, int peer, const std::string& chunk) {
-  stream_wait_u32_geq(s, ready_word(rank_, peer), epoch_);
+void PeerExchange::signal_ready(cudaStream_t s, int peer, int step) {
+  stream_write_u32(s, ready_word(peer, rank_), ready_value(step));
+}
+
+void PeerExchange::wait_ready(cudaStream_t s, int peer, const std::string& chunk, int step) {
+  stream_wait_u32_geq(s, ready_word(rank_, peer), ready_value(step));
   watch(s, chunk + " from rank " + std::to_string(peer), epoch_);
 }
 
@@ -259,7 +270,8 @@ void PeerExchange::watchdog_loop() {
                " s (is that rank alive and running the same program?)";
       std::fprintf(stderr, "replay: %s\n", error_.c_str());
       // Release every wait of this rank: an epoch far past any enqueued one in every signal word.
-      const std::vector<uint32_t> release(2 * world_size_, epoch_ + kReleaseAhead);
+      const std::vector<uint32_t> release(
+          2 * world_size_, epoch_ * static_cast<uint32_t>(ready_steps_) + kReleaseAhead);
       for (auto& p : pending_) cudaEventDestroy(p.event);  // freed once they complete
       pending_.clear();
       lk.unlock();

@@ -4,13 +4,24 @@
 // the copy engines, and a watchdog that turns a wait that never completes into an error naming
 // the rank, the peer and the chunk.
 //
-// Protocol (pull: every rank copies what it needs out of its peers' buffers; signals are the only
-// remote writes). Launch number e (the epoch, 1, 2, ... on every rank: all ranks launch the same
-// pipeline the same number of times) of rank r:
-//   producer r, once its chunk for peer p is in its own buffer:   ready_p[r] := e  (in p's memory)
-//   consumer r, before copying peer p's chunk:                    wait ready_r[p] >= e
-//   consumer r, once that copy has completed:                     done_p[r] := e   (in p's memory)
-//   producer r, before overwriting the chunk peer p reads:        wait done_r[p] >= e - 1
+// Protocol. Launch number e (the epoch, 1, 2, ... on every rank: all ranks launch the same
+// pipeline the same number of times) of rank r, in one of two directions:
+//   pull (matmul_rs): every rank copies what it needs out of its peers' buffers
+//     producer r, once its chunk for peer p is in its own buffer:   ready_p[r] := e  (in p's
+//     memory) consumer r, before copying peer p's chunk:                    wait ready_r[p] >= e
+//     consumer r, once that copy has completed:                     done_p[r] := e   (in p's
+//     memory) producer r, before overwriting the chunk peer p reads:        wait done_r[p] >= e - 1
+//   push (ag_matmul): every rank copies its chunk straight into its peers' buffers (the copy
+//   engines read the source where it is: no local staging copy, which would wait for SMs that a
+//   running GEMM holds)
+//     producer r, before writing its chunk into p's buffer:         wait done_r[p] >= e - 1
+//     producer r, once that copy has completed:                     ready_p[r] := e  (in p's
+//     memory) consumer r, before reading peer p's chunk in its own buffer:  wait ready_r[p] >= e
+//     consumer r, once its kernels have read it:                    done_p[r] := e   (in p's
+//     memory)
+// A chunk may go in pieces, each announced as it lands (ready_steps; the ready word then counts
+// (e - 1) * ready_steps + piece + 1). Data travels between ranks only by copies; signals are the
+// only other remote writes.
 // ready_r / done_r are words of rank r's own buffer, so every wait polls local memory. A write is
 // cuStreamWriteValue32 (with its default memory fence: the chunk's bytes, written before it on
 // the same stream, are visible before the flag); a wait is cuStreamWaitValue32 with
@@ -80,8 +91,11 @@ class PeerExchange {
   /// device (DistContext::device must be current). Throws RuntimeFailure on a CUDA error,
   /// std::runtime_error when the exchange of handles fails (from DistContext::all_gather), and
   /// std::invalid_argument when dist has no all_gather or world_size < 2.
+  /// `ready_steps`: how many ready signals a producer gives each peer per launch (a chunk sent
+  /// in that many pieces, each announced as soon as it is in place); the ready word then counts
+  /// (epoch - 1) * ready_steps + step + 1, so a piece of launch e - 1 never satisfies launch e.
   PeerExchange(const DistContext& dist, size_t data_bytes, std::string what,
-               PipelineFault fault = PipelineFault::kNone);
+               PipelineFault fault = PipelineFault::kNone, int ready_steps = 1);
   /// Waits (host, at most timeout_s) until every peer has acknowledged this rank's last epoch
   /// (so none still reads this buffer), stops the watchdog, closes the peers' mappings and frees.
   ~PeerExchange();
@@ -98,14 +112,15 @@ class PeerExchange {
   /// Starts a launch and returns its epoch. Throws RuntimeFailure with the watchdog's error when
   /// a wait timed out before, and when `stream` is being captured into a CUDA graph.
   uint32_t begin(cudaStream_t stream);
-  /// On `s`: tells `peer` that this rank's chunk for it is in this rank's buffer (ready).
-  void signal_ready(cudaStream_t s, int peer);
-  /// On `s`: waits until `peer`'s chunk for this rank is ready (this epoch). `chunk` names it in
-  /// a timeout ("chunk 2 (rows 64..95)").
-  void wait_ready(cudaStream_t s, int peer, const std::string& chunk);
-  /// On `s`: tells `peer` that this rank has finished copying its chunk (done).
+  /// On `s`: tells `peer` that piece `step` (0 .. ready_steps - 1) of this rank's chunk for it is
+  /// in place (ready): in this rank's buffer (pull), or in the peer's (push).
+  void signal_ready(cudaStream_t s, int peer, int step = 0);
+  /// On `s`: waits until piece `step` of `peer`'s chunk for this rank is ready (this epoch).
+  /// `chunk` names it in a timeout ("chunk 2 (rows 64..95)").
+  void wait_ready(cudaStream_t s, int peer, const std::string& chunk, int step = 0);
+  /// On `s`: tells `peer` that this rank has finished reading its chunk (done).
   void signal_done(cudaStream_t s, int peer);
-  /// On `s`: waits until `peer` has finished copying this rank's chunk of the previous epoch.
+  /// On `s`: waits until `peer` has finished reading this rank's chunk of the previous epoch.
   void wait_done_previous(cudaStream_t s, int peer, const std::string& chunk);
 
   /// Host: blocks until every wait enqueued so far has completed and `s` is idle; throws
@@ -125,10 +140,12 @@ class PeerExchange {
   uint32_t* ready_word(int owner, int from) const;
   uint32_t* done_word(int owner, int from) const;
 
+  uint32_t ready_value(int step) const;
   int rank_ = 0, world_size_ = 0, device_ = 0;
   double timeout_s_ = 30;
   std::string what_;
   PipelineFault fault_ = PipelineFault::kNone;
+  int ready_steps_ = 1;      // ready signals per peer per launch
   void* local_ = nullptr;    // this rank's allocation: signal words, then data
   std::vector<void*> base_;  // every rank's allocation as mapped here
   std::vector<void*> data_;  // every rank's data area as mapped here

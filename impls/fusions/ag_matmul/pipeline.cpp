@@ -40,7 +40,7 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
     if (op.lead > 1) staging_ = DeviceBuffer(n_ * chunk_bytes_);
     REPLAY_CUDA(cudaStreamCreateWithFlags(&nccl_stream_, cudaStreamNonBlocking));
   }
-  if (op.gathered.empty()) recv_ = DeviceBuffer(n_ * chunk_bytes_);
+  if (op.gathered.empty() && !ex_) recv_ = DeviceBuffer(n_ * chunk_bytes_);
   dst_ = static_cast<char*>(op.gathered.empty() ? recv_.get() : op.gathered[0]);
   std::vector<std::pair<const tp::ChunkGemm*, void*>> gemms{{&op.gemm, op.out}};
   for (const ExtraGemm& e : op.more) gemms.emplace_back(&e.gemm, e.out);
@@ -51,16 +51,18 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
     for (size_t j = 0; j < gemms.size(); ++j)
       for (int64_t l = 0; l < op.lead; ++l) {
         // Block l of rank c: rows (l n + c) rows .. of the gathered activation; the own shard's
-        // straight from x.
+        // straight from x, a peer's where it lands (kIpc: its slot, the shard as it is).
         const int64_t row0 = (l * n_ + c) * rows;
         const void* a = c == rank_ ? static_cast<const char*>(op.x) + l * block_bytes_
+                        : ex_      ? ipc_slot(c) + l * block_bytes_
                                    : dst_ + row0 * op.gemm.K * es;
         const tp::ChunkGemm& g = *gemms[j].first;
         void* d = static_cast<char*>(gemms[j].second) + row0 * g.N * dtype_size(g.out_dtype);
-        gemm_[c].push_back(tp::prepare_chunk_gemm(
-            "ag_matmul chunk " + std::to_string(c) + (gemms.size() > 1 ? " GEMM " + std::to_string(j) : "") +
-                (op.lead > 1 ? " block " + std::to_string(l) : ""),
-            g, a, d, row0, rows));
+        gemm_[c].push_back(
+            tp::prepare_chunk_gemm("ag_matmul chunk " + std::to_string(c) +
+                                       (gemms.size() > 1 ? " GEMM " + std::to_string(j) : "") +
+                                       (op.lead > 1 ? " block " + std::to_string(l) : ""),
+                                   g, a, d, row0, rows));
       }
   }
 }
@@ -69,11 +71,11 @@ Pipeline::~Pipeline() {
   if (nccl_stream_) cudaStreamDestroy(nccl_stream_);
 }
 
-const void* Pipeline::chunk_src(int p) const {
-  // kWrongPeer: rank p's rows copied from the next rank's shard (this rank's own, read locally,
-  // when that is the next).
+const char* Pipeline::ipc_slot(int p) const {
+  // kWrongPeer: rank p's rows read from the next rank's slot (never written when that is this
+  // rank: zeros).
   const int q = fault_ == tp::PipelineFault::kWrongPeer ? (p + 1) % n_ : p;
-  return static_cast<const char*>(ex_->data(q)) + q * chunk_bytes_;
+  return static_cast<const char*>(ex_->data(rank_)) + q * chunk_bytes_;
 }
 
 void Pipeline::place_chunk(cudaStream_t s, void* dst_block0, const void* src) const {
@@ -92,41 +94,44 @@ void Pipeline::launch(cudaStream_t stream) {
   fork_.join(stream, cs);
   for (EagerLaunch& g : gemm_[rank_]) g(stream);  // the own rows need no communication
   auto rows_of = [&](int p) { return dst_ + p * block_bytes_; };  // block 0 of rank p
+  auto chunk_name = [&](int p) {
+    return "chunk " + std::to_string(p) + " (rows " + std::to_string(p * m_) + ".." +
+           std::to_string((p + 1) * m_ - 1) + ", rank " + std::to_string(p) + "'s shard)";
+  };
   if (ipc) {
-    // Publish the own shard in this rank's IPC buffer once every peer has read the previous one.
-    char* slot = static_cast<char*>(ex_->data(rank_)) + rank_ * chunk_bytes_;
-    const std::string own = "rank " + std::to_string(rank_) + "'s shard";
-    for (int p = 0; p < n_; ++p)
-      if (p != rank_) ex_->wait_done_previous(cs, p, own);
-    REPLAY_CUDA(cudaMemcpyAsync(slot, op_.x, chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
-    for (int p = 0; p < n_; ++p)
-      if (p != rank_) ex_->signal_ready(cs, p);
+    // Push x_r into slot r of each peer's buffer, in the order the peers need it (q = r - 1
+    // first), once q has read the previous launch's.
+    for (int s = 1; s < n_; ++s) {
+      const int q = (rank_ - s + n_) % n_;
+      ex_->wait_done_previous(cs, q, "rank " + std::to_string(rank_) + "'s shard");
+      if (!(fault_ == tp::PipelineFault::kDropChunk && s == 1))
+        REPLAY_CUDA(cudaMemcpyAsync(static_cast<char*>(ex_->data(q)) + rank_ * chunk_bytes_, op_.x,
+                                    chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
+      ex_->signal_ready(cs, q);
+    }
   }
   if (!op_.gathered.empty()) place_chunk(cs, rows_of(rank_), op_.x);  // the graph reads it all
   for (int s = 1; s < n_; ++s) {
     const int p = (rank_ + s) % n_;
     if (ipc) {
-      ex_->wait_ready(cs, p,
-                      "chunk " + std::to_string(p) + " (rows " + std::to_string(p * m_) + ".." +
-                          std::to_string((p + 1) * m_ - 1) + ", rank " + std::to_string(p) +
-                          "'s shard)");
-      if (!(fault_ == tp::PipelineFault::kDropChunk && s == 1))
-        place_chunk(cs, rows_of(p), chunk_src(p));
-      ex_->signal_done(cs, p);
-    } else {
-      void* recv = op_.lead == 1 ? static_cast<void*>(rows_of(p))
-                                 : static_cast<char*>(staging_.get()) + p * chunk_bytes_;
-      tp::nccl_send_recv(dist_, cs, op_.x, chunk_bytes_, (rank_ - s + n_) % n_, recv, chunk_bytes_,
-                         p, "ag_matmul nccl_chunked step " + std::to_string(s));
-      if (op_.lead > 1) place_chunk(cs, rows_of(p), recv);
+      ex_->wait_ready(stream, p, chunk_name(p));
+      for (EagerLaunch& g : gemm_[p]) g(stream);
+      if (!op_.gathered.empty()) place_chunk(stream, rows_of(p), ipc_slot(p));
+      ex_->signal_done(stream, p);
+      continue;
     }
+    void* recv = op_.lead == 1 ? static_cast<void*>(rows_of(p))
+                               : static_cast<char*>(staging_.get()) + p * chunk_bytes_;
+    tp::nccl_send_recv(dist_, cs, op_.x, chunk_bytes_, (rank_ - s + n_) % n_, recv, chunk_bytes_, p,
+                       "ag_matmul nccl_chunked step " + std::to_string(s));
+    if (op_.lead > 1) place_chunk(cs, rows_of(p), recv);
     arrived_[p].join(cs, stream);
     for (EagerLaunch& g : gemm_[p]) g(stream);
   }
-  for (size_t i = 1; i < op_.gathered.size(); ++i)  // further readers' copies of it
-    REPLAY_CUDA(cudaMemcpyAsync(op_.gathered[i], dst_, n_ * chunk_bytes_,
-                                cudaMemcpyDeviceToDevice, cs));
   join_.join(cs, stream);
+  for (size_t i = 1; i < op_.gathered.size(); ++i)  // further readers' copies of it, once whole
+    REPLAY_CUDA(cudaMemcpyAsync(op_.gathered[i], dst_, n_ * chunk_bytes_, cudaMemcpyDeviceToDevice,
+                                stream));
 }
 
 void Pipeline::synchronize(cudaStream_t stream) {

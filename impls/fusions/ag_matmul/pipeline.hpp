@@ -3,13 +3,15 @@
 //
 // Rank r of n, shard x_r [m, K], weight shard b [K, N], gathered [M = n m, K], out [M, N] (and
 // more weights beside b, each with its out; shards of `lead` row blocks placed block by block):
-//   ctx.stream:   GEMM of chunk r (straight from x_r)            then, as each chunk lands,
-//                 GEMM of chunk p (rows p m .. p m + m - 1 of the gathered buffer) for
-//                 p = r+1, r+2, ... (mod n): ring order starting after the own shard
-//   copy stream:  [kIpc]  wait done of every peer (previous epoch); x_r -> gathered[r] (local, in
-//                 this rank's IPC buffer); ready to every peer; then for p in the same order:
-//                 wait ready from p; gathered rows of p <- p's slot (the copy engines, through
-//                 CUDA IPC; a 2-D copy of `lead` blocks); done to p; event -> ctx.stream
+//   ctx.stream:   GEMM of chunk r (straight from x_r)            then, for p = r+1, r+2, ...
+//                 (mod n: ring order starting after the own shard): [kIpc] wait ready from p;
+//                 GEMM of chunk p (read where it landed: slot p of this rank's IPC buffer);
+//                 [gathered written: its rows of p <- slot p]; done to p.  [kNccl] wait for
+//                 chunk p's arrival (event); GEMM of chunk p (rows p m .. of the gathered buffer)
+//   copy stream:  [kIpc]  push: for q = r-1, r-2, ... (the order in which the peers need it):
+//                 wait done from q (previous epoch); x_r -> slot r of q's IPC buffer (the copy
+//                 engines, through CUDA IPC, straight from x_r: a local staging copy would wait
+//                 for the SMs the GEMM holds); ready to q
 //                 [kNccl] for step s = 1 .. n-1: one group {send x_r to r - s, recv the shard of
 //                 p = r + s into gathered[p]}; event -> ctx.stream
 // The copy stream forks from ctx.stream at the start and joins it at the end, so events around
@@ -70,7 +72,8 @@ class Pipeline {
   void synchronize(cudaStream_t stream);
 
  private:
-  const void* chunk_src(int p) const;
+  /// kIpc: where rank p's shard lands in this rank's IPC buffer (kWrongPeer: the next rank's).
+  const char* ipc_slot(int p) const;
   /// The n-1 row blocks of rank p's chunk into dst_ (lead blocks, pitch n blocks), on `s`.
   void place_chunk(cudaStream_t s, void* dst_block0, const void* src) const;
 
@@ -81,13 +84,13 @@ class Pipeline {
   PipelineOperands op_;
   int64_t m_ = 0;
   size_t chunk_bytes_ = 0, block_bytes_ = 0;
-  std::unique_ptr<ipc::PeerExchange> ex_;  // kIpc: slot r of its data area publishes x_r
-  DeviceBuffer recv_;                      // [M, K] when no gathered buffer is given
-  char* dst_ = nullptr;                    // the gathered [M, K]: op.gathered[0] or recv_
+  std::unique_ptr<ipc::PeerExchange> ex_;  // kIpc: slot p of its data area receives x_p
+  DeviceBuffer recv_;                      // kNccl: [M, K] when no gathered buffer is given
+  char* dst_ = nullptr;                    // the gathered [M, K]: op.gathered[0], recv_ or none
   DeviceBuffer staging_;                   // kNccl with lead > 1: the shards as received
   cudaStream_t nccl_stream_ = nullptr;     // kNccl (owned)
   std::vector<std::vector<EagerLaunch>> gemm_;  // by chunk (= source rank): every GEMM, block
-  std::vector<tp::Event> arrived_;         // by chunk
+  std::vector<tp::Event> arrived_;              // by chunk
   tp::Event fork_, join_;
 };
 

@@ -32,8 +32,9 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
   if (std::string why = unsupported(&dist, t, op); !why.empty()) throw std::invalid_argument(why);
   m_ = op.M / n_;
   chunk_bytes_ = static_cast<size_t>(m_ * op.gemm.N) * dtype_size(op.gemm.out_dtype);
+  pieces_ = pieces(m_, op.lead);
   if (t == tp::Transport::kIpc) {
-    ex_ = std::make_unique<ipc::PeerExchange>(dist, n_ * chunk_bytes_, "matmul_rs", fault);
+    ex_ = std::make_unique<ipc::PeerExchange>(dist, n_ * chunk_bytes_, "matmul_rs", fault, pieces_);
   } else {
     dist_ = dist;
     partials_ = DeviceBuffer(n_ * chunk_bytes_);
@@ -43,19 +44,31 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
   REPLAY_CUDA(cudaMemset(recv_.get(), 0, recv_.bytes()));
   const size_t a_row_bytes = op.gemm.K * dtype_size(op.gemm.a_dtype);
   const size_t d_row_bytes = op.gemm.N * dtype_size(op.gemm.out_dtype);
-  const int64_t rows = m_ / op.lead;  // rows per block
+  const int64_t rows = m_ / op.lead;        // rows per block
+  const int64_t split = pieces_ / op.lead;  // pieces per block (lead 1: pieces_, else 1)
+  const int64_t piece_rows = rows / split;
   computed_.reserve(n_);
   for (int j = 0; j < n_; ++j) {
     computed_.emplace_back();
     gemm_.emplace_back();
-    for (int64_t l = 0; l < op.lead; ++l) {
-      const int64_t row0 = (l * n_ + j) * rows;  // block l of rank j's rows
-      const void* a = static_cast<const char*>(op.a) + row0 * a_row_bytes;
-      gemm_[j].push_back(tp::prepare_chunk_gemm(
-          "matmul_rs chunk " + std::to_string(j) + (op.lead > 1 ? " block " + std::to_string(l) : ""),
-          op.gemm, a, partial(j) + l * rows * d_row_bytes, row0, rows));
-    }
+    for (int64_t l = 0; l < op.lead; ++l)
+      for (int64_t k = 0; k < split; ++k) {
+        const int64_t row0 = (l * n_ + j) * rows + k * piece_rows;  // block l of rank j's rows
+        const void* a = static_cast<const char*>(op.a) + row0 * a_row_bytes;
+        gemm_[j].push_back(tp::prepare_chunk_gemm(
+            "matmul_rs chunk " + std::to_string(j) +
+                (op.lead > 1 ? " block " + std::to_string(l) : "") +
+                (split > 1 ? " piece " + std::to_string(k) : ""),
+            op.gemm, a, partial(j) + (l * rows + k * piece_rows) * d_row_bytes, row0, piece_rows));
+      }
   }
+}
+
+int Pipeline::pieces(int64_t m, int64_t lead) {
+  if (lead > 1) return static_cast<int>(lead);
+  for (int k : {4, 2})
+    if (m % k == 0 && m / k >= 32 && (m / k) % 16 == 0) return k;
+  return 1;
 }
 
 Pipeline::~Pipeline() {
@@ -80,10 +93,11 @@ void Pipeline::launch(cudaStream_t stream) {
   for (int s = 1; s < n_; ++s) {
     const int j = (rank_ + s) % n_;
     if (ipc) ex_->wait_done_previous(stream, j, chunk_name(j));
-    for (EagerLaunch& g : gemm_[j]) g(stream);
-    if (ipc) {
-      ex_->signal_ready(stream, j);
-    } else {
+    for (int k = 0; k < pieces_; ++k) {
+      gemm_[j][k](stream);
+      if (ipc) ex_->signal_ready(stream, j, k);
+    }
+    if (!ipc) {
       const int p = (rank_ - s + n_) % n_;
       computed_[j].join(stream, cs);
       tp::nccl_send_recv(dist_, cs, partial(j), chunk_bytes_, j, recv_slot(p), chunk_bytes_, p,
@@ -96,11 +110,18 @@ void Pipeline::launch(cudaStream_t stream) {
     const int wanted = fault_ == tp::PipelineFault::kWrongPeer ? (rank_ + 1) % n_ : rank_;
     for (int s = 1; s < n_; ++s) {
       const int p = (rank_ - s + n_) % n_;
-      ex_->wait_ready(cs, p, chunk_name(rank_) + "'s partial");
-      if (!(fault_ == tp::PipelineFault::kDropChunk && s == 1))
-        REPLAY_CUDA(cudaMemcpyAsync(recv_slot(p),
-                                    static_cast<const char*>(ex_->data(p)) + wanted * chunk_bytes_,
-                                    chunk_bytes_, cudaMemcpyDeviceToDevice, cs));
+      const size_t piece_bytes = chunk_bytes_ / pieces_;
+      for (int k = 0; k < pieces_; ++k) {
+        ex_->wait_ready(
+            cs, p,
+            chunk_name(rank_) + "'s partial" + (pieces_ > 1 ? ", piece " + std::to_string(k) : ""),
+            k);
+        if (!(fault_ == tp::PipelineFault::kDropChunk && s == 1))
+          REPLAY_CUDA(cudaMemcpyAsync(
+              recv_slot(p) + k * piece_bytes,
+              static_cast<const char*>(ex_->data(p)) + wanted * chunk_bytes_ + k * piece_bytes,
+              piece_bytes, cudaMemcpyDeviceToDevice, cs));
+      }
       ex_->signal_done(cs, p);
     }
   }

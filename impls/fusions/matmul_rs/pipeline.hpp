@@ -5,12 +5,15 @@
 // Rank r of n, activation a [M, K] (K sharded), weight shard b [K, N], partials P [M, N] (the
 // output dtype), out [m, N] = the rows r m .. r m + m - 1 of the sum over ranks:
 //   ctx.stream:   for j = r+1, r+2, ... (mod n), then r: [kIpc: wait done from j (previous
-//                 epoch)] GEMM of rows j m .. into P[j]; [kIpc: ready to j | kNccl: event -> the
-//                 NCCL stream]; own chunk last (it travels nowhere); after the join, one kernel
-//                 sums the n partials of chunk r in float32 in rank order and rounds once (avg: /
-//                 n)
-//   copy stream:  [kIpc]  for p = r-1, r-2, ... (the order the peers compute chunk r): wait ready
-//                 from p; recv[p] <- p's P[r] (the copy engines, CUDA IPC); done to p
+//                 epoch)] GEMM of rows j m .. into P[j], piece by piece (pieces(): row blocks of
+//                 the chunk), [kIpc: ready to j after each piece | kNccl: event -> the NCCL stream
+//                 after the chunk]; own chunk last (it travels nowhere); after the join, one
+//                 kernel sums the n partials of chunk r in float32 in rank order and rounds once
+//                 (avg: / n)
+//   copy stream:  [kIpc]  for p = r-1, r-2, ... (the order the peers compute chunk r), piece by
+//                 piece: wait ready from p; recv[p] <- p's P[r] (the copy engines, CUDA IPC);
+//                 done to p after the chunk. Pieces start the copies one piece's GEMM after the
+//                 chunk's GEMM starts, instead of after all of it.
 //                 [kNccl] for step s: one group {send P[r+s] to r+s, recv from r-s into recv[r-s]}
 // Deterministic: every chunk's partials are summed in the same order whatever arrives first.
 // Bytes per chunk: m N elements of the output dtype; each rank copies n - 1 of them.
@@ -59,6 +62,10 @@ class Pipeline {
 
  private:
   char* partial(int chunk) const;
+  /// Pieces of one chunk, each its own GEMM and its own ready signal: the `lead` row blocks, or
+  /// (lead 1) the largest of 4, 2, 1 whose pieces keep >= 32 rows, a multiple of 16 (the tests' m =
+  /// 64 chunks go in 2 pieces, 8192 rows in 4).
+  static int pieces(int64_t m, int64_t lead);
 
   int rank_ = 0, n_ = 0;
   tp::Transport transport_;
@@ -67,12 +74,13 @@ class Pipeline {
   PipelineOperands op_;
   int64_t m_ = 0;
   size_t chunk_bytes_ = 0;
+  int pieces_ = 1;                         // per chunk
   std::unique_ptr<ipc::PeerExchange> ex_;  // kIpc: the partials are its data area
   DeviceBuffer partials_;                  // kNccl
   DeviceBuffer recv_;                      // [n, m, N]: the peers' partials of this rank's chunk
   cudaStream_t nccl_stream_ = nullptr;     // kNccl (owned)
   std::vector<std::vector<EagerLaunch>> gemm_;  // by chunk (= destination rank), block
-  std::vector<tp::Event> computed_;        // by chunk (kNccl)
+  std::vector<tp::Event> computed_;             // by chunk (kNccl)
   tp::Event fork_, join_;
 };
 
