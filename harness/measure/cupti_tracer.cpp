@@ -126,9 +126,11 @@ std::string cupti_error(CUptiResult r, const char* call) {
 
 }  // namespace
 
-CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t stream) {
+CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t stream,
+                           const std::function<void(cudaStream_t)>& align) {
   auto fn = [&] {
     enqueue_spin(stream, 2000);  // the replay's launches queue up behind 2 ms of spinning
+    if (align) align(stream);
     enqueue(stream);
     cudaStreamSynchronize(stream);
   };
@@ -179,10 +181,20 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   if (s.error.empty() && !copies_error.empty())
     s.error = copies_error + " (kernels recorded, copies not)";
   std::lock_guard<std::mutex> lock(g_mu);
+  auto skipped = [](const auto& k) {
+    return k.name.find("replay_spin_kernel") != std::string::npos;
+  };
+  if (align) {  // the alignment's kernel: the first to start after the spin
+    auto first_rec = g_records.end();
+    for (auto it = g_records.begin(); it != g_records.end(); ++it)
+      if (!skipped(*it) && !it->memcpy && (first_rec == g_records.end() || it->start < first_rec->start))
+        first_rec = it;
+    if (first_rec != g_records.end()) g_records.erase(first_rec);
+  }
   std::map<std::string, KernelRecord> by_name;
   uint64_t first = UINT64_MAX, last = 0, first_any = UINT64_MAX;
   for (const auto& k : g_records) {
-    if (k.name.find("replay_spin_kernel") != std::string::npos) continue;
+    if (skipped(k)) continue;
     first_any = std::min(first_any, k.start);
     if (k.memcpy) continue;
     auto& rec = by_name[k.name];
@@ -195,7 +207,7 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   }
   if (last > 0) s.span_us = static_cast<double>(last - first) * 1e-3;
   for (const auto& k : g_records) {
-    if (k.name.find("replay_spin_kernel") != std::string::npos) continue;
+    if (skipped(k)) continue;
     KernelEvent e;
     e.kind = k.memcpy ? KernelEvent::Kind::kMemcpy : KernelEvent::Kind::kKernel;
     e.name = k.memcpy ? k.name : demangle(k.name);

@@ -53,7 +53,10 @@ struct CuptiSummary {
 /// spin kernel (excluded from the summary), so its kernels run back to back and span - kernel sum
 /// measures device-side gaps, not host launch time. CUPTI is attached for this call only: it is
 /// detached (cuptiFinalize) before returning, so later timing runs without the profiler. Never
-/// throws for CUPTI failures: they are reported in CuptiSummary::error.
-CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s);
+/// throws for CUPTI failures: they are reported in CuptiSummary::error. `align` (a multi-process
+/// run: nccl_align_ranks) is enqueued between the spin and the replay, so every rank's replay
+/// starts at the same moment; its one kernel, the first after the spin, is left out too.
+CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cudaStream_t s,
+                           const std::function<void(cudaStream_t)>& align = {});
 
 }  // namespace replay

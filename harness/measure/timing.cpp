@@ -52,12 +52,13 @@ void L2Flush::flush(cudaStream_t s) {
 
 std::vector<double> sample_batch(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
                                  L2Flush* l2, size_t n, std::vector<double>* host_us,
-                                 std::vector<double>* sm_mhz) {
+                                 std::vector<double>* sm_mhz, const SampleAlign& align) {
   std::vector<EventPair> ev(n);
   std::optional<DeviceBuffer> probes;
   if (sm_mhz) probes.emplace(n * sizeof(float));
   for (size_t i = 0; i < n; ++i) {
     if (l2) l2->flush(s);
+    if (align) align(s);
     REPLAY_CUDA(cudaEventRecord(ev[i].start, s));
     const auto h0 = std::chrono::steady_clock::now();
     fn(s);
@@ -111,7 +112,8 @@ double max_sm_clock_mhz() {
 }
 
 Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush* l2,
-                    const StopRule& rule, int warmup, const StopAgreement& agree) {
+                    const StopRule& rule, int warmup, const StopAgreement& agree,
+                    const SampleAlign& align) {
   for (int i = 0; i < warmup; ++i) fn(s);
   REPLAY_CUDA(cudaStreamSynchronize(s));
   constexpr size_t kBatch = 10;
@@ -123,7 +125,7 @@ Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
   size_t batch = kBatch;
   for (;;) {
     std::vector<double> host, mhz;
-    const std::vector<double> us = sample_batch(fn, s, l2, batch, &host, check ? &mhz : nullptr);
+    const std::vector<double> us = sample_batch(fn, s, l2, batch, &host, check ? &mhz : nullptr, align);
     size_t kept = 0;
     for (size_t i = 0; i < us.size(); ++i) {
       if (check) {

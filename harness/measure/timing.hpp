@@ -37,10 +37,14 @@ void l2_flush_read(const void* buf, size_t bytes, unsigned* sink, cudaStream_t s
 /// between two events. Returns GPU µs per sample; if `host_us` is given, it receives the host time
 /// of each enqueue of `fn`; if `sm_mhz` is given, a one-thread probe kernel after each sample's
 /// stop event measures the SM clock (clock64 cycles over >= 4 µs of %globaltimer) and its MHz are
-/// appended, one per sample. No warm-up: the caller warms up.
+/// appended, one per sample. `align`, when given, is enqueued after the flush and before the start
+/// event of every sample (untimed): a multi-process run aligns its ranks there. No warm-up: the
+/// caller warms up.
+using SampleAlign = std::function<void(cudaStream_t)>;
 std::vector<double> sample_batch(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
                                  L2Flush* l2, size_t n, std::vector<double>* host_us = nullptr,
-                                 std::vector<double>* sm_mhz = nullptr);
+                                 std::vector<double>* sm_mhz = nullptr,
+                                 const SampleAlign& align = {});
 
 /// sample_batch with the L2 flushed before every sample: the sample primitive of time_cold and of
 /// the Google Benchmark runners (tests/bench).
@@ -98,21 +102,24 @@ using StopAgreement = std::function<StopReason(StopReason mine)>;
 /// non-null) until `rule` stops the kept samples (or, with `agree`, until the processes agree to
 /// stop: every process then runs the same number of batches). Samples whose probe reads below
 /// rule.min_clock_ratio x the maximum SM clock (NVML's, else the fastest probe seen) are discarded
-/// and counted, not kept.
+/// and counted, not kept. `align`: see sample_batch.
 Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush* l2,
-                    const StopRule& rule, int warmup = 3, const StopAgreement& agree = {});
+                    const StopRule& rule, int warmup = 3, const StopAgreement& agree = {},
+                    const SampleAlign& align = {});
 
 /// Cold timing (nvbench's cold measurement): time_samples with the L2 flushed before each sample.
 inline Timing time_cold(const std::function<void(cudaStream_t)>& fn, cudaStream_t s, L2Flush& l2,
-                        const StopRule& rule, int warmup = 3, const StopAgreement& agree = {}) {
-  return time_samples(fn, s, &l2, rule, warmup, agree);
+                        const StopRule& rule, int warmup = 3, const StopAgreement& agree = {},
+                        const SampleAlign& align = {}) {
+  return time_samples(fn, s, &l2, rule, warmup, agree, align);
 }
 
 /// Hot timing: time_samples without a flush, replays back to back (what a kernel costs when its
 /// inputs are still in L2 from the previous step, the best case of a training loop).
 inline Timing time_hot(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
-                       const StopRule& rule, int warmup = 3, const StopAgreement& agree = {}) {
-  return time_samples(fn, s, nullptr, rule, warmup, agree);
+                       const StopRule& rule, int warmup = 3, const StopAgreement& agree = {},
+                       const SampleAlign& align = {}) {
+  return time_samples(fn, s, nullptr, rule, warmup, agree, align);
 }
 
 /// A replay captured once into an executable CUDA graph (stream capture in global mode on

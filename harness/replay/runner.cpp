@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "harness/dist/rank_results.hpp"
@@ -27,6 +28,22 @@
 
 namespace replay {
 namespace {
+
+// The per-sample alignment of a multi-process run's ranks (a one-float NCCL all-reduce between the
+// flush and the start event: harness/measure/TIMING.md, "Multi-process samples"); none without a
+// communicator (ranks sharing a GPU, whose timings mean nothing) or in a single-process run.
+struct RankAlign {
+  std::optional<DeviceBuffer> word;
+  SampleAlign fn;
+  explicit RankAlign(const DistContext* dist) {
+    if (!dist || !dist->comm) return;
+    word.emplace(sizeof(float));
+    REPLAY_CUDA(cudaMemset(word->get(), 0, sizeof(float)));
+    fn = [dist, w = static_cast<float*>(word->get())](cudaStream_t st) {
+      nccl_align_ranks(*dist, w, st);
+    };
+  }
+};
 
 // Per value: whether it depends on one of the graph inputs `from` (a random op's hidden
 // "#uniform" draw, a cut node's output drawn from its stats).
@@ -329,6 +346,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
              const std::vector<NumericsBounds>& bounds, const std::vector<VariantInfo>& variants,
              const RunOptions& opt, GpuSession& gpu, TraceResult& tr, const DistContext* dist) {
   LaunchContext ctx = gpu.launch_context();
+  const RankAlign align(dist);
   StopAgreement agree;  // a multi-process run: every rank takes the same number of samples
   if (dist) {
     ctx.rank = dist->rank;
@@ -415,7 +433,11 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
           if (slow_us > 0) enqueue_spin(st, slow_us);
         };
         if (dist) dist->barrier();  // the ranks start each measurement together
-        Timing ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3, agree);
+        // ... and each sample: a one-float all-reduce between the flush and the start event, so a
+        // sample times the replay, not how late the other ranks' flush and enqueue came
+        // (TIMING.md, "Multi-process samples"). Without a communicator (ranks sharing a GPU)
+        // nothing aligns them: those timings mean nothing anyway.
+        Timing ct = time_cold(fn, ctx.stream, gpu.l2(), opt.rule, 3, agree, align.fn);
         if (ct.samples_us.empty())  // a timeout with every sample under the clock floor
           v.skipped = "not timed: all " + std::to_string(ct.discarded_slow_clock) +
                       " samples ran with the SM clock below " +
@@ -446,7 +468,7 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
         v.clock_floor_mhz = ct.clock_floor_mhz;
         if (opt.hot) {
           if (dist) dist->barrier();
-          v.hot_samples_us = time_hot(fn, ctx.stream, opt.rule, 3, agree).samples_us;
+          v.hot_samples_us = time_hot(fn, ctx.stream, opt.rule, 3, agree, align.fn).samples_us;
           v.hot_stats = summarize(v.hot_samples_us);
         }
         if (opt.graph && dist) {
@@ -473,11 +495,12 @@ void run_gpu(const Graph& g, const Plan& plan, const std::map<int, HostTensor>& 
     timed.push_back(std::move(t));
   }
   if (!opt.cupti) return;
+  // A multi-process run aligns the ranks before each traced replay, as before each timed sample.
   for (size_t i = 0, vi = 0; i < variants.size(); ++i) {
     if (!variants[i].is_gpu()) continue;
     for (auto& [row, fn] : timed[vi].rows) {
       for (auto& v : tr.regions[row].variants)
-        if (v.variant.name == variants[i].name) v.cupti = trace_kernels(fn, ctx.stream);
+        if (v.variant.name == variants[i].name) v.cupti = trace_kernels(fn, ctx.stream, align.fn);
     }
     ++vi;
   }

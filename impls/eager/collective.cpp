@@ -95,6 +95,11 @@ void nccl_all_gather_bytes(const DistContext& d, const void* send, void* recv, s
   nccl_check(d, ncclAllGather(send, recv, bytes, ncclUint8, d.comm, stream), stream, what);
 }
 
+void nccl_align_ranks(const DistContext& d, float* word, cudaStream_t stream) {
+  nccl_check(d, ncclAllReduce(word, word, 1, ncclFloat, ncclSum, d.comm, stream), stream,
+             "the ranks' alignment before a timed sample (ncclAllReduce of one float)");
+}
+
 void nccl_reduce_scatter(const DistContext& d, const void* send, void* recv, size_t count,
                          DType dtype, const std::string& op, cudaStream_t stream,
                          const std::string& what) {

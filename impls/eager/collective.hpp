@@ -69,6 +69,13 @@ void nccl_reduce_scatter(const DistContext& d, const void* send, void* recv, siz
                          DType dtype, const std::string& op, cudaStream_t stream,
                          const std::string& what);
 
+/// A one-float ncclAllReduce (sum) of the device word `word` on `stream`, checked and watched as
+/// the other calls: every rank's stream leaves it at nearly the same moment (NCCL's small-message
+/// latency, a few µs), so the work enqueued after it starts aligned across the ranks. The timing
+/// layer enqueues it before each sample of a multi-process run (harness/measure/TIMING.md).
+/// Throws RuntimeFailure (as nccl_check).
+void nccl_align_ranks(const DistContext& d, float* word, cudaStream_t stream);
+
 /// Why NCCL cannot reduce `dtype` with `op` here, or "" when it can.
 std::string nccl_reduce_unsupported(DType dtype, const std::string& op);
 
