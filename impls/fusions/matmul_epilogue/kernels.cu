@@ -105,17 +105,26 @@ __device__ __forceinline__ float from_bits16(DType t, unsigned short b) {
                                : __half2float(__ushort_as_half(b));
 }
 
+// A dtype of EpilogueArgs as the kernel sees it: in the all-bfloat16 instances (kBf16, chosen by
+// the launcher when every operand and rounding of the chain is bfloat16: all_bf16) a constant, so
+// the per-element dtype branches fold away; else the run-time value.
+template <bool kBf16>
+__device__ __forceinline__ DType dt(DType t) {
+  return kBf16 ? DType::kBFloat16 : t;
+}
+
 // The element chain of kernels.hpp for one value v at column n, shared by both kernels. `tab`: the
 // Act::kTable table as staged in shared memory (nullptr otherwise).
+template <bool kBf16 = false>
 struct Chain {
   const EpilogueArgs& a;
   const unsigned short* tab = nullptr;
   __device__ __forceinline__ float bias_step(float v, float b) const {
-    return round_to(a.bias_round, v + b);
+    return round_to(dt<kBf16>(a.bias_round), v + b);
   }
   __device__ __forceinline__ float act_step(float v) const {
-    if (tab) return from_bits16(a.act_round, tab[bits16(a.table_in, v)]);
-    return round_to(a.act_round, act_f(a.act, v));
+    if (tab) return from_bits16(dt<kBf16>(a.act_round), tab[bits16(dt<kBf16>(a.table_in), v)]);
+    return round_to(dt<kBf16>(a.act_round), act_f(a.act, v));
   }
 };
 
@@ -227,32 +236,33 @@ __device__ __forceinline__ void store8(void* base, int64_t i, DType t, const flo
 
 // One vector of 8 elements at (m, n): the steps of kernels.hpp from z's words as loaded (and the
 // gating operand's, `ur`, when a.up is set), stored. Shared by the vector kernels.
-__device__ __forceinline__ void vec_elements(const EpilogueArgs& a, const Chain& c, int64_t m,
-                                             int64_t n, const Raw8& zr, const Raw8& ur) {
+template <bool kBf16>
+__device__ __forceinline__ void vec_elements(const EpilogueArgs& a, const Chain<kBf16>& c,
+                                             int64_t m, int64_t n, const Raw8& zr, const Raw8& ur) {
   float v[kV], t[kV];
-  unpack8(zr, a.z.dtype, v);
+  unpack8(zr, dt<kBf16>(a.z.dtype), v);
   if (a.bias) {
-    load8(a.bias, n, a.bias_dtype, t);
+    load8(a.bias, n, dt<kBf16>(a.bias_dtype), t);
 #pragma unroll
     for (int k = 0; k < kV; ++k) v[k] = c.bias_step(v[k], t[k]);
-    if (a.pre.ptr) store8(a.pre.ptr, m * a.pre.ld + n, a.pre.dtype, v);
+    if (a.pre.ptr) store8(a.pre.ptr, m * a.pre.ld + n, dt<kBf16>(a.pre.dtype), v);
   }
   if (a.act_step) {
 #pragma unroll
     for (int k = 0; k < kV; ++k) v[k] = c.act_step(v[k]);
-    if (a.mid.ptr) store8(a.mid.ptr, m * a.mid.ld + n, a.mid.dtype, v);
+    if (a.mid.ptr) store8(a.mid.ptr, m * a.mid.ld + n, dt<kBf16>(a.mid.dtype), v);
   }
   if (a.up.ptr) {
-    unpack8(ur, a.up.dtype, t);
+    unpack8(ur, dt<kBf16>(a.up.dtype), t);
 #pragma unroll
     for (int k = 0; k < kV; ++k) v[k] = v[k] * t[k];
   }
   if (a.res.ptr) {
-    load8(a.res.ptr, m * a.res.ld + n, a.res.dtype, t);
+    load8(a.res.ptr, m * a.res.ld + n, dt<kBf16>(a.res.dtype), t);
 #pragma unroll
     for (int k = 0; k < kV; ++k) v[k] = v[k] + t[k];
   }
-  store8(a.y.ptr, m * a.y.ld + n, a.y.dtype, v);
+  store8(a.y.ptr, m * a.y.ld + n, dt<kBf16>(a.y.dtype), v);
 }
 
 // (row, column) of a grid-stride walk over a [M, cols] grid of items, advanced by a constant
@@ -277,16 +287,17 @@ struct Cursor {
   }
 };
 
+template <bool kBf16>
 __global__ void epilogue_vec_kernel(EpilogueArgs a) {
   const int64_t nv = a.N / kV, total = a.M * nv;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const Chain c{a};
+  const Chain<kBf16> c{a};
   Cursor at(first, stride, nv);
   for (int64_t i = first; i < total; i += stride, at.advance()) {
     const int64_t m = at.m, n = at.c * kV;
-    const Raw8 zr = load_raw8(a.z.ptr, m * a.z.ld + n, a.z.dtype);
-    const Raw8 ur = a.up.ptr ? load_raw8(a.up.ptr, m * a.up.ld + n, a.up.dtype) : Raw8{};
+    const Raw8 zr = load_raw8(a.z.ptr, m * a.z.ld + n, dt<kBf16>(a.z.dtype));
+    const Raw8 ur = a.up.ptr ? load_raw8(a.up.ptr, m * a.up.ld + n, dt<kBf16>(a.up.dtype)) : Raw8{};
     vec_elements(a, c, m, n, zr, ur);
   }
 }
@@ -302,9 +313,10 @@ constexpr int kTableThreads = 512, kTableStages = 5;
 constexpr int kTableWords = static_cast<int>(kTableEntries * 2 / sizeof(uint4));
 constexpr size_t kTableSmem = (kTableWords + 2 * kTableStages * kTableThreads) * sizeof(uint4);
 
+template <bool kBf16>
 __global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(EpilogueArgs a) {
   extern __shared__ uint4 smem[];
-  const Chain c{a, stage_table<true>(a)};
+  const Chain<kBf16> c{a, stage_table<true>(a)};
   uint4* ring = smem + kTableWords;  // [stage][operand: z, up][thread]
   auto slot = [&](int st, int op) { return ring + (st * 2 + op) * kTableThreads + threadIdx.x; };
   const int64_t nv = a.N / kV, total = a.M * nv;
@@ -340,7 +352,7 @@ __global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(Ep
 template <bool kTab>
 __global__ void epilogue_kernel(EpilogueArgs a) {
   const int64_t total = a.M * a.N;
-  const Chain c{a, stage_table<kTab>(a)};
+  const Chain<> c{a, stage_table<kTab>(a)};
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   Cursor at(first, stride, a.N);
@@ -649,6 +661,17 @@ void build_act_table(Act act, DType in, DType out, uint16_t* table, cudaStream_t
   REPLAY_CUDA_LAUNCH("matmul_epilogue::act_table_kernel");
 }
 
+namespace {
+// Every operand and rounding the chain uses is bfloat16: the kernels' kBf16 instances apply.
+bool all_bf16(const EpilogueArgs& a) {
+  constexpr DType b = DType::kBFloat16;
+  auto op_ok = [&](const auto& o) { return !o.ptr || o.dtype == b; };
+  return a.z.dtype == b && a.y.dtype == b && op_ok(a.pre) && op_ok(a.mid) && op_ok(a.up) &&
+         op_ok(a.res) && (!a.bias || (a.bias_dtype == b && a.bias_round == b)) &&
+         (!a.act_step || (a.act_round == b && (!a.table || a.table_in == b)));
+}
+}  // namespace
+
 bool epilogue_vectorized(const EpilogueArgs& a) {
   return a.N % kV == 0 && vec_ok(a.z) && vec_ok(a.pre) && vec_ok(a.mid) && vec_ok(a.up) &&
          vec_ok(a.res) && vec_ok(a.y) &&
@@ -675,15 +698,19 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
     int dev = 0;                 // attribute, set once)
     REPLAY_CUDA(cudaGetDevice(&dev));
     if (sized.insert(dev).second) {
-      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_table_vec_kernel,
+      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_table_vec_kernel<false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kTableSmem));
+      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_table_vec_kernel<true>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kTableSmem));
       REPLAY_CUDA(cudaFuncSetAttribute(
           epilogue_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTableEntries * 2));
     }
     const int blocks = static_cast<int>(
         std::min<int64_t>((work + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms())));
-    if (ring)
-      epilogue_table_vec_kernel<<<blocks, kThreads, kSmem, stream>>>(a);
+    if (ring && all_bf16(a))
+      epilogue_table_vec_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
+    else if (ring)
+      epilogue_table_vec_kernel<false><<<blocks, kThreads, kSmem, stream>>>(a);
     else
       epilogue_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
     REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel (table)");
@@ -692,8 +719,10 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
   constexpr int kThreads = 256;
   const int64_t cap = static_cast<int64_t>(device_sms()) * 8;  // 8 resident blocks of 256 per SM
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, cap));
-  if (vec)
-    epilogue_vec_kernel<<<blocks, kThreads, 0, stream>>>(a);
+  if (vec && all_bf16(a))
+    epilogue_vec_kernel<true><<<blocks, kThreads, 0, stream>>>(a);
+  else if (vec)
+    epilogue_vec_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
   else
     epilogue_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
   REPLAY_CUDA_LAUNCH(vec ? "matmul_epilogue::epilogue_vec_kernel"
