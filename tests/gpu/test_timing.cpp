@@ -64,6 +64,28 @@ TEST(GpuTiming, ClockCheckOff) {
   EXPECT_FALSE(t.samples_us.empty());
 }
 
+// The alignment a multi-process run enqueues before each sample (here a 300 µs spin standing in
+// for the ranks' all-reduce) runs once per sample, after the flush and outside the timed window:
+// samples of a 5 µs spin stay far below 300 µs, and the count of alignments is the count of
+// samples taken (warm-ups have none).
+TEST(GpuTiming, AlignmentRunsBeforeEachSampleOutsideTheTimedWindow) {
+  REQUIRE_GPU();
+  L2Flush l2;
+  StopRule rule;
+  rule.min_time_s = 0.001;
+  rule.min_clock_ratio = 0;
+  size_t aligned = 0;
+  const SampleAlign align = [&aligned](cudaStream_t s) {
+    ++aligned;
+    enqueue_spin(s, 300);
+  };
+  ColdTiming t = time_cold([](cudaStream_t s) { enqueue_spin(s, 5); }, nullptr, l2, rule, 3, {},
+                           align);
+  ASSERT_FALSE(t.samples_us.empty());
+  EXPECT_EQ(aligned, t.samples_us.size());
+  EXPECT_LT(summarize(t.samples_us).median, 100.0);
+}
+
 // A read of 16 MiB (well inside H100's 50 MiB L2) costs less hot, its data left in L2 by the
 // previous sample, than cold, after the flush: the two modes measure different things.
 TEST(GpuTiming, HotReadsFromL2AndIsFasterThanCold) {

@@ -60,12 +60,13 @@ class Pipeline {
   /// Host: waits for the launches on `stream`; throws the watchdog's timeout error (kIpc).
   void synchronize(cudaStream_t stream);
 
- private:
-  char* partial(int chunk) const;
   /// Pieces of one chunk, each its own GEMM and its own ready signal: the `lead` row blocks, or
   /// (lead 1) the largest of 4, 2, 1 whose pieces keep >= 32 rows, a multiple of 16 (the tests' m =
   /// 64 chunks go in 2 pieces, 8192 rows in 4).
   static int pieces(int64_t m, int64_t lead);
+
+ private:
+  char* partial(int chunk) const;
 
   int rank_ = 0, n_ = 0;
   tp::Transport transport_;

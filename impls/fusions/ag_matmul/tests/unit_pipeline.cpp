@@ -87,5 +87,17 @@ TEST(TpPipelineUnsupported, WorldSizeRowsAndDtypes) {
             std::string::npos);
 }
 
+// matmul_rs's pieces per chunk: the row blocks when a shard has several; else 4, 2 or 1 pieces
+// of >= 32 rows, each a multiple of 16 (float8 rowwise scales stay 16-byte aligned).
+TEST(TpPipelinePieces, MatmulRsSplitsChunksIntoAlignedPieces) {
+  EXPECT_EQ(matmul_rs::Pipeline::pieces(8192, 1), 4);  // Llama-3-8B at world size 2: 2048 rows
+  EXPECT_EQ(matmul_rs::Pipeline::pieces(128, 1), 4);
+  EXPECT_EQ(matmul_rs::Pipeline::pieces(64, 1), 2);
+  EXPECT_EQ(matmul_rs::Pipeline::pieces(96, 1), 2);  // 24 rows a quarter: not a multiple of 16
+  EXPECT_EQ(matmul_rs::Pipeline::pieces(48, 1), 1);
+  EXPECT_EQ(matmul_rs::Pipeline::pieces(8, 1), 1);
+  EXPECT_EQ(matmul_rs::Pipeline::pieces(64, 2), 2);  // the split/cat form: one piece per block
+}
+
 }  // namespace
 }  // namespace replay
