@@ -187,7 +187,8 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   if (align) {  // the alignment's kernel: the first to start after the spin
     auto first_rec = g_records.end();
     for (auto it = g_records.begin(); it != g_records.end(); ++it)
-      if (!skipped(*it) && !it->memcpy && (first_rec == g_records.end() || it->start < first_rec->start))
+      if (!skipped(*it) && !it->memcpy &&
+          (first_rec == g_records.end() || it->start < first_rec->start))
         first_rec = it;
     if (first_rec != g_records.end()) g_records.erase(first_rec);
   }

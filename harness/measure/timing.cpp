@@ -125,7 +125,8 @@ Timing time_samples(const std::function<void(cudaStream_t)>& fn, cudaStream_t s,
   size_t batch = kBatch;
   for (;;) {
     std::vector<double> host, mhz;
-    const std::vector<double> us = sample_batch(fn, s, l2, batch, &host, check ? &mhz : nullptr, align);
+    const std::vector<double> us =
+        sample_batch(fn, s, l2, batch, &host, check ? &mhz : nullptr, align);
     size_t kept = 0;
     for (size_t i = 0; i < us.size(); ++i) {
       if (check) {

@@ -79,8 +79,8 @@ TEST(GpuTiming, AlignmentRunsBeforeEachSampleOutsideTheTimedWindow) {
     ++aligned;
     enqueue_spin(s, 300);
   };
-  ColdTiming t = time_cold([](cudaStream_t s) { enqueue_spin(s, 5); }, nullptr, l2, rule, 3, {},
-                           align);
+  ColdTiming t =
+      time_cold([](cudaStream_t s) { enqueue_spin(s, 5); }, nullptr, l2, rule, 3, {}, align);
   ASSERT_FALSE(t.samples_us.empty());
   EXPECT_EQ(aligned, t.samples_us.size());
   EXPECT_LT(summarize(t.samples_us).median, 100.0);
