@@ -410,28 +410,30 @@ phase_tp_large() {  # PEERS: a folder holding tp_anchor.py
   echo "tp_anchor ($((SECONDS - t0)) s):"
   grep -E "^(ag_mm|mm_rs)_" "$D/tp_anchor.log"
   # srun-style variables (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID), no launcher process.
-  local small
+  local small small2 pids=()
   small=$(ls traces/tp/*_ws"${n}"_*.json)
+  small2=$(ls traces/tp/*_ws2_*.json)  # the kill check runs 2 ranks
   for i in $(seq 0 $((n - 1))); do
     # shellcheck disable=SC2086  # the trace list
     SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_LOCALID=$i MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       timeout 200 "$R" run $small --modes cold --no-matmul-ceilings --rank-timeout 60 \
       --out "$D/srun_ws$n" > "$D/srun_rank$i.log" 2>&1 &
+    pids+=($!)
   done
-  wait || rc=1
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
   echo "srun-style ws$n: $(grep -c ' — PASS' "$D/srun_ws$n/report.md" 2>/dev/null) pass; $(tail -1 "$D/srun_rank0.log")"
   # Rank 1 killed (SIGKILL) while the ranks time: rank 0 must end within its rank timeout (20 s),
   # exit 4, naming the rank. Long measurements (--noise 0) keep them timing when the kill comes.
   # shellcheck disable=SC2086
   SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_LOCALID=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
-    timeout 200 "$R" run $small --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
+    timeout 200 "$R" run $small2 --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
     --max-time 20 --rank-timeout 20 --out "$D/killed_ws2" > "$D/killed_rank0.log" 2>&1 &
   pid0=$!
   # rank 1 without a `timeout` wrapper, so $! is the replay process itself (the one killed)
   # shellcheck disable=SC2086
   SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port + 1)) \
-    "$R" run $small --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
-    --max-time 20 --rank-timeout 20 --out "$D/killed_ws2_1" > "$D/killed_rank1.log" 2>&1 &
+    "$R" run $small2 --modes cold --no-matmul-ceilings --no-cupti --noise 0 \
+    --max-time 20 --rank-timeout 20 --out "$D/killed_ws2" > "$D/killed_rank1.log" 2>&1 &
   pid1=$!
   sleep "${KILL_AFTER_S:-15}"
   kill -9 "$pid1"

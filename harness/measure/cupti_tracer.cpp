@@ -140,6 +140,7 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
   if (r != CUPTI_SUCCESS) {
     s.error = cupti_error(r, "cuptiActivityRegisterCallbacks");
+    fn();  // as often as the traced path: the ranks of a multi-process run enqueue alike
     fn();
     return s;
   }
@@ -150,6 +151,7 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
   if (r != CUPTI_SUCCESS) {
     s.error = cupti_error(r, "cuptiActivityEnable");
+    fn();
     fn();
     return s;
   }
@@ -187,7 +189,7 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   if (align) {  // the alignment's kernel: the first to start after the spin
     auto first_rec = g_records.end();
     for (auto it = g_records.begin(); it != g_records.end(); ++it)
-      if (!skipped(*it) && !it->memcpy &&
+      if (!skipped(*it) && !it->memcpy && it->name.find("nccl") != std::string::npos &&
           (first_rec == g_records.end() || it->start < first_rec->start))
         first_rec = it;
     if (first_rec != g_records.end()) g_records.erase(first_rec);

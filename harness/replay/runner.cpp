@@ -36,7 +36,9 @@ struct RankAlign {
   std::optional<DeviceBuffer> word;
   SampleAlign fn;
   explicit RankAlign(const DistContext* dist) {
-    if (!dist || !dist->comm) return;
+    // World size 1: NCCL's one-rank in-place all-reduce launches no kernel, and nothing needs
+    // aligning (the CUPTI replay would drop a replay kernel in its place).
+    if (!dist || !dist->comm || dist->world_size < 2) return;
     word.emplace(sizeof(float));
     REPLAY_CUDA(cudaMemset(word->get(), 0, sizeof(float)));
     fn = [dist, w = static_cast<float*>(word->get())](cudaStream_t st) {

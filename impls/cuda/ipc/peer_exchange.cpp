@@ -270,8 +270,10 @@ void PeerExchange::watchdog_loop() {
                " s (is that rank alive and running the same program?)";
       std::fprintf(stderr, "replay: %s\n", error_.c_str());
       // Release every wait of this rank: an epoch far past any enqueued one in every signal word.
-      const std::vector<uint32_t> release(
-          2 * world_size_, epoch_ * static_cast<uint32_t>(ready_steps_) + kReleaseAhead);
+      // ready words count epoch * ready_steps, done words epochs
+      std::vector<uint32_t> release(2 * world_size_, epoch_ + kReleaseAhead);
+      for (int r = 0; r < world_size_; ++r)
+        release[r] = epoch_ * static_cast<uint32_t>(ready_steps_) + kReleaseAhead;
       for (auto& p : pending_) cudaEventDestroy(p.event);  // freed once they complete
       pending_.clear();
       lk.unlock();
