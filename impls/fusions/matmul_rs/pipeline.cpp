@@ -32,7 +32,8 @@ Pipeline::Pipeline(const DistContext& dist, tp::Transport t, const PipelineOpera
   if (std::string why = unsupported(&dist, t, op); !why.empty()) throw std::invalid_argument(why);
   m_ = op.M / n_;
   chunk_bytes_ = static_cast<size_t>(m_ * op.gemm.N) * dtype_size(op.gemm.out_dtype);
-  pieces_ = pieces(m_, op.lead);
+  // Pieces help only the IPC pulls (each piece announced); NCCL sends a whole chunk.
+  pieces_ = t == tp::Transport::kIpc ? pieces(m_, op.lead) : static_cast<int>(op.lead);
   if (t == tp::Transport::kIpc) {
     ex_ = std::make_unique<ipc::PeerExchange>(dist, n_ * chunk_bytes_, "matmul_rs", fault, pieces_);
   } else {
