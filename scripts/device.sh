@@ -38,6 +38,9 @@
 #                   (replay_bench_norm_bwd) -> normbwd/bench_{ln,rms}.json: <= 10 min.
 #   normfwd         layernorm_fwd sweep mode (REPLAY_NORM_FWD_GEOMETRY) on the [576000, 384],
 #                   [16384, 1600] and [8192, 4096] forwards -> normfwd/sweep.txt: ~3 min.
+#   epifwd          matmul_epilogue forward geometry sweep (REPLAY_EPILOGUE_GEOMETRY: vectors per
+#                   thread, table ring stages) on five bfloat16 MLP forwards -> epifwd/sweep.txt:
+#                   ~4 min.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
 #   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
@@ -329,6 +332,49 @@ phase_normfwd() {
   done
   return $rc
 }
+phase_epifwd() {
+  # matmul_epilogue forward geometry: REPLAY_EPILOGUE_GEOMETRY=VPT,STAGES_Z,STAGES_UP (kernels.cu)
+  # over $EPIFWD_GEOMETRIES on the bfloat16 MLP forwards ($TRACES or the five below), cold,
+  # baseline and optimized, no reference; per geometry and trace the variants' medians and their
+  # epilogue kernels' CUPTI sums (µs). The heuristic's choice first. -> epifwd/sweep.txt
+  local rc=0 g g_env f out
+  local geoms=${EPIFWD_GEOMETRIES:-"heuristic 1,5,5 2,5,5 4,5,5 2,10,5 4,10,6 4,12,6 2,12,6"}
+  local default_traces="traces/nanogpt_mlp_train_fwd_8x1024x1600.json
+    traces/nanogpt_mlp_gelu_tanh_train_fwd_8x1024x1600.json
+    traces/byog/linear/bert_intermediate_mincut_train_fwd_32x512x1024.json
+    traces/byog/linear/gpt2_mlp_mincut_train_fwd_8x1024x1024.json
+    traces/byog/linear/llama_mlp_mincut_train_fwd_1x8192x4096.json"
+  for g in $geoms; do
+    for f in $(traces_or echo $default_traces); do
+      out=$D/run_${g//,/_}_$(basename "$f" .json)
+      [ "$g" = heuristic ] && g_env= || g_env=$g
+      REPLAY_EPILOGUE_GEOMETRY=$g_env timeout 120 "$R" run "$f" --modes cold \
+        --variants baseline,optimized --reference-budget 0 --no-matmul-ceilings --no-repro \
+        --out "$out" > "$D/run.log" 2>&1 || rc=$?
+      python3 - "$g" "$out/results.json" <<'PY' | tee -a "$D/sweep.txt"
+import json, sys
+g, path = sys.argv[1], sys.argv[2]
+try:
+    t = json.load(open(path))["traces"][0]
+except (OSError, ValueError, KeyError, IndexError) as e:
+    print(f"{g:10s} {path}: no result ({e})")
+    sys.exit(0)
+for r in t["regions"]:
+    if r["region"] != -1:
+        continue
+    cells = []
+    for v in r["variants"]:
+        if "stats" not in v:
+            continue
+        epi = sum(k["total_us"] for k in v.get("cupti", {}).get("kernels", [])
+                  if "matmul_epilogue" in k["name"])
+        cells.append(f"{v['variant']} {v['stats']['median_us']:8.1f} (epilogue {epi:6.1f})")
+    print(f"{g:10s} {t['name'][:46]:46s} " + "  ".join(cells))
+PY
+    done
+  done
+  return $rc
+}
 phase_normbwd_peers() {  # DIR holding anchors.py
   local peers=${1:?normbwd-peers=DIR} mix rc=0
   for mix in 0 1; do
@@ -346,6 +392,7 @@ phase_ncu() {  # REGEX
     timeout 240 ncu --kernel-name "regex:$regex" --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      --section InstructionStats --section ComputeWorkloadAnalysis \
       "$R" run "$f" --variants optimized --modes cold --no-cupti --no-matmul-ceilings --reference-budget 0 \
       --min-samples 3 --max-time 0.2 --no-repro --out "$D/run_$(basename "$f" .json)" \
       > "$D/$(basename "$f" .json).txt" 2>&1 || rc=$?

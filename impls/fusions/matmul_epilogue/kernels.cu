@@ -12,7 +12,14 @@
 #include "impls/fusions/matmul_epilogue/kernels.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "impls/cuda/cp_async.cuh"
 #include "impls/cuda/cuda_check.hpp"
@@ -235,10 +242,12 @@ __device__ __forceinline__ void store8(void* base, int64_t i, DType t, const flo
 }
 
 // One vector of 8 elements at (m, n): the steps of kernels.hpp from z's words as loaded (and the
-// gating operand's, `ur`, when a.up is set), stored. Shared by the vector kernels.
+// gating operand's, `ur`, when a.up is set; the residual's, `rr`, when a.res is set), stored.
+// Shared by the vector kernels.
 template <bool kBf16>
 __device__ __forceinline__ void vec_elements(const EpilogueArgs& a, const Chain<kBf16>& c,
-                                             int64_t m, int64_t n, const Raw8& zr, const Raw8& ur) {
+                                             int64_t m, int64_t n, const Raw8& zr, const Raw8& ur,
+                                             const Raw8& rr) {
   float v[kV], t[kV];
   unpack8(zr, dt<kBf16>(a.z.dtype), v);
   if (a.bias) {
@@ -258,11 +267,17 @@ __device__ __forceinline__ void vec_elements(const EpilogueArgs& a, const Chain<
     for (int k = 0; k < kV; ++k) v[k] = v[k] * t[k];
   }
   if (a.res.ptr) {
-    load8(a.res.ptr, m * a.res.ld + n, dt<kBf16>(a.res.dtype), t);
+    unpack8(rr, dt<kBf16>(a.res.dtype), t);
 #pragma unroll
     for (int k = 0; k < kV; ++k) v[k] = v[k] + t[k];
   }
   store8(a.y.ptr, m * a.y.ld + n, dt<kBf16>(a.y.dtype), v);
+}
+
+// An operand's 8 elements at (m, n), or nothing (zeros) when the operand is absent.
+template <bool kBf16>
+__device__ __forceinline__ Raw8 load_op8(const EpiMat& o, int64_t m, int64_t n) {
+  return o.ptr ? load_raw8(o.ptr, m * o.ld + n, dt<kBf16>(o.dtype)) : Raw8{};
 }
 
 // (row, column) of a grid-stride walk over a [M, cols] grid of items, advanced by a constant
@@ -287,38 +302,73 @@ struct Cursor {
   }
 };
 
-template <bool kBf16>
-__global__ void epilogue_vec_kernel(EpilogueArgs a) {
+// kU vectors per thread and iteration (grid-stride: vector i, i + stride, ...), every operand's
+// loads of the kU issued before the first is computed: kU x 16 bytes of z (and up, res) in flight
+// per thread instead of 16. With one vector at a time the bias-only step ran at 2.1 TB/s on the
+// H200 (nanoGPT baseline, 210 MB in 101 us): 39 registers, 6 blocks of 256 threads per SM, at
+// most 24 KiB an SM in flight, short of what HBM latency asks for at 4.2 TB/s (TUNING.md).
+// kZOnly: the instance for chains without up and res (bias, activation, casts), whose registers
+// hold z's words alone.
+template <bool kBf16, int kU, bool kZOnly>
+__global__ void __launch_bounds__(256, kU == 1  ? 1
+                                       : kZOnly ? 4
+                                                : 3) epilogue_vec_kernel(EpilogueArgs a) {
   const int64_t nv = a.N / kV, total = a.M * nv;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const Chain<kBf16> c{a};
   Cursor at(first, stride, nv);
-  for (int64_t i = first; i < total; i += stride, at.advance()) {
-    const int64_t m = at.m, n = at.c * kV;
-    const Raw8 zr = load_raw8(a.z.ptr, m * a.z.ld + n, dt<kBf16>(a.z.dtype));
-    const Raw8 ur = a.up.ptr ? load_raw8(a.up.ptr, m * a.up.ld + n, dt<kBf16>(a.up.dtype)) : Raw8{};
-    vec_elements(a, c, m, n, zr, ur);
+  for (int64_t i = first; i < total; i += kU * stride) {
+    int m[kU], n[kU];  // launch_epilogue: M and N below 2^31
+    Raw8 zr[kU], ur[kU], rr[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      m[u] = static_cast<int>(at.m), n[u] = static_cast<int>(at.c * kV);
+      at.advance();
+      if (u == 0 || i + u * stride < total) {
+        zr[u] = load_op8<kBf16>(a.z, m[u], n[u]);
+        if constexpr (!kZOnly) {
+          ur[u] = load_op8<kBf16>(a.up, m[u], n[u]);
+          rr[u] = load_op8<kBf16>(a.res, m[u], n[u]);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (u > 0 && i + u * stride >= total) break;
+      if constexpr (kZOnly) {
+        // up and res are absent (the launcher's choice): vec_elements reads neither
+        vec_elements(a, c, m[u], n[u], zr[u], zr[u], zr[u]);
+      } else {
+        vec_elements(a, c, m[u], n[u], zr[u], ur[u], rr[u]);
+      }
+    }
   }
 }
 
 // The table kernel (EpilogueArgs::table, 16-bit z and up): one block of kTableThreads per SM,
-// whose shared memory holds the table (128 KiB) and a ring of kTableStages 16-byte slots per
-// thread and operand (80 KiB), filled by cp.async: each thread has its next kTableStages - 1
-// vectors' loads in flight while it looks the current one up, 32-64 KiB an SM at all times,
-// what a 4.2 TB/s stream needs at HBM latency. Measured before (H200): one vector at a time in
-// registers, 62 us for GPT-2's 2 x 64 MiB (the bytes take ~31 us); four loaded, then four looked
-// up, 146-182 us on nanoGPT's and BERT's 210-256 MB (the lookups and the loads took turns).
-constexpr int kTableThreads = 512, kTableStages = 5;
+// whose shared memory holds the table (128 KiB) and a ring of kStages 16-byte slots per thread
+// and operand (z; up when kUp), filled by cp.async: each thread has its next kStages - 1 vectors'
+// loads in flight while it looks the current one up. Measured before (H200): one vector at a
+// time in registers, 62 us for GPT-2's 2 x 64 MiB (the bytes take ~31 us); four loaded, then four
+// looked up, 146-182 us on nanoGPT's and BERT's 210-256 MB (the lookups and the loads took turns);
+// a 5-stage ring for z and up alike (32 KiB of z an SM in flight when there is no up) until the
+// stage counts were swept (TUNING.md).
+constexpr int kTableThreads = 512;
 constexpr int kTableWords = static_cast<int>(kTableEntries * 2 / sizeof(uint4));
-constexpr size_t kTableSmem = (kTableWords + 2 * kTableStages * kTableThreads) * sizeof(uint4);
+// Dynamic shared memory of the table kernel: the table and kOps x kStages slots per thread.
+constexpr size_t table_smem(int ops, int stages) {
+  return (kTableWords + static_cast<size_t>(ops) * stages * kTableThreads) * sizeof(uint4);
+}
 
-template <bool kBf16>
+template <bool kBf16, bool kUp, int kStages>
 __global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(EpilogueArgs a) {
+  constexpr int kOps = kUp ? 2 : 1;
+  static_assert(table_smem(kOps, kStages) <= 227 * 1024, "the ring and table exceed an SM");
   extern __shared__ uint4 smem[];
   const Chain<kBf16> c{a, stage_table<true>(a)};
   uint4* ring = smem + kTableWords;  // [stage][operand: z, up][thread]
-  auto slot = [&](int st, int op) { return ring + (st * 2 + op) * kTableThreads + threadIdx.x; };
+  auto slot = [&](int st, int op) { return ring + (st * kOps + op) * kTableThreads + threadIdx.x; };
   const int64_t nv = a.N / kV, total = a.M * nv;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -328,23 +378,23 @@ __global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(Ep
     const bool ok = i < total;
     const int64_t m = ok ? ahead.m : 0, n = ok ? ahead.c * kV : 0;
     cp_async16(slot(st, 0), static_cast<const char*>(a.z.ptr) + (m * a.z.ld + n) * 2, ok);
-    if (a.up.ptr)
+    if constexpr (kUp)
       cp_async16(slot(st, 1), static_cast<const char*>(a.up.ptr) + (m * a.up.ld + n) * 2, ok);
     cp_async_commit();
     ahead.advance();
   };
 #pragma unroll
-  for (int st = 0; st < kTableStages - 1; ++st) issue(first + st * stride, st);
+  for (int st = 0; st < kStages - 1; ++st) issue(first + st * stride, st);
   int st = 0;
   for (int64_t i = first; i < total; i += stride, at.advance()) {
-    issue(i + (kTableStages - 1) * stride, (st + kTableStages - 1) % kTableStages);
-    cp_async_wait<kTableStages - 1>();  // this thread's group for vector i has landed
+    issue(i + (kStages - 1) * stride, st == 0 ? kStages - 1 : st - 1);
+    cp_async_wait<kStages - 1>();  // this thread's group for vector i has landed
     const int64_t m = at.m, n = at.c * kV;
     Raw8 zr{}, ur{};
     zr.w[0] = *slot(st, 0);
-    if (a.up.ptr) ur.w[0] = *slot(st, 1);
-    vec_elements(a, c, m, n, zr, ur);
-    st = (st + 1) % kTableStages;
+    if constexpr (kUp) ur.w[0] = *slot(st, 1);
+    vec_elements(a, c, m, n, zr, ur, load_op8<kBf16>(a.res, m, n));
+    st = st + 1 == kStages ? 0 : st + 1;
   }
   cp_async_wait<0>();
 }
@@ -678,11 +728,118 @@ bool epilogue_vectorized(const EpilogueArgs& a) {
          (!a.bias || (vec_dtype(a.bias_dtype) && reinterpret_cast<uintptr_t>(a.bias) % 16 == 0));
 }
 
+namespace {
+// The forward kernels' geometry: vectors per thread iteration of the vector kernel (its generic
+// instance takes at most 2: a float32 operand is two 16-byte words a vector), and the table
+// kernel's ring stages without and with the gating operand. Defaults: the H200 sweep
+// (TUNING.md, "Bytes in flight"); REPLAY_EPILOGUE_GEOMETRY=VPT,STAGES_Z,STAGES_UP replaces them
+// (the sweep mode of scripts/device.sh epifwd).
+struct FwdGeometry {
+  int vpt = 4, stages_z = 12, stages_up = 6;
+};
+
+FwdGeometry fwd_geometry() {
+  static const FwdGeometry g = [] {
+    FwdGeometry g;
+    const char* env = std::getenv("REPLAY_EPILOGUE_GEOMETRY");
+    if (!env || !*env) return g;
+    int used = 0;
+    const bool parsed =
+        std::sscanf(env, "%d,%d,%d%n", &g.vpt, &g.stages_z, &g.stages_up, &used) == 3 &&
+        env[used] == '\0';
+    if (!parsed || (g.vpt != 1 && g.vpt != 2 && g.vpt != 4) ||
+        (g.stages_z != 5 && g.stages_z != 10 && g.stages_z != 12) ||
+        (g.stages_up != 5 && g.stages_up != 6))
+      throw std::invalid_argument(std::string("REPLAY_EPILOGUE_GEOMETRY='") + env +
+                                  "': expected VPT,STAGES_Z,STAGES_UP with VPT 1, 2 or 4, "
+                                  "STAGES_Z 5, 10 or 12, STAGES_UP 5 or 6 (the compiled ones)");
+    return g;
+  }();
+  return g;
+}
+
+// Lets `fn` take `bytes` of dynamic shared memory, once per device and kernel.
+void allow_smem(const void* fn, size_t bytes) {
+  static std::mutex mu;
+  static std::set<std::pair<int, const void*>> done;
+  int dev = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  if (done.insert({dev, fn}).second)
+    REPLAY_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(bytes)));
+}
+
+// Blocks of `threads` (no dynamic shared memory) that fit the device at once: a grid-stride
+// kernel's grid, one wave with no second, partly filled one.
+int resident_grid(const void* fn, int threads) {
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int> known;
+  int dev = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = known.try_emplace({dev, fn}, 0);
+  if (fresh) {
+    int per_sm = 0;
+    REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
+    it->second = std::max(1, per_sm) * device_sms();
+  }
+  return it->second;
+}
+
+template <bool kBf16, bool kUp, int kStages>
+void launch_table(const EpilogueArgs& a, int blocks, cudaStream_t stream) {
+  constexpr size_t smem = table_smem(kUp ? 2 : 1, kStages);
+  const auto fn = epilogue_table_vec_kernel<kBf16, kUp, kStages>;
+  allow_smem(reinterpret_cast<const void*>(fn), smem);
+  fn<<<blocks, kTableThreads, smem, stream>>>(a);
+}
+
+template <bool kBf16>
+void dispatch_table(const EpilogueArgs& a, const FwdGeometry& g, int blocks, cudaStream_t s) {
+  if (a.up.ptr) {
+    if (g.stages_up == 5)
+      launch_table<kBf16, true, 5>(a, blocks, s);
+    else
+      launch_table<kBf16, true, 6>(a, blocks, s);
+  } else if (g.stages_z == 5) {
+    launch_table<kBf16, false, 5>(a, blocks, s);
+  } else if (g.stages_z == 10) {
+    launch_table<kBf16, false, 10>(a, blocks, s);
+  } else {
+    launch_table<kBf16, false, 12>(a, blocks, s);
+  }
+}
+
+template <typename Kernel>
+void launch_grid_stride(Kernel fn, const EpilogueArgs& a, int64_t work, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int fit = resident_grid(reinterpret_cast<const void*>(fn), kThreads);
+  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, fit));
+  fn<<<blocks, kThreads, 0, stream>>>(a);
+}
+// The vector kernel at min(vpt, kMaxU) vectors per thread iteration.
+template <bool kBf16, bool kZOnly, int kMaxU>
+void dispatch_vec(int vpt, const EpilogueArgs& a, int64_t work, cudaStream_t stream) {
+  if (vpt == 1)
+    launch_grid_stride(epilogue_vec_kernel<kBf16, 1, kZOnly>, a, work, stream);
+  else if (vpt == 2 || kMaxU == 2)
+    launch_grid_stride(epilogue_vec_kernel<kBf16, 2, kZOnly>, a, work, stream);
+  else
+    launch_grid_stride(epilogue_vec_kernel<kBf16, kMaxU, kZOnly>, a, work, stream);
+}
+}  // namespace
+
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector) {
   const int64_t total = a.M * a.N;
   if (total == 0) return;
+  if (a.M >= (int64_t{1} << 31) || a.N >= (int64_t{1} << 31))
+    throw RuntimeFailure("matmul_epilogue: [" + std::to_string(a.M) + ", " + std::to_string(a.N) +
+                         "] has a dimension of 2^31 or more (the kernels index rows and columns "
+                         "in 32 bits)");
   const bool vec = allow_vector && epilogue_vectorized(a);
   const int64_t work = vec ? total / kV : total;
+  const FwdGeometry g = fwd_geometry();
   if (a.act_step && a.act == Act::kTable && !a.table)
     throw RuntimeFailure("matmul_epilogue: a tabulated activation without its table");
   if (a.act_step && a.table) {
@@ -690,41 +847,36 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
       throw RuntimeFailure(
           "matmul_epilogue: a tabulated activation needs a table from and to bfloat16 / float16");
     // One block per SM: the table takes 128 KiB of its shared memory (the vector kernel's ring
-    // another 80 KiB; it takes 16-bit z and up).
+    // up to 96 KiB more; it takes 16-bit z and up).
     const bool ring = vec && is_16bit_float(a.z.dtype) && (!a.up.ptr || is_16bit_float(a.up.dtype));
-    const int kThreads = ring ? kTableThreads : 1024;
-    const size_t kSmem = ring ? kTableSmem : kTableEntries * 2;
-    static std::set<int> sized;  // devices whose kernels may take that much (a per-device
-    int dev = 0;                 // attribute, set once)
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    if (sized.insert(dev).second) {
-      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_table_vec_kernel<false>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kTableSmem));
-      REPLAY_CUDA(cudaFuncSetAttribute(epilogue_table_vec_kernel<true>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kTableSmem));
-      REPLAY_CUDA(cudaFuncSetAttribute(
-          epilogue_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTableEntries * 2));
-    }
+    const int threads = ring ? kTableThreads : 1024;
     const int blocks = static_cast<int>(
-        std::min<int64_t>((work + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms())));
-    if (ring && all_bf16(a))
-      epilogue_table_vec_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
-    else if (ring)
-      epilogue_table_vec_kernel<false><<<blocks, kThreads, kSmem, stream>>>(a);
-    else
-      epilogue_kernel<true><<<blocks, kThreads, kSmem, stream>>>(a);
+        std::min<int64_t>((work + threads - 1) / threads, static_cast<int64_t>(device_sms())));
+    if (ring && all_bf16(a)) {
+      dispatch_table<true>(a, g, blocks, stream);
+    } else if (ring) {
+      dispatch_table<false>(a, g, blocks, stream);
+    } else {
+      allow_smem(reinterpret_cast<const void*>(epilogue_kernel<true>), kTableEntries * 2);
+      epilogue_kernel<true><<<blocks, threads, kTableEntries * 2, stream>>>(a);
+    }
     REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel (table)");
     return;
   }
-  constexpr int kThreads = 256;
-  const int64_t cap = static_cast<int64_t>(device_sms()) * 8;  // 8 resident blocks of 256 per SM
-  const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, cap));
-  if (vec && all_bf16(a))
-    epilogue_vec_kernel<true><<<blocks, kThreads, 0, stream>>>(a);
-  else if (vec)
-    epilogue_vec_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
-  else
-    epilogue_kernel<false><<<blocks, kThreads, 0, stream>>>(a);
+  const bool z_only = !a.up.ptr && !a.res.ptr;
+  if (vec && all_bf16(a)) {
+    if (z_only)
+      dispatch_vec<true, true, 4>(g.vpt, a, work, stream);
+    else
+      dispatch_vec<true, false, 4>(g.vpt, a, work, stream);
+  } else if (vec) {
+    if (z_only)
+      dispatch_vec<false, true, 2>(g.vpt, a, work, stream);
+    else
+      dispatch_vec<false, false, 2>(g.vpt, a, work, stream);
+  } else {
+    launch_grid_stride(epilogue_kernel<false>, a, work, stream);
+  }
   REPLAY_CUDA_LAUNCH(vec ? "matmul_epilogue::epilogue_vec_kernel"
                          : "matmul_epilogue::epilogue_kernel");
 }
