@@ -39,8 +39,8 @@
 #   normfwd         layernorm_fwd sweep mode (REPLAY_NORM_FWD_GEOMETRY) on the [576000, 384],
 #                   [16384, 1600] and [8192, 4096] forwards -> normfwd/sweep.txt: ~3 min.
 #   epifwd          matmul_epilogue forward geometry sweep (REPLAY_EPILOGUE_GEOMETRY: vectors per
-#                   thread, table ring stages) on five bfloat16 MLP forwards -> epifwd/sweep.txt:
-#                   ~4 min.
+#                   thread, table kernel threads, raw lookups) on five bfloat16 MLP forwards
+#                   -> epifwd/sweep.txt: ~45 s per geometry.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
 #   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
@@ -333,12 +333,12 @@ phase_normfwd() {
   return $rc
 }
 phase_epifwd() {
-  # matmul_epilogue forward geometry: REPLAY_EPILOGUE_GEOMETRY=VPT,STAGES_Z,STAGES_UP (kernels.cu)
+  # matmul_epilogue forward geometry: REPLAY_EPILOGUE_GEOMETRY=VPT,TABLE_THREADS,RAW (kernels.cu)
   # over $EPIFWD_GEOMETRIES on the bfloat16 MLP forwards ($TRACES or the five below), cold,
   # baseline and optimized, no reference; per geometry and trace the variants' medians and their
   # epilogue kernels' CUPTI sums (µs). The heuristic's choice first. -> epifwd/sweep.txt
   local rc=0 g g_env f out
-  local geoms=${EPIFWD_GEOMETRIES:-"heuristic 1,5,5 2,5,5 4,5,5 2,10,5 4,10,6 4,12,6 2,12,6"}
+  local geoms=${EPIFWD_GEOMETRIES:-"heuristic 1,512,0 1,512,1 1,1024,0 2,1024,1 4,1024,1"}
   local default_traces="traces/nanogpt_mlp_train_fwd_8x1024x1600.json
     traces/nanogpt_mlp_gelu_tanh_train_fwd_8x1024x1600.json
     traces/byog/linear/bert_intermediate_mincut_train_fwd_32x512x1024.json

@@ -346,29 +346,34 @@ __global__ void __launch_bounds__(256, kU == 1  ? 1
   }
 }
 
-// The table kernel (EpilogueArgs::table, 16-bit z and up): one block of kTableThreads per SM,
-// whose shared memory holds the table (128 KiB) and a ring of kStages 16-byte slots per thread
-// and operand (z; up when kUp), filled by cp.async: each thread has its next kStages - 1 vectors'
-// loads in flight while it looks the current one up. Measured before (H200): one vector at a
-// time in registers, 62 us for GPT-2's 2 x 64 MiB (the bytes take ~31 us); four loaded, then four
-// looked up, 146-182 us on nanoGPT's and BERT's 210-256 MB (the lookups and the loads took turns);
-// a 5-stage ring for z and up alike (32 KiB of z an SM in flight when there is no up) until the
-// stage counts were swept (TUNING.md).
-constexpr int kTableThreads = 512;
+// The table kernel (EpilogueArgs::table, 16-bit z and up): one block of kThreads per SM, whose
+// shared memory holds the table (128 KiB) and a ring of kStages 16-byte slots per thread and
+// operand (z; up when kUp), filled by cp.async: each thread has its next kStages - 1 vectors'
+// loads in flight while it looks the current one up. Measured (H200, TUNING.md "Bytes in
+// flight"): one vector at a time in registers, 62 us for GPT-2's 2 x 64 MiB (the bytes take
+// ~31 us); four loaded, then four looked up, 146-182 us on nanoGPT's and BERT's 210-256 MB (the
+// lookups and the loads took turns); a 5-stage ring of 512 threads, 89 us on nanoGPT's 210 MB;
+// 10 stages for z alone, 75 us, then latency-bound (ncu: 4 warps a scheduler, 0.46 issued per
+// cycle), hence 1024 threads.
+// kRaw (all-bfloat16 chains of z and the table alone: no bias, up or residual): the lookups take
+// z's 16-bit words as they are and store the table's words as they are, no widening or rounding
+// (the same bits: the chain's float steps are exact there).
 constexpr int kTableWords = static_cast<int>(kTableEntries * 2 / sizeof(uint4));
-// Dynamic shared memory of the table kernel: the table and kOps x kStages slots per thread.
-constexpr size_t table_smem(int ops, int stages) {
-  return (kTableWords + static_cast<size_t>(ops) * stages * kTableThreads) * sizeof(uint4);
+// Dynamic shared memory of the table kernel: the table and ops x stages slots per thread.
+constexpr size_t table_smem(int threads, int ops, int stages) {
+  return (kTableWords + static_cast<size_t>(ops) * stages * threads) * sizeof(uint4);
 }
 
-template <bool kBf16, bool kUp, int kStages>
-__global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(EpilogueArgs a) {
+template <bool kBf16, bool kUp, bool kRaw, int kThreads, int kStages>
+__global__ void __launch_bounds__(kThreads, 1) epilogue_table_vec_kernel(EpilogueArgs a) {
   constexpr int kOps = kUp ? 2 : 1;
-  static_assert(table_smem(kOps, kStages) <= 227 * 1024, "the ring and table exceed an SM");
+  static_assert(table_smem(kThreads, kOps, kStages) <= 227 * 1024,
+                "the ring and table exceed an SM's shared memory");
+  static_assert(!kRaw || (kBf16 && !kUp), "raw lookups take bfloat16 z alone");
   extern __shared__ uint4 smem[];
   const Chain<kBf16> c{a, stage_table<true>(a)};
   uint4* ring = smem + kTableWords;  // [stage][operand: z, up][thread]
-  auto slot = [&](int st, int op) { return ring + (st * kOps + op) * kTableThreads + threadIdx.x; };
+  auto slot = [&](int st, int op) { return ring + (st * kOps + op) * kThreads + threadIdx.x; };
   const int64_t nv = a.N / kV, total = a.M * nv;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -390,10 +395,24 @@ __global__ void __launch_bounds__(kTableThreads, 1) epilogue_table_vec_kernel(Ep
     issue(i + (kStages - 1) * stride, st == 0 ? kStages - 1 : st - 1);
     cp_async_wait<kStages - 1>();  // this thread's group for vector i has landed
     const int64_t m = at.m, n = at.c * kV;
-    Raw8 zr{}, ur{};
-    zr.w[0] = *slot(st, 0);
-    if constexpr (kUp) ur.w[0] = *slot(st, 1);
-    vec_elements(a, c, m, n, zr, ur, load_op8<kBf16>(a.res, m, n));
+    if constexpr (kRaw) {
+      const uint4 w = *slot(st, 0);
+      const uint32_t in[4] = {w.x, w.y, w.z, w.w};
+      uint32_t out[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        out[k] = static_cast<uint32_t>(c.tab[in[k] & 0xffffu]) |
+                 (static_cast<uint32_t>(c.tab[in[k] >> 16]) << 16);
+      const uint4 y = make_uint4(out[0], out[1], out[2], out[3]);
+      if (a.mid.ptr)
+        *reinterpret_cast<uint4*>(static_cast<char*>(a.mid.ptr) + (m * a.mid.ld + n) * 2) = y;
+      *reinterpret_cast<uint4*>(static_cast<char*>(a.y.ptr) + (m * a.y.ld + n) * 2) = y;
+    } else {
+      Raw8 zr{}, ur{};
+      zr.w[0] = *slot(st, 0);
+      if constexpr (kUp) ur.w[0] = *slot(st, 1);
+      vec_elements(a, c, m, n, zr, ur, load_op8<kBf16>(a.res, m, n));
+    }
     st = st + 1 == kStages ? 0 : st + 1;
   }
   cp_async_wait<0>();
@@ -730,12 +749,14 @@ bool epilogue_vectorized(const EpilogueArgs& a) {
 
 namespace {
 // The forward kernels' geometry: vectors per thread iteration of the vector kernel (its generic
-// instance takes at most 2: a float32 operand is two 16-byte words a vector), and the table
-// kernel's ring stages without and with the gating operand. Defaults: the H200 sweep
-// (TUNING.md, "Bytes in flight"); REPLAY_EPILOGUE_GEOMETRY=VPT,STAGES_Z,STAGES_UP replaces them
-// (the sweep mode of scripts/device.sh epifwd).
+// instance takes at most 2: a float32 operand is two 16-byte words a vector); threads of the table
+// kernel's block (512: ring stages 10 for z alone, 5 with up; 1024: 6 and 3, the most that fit
+// beside the table); whether an all-bfloat16 chain of z and the table alone takes the raw lookups.
+// Defaults: the H200 sweeps (TUNING.md, "Bytes in flight");
+// REPLAY_EPILOGUE_GEOMETRY=VPT,TABLE_THREADS,RAW replaces them (scripts/device.sh epifwd).
 struct FwdGeometry {
-  int vpt = 4, stages_z = 12, stages_up = 6;
+  int vpt = 1, table_threads = 1024;
+  bool raw = true;
 };
 
 FwdGeometry fwd_geometry() {
@@ -743,16 +764,16 @@ FwdGeometry fwd_geometry() {
     FwdGeometry g;
     const char* env = std::getenv("REPLAY_EPILOGUE_GEOMETRY");
     if (!env || !*env) return g;
-    int used = 0;
+    int used = 0, raw = 0;
     const bool parsed =
-        std::sscanf(env, "%d,%d,%d%n", &g.vpt, &g.stages_z, &g.stages_up, &used) == 3 &&
+        std::sscanf(env, "%d,%d,%d%n", &g.vpt, &g.table_threads, &raw, &used) == 3 &&
         env[used] == '\0';
     if (!parsed || (g.vpt != 1 && g.vpt != 2 && g.vpt != 4) ||
-        (g.stages_z != 5 && g.stages_z != 10 && g.stages_z != 12) ||
-        (g.stages_up != 5 && g.stages_up != 6))
+        (g.table_threads != 512 && g.table_threads != 1024) || (raw != 0 && raw != 1))
       throw std::invalid_argument(std::string("REPLAY_EPILOGUE_GEOMETRY='") + env +
-                                  "': expected VPT,STAGES_Z,STAGES_UP with VPT 1, 2 or 4, "
-                                  "STAGES_Z 5, 10 or 12, STAGES_UP 5 or 6 (the compiled ones)");
+                                  "': expected VPT,TABLE_THREADS,RAW with VPT 1, 2 or 4, "
+                                  "TABLE_THREADS 512 or 1024, RAW 0 or 1 (the compiled ones)");
+    g.raw = raw != 0;
     return g;
   }();
   return g;
@@ -787,28 +808,38 @@ int resident_grid(const void* fn, int threads) {
   return it->second;
 }
 
-template <bool kBf16, bool kUp, int kStages>
-void launch_table(const EpilogueArgs& a, int blocks, cudaStream_t stream) {
-  constexpr size_t smem = table_smem(kUp ? 2 : 1, kStages);
-  const auto fn = epilogue_table_vec_kernel<kBf16, kUp, kStages>;
+template <bool kBf16, bool kUp, bool kRaw, int kThreads, int kStages>
+void launch_table(const EpilogueArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = table_smem(kThreads, kUp ? 2 : 1, kStages);
+  const auto fn = epilogue_table_vec_kernel<kBf16, kUp, kRaw, kThreads, kStages>;
   allow_smem(reinterpret_cast<const void*>(fn), smem);
-  fn<<<blocks, kTableThreads, smem, stream>>>(a);
+  const int64_t vectors = a.M * (a.N / kV);
+  const int blocks = static_cast<int>(
+      std::min<int64_t>((vectors + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms())));
+  fn<<<blocks, kThreads, smem, stream>>>(a);
+}
+
+template <bool kBf16, bool kUp, bool kRaw>
+void dispatch_table_threads(const EpilogueArgs& a, const FwdGeometry& g, cudaStream_t s) {
+  if (g.table_threads == 512)
+    launch_table<kBf16, kUp, kRaw, 512, kUp ? 5 : 10>(a, s);
+  else
+    launch_table<kBf16, kUp, kRaw, 1024, kUp ? 3 : 6>(a, s);
 }
 
 template <bool kBf16>
-void dispatch_table(const EpilogueArgs& a, const FwdGeometry& g, int blocks, cudaStream_t s) {
+void dispatch_table(const EpilogueArgs& a, const FwdGeometry& g, cudaStream_t s) {
   if (a.up.ptr) {
-    if (g.stages_up == 5)
-      launch_table<kBf16, true, 5>(a, blocks, s);
-    else
-      launch_table<kBf16, true, 6>(a, blocks, s);
-  } else if (g.stages_z == 5) {
-    launch_table<kBf16, false, 5>(a, blocks, s);
-  } else if (g.stages_z == 10) {
-    launch_table<kBf16, false, 10>(a, blocks, s);
-  } else {
-    launch_table<kBf16, false, 12>(a, blocks, s);
+    dispatch_table_threads<kBf16, true, false>(a, g, s);
+    return;
   }
+  if constexpr (kBf16) {
+    if (g.raw && !a.bias && !a.res.ptr) {
+      dispatch_table_threads<true, false, true>(a, g, s);
+      return;
+    }
+  }
+  dispatch_table_threads<kBf16, false, false>(a, g, s);
 }
 
 template <typename Kernel>
@@ -846,19 +877,19 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
     if (!is_16bit_float(a.table_in) || !is_16bit_float(a.act_round))
       throw RuntimeFailure(
           "matmul_epilogue: a tabulated activation needs a table from and to bfloat16 / float16");
-    // One block per SM: the table takes 128 KiB of its shared memory (the vector kernel's ring
-    // up to 96 KiB more; it takes 16-bit z and up).
+    // One block per SM: the table takes 128 KiB of its shared memory (the ring kernel's ring up
+    // to 96 KiB more; it takes 16-bit z and up).
     const bool ring = vec && is_16bit_float(a.z.dtype) && (!a.up.ptr || is_16bit_float(a.up.dtype));
-    const int threads = ring ? kTableThreads : 1024;
-    const int blocks = static_cast<int>(
-        std::min<int64_t>((work + threads - 1) / threads, static_cast<int64_t>(device_sms())));
     if (ring && all_bf16(a)) {
-      dispatch_table<true>(a, g, blocks, stream);
+      dispatch_table<true>(a, g, stream);
     } else if (ring) {
-      dispatch_table<false>(a, g, blocks, stream);
+      dispatch_table<false>(a, g, stream);
     } else {
+      constexpr int kThreads = 1024;
+      const int blocks = static_cast<int>(
+          std::min<int64_t>((work + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms())));
       allow_smem(reinterpret_cast<const void*>(epilogue_kernel<true>), kTableEntries * 2);
-      epilogue_kernel<true><<<blocks, threads, kTableEntries * 2, stream>>>(a);
+      epilogue_kernel<true><<<blocks, kThreads, kTableEntries * 2, stream>>>(a);
     }
     REPLAY_CUDA_LAUNCH("matmul_epilogue::epilogue_kernel (table)");
     return;

@@ -298,7 +298,9 @@ TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
     };
     for (DType zt : {DType::kBFloat16, DType::kFloat32})
       for (Act act : {Act::kNone, Act::kGeluErf, Act::kGeluTanh, Act::kSilu})
-        for (int extra = 0; extra < 3; ++extra) {  // 0: bias + pre; 1: gating; 2: residual
+        // 0: bias + pre; 1: gating; 2: residual; 3: z alone (with the table and bfloat16 z: the
+        // raw lookups of the table kernel)
+        for (int extra = 0; extra < 4; ++extra) {
           auto z = mat(zt), up = mat(DType::kBFloat16), res = mat(DType::kBFloat16);
           DeviceBuffer bias(static_cast<size_t>(N) * 2);
           fill(z.first, zt, 1);
