@@ -96,6 +96,7 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
       for (int n : reg.nodes) add_eager_step(n);
       continue;
     }
+    if (fuse && alias_clone(static_cast<int>(ni))) continue;
     add_eager_step(static_cast<int>(ni));
   }
   for (int v : g.outputs)
@@ -104,6 +105,24 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
 }
 
 GpuProgram::~GpuProgram() = default;
+
+bool GpuProgram::alias_clone(int ni) {
+  if (std::find(plan_.elided_clones.begin(), plan_.elided_clones.end(), ni) ==
+      plan_.elided_clones.end())
+    return false;
+  const Node& n = g_.nodes[ni];
+  int src = -1;
+  for (const auto& o : n.operands)
+    if (o.is_tensor()) src = o.value;
+  const Slot& x = slot(src, n.id);
+  const TensorMeta want = dense_layout(g_.meta(n.outputs.at(0)));
+  // The copy's layout is the recorded dense one: alias only a source laid out the same way.
+  if (x.layout.shape != want.shape || x.layout.stride != want.stride ||
+      x.layout.dtype != want.dtype)
+    return false;
+  slots_[n.outputs[0]] = x;
+  return true;
+}
 
 void GpuProgram::add_view(int ni) {
   const Node& n = g_.nodes[ni];

@@ -24,13 +24,15 @@ class GpuProgram {
   /// layouts on `stream` and waits for the uploads, and builds the steps for `variant`: "eager"
   /// runs every op as its own launch; a fusion variant name runs each region through its fusion's
   /// variant of that name, or eagerly when the fusion lacks it or the variant cannot run the region
-  /// (fallback_reason says why). `dist`: this rank's multi-process context (one process per
-  /// rank, harness/dist/rank_session.hpp), given to binders (BindContext::dist) and used by the
-  /// eager collectives (NCCL on dist->comm, impls/eager/collective.hpp); it must outlive the
-  /// program. Null: a single process, where a collective passes its operand on (a group of one)
-  /// and one over more ranks is refused. Throws RuntimeFailure on CUDA errors,
-  /// std::invalid_argument for a graph the GPU executors cannot run (an eager collective without a
-  /// communicator included: its message names the node and dist->no_nccl_why).
+  /// (fallback_reason says why); a fusion variant also passes the operand's buffer on as the output
+  /// of each node of plan.elided_clones instead of copying it (when the layouts agree). `dist`:
+  /// this rank's multi-process context (one process per rank, harness/dist/rank_session.hpp), given
+  /// to binders (BindContext::dist) and used by the eager collectives (NCCL on dist->comm,
+  /// impls/eager/collective.hpp); it must outlive the program. Null: a single process, where a
+  /// collective passes its operand on (a group of one) and one over more ranks is refused. Throws
+  /// RuntimeFailure on CUDA errors, std::invalid_argument for a graph the GPU executors cannot run
+  /// (an eager collective without a communicator included: its message names the node and
+  /// dist->no_nccl_why).
   GpuProgram(const Graph& g, const Plan& plan, std::string variant,
              const std::map<int, HostTensor>& inputs, cudaStream_t stream,
              const DistContext* dist = nullptr);
@@ -85,6 +87,9 @@ class GpuProgram {
   void add_eager_step(int node);
   void add_view(int node);
   bool add_fused_step(int region);
+  /// A node of Plan::elided_clones whose operand's buffer has the output's recorded dense layout:
+  /// its output becomes an alias of that buffer (true), no step. Else false (it runs eagerly).
+  bool alias_clone(int node);
 
   const Graph& g_;
   const Plan& plan_;

@@ -382,3 +382,42 @@ TEST(Canonical, WidenedFromMustNameAnEarlierNarrowerInputOfTheSameLayout) {
   both["inputs"][2]["widened_from"] = "a";
   rejected(both, "not both");
 }
+
+// Plan::elided_clones (elidable_clones): a trailing clone whose operand's storage nothing else
+// returns runs as an alias in the fused variants; one that would share storage PyTorch keeps apart
+// (its source returned too, an input's, another clone's) is copied.
+TEST(Canonical, TrailingClonesWithPrivateStorageAreElided) {
+  const std::vector<int64_t> x{4, 8}, x3{2, 2, 8};
+  auto plan_of = [&](json nodes, json outputs) {
+    const Graph g =
+        parse_trace(trace("clones", {input("x", x, "bfloat16")}, nodes, outputs), "<clones>");
+    std::vector<std::string> ids;
+    for (int k : make_plan(g, fusion_registry()).elided_clones) ids.push_back(g.nodes[k].id);
+    return ids;
+  };
+  auto clone_of = [](const std::string& id, const std::string& src, std::vector<int64_t> shape) {
+    return node(id, "aten.clone.default", {ref(src)}, {tensor(shape, "bfloat16")});
+  };
+  const json mul = node("m", "aten.mul.Tensor", {ref("x"), 2.0}, {tensor(x, "bfloat16")});
+  const json view = node("v", "aten.view.default", {ref("m"), x3}, {tensor(x3, "bfloat16")});
+  // GPT-2's MLP output: view of a computed value, then the clone the graph returns.
+  EXPECT_EQ(plan_of({mul, view, clone_of("c", "v", x3)}, {"c"}), (std::vector<std::string>{"c"}));
+  // The viewed value returned as well: the clone must be its own storage.
+  EXPECT_TRUE(plan_of({mul, view, clone_of("c", "v", x3)}, {"c", "m"}).empty());
+  EXPECT_TRUE(plan_of({mul, view, clone_of("c", "v", x3)}, {"c", "v"}).empty());
+  // A clone of a graph input.
+  EXPECT_TRUE(plan_of({mul, clone_of("c", "x", x)}, {"c", "m"}).empty());
+  // Two clones of one value.
+  EXPECT_TRUE(plan_of({mul, clone_of("c1", "m", x), clone_of("c2", "m", x)}, {"c1", "c2"}).empty());
+  // A dtype-changing convert is no identity, so no alias.
+  EXPECT_TRUE(plan_of({mul, node("f", "prims.convert_element_type.default",
+                                 {ref("m"), {{"dtype", "float32"}}}, {tensor(x, "float32")})},
+                      {"f"})
+                  .empty());
+  // The bundled GPT-2 MLP forward (HF Conv1D, dropout at p = 0 as a clone).
+  const Graph gpt2 = load_trace(trace_path("byog/linear/gpt2_mlp_mincut_train_fwd_2x8x128"));
+  const Plan p = make_plan(gpt2, fusion_registry());
+  ASSERT_EQ(p.elided_clones.size(), 1u);
+  EXPECT_EQ(gpt2.nodes[p.elided_clones[0]].id, "clone");
+  EXPECT_EQ(plan_to_json(gpt2, p)["elided_clones"], json::array({"clone"}));
+}

@@ -1,7 +1,9 @@
 #include "workloads/plan/plan.hpp"
 
 #include <algorithm>
+#include <map>
 
+#include "workloads/ops/op.hpp"
 #include "workloads/plan/canonical.hpp"
 
 namespace replay {
@@ -93,7 +95,59 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
       p.regions.push_back(std::move(r));
     }
   }
+  std::vector<int> identities;
+  for (const auto& [k, rule] : p.canonical_removed)
+    if (rule == canon_rule_name(CanonRule::kIdentity)) identities.push_back(k);
+  p.elided_clones = elidable_clones(g, p.node_region, identities);
   return p;
+}
+
+std::vector<int> elidable_clones(const Graph& g, const std::vector<int>& node_region,
+                                 const std::vector<int>& identities) {
+  auto sole_tensor = [&](const Node& n) {
+    int v = -1, count = 0;
+    for (const auto& o : n.operands)
+      if (o.is_tensor()) v = o.value, ++count;
+    return count == 1 ? v : -1;
+  };
+  // The value whose storage `v` shares in the executors: back through view nodes.
+  auto root = [&](int v) {
+    for (int depth = 0; depth < 64; ++depth) {
+      const int p = g.values[v].producer;
+      if (p < 0 || op_def(g.nodes[p].op).eager.kernel != EagerLowering::kAlias) break;
+      const int x = sole_tensor(g.nodes[p]);
+      if (x < 0) break;
+      v = x;
+    }
+    return v;
+  };
+  std::vector<int> candidates;
+  for (int k : identities) {
+    const Node& n = g.nodes[k];
+    if (node_region.at(k) >= 0 || n.outputs.size() != 1) continue;
+    if (n.op != Op::kClone && n.op != Op::kToCopy && n.op != Op::kConvertElementType) continue;
+    const int x = sole_tensor(n);
+    if (x < 0 || g.meta(x).dtype != g.meta(n.outputs[0]).dtype ||
+        g.meta(x).shape != g.meta(n.outputs[0]).shape)
+      continue;
+    candidates.push_back(k);
+  }
+  // Roots that something returns without one of the candidates, and how many candidates view each.
+  std::map<int, int> returned, per_root;
+  std::vector<char> is_candidate_out(g.values.size(), 0);
+  for (int k : candidates) {
+    is_candidate_out[g.nodes[k].outputs[0]] = 1;
+    ++per_root[root(sole_tensor(g.nodes[k]))];
+  }
+  for (int v : g.outputs)
+    if (!is_candidate_out[v]) ++returned[root(v)];
+  std::vector<int> out;
+  for (int k : candidates) {
+    const int r = root(sole_tensor(g.nodes[k]));
+    if (g.values[r].graph_input || returned.count(r) || per_root[r] > 1) continue;
+    out.push_back(k);
+  }
+  return out;
 }
 
 nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
@@ -142,10 +196,13 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
   json removed = json::array();
   for (const auto& [n, rule] : p.canonical_removed)
     removed.push_back({{"node", g.nodes[n].id}, {"rule", rule}});
+  json elided = json::array();
+  for (int n : p.elided_clones) elided.push_back(g.nodes[n].id);
   return {{"trace", g.name},
           {"file", g.file},
           {"regions", regions},
           {"eager_nodes", eager},
+          {"elided_clones", elided},
           {"dropped_matches", dropped},
           {"declined", declined},
           {"canonical", {{"removed", removed}, {"reordered", p.canonical_reordered}}}};

@@ -34,7 +34,24 @@ struct Plan {
   /// What the canonical form removed before matching: captured node index and rule name.
   std::vector<std::pair<int, std::string>> canonical_removed;
   int canonical_reordered = 0;  ///< commutative nodes whose operands the canonical form swapped
+  /// Captured nodes the fused variants run as an alias of their operand instead of a copy
+  /// (elidable_clones): clones (and same-dtype converts) the canonical form removed as identities
+  /// that no region claims, whose operand's storage nothing else returns. The eager variant still
+  /// copies, as PyTorch does.
+  std::vector<int> elided_clones;
 };
+
+/// The captured nodes of `g` that a program may run as an alias of their operand (Plan::
+/// elided_clones), given the regions' claims (`node_region`, -1: eager) and the nodes the canonical
+/// form removed as identities (`identities`). A node qualifies when it is a clone, _to_copy or
+/// convert_element_type of one tensor to the same dtype and shape, no region claims it, and the
+/// storage its operand views (back through the view nodes to the value a step writes) is no
+/// graph input, no graph output itself, and aliased by no other graph output or qualifying
+/// node: returning it then shares no storage PyTorch would keep apart (a trailing dropout at p = 0
+/// in a captured model is such a clone). Graphs are functional (no op writes in place), so the
+/// alias and a copy hold the same values throughout.
+std::vector<int> elidable_clones(const Graph& g, const std::vector<int>& node_region,
+                                 const std::vector<int>& identities);
 
 /// Canonicalizes `g` (workloads/plan/canonical.hpp) and runs each fusion's matcher over the
 /// canonical form, in the order given (the registry order is the priority); each region found is
