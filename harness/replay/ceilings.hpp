@@ -35,6 +35,9 @@ struct MatmulPeak {
   double tflops = 0;     ///< 2 m n k / best_us, TFLOP/s; 0 when not measured
   std::string error;     ///< non-empty: why this class was not measured (e.g. cuBLASLt refused)
   std::string algo;      ///< the cuBLASLt algorithm timed (empty: the eager path's, float64)
+  /// Non-empty when every sample ran below the clock floor (StopRule::min_clock_ratio) and the
+  /// class was timed again without it (what the GPU sustains at its power limit).
+  std::string note;
 };
 
 /// The classes measure_matmul_peaks() measures, in order.

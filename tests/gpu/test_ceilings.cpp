@@ -28,6 +28,7 @@ TEST(MatmulCeilings, EveryClassIsMeasuredAndPlausible) {
     tf[p.cls] = p.tflops;
     std::printf("%-18s %6lld^3  median %9.1f us  best %9.1f us  %7.1f TFLOP/s\n", p.cls.c_str(),
                 static_cast<long long>(p.m), p.median_us, p.best_us, p.tflops);
+    if (!p.note.empty()) std::printf("  %s: %s\n", p.cls.c_str(), p.note.c_str());
   }
   ASSERT_EQ(tf.size(), matmul_peak_classes().size());
   for (const auto& [cls, v] : tf) EXPECT_LT(v, 2500.0) << cls << ": above any dense peak";
