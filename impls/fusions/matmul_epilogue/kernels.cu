@@ -304,9 +304,9 @@ struct Cursor {
 
 // kU vectors per thread and iteration (grid-stride: vector i, i + stride, ...), every operand's
 // loads of the kU issued before the first is computed: kU x 16 bytes of z (and up, res) in flight
-// per thread instead of 16. With one vector at a time the bias-only step ran at 2.1 TB/s on the
-// H200 (nanoGPT baseline, 210 MB in 101 us): 39 registers, 6 blocks of 256 threads per SM, at
-// most 24 KiB an SM in flight, short of what HBM latency asks for at 4.2 TB/s (TUNING.md).
+// per thread instead of 16. Swept on the H200 (TUNING.md, "Bytes in flight"): no gain on the
+// baseline's steps (its float32-to-bfloat16 bias steps already run at 3.3-3.9 TB/s, its GELU and
+// SiLU steps are bound by their arithmetic), so the default stays at 1.
 // kZOnly: the instance for chains without up and res (bias, activation, casts), whose registers
 // hold z's words alone.
 template <bool kBf16, int kU, bool kZOnly>
