@@ -335,8 +335,9 @@ phase_normfwd() {
 phase_epifwd() {
   # matmul_epilogue forward geometry: REPLAY_EPILOGUE_GEOMETRY=VPT,TABLE_THREADS,RAW (kernels.cu)
   # over $EPIFWD_GEOMETRIES on the bfloat16 MLP forwards ($TRACES or the five below), cold,
-  # baseline and optimized, no reference; per geometry and trace the variants' medians and their
-  # epilogue kernels' CUPTI sums (µs). The heuristic's choice first. -> epifwd/sweep.txt
+  # baseline and optimized, numerics checked (no reference budget); per geometry and trace the
+  # variants' medians, their epilogue kernels' CUPTI sums (µs) and numerics verdicts. The
+  # heuristic's choice first. -> epifwd/sweep.txt, a log per run beside its folder
   local rc=0 g g_env f out
   local geoms=${EPIFWD_GEOMETRIES:-"heuristic 1,512,0 1,512,1 1,1024,0 2,1024,1 4,1024,1"}
   local default_traces="traces/nanogpt_mlp_train_fwd_8x1024x1600.json
@@ -350,7 +351,7 @@ phase_epifwd() {
       [ "$g" = heuristic ] && g_env= || g_env=$g
       REPLAY_EPILOGUE_GEOMETRY=$g_env timeout 120 "$R" run "$f" --modes cold \
         --variants baseline,optimized --reference-budget 0 --no-matmul-ceilings --no-repro \
-        --out "$out" > "$D/run.log" 2>&1 || rc=$?
+        --out "$out" > "$out.log" 2>&1 || rc=$?
       python3 - "$g" "$out/results.json" <<'PY' | tee -a "$D/sweep.txt"
 import json, sys
 g, path = sys.argv[1], sys.argv[2]
@@ -368,7 +369,8 @@ for r in t["regions"]:
             continue
         epi = sum(k["total_us"] for k in v.get("cupti", {}).get("kernels", [])
                   if "matmul_epilogue" in k["name"])
-        cells.append(f"{v['variant']} {v['stats']['median_us']:8.1f} (epilogue {epi:6.1f})")
+        cells.append(f"{v['variant']} {v['stats']['median_us']:8.1f} (epilogue {epi:6.1f}) "
+                     f"{v.get('verdict', '?')}")
     print(f"{g:10s} {t['name'][:46]:46s} " + "  ".join(cells))
 PY
     done

@@ -160,12 +160,17 @@ std::vector<MatmulPeak> measure_matmul_peaks(cudaStream_t s, L2Flush& l2, const 
         // Every sample ran below the clock floor (an 8192^3 float8 GEMM can hold the H200 at its
         // power limit for its whole duration): what the GPU sustains is that class's ceiling, so
         // it is timed again without the floor, and the ceiling says so.
+        // (A floor of ~0 rather than 0 keeps the clock probed, so the note can say at what clock.)
         StopRule unfiltered = rule;
-        unfiltered.min_clock_ratio = 0;
+        unfiltered.min_clock_ratio = 1e-9;
         p.note = "every sample below " + std::to_string(static_cast<int>(t.clock_floor_mhz)) +
                  " MHz (" + std::to_string(t.discarded_slow_clock) +
                  " dropped): timed without the clock floor";
         t = time_cold(launch, s, l2, unfiltered);
+        if (!t.sm_mhz.empty())
+          p.note += ", at a median SM clock of " +
+                    std::to_string(static_cast<int>(summarize(t.sm_mhz).median)) +
+                    " MHz (regions timed at the floor's clocks can exceed 100 % of this SOL)";
       }
       if (t.samples_us.empty()) throw std::runtime_error("no sample kept");
       const SampleStats sm = summarize(t.samples_us);

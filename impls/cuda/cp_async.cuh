@@ -22,7 +22,9 @@ __device__ __forceinline__ void cp_async_commit() {
 /// Waits until at most N of this thread's groups are still in flight (its older groups landed).
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  // "memory": the shared-memory reads after the wait must not move before it (a thread reads its
+  // own slots with no barrier in between).
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace replay

@@ -383,9 +383,10 @@ TEST(Canonical, WidenedFromMustNameAnEarlierNarrowerInputOfTheSameLayout) {
   rejected(both, "not both");
 }
 
-// Plan::elided_clones (elidable_clones): a trailing clone whose operand's storage nothing else
-// returns runs as an alias in the fused variants; one that would share storage PyTorch keeps apart
-// (its source returned too, an input's, another clone's) is copied.
+// Plan::elided_clones (elidable_clones): a clone laid out as its operand, whose storage nothing
+// else returns, runs as an alias in the fused variants; one that would share storage PyTorch keeps
+// apart (its source returned too, an input's, another clone's, through views, wait_tensor or a
+// chain of clones) or lay the values out anew is copied.
 TEST(Canonical, TrailingClonesWithPrivateStorageAreElided) {
   const std::vector<int64_t> x{4, 8}, x3{2, 2, 8};
   auto plan_of = [&](json nodes, json outputs) {
@@ -409,11 +410,33 @@ TEST(Canonical, TrailingClonesWithPrivateStorageAreElided) {
   EXPECT_TRUE(plan_of({mul, clone_of("c", "x", x)}, {"c", "m"}).empty());
   // Two clones of one value.
   EXPECT_TRUE(plan_of({mul, clone_of("c1", "m", x), clone_of("c2", "m", x)}, {"c1", "c2"}).empty());
+  // A chain of clones: both would share m's storage.
+  EXPECT_TRUE(
+      plan_of({mul, clone_of("c1", "m", x), clone_of("c2", "c1", x)}, {"c1", "c2"}).empty());
+  // A contiguous() of a transposed view is a real copy (another layout).
+  const json tr = node("t", "aten.permute.default", {ref("m"), {1, 0}},
+                       {{{"shape", {8, 4}}, {"stride", {1, 8}}, {"dtype", "bfloat16"}}});
+  EXPECT_TRUE(plan_of({mul, tr, clone_of("c", "t", {8, 4})}, {"c"}).empty());
+  // A same-dtype _to_copy of a private value is an identity: elided.
+  EXPECT_EQ(plan_of({mul, node("tc", "aten._to_copy.default", {ref("m")}, {tensor(x, "bfloat16")},
+                               {{"dtype", {{"dtype", "bfloat16"}}}})},
+                    {"tc"}),
+            (std::vector<std::string>{"tc"}));
   // A dtype-changing convert is no identity, so no alias.
   EXPECT_TRUE(plan_of({mul, node("f", "prims.convert_element_type.default",
                                  {ref("m"), {{"dtype", "float32"}}}, {tensor(x, "float32")})},
                       {"f"})
                   .empty());
+  // A clone of a wait_tensor (an alias in the GPU program) of a graph input: the input's storage.
+  {
+    json wnodes = json::array(
+        {node("w", "_c10d_functional.wait_tensor.default", {ref("x")}, {tensor(x, "bfloat16")}),
+         clone_of("c", "w", x)});
+    json t = trace("wait", {input("x", x, "bfloat16")}, wnodes, {"c"});
+    t["world_size"] = 2;
+    const Graph g = parse_trace(t, "<wait>");
+    EXPECT_TRUE(make_plan(g, fusion_registry()).elided_clones.empty());
+  }
   // The bundled GPT-2 MLP forward (HF Conv1D, dropout at p = 0 as a clone).
   const Graph gpt2 = load_trace(trace_path("byog/linear/gpt2_mlp_mincut_train_fwd_2x8x128"));
   const Plan p = make_plan(gpt2, fusion_registry());

@@ -110,12 +110,21 @@ std::vector<int> elidable_clones(const Graph& g, const std::vector<int>& node_re
       if (o.is_tensor()) v = o.value, ++count;
     return count == 1 ? v : -1;
   };
-  // The value whose storage `v` shares in the executors: back through view nodes.
+  // The value whose storage `v` may share in the GPU program: back through every node whose
+  // output can be an alias of its operand there (views; wait_tensor; the identities the canonical
+  // form removed: region tails and the candidates themselves), so a chain of clones, or a clone of
+  // a tail, counts as the one storage it may become.
+  std::vector<char> identity(g.nodes.size(), 0);
+  for (int k : identities) identity[k] = 1;
   auto root = [&](int v) {
-    for (int depth = 0; depth < 64; ++depth) {
+    for (int depth = 0; depth < 256; ++depth) {
       const int p = g.values[v].producer;
-      if (p < 0 || op_def(g.nodes[p].op).eager.kernel != EagerLowering::kAlias) break;
-      const int x = sole_tensor(g.nodes[p]);
+      if (p < 0) break;
+      const Node& n = g.nodes[p];
+      if (op_def(n.op).eager.kernel != EagerLowering::kAlias && n.op != Op::kWaitTensor &&
+          !identity[p])
+        break;
+      const int x = sole_tensor(n);
       if (x < 0) break;
       v = x;
     }
@@ -127,8 +136,11 @@ std::vector<int> elidable_clones(const Graph& g, const std::vector<int>& node_re
     if (node_region.at(k) >= 0 || n.outputs.size() != 1) continue;
     if (n.op != Op::kClone && n.op != Op::kToCopy && n.op != Op::kConvertElementType) continue;
     const int x = sole_tensor(n);
-    if (x < 0 || g.meta(x).dtype != g.meta(n.outputs[0]).dtype ||
-        g.meta(x).shape != g.meta(n.outputs[0]).shape)
+    const TensorMeta &in = g.meta(x < 0 ? n.outputs[0] : x), &out = g.meta(n.outputs[0]);
+    // The same recorded dense layout: the copy would lay the values out as the operand has them
+    // (a contiguous() of a transposed or expanded view is a real copy).
+    if (x < 0 || in.dtype != out.dtype || in.shape != out.shape || in.stride != out.stride ||
+        out.storage_elems() != out.numel())
       continue;
     candidates.push_back(k);
   }

@@ -36,20 +36,22 @@ struct Plan {
   int canonical_reordered = 0;  ///< commutative nodes whose operands the canonical form swapped
   /// Captured nodes the fused variants run as an alias of their operand instead of a copy
   /// (elidable_clones): clones (and same-dtype converts) the canonical form removed as identities
-  /// that no region claims, whose operand's storage nothing else returns. The eager variant still
-  /// copies, as PyTorch does.
+  /// that no region claims, laid out as their operand, whose storage nothing else returns. The
+  /// eager variant still copies, as PyTorch does.
   std::vector<int> elided_clones;
 };
 
 /// The captured nodes of `g` that a program may run as an alias of their operand (Plan::
 /// elided_clones), given the regions' claims (`node_region`, -1: eager) and the nodes the canonical
 /// form removed as identities (`identities`). A node qualifies when it is a clone, _to_copy or
-/// convert_element_type of one tensor to the same dtype and shape, no region claims it, and the
-/// storage its operand views (back through the view nodes to the value a step writes) is no
-/// graph input, no graph output itself, and aliased by no other graph output or qualifying
-/// node: returning it then shares no storage PyTorch would keep apart (a trailing dropout at p = 0
-/// in a captured model is such a clone). Graphs are functional (no op writes in place), so the
-/// alias and a copy hold the same values throughout.
+/// convert_element_type of one tensor to the same dtype, shape and recorded dense strides, no
+/// region claims it, and the storage its operand may share in the GPU program (back through views,
+/// wait_tensor and the removed identities, region tails and the other candidates included) is no
+/// graph input, no graph output itself, and reached by no other graph output or candidate: the
+/// alias then shares no storage PyTorch would keep apart (dropout at p = 0 after a captured MLP is
+/// such a clone). Graphs are functional (no op writes into an operand), so the alias and a copy
+/// hold the same values throughout. The GPU program still copies when the operand's buffer is not
+/// laid out as recorded (GpuProgram).
 std::vector<int> elidable_clones(const Graph& g, const std::vector<int>& node_region,
                                  const std::vector<int>& identities);
 

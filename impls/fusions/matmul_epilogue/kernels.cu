@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -609,14 +610,17 @@ bool vec_ok(const EpiMat& x) {
          (vec_dtype(x.dtype) && x.ld % kV == 0 && reinterpret_cast<uintptr_t>(x.ptr) % 16 == 0);
 }
 
+// SMs of the current device (asked once per device).
 int device_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
+  static std::mutex mu;
+  static std::map<int, int> known;
+  int dev = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known.find(dev); it != known.end()) return it->second;
+  int n = 0;
+  REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return known[dev] = n;
 }
 
 // The backward grid: column blocks of 256 columns, and as many row blocks as fill one wave of
@@ -748,36 +752,14 @@ bool epilogue_vectorized(const EpilogueArgs& a) {
 }
 
 namespace {
-// The forward kernels' geometry: vectors per thread iteration of the vector kernel (its generic
-// instance takes at most 2: a float32 operand is two 16-byte words a vector); threads of the table
-// kernel's block (512: ring stages 10 for z alone, 5 with up; 1024: 6 and 3, the most that fit
-// beside the table); whether an all-bfloat16 chain of z and the table alone takes the raw lookups.
-// Defaults: the H200 sweeps (TUNING.md, "Bytes in flight");
-// REPLAY_EPILOGUE_GEOMETRY=VPT,TABLE_THREADS,RAW replaces them (scripts/device.sh epifwd).
-struct FwdGeometry {
-  int vpt = 1, table_threads = 1024;
-  bool raw = true;
-};
-
-FwdGeometry fwd_geometry() {
-  static const FwdGeometry g = [] {
-    FwdGeometry g;
-    const char* env = std::getenv("REPLAY_EPILOGUE_GEOMETRY");
-    if (!env || !*env) return g;
-    int used = 0, raw = 0;
-    const bool parsed =
-        std::sscanf(env, "%d,%d,%d%n", &g.vpt, &g.table_threads, &raw, &used) == 3 &&
-        env[used] == '\0';
-    if (!parsed || (g.vpt != 1 && g.vpt != 2 && g.vpt != 4) ||
-        (g.table_threads != 512 && g.table_threads != 1024) || (raw != 0 && raw != 1))
-      throw std::invalid_argument(std::string("REPLAY_EPILOGUE_GEOMETRY='") + env +
-                                  "': expected VPT,TABLE_THREADS,RAW with VPT 1, 2 or 4, "
-                                  "TABLE_THREADS 512 or 1024, RAW 0 or 1 (the compiled ones)");
-    g.raw = raw != 0;
-    return g;
-  }();
-  return g;
+// One of the compiled geometries (kernels.hpp, FwdGeometry).
+bool compiled(const FwdGeometry& g) {
+  return (g.vpt == 1 || g.vpt == 2 || g.vpt == 4) &&
+         (g.table_threads == 512 || g.table_threads == 1024);
 }
+
+std::mutex g_geometry_mu;
+std::optional<FwdGeometry> g_geometry;  // set: by set_forward_geometry, or read from the env
 
 // Lets `fn` take `bytes` of dynamic shared memory, once per device and kernel.
 void allow_smem(const void* fn, size_t bytes) {
@@ -786,9 +768,10 @@ void allow_smem(const void* fn, size_t bytes) {
   int dev = 0;
   REPLAY_CUDA(cudaGetDevice(&dev));
   const std::lock_guard<std::mutex> lock(mu);
-  if (done.insert({dev, fn}).second)
-    REPLAY_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(bytes)));
+  if (done.count({dev, fn})) return;
+  REPLAY_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(bytes)));
+  done.insert({dev, fn});  // only once it took
 }
 
 // Blocks of `threads` (no dynamic shared memory) that fit the device at once: a grid-stride
@@ -799,13 +782,11 @@ int resident_grid(const void* fn, int threads) {
   int dev = 0;
   REPLAY_CUDA(cudaGetDevice(&dev));
   const std::lock_guard<std::mutex> lock(mu);
-  auto [it, fresh] = known.try_emplace({dev, fn}, 0);
-  if (fresh) {
-    int per_sm = 0;
-    REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
-    it->second = std::max(1, per_sm) * device_sms();
-  }
-  return it->second;
+  if (auto it = known.find({dev, fn}); it != known.end()) return it->second;
+  int per_sm = 0, sms = 0;
+  REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
+  REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return known[{dev, fn}] = std::max(1, per_sm) * sms;  // only once the queries took
 }
 
 template <bool kBf16, bool kUp, bool kRaw, int kThreads, int kStages>
@@ -861,6 +842,35 @@ void dispatch_vec(int vpt, const EpilogueArgs& a, int64_t work, cudaStream_t str
 }
 }  // namespace
 
+FwdGeometry forward_geometry() {
+  const std::lock_guard<std::mutex> lock(g_geometry_mu);
+  if (g_geometry) return *g_geometry;
+  FwdGeometry g;
+  const char* env = std::getenv("REPLAY_EPILOGUE_GEOMETRY");
+  if (env && *env) {
+    int used = 0, raw = 0;
+    const bool parsed =
+        std::sscanf(env, "%d,%d,%d%n", &g.vpt, &g.table_threads, &raw, &used) == 3 &&
+        env[used] == '\0' && (raw == 0 || raw == 1);
+    g.raw = raw != 0;
+    if (!parsed || !compiled(g))
+      throw std::invalid_argument(std::string("REPLAY_EPILOGUE_GEOMETRY='") + env +
+                                  "': expected VPT,TABLE_THREADS,RAW with VPT 1, 2 or 4, "
+                                  "TABLE_THREADS 512 or 1024, RAW 0 or 1 (the compiled ones)");
+  }
+  g_geometry = g;
+  return g;
+}
+
+void set_forward_geometry(const FwdGeometry& g) {
+  if (!compiled(g))
+    throw std::invalid_argument("matmul_epilogue: geometry " + std::to_string(g.vpt) + "," +
+                                std::to_string(g.table_threads) +
+                                " is not compiled (VPT 1, 2 or 4; TABLE_THREADS 512 or 1024)");
+  const std::lock_guard<std::mutex> lock(g_geometry_mu);
+  g_geometry = g;
+}
+
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector) {
   const int64_t total = a.M * a.N;
   if (total == 0) return;
@@ -870,7 +880,7 @@ void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vect
                          "in 32 bits)");
   const bool vec = allow_vector && epilogue_vectorized(a);
   const int64_t work = vec ? total / kV : total;
-  const FwdGeometry g = fwd_geometry();
+  const FwdGeometry g = forward_geometry();
   if (a.act_step && a.act == Act::kTable && !a.table)
     throw RuntimeFailure("matmul_epilogue: a tabulated activation without its table");
   if (a.act_step && a.table) {

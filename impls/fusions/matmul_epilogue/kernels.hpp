@@ -82,6 +82,25 @@ void build_act_table(Act act, DType in, DType out, uint16_t* table, cudaStream_t
 /// elements, every base (and bias) 16-byte aligned, every dtype float32, bfloat16 or float16.
 bool epilogue_vectorized(const EpilogueArgs& a);
 
+/// The forward kernels' geometry (TUNING.md, "Bytes in flight"): vectors per thread iteration of
+/// the vector kernel (1, 2 or 4; its generic instance takes at most 2), threads of the table
+/// kernel's block (512: ring stages 10 for z alone, 5 with up; 1024: 6 and 3), and whether an
+/// all-bfloat16 chain of z and the table alone takes raw 16-bit lookups. Every geometry gives the
+/// same bits.
+struct FwdGeometry {
+  int vpt = 1, table_threads = 1024;
+  bool raw = true;
+};
+
+/// The geometry launch_epilogue uses: set_forward_geometry's, else REPLAY_EPILOGUE_GEOMETRY=
+/// VPT,TABLE_THREADS,RAW (read once; the sweep mode of scripts/device.sh epifwd), else the
+/// defaults. Throws std::invalid_argument when the variable names a geometry not compiled.
+FwdGeometry forward_geometry();
+
+/// Makes launch_epilogue use `g` from now on (the tests walk every compiled instance). Throws
+/// std::invalid_argument for a geometry not compiled.
+void set_forward_geometry(const FwdGeometry& g);
+
 /// Enqueues the epilogue on `stream`: one grid-stride kernel, 8 elements per thread iteration with
 /// 16-byte accesses when epilogue_vectorized(a), else one element per iteration; both compute the
 /// same float32 steps (bit-identical results); `allow_vector` false forces the scalar kernel (the

@@ -26,8 +26,10 @@ using replay::matmul_epilogue::act_tabulable;
 using replay::matmul_epilogue::build_act_table;
 using replay::matmul_epilogue::epilogue_vectorized;
 using replay::matmul_epilogue::EpilogueArgs;
+using replay::matmul_epilogue::FwdGeometry;
 using replay::matmul_epilogue::kTableEntries;
 using replay::matmul_epilogue::launch_epilogue;
+using replay::matmul_epilogue::set_forward_geometry;
 
 namespace {
 
@@ -280,6 +282,14 @@ TEST(MatmulEpilogueMutant, UntransposedWeightFails) {
 // Also with the activation looked up in its table (build_act_table), where it is tabulable.
 TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
   REQUIRE_GPU();
+  // Vectors per thread 1, 2, 4 (the generic instance caps at 2); table threads 512 and 1024, raw
+  // lookups on and off: every compiled instance.
+  constexpr int kGeometries = 5;
+  const FwdGeometry kGeometry[kGeometries] = {
+      {1, 1024, true}, {1, 1024, false}, {2, 512, true}, {4, 512, false}, {4, 1024, true}};
+  struct Restore {
+    ~Restore() { set_forward_geometry(FwdGeometry{}); }
+  } restore;
   // N % 8 == 0: vectorizable. M = 96: each thread one vector; 16384: grid-stride steps that wrap
   // rows (the kernels' Cursor).
   for (const int64_t M : {int64_t{96}, int64_t{16384}}) {
@@ -321,8 +331,12 @@ TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
             build_act_table(act, act_in, DType::kBFloat16, static_cast<uint16_t*>(table.get()),
                             nullptr);
           std::vector<std::vector<unsigned char>> outs;
-          for (int mode = 0; mode < (tab ? 4 : 2); ++mode) {  // vector, scalar; each with the table
+          // vector, scalar; each with the table; the vector kernels in every compiled geometry
+          for (int step = 0; step < (tab ? 4 : 2) * kGeometries; ++step) {
+            const int mode = step / kGeometries;
             const bool vec = mode % 2 == 0;
+            if (!vec && step % kGeometries) continue;  // the scalar kernels take no geometry
+            set_forward_geometry(kGeometry[step % kGeometries]);
             auto y = mat(DType::kBFloat16), pre = mat(DType::kBFloat16),
                  mid = mat(DType::kBFloat16);
             EpilogueArgs a;
@@ -354,7 +368,7 @@ TEST(MatmulEpilogueKernel, VectorAndScalarKernelsAreBitIdentical) {
           }
           for (size_t k = 1; k < outs.size(); ++k)
             EXPECT_EQ(outs[0], outs[k]) << "M " << M << ", z " << dtype_name(zt) << ", "
-                                        << act_name(act) << ", extra " << extra << ", mode " << k;
+                                        << act_name(act) << ", extra " << extra << ", run " << k;
         }
   }
   // A row stride that is not a multiple of 8 takes the scalar kernel.
