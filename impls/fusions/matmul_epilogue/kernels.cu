@@ -830,6 +830,7 @@ void launch_grid_stride(Kernel fn, const EpilogueArgs& a, int64_t work, cudaStre
   const int blocks = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, fit));
   fn<<<blocks, kThreads, 0, stream>>>(a);
 }
+
 // The vector kernel at min(vpt, kMaxU) vectors per thread iteration.
 template <bool kBf16, bool kZOnly, int kMaxU>
 void dispatch_vec(int vpt, const EpilogueArgs& a, int64_t work, cudaStream_t stream) {

@@ -101,13 +101,15 @@ FwdGeometry forward_geometry();
 /// std::invalid_argument for a geometry not compiled.
 void set_forward_geometry(const FwdGeometry& g);
 
-/// Enqueues the epilogue on `stream`: one grid-stride kernel, 8 elements per thread iteration with
-/// 16-byte accesses when epilogue_vectorized(a), else one element per iteration; both compute the
-/// same float32 steps (bit-identical results); `allow_vector` false forces the scalar kernel (the
-/// test that proves the two agree). With a table: one block per SM, staging the table in 128
-/// KiB of its shared memory first (512 threads and a cp.async ring for 16-bit z and up, else
-/// the scalar kernel with 1024). Throws RuntimeFailure on a launch
-/// failure, or a table with a dtype other than bfloat16 / float16 on either side.
+/// Enqueues the epilogue on `stream`: one grid-stride kernel, 8 elements (16-byte accesses) per
+/// vector and forward_geometry().vpt vectors per thread iteration when epilogue_vectorized(a), else
+/// one element per iteration; both compute the same float32 steps (bit-identical results);
+/// `allow_vector` false forces the scalar kernel (the test that proves the two agree). With a
+/// table: one block per SM, staging the table in 128 KiB of its shared memory first (for 16-bit z
+/// and up, forward_geometry().table_threads threads and a cp.async ring, raw 16-bit lookups where
+/// the chain allows; else the scalar kernel with 1024). Throws RuntimeFailure on a launch failure,
+/// a table with a dtype other than bfloat16 / float16 on either side, or M or N of 2^31 or more;
+/// std::invalid_argument for a REPLAY_EPILOGUE_GEOMETRY that names no compiled geometry.
 void launch_epilogue(const EpilogueArgs& a, cudaStream_t stream, bool allow_vector = true);
 
 /// The backward epilogue (params.hpp, Backward), per element (m, n) of [M, N], in float32:
