@@ -17,17 +17,6 @@ bool identity_permutation(const std::vector<int64_t>& dims) {
   return true;
 }
 
-// The one tensor operand of `n` (already rewired), or -1.
-int sole_tensor(const Node& n) {
-  int v = -1;
-  for (const auto& o : n.operands) {
-    if (!o.is_tensor()) continue;
-    if (v >= 0) return -1;
-    v = o.value;
-  }
-  return v;
-}
-
 // `n`'s output equals its operand value by value (rule "identity"): the operand, else -1.
 int identity_source(const Graph& g, const Node& n) {
   if (n.outputs.size() != 1) return -1;
@@ -120,6 +109,16 @@ bool should_swap(const Graph& g, const Node& n) {
 }
 
 }  // namespace
+
+int sole_tensor(const Node& n) {
+  int v = -1;
+  for (const auto& o : n.operands) {
+    if (!o.is_tensor()) continue;
+    if (v >= 0) return -1;
+    v = o.value;
+  }
+  return v;
+}
 
 std::string_view canon_rule_name(CanonRule r) {
   switch (r) {

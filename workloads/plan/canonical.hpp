@@ -42,6 +42,9 @@
 
 namespace replay {
 
+/// The value index of `n`'s one tensor operand, or -1 when it has none or several.
+int sole_tensor(const Node& n);
+
 /// Why a captured node is not in the canonical graph.
 enum class CanonRule : uint8_t { kIdentity, kRoundTrip, kDead };
 std::string_view canon_rule_name(CanonRule r);

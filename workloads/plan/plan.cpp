@@ -104,12 +104,6 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
 
 std::vector<int> elidable_clones(const Graph& g, const std::vector<int>& node_region,
                                  const std::vector<int>& identities) {
-  auto sole_tensor = [&](const Node& n) {
-    int v = -1, count = 0;
-    for (const auto& o : n.operands)
-      if (o.is_tensor()) v = o.value, ++count;
-    return count == 1 ? v : -1;
-  };
   // The value whose storage `v` may share in the GPU program: back through every node whose
   // output can be an alias of its operand there (views; wait_tensor; the identities the canonical
   // form removed: region tails and the candidates themselves), so a chain of clones, or a clone of

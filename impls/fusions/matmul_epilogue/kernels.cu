@@ -783,10 +783,9 @@ int resident_grid(const void* fn, int threads) {
   REPLAY_CUDA(cudaGetDevice(&dev));
   const std::lock_guard<std::mutex> lock(mu);
   if (auto it = known.find({dev, fn}); it != known.end()) return it->second;
-  int per_sm = 0, sms = 0;
+  int per_sm = 0;
   REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, threads, 0));
-  REPLAY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return known[{dev, fn}] = std::max(1, per_sm) * sms;  // only once the queries took
+  return known[{dev, fn}] = std::max(1, per_sm) * device_sms();  // only once the queries took
 }
 
 template <bool kBf16, bool kUp, bool kRaw, int kThreads, int kStages>
