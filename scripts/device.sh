@@ -41,6 +41,9 @@
 #   epifwd          matmul_epilogue forward geometry sweep (REPLAY_EPILOGUE_GEOMETRY: vectors per
 #                   thread, table kernel threads, raw lookups) on five bfloat16 MLP forwards
 #                   -> epifwd/sweep.txt: ~45 s per geometry.
+#   ropegeo         rope fixed-form geometry sweep (REPLAY_ROPE_GEOMETRY: packed bf16 math, persistent
+#                   pipelined grid) on the all-bf16 rotate-half traces and litgpt's forward
+#                   -> ropegeo/sweep.txt: ~1 min per geometry.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
 #   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
@@ -332,29 +335,26 @@ phase_normfwd() {
   done
   return $rc
 }
-phase_epifwd() {
-  # matmul_epilogue forward geometry: REPLAY_EPILOGUE_GEOMETRY=VPT,TABLE_THREADS,RAW (kernels.cu)
-  # over $EPIFWD_GEOMETRIES on the bfloat16 MLP forwards ($TRACES or the five below), cold,
-  # baseline and optimized, numerics checked (no reference budget); per geometry and trace the
-  # variants' medians, their epilogue kernels' CUPTI sums (µs) and numerics verdicts. The
-  # heuristic's choice first. -> epifwd/sweep.txt, a log per run beside its folder
-  local rc=0 g g_env f out
-  local geoms=${EPIFWD_GEOMETRIES:-"heuristic 1,512,0 1,512,1 1,1024,0 2,1024,1 4,1024,1"}
-  local default_traces="traces/nanogpt_mlp_train_fwd_8x1024x1600.json
-    traces/nanogpt_mlp_gelu_tanh_train_fwd_8x1024x1600.json
-    traces/byog/linear/bert_intermediate_mincut_train_fwd_32x512x1024.json
-    traces/byog/linear/gpt2_mlp_mincut_train_fwd_8x1024x1024.json
-    traces/byog/linear/llama_mlp_mincut_train_fwd_1x8192x4096.json"
+# A geometry sweep: for each geometry of $2 (`heuristic`: the variable unset), `replay run` of each
+# trace with the variable $1 set to it, cold, baseline and optimized, numerics checked (no reference
+# budget); per geometry and trace the variants' medians, the CUPTI sum (µs) of the kernels whose
+# names hold $3, and the numerics verdicts -> $D/sweep.txt, a log per run beside its folder.
+geometry_sweep() {  # VAR GEOMETRIES KERNEL_SUBSTRING TRACE...
+  local var=$1 geoms=$2 kernel=$3 rc=0 g f out
+  shift 3
   for g in $geoms; do
-    for f in $(traces_or echo $default_traces); do
+    for f in "$@"; do
       out=$D/run_${g//,/_}_$(basename "$f" .json)
-      [ "$g" = heuristic ] && g_env= || g_env=$g
-      REPLAY_EPILOGUE_GEOMETRY=$g_env timeout 120 "$R" run "$f" --modes cold \
-        --variants baseline,optimized --reference-budget 0 --no-matmul-ceilings --no-repro \
-        --out "$out" > "$out.log" 2>&1 || rc=$?
-      python3 - "$g" "$out/results.json" <<'PY' | tee -a "$D/sweep.txt"
+      if [ "$g" = heuristic ]; then
+        env -u "$var" timeout 120 "$R" run "$f" --modes cold --variants baseline,optimized \
+          --reference-budget 0 --no-matmul-ceilings --no-repro --out "$out" > "$out.log" 2>&1 || rc=$?
+      else
+        env "$var=$g" timeout 120 "$R" run "$f" --modes cold --variants baseline,optimized \
+          --reference-budget 0 --no-matmul-ceilings --no-repro --out "$out" > "$out.log" 2>&1 || rc=$?
+      fi
+      python3 - "$g" "$out/results.json" "$kernel" <<'PY' | tee -a "$D/sweep.txt"
 import json, sys
-g, path = sys.argv[1], sys.argv[2]
+g, path, kernel = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
     t = json.load(open(path))["traces"][0]
 except (OSError, ValueError, KeyError, IndexError) as e:
@@ -367,15 +367,45 @@ for r in t["regions"]:
     for v in r["variants"]:
         if "stats" not in v:
             continue
-        epi = sum(k["total_us"] for k in v.get("cupti", {}).get("kernels", [])
-                  if "matmul_epilogue" in k["name"])
-        cells.append(f"{v['variant']} {v['stats']['median_us']:8.1f} (epilogue {epi:6.1f}) "
+        k_us = sum(k["total_us"] for k in v.get("cupti", {}).get("kernels", [])
+                   if kernel in k["name"])
+        cells.append(f"{v['variant']} {v['stats']['median_us']:8.1f} ({kernel} {k_us:6.1f}) "
                      f"{v.get('verdict', '?')}")
     print(f"{g:10s} {t['name'][:46]:46s} " + "  ".join(cells))
 PY
     done
   done
   return $rc
+}
+phase_epifwd() {
+  # matmul_epilogue forward geometry: REPLAY_EPILOGUE_GEOMETRY=VPT,TABLE_THREADS,RAW (kernels.cu)
+  # over $EPIFWD_GEOMETRIES on the bfloat16 MLP forwards ($TRACES or the five below); the
+  # heuristic's choice first. -> epifwd/sweep.txt
+  local default_traces="traces/nanogpt_mlp_train_fwd_8x1024x1600.json
+    traces/nanogpt_mlp_gelu_tanh_train_fwd_8x1024x1600.json
+    traces/byog/linear/bert_intermediate_mincut_train_fwd_32x512x1024.json
+    traces/byog/linear/gpt2_mlp_mincut_train_fwd_8x1024x1024.json
+    traces/byog/linear/llama_mlp_mincut_train_fwd_1x8192x4096.json"
+  # shellcheck disable=SC2046  # one trace per word
+  geometry_sweep REPLAY_EPILOGUE_GEOMETRY \
+    "${EPIFWD_GEOMETRIES:-heuristic 1,512,0 1,512,1 1,1024,0 2,1024,1 4,1024,1}" matmul_epilogue \
+    $(traces_or echo $default_traces)
+}
+phase_ropegeo() {
+  # rope fixed-form geometry: REPLAY_ROPE_GEOMETRY=PACKED,BLOCKS_PER_SM (kernels.cu) over
+  # $ROPEGEO_GEOMETRIES on the all-bf16 rotate-half traces and litgpt's forward (float32 table:
+  # no packed form, a control) ($TRACES or the eight below); the default first.
+  # -> ropegeo/sweep.txt
+  local default_traces="traces/byog/rope/llama_rope_table_mincut_train_fwd_1x8192x32x128.json
+    traces/byog/rope/llama_rope_table_mincut_train_bwd_1x8192x32x128.json
+    traces/byog/rope/phi3_rope_mincut_train_fwd_1x4096x40x128.json
+    traces/byog/rope/phi3_rope_mincut_train_bwd_1x4096x40x128.json
+    traces/byog/rope/gpt_neox_rope_mincut_train_fwd_2x2048x32x128.json
+    traces/byog/rope/gpt_neox_rope_mincut_train_bwd_2x2048x32x128.json
+    traces/litgpt_rope_train_fwd_2x4096x40x40x128.json"
+  # shellcheck disable=SC2046  # one trace per word
+  geometry_sweep REPLAY_ROPE_GEOMETRY "${ROPEGEO_GEOMETRIES:-heuristic 0,0 1,1 1,2 1,3}" \
+    rope_fixed_kernel $(traces_or echo $default_traces)
 }
 phase_normbwd_peers() {  # DIR holding anchors.py
   local peers=${1:?normbwd-peers=DIR} mix rc=0

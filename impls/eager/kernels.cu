@@ -118,6 +118,7 @@
 #include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/dtype_device.cuh"
 #include "impls/eager/fast_div.cuh"
 #include "impls/eager/vec_io.cuh"
@@ -163,21 +164,6 @@ int64_t pow2_ceil(int64_t n) {
 
 bool aligned(const void* p, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
-}
-
-// Multiprocessors of the current device (queried once per device).
-int sm_count() {
-  static std::array<std::atomic<int>, 64> cache{};
-  int dev = 0;
-  REPLAY_CUDA(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= static_cast<int>(cache.size())) dev = 0;
-  int n = cache[dev].load(std::memory_order_relaxed);
-  if (n == 0) {
-    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    n = std::max(n, 1);
-    cache[dev].store(n, std::memory_order_relaxed);
-  }
-  return n;
 }
 
 // Whether every element offset of t (and its element count) fits in 32 bits.
@@ -1795,7 +1781,7 @@ FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vec
     // vectors per split.
     int64_t splits = 1;
     const int64_t target =
-        int64_t(sm_count()) *
+        int64_t(device_sms()) *
         blocks_per_sm(reinterpret_cast<const void*>(inner_kernel_of<acc_t>(occ_kind)), 256);
     if (blocks * 2 <= target && nvec >= int64_t(bx) * 16 && blocks <= kMaxCounters)
       splits =
@@ -1843,7 +1829,7 @@ FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vec
     if (blocks >= kMax32) return {};
     // Split the rows when the column blocks fill less than one wave, >= 8 rows per thread.
     const int64_t wave =
-        int64_t(sm_count()) *
+        int64_t(device_sms()) *
         blocks_per_sm(reinterpret_cast<const void*>(outer_kernel_of<acc_t>(occ_kind)), bx * by);
     int64_t splits = 1;
     if (blocks < wave && Nr >= int64_t(by) * 16 && blocks <= kMaxCounters)

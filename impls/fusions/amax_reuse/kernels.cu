@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/device_sms.hpp"
 #include "impls/fusions/amax_reuse/kernels.hpp"
 #include "impls/fusions/amax_reuse/multi_amax.cuh"
 
@@ -35,16 +36,6 @@ using device::kThreads;
 
 bool io_dtype(DType t) {
   return t == DType::kFloat32 || t == DType::kBFloat16 || t == DType::kFloat16;
-}
-
-int device_sms() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
 }
 
 // 16-byte vectors along every row: N and ld multiples of a vector, the base 16-byte aligned.

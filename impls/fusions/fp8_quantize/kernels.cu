@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/dtype_device.cuh"
 #include "impls/cuda/vec16.cuh"
 #include "impls/fusions/fp8_quantize/kernels.hpp"
@@ -694,22 +695,12 @@ bool vec_ok(const QuantizeArgs& a) {
   return a.cols % 8 == 0 && (reinterpret_cast<uintptr_t>(a.x) & 15) == 0;
 }
 
-int sm_count() {
-  static const int sms = [] {  // queried once: a launch stays a launch (host enqueue time)
-    int dev = 0, n = 0;
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-  }();
-  return sms;
-}
-
 // CTAs of `kernel` (threads per CTA, static shared memory only) resident on the whole GPU.
 template <typename K>
 int64_t resident_ctas(K kernel, int threads) {
   int per_sm = 0;
   REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-  return static_cast<int64_t>(std::max(per_sm, 1)) * sm_count();
+  return static_cast<int64_t>(std::max(per_sm, 1)) * device_sms();
 }
 
 template <typename T>
@@ -794,7 +785,7 @@ void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   if (chunks <= 2048) return rowwise_launch<T, 512, 4>(a, quants, s);
   if (chunks <= 4096) return rowwise_launch<T, 1024, 4>(a, quants, s);
   static_assert(kRowwiseMaxCols == 4096 * 8, "the dispatch above covers kRowwiseMaxCols");
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t(sm_count()) * 8));
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, int64_t(device_sms()) * 8));
   rowwise_stream_kernel<T>
       <<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_stream_kernel");

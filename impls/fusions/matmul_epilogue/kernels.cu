@@ -24,6 +24,7 @@
 
 #include "impls/cuda/cp_async.cuh"
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/dtype_device.cuh"
 
 namespace replay::matmul_epilogue {
@@ -608,19 +609,6 @@ bool vec_dtype(DType t) {
 bool vec_ok(const EpiMat& x) {
   return !x.ptr ||
          (vec_dtype(x.dtype) && x.ld % kV == 0 && reinterpret_cast<uintptr_t>(x.ptr) % 16 == 0);
-}
-
-// SMs of the current device (asked once per device).
-int device_sms() {
-  static std::mutex mu;
-  static std::map<int, int> known;
-  int dev = 0;
-  REPLAY_CUDA(cudaGetDevice(&dev));
-  const std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known.find(dev); it != known.end()) return it->second;
-  int n = 0;
-  REPLAY_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  return known[dev] = n;
 }
 
 // The backward grid: column blocks of 256 columns, and as many row blocks as fill one wave of

@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/vec16.cuh"
 #include "impls/fusions/bookend/vector_width.hpp"
 #include "impls/fusions/launch_record.hpp"
@@ -224,6 +228,7 @@ struct FixedJob {
   int32_t x_st[kRopeMaxLead] = {}, cos_st[kRopeMaxLead] = {}, sin_st[kRopeMaxLead] = {},
           out_st[kRopeMaxLead] = {};
   int32_t rows = 0;
+  int32_t blocks = 0;   ///< the grid's blocks (blockIdx.x below it) that take this job's rows
   int32_t n_rot = 0;    ///< rotation items per row: R / 16 chunk pairs (rotate-half), R / 8 chunks
   int32_t n_items = 0;  ///< n_rot + the tail's (D - R) / 8 chunks
   int32_t rotary_dim = 0, half = 0;
@@ -360,10 +365,92 @@ __device__ __forceinline__ void load_item_x(const FixedArgs& a, const FixedJob& 
     if (!is_tail) load_raw8(x + c0 + j.half, w.b);
 }
 
+// --- packed bf16 math for the all-bf16 rotate-half forms ----------------------------------
+//
+// Where x, the tables and the output are bf16 and every product and the sum round to bf16
+// (half_fwd_bf16ops, half_bwd_bf16ops, half_bwd_bf16ops_zero: Llama, Phi-3, GPT-NeoX), each step
+// is one bf16x2 instruction on two elements (mul.rn / add.rn / sub.rn.bf16x2, inline asm in
+// cuda_bf16.hpp, so never contracted into an FMA) instead of unpacking to float32, a float32
+// op and a rounding per element (ncu, H200: the float32 path left the fixed kernel issue- and
+// register-limited at 64 registers, 50 % occupancy). The bits are the eager sequence's: the
+// product of two bf16 values is exact in float32 (8 x 8 significand bits) outside float32's
+// subnormal range, so float32-then-bf16 is bf16 rounded once; a sum of two bf16 values rounded
+// in float32 then in bf16 is the sum rounded once to bf16 (24 >= 2 x 8 + 2 bits: double rounding
+// is innocuous, Figueroa 1995); a - b is a + (-b) in IEEE arithmetic, and x + 0 turns -0 into +0
+// in both. Only a product below 2^-126 in magnitude (float32 subnormal) could round differently:
+// rope's tables are cos and sin, its x activations (the GPU tests compare the bits with the
+// generic kernel's float32 path on every trace).
+template <typename TX, typename TT, typename TO, typename F>
+constexpr bool kPackedBf16 =
+    std::is_same_v<TX, __nv_bfloat16> && std::is_same_v<TT, __nv_bfloat16> &&
+    std::is_same_v<TO, __nv_bfloat16> && F::mul_dtype == DType::kBFloat16 &&
+    F::add_dtype == DType::kBFloat16 &&
+    (F::sum_cvt == DType::kBFloat16 || F::sum_cvt == DType::kFloat32) && F::sum_order == 0;
+
+// 8 bf16 elements as 4 bf16x2 words; a word viewed as bf16x2 and back.
+struct Bf16x8 {
+  uint32_t w[4];
+};
+
+__device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t w) {
+  __nv_bfloat162 h;
+  memcpy(&h, &w, sizeof(w));
+  return h;
+}
+__device__ __forceinline__ uint32_t as_word(__nv_bfloat162 h) {
+  uint32_t w;
+  memcpy(&w, &h, sizeof(w));
+  return w;
+}
+
+__device__ __forceinline__ Bf16x8 words(uint4 r, uint32_t flip) {
+  return Bf16x8{{r.x ^ flip, r.y ^ flip, r.z ^ flip, r.w ^ flip}};
+}
+
+// One rotate-half item (chunk c0 and its partner c0 + R / 2) in packed bf16 math: forward
+// (x0 c0 - x1 s0, x1 c1 + x0 s1); backward ((x1 s1 + 0) + x0 c0, (0 - x0 s0) + x1 c1), each
+// plus 0 where the graph scatters into zeros (F::zero_add).
+template <bool kBwd, typename F>
+__device__ __forceinline__ void half_item_bf16x2(const FixedArgs& a, const FixedJob& j, int c0,
+                                                 const ItemX<__nv_bfloat16>& w,
+                                                 const __nv_bfloat16* cs,
+                                                 const __nv_bfloat16* sn, __nv_bfloat16* out) {
+  const int c1 = c0 + j.half;
+  auto ld = [](const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); };
+  const Bf16x8 cv0 = words(ld(cs + c0), 0), cv1 = words(ld(cs + c1), 0);
+  const Bf16x8 sv0 = words(ld(sn + c0), a.sin_xor), sv1 = words(ld(sn + c1), a.sin_xor);
+  const Bf16x8 x0 = words(w.a.r[0], 0), x1 = words(w.b.r[0], 0);
+  const __nv_bfloat162 z = __float2bfloat162_rn(0.0f);
+  Bf16x8 o0, o1;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const __nv_bfloat162 a0 = as_bf162(x0.w[k]), a1 = as_bf162(x1.w[k]);
+    __nv_bfloat162 r0, r1;
+    if constexpr (!kBwd) {
+      r0 = __hsub2_rn(__hmul2_rn(a0, as_bf162(cv0.w[k])), __hmul2_rn(a1, as_bf162(sv0.w[k])));
+      r1 = __hadd2_rn(__hmul2_rn(a1, as_bf162(cv1.w[k])), __hmul2_rn(a0, as_bf162(sv1.w[k])));
+    } else {
+      r0 = __hadd2_rn(__hadd2_rn(__hmul2_rn(a1, as_bf162(sv1.w[k])), z),
+                      __hmul2_rn(a0, as_bf162(cv0.w[k])));
+      r1 = __hadd2_rn(__hsub2_rn(z, __hmul2_rn(a0, as_bf162(sv0.w[k]))),
+                      __hmul2_rn(a1, as_bf162(cv1.w[k])));
+    }
+    if constexpr (F::zero_add) {  // rope_math's sum: the scatter into zeros after the sum
+      r0 = __hadd2_rn(r0, z);
+      r1 = __hadd2_rn(r1, z);
+    }
+    o0.w[k] = as_word(r0);
+    o1.w[k] = as_word(r1);
+  }
+  *reinterpret_cast<uint4*>(out + c0) = make_uint4(o0.w[0], o0.w[1], o0.w[2], o0.w[3]);
+  *reinterpret_cast<uint4*>(out + c1) = make_uint4(o1.w[0], o1.w[1], o1.w[2], o1.w[3]);
+}
+
 // Item `item` of one row from its x words (load_item_x; cs, sn, out: the row's bases). kPair: the
 // tables hold one entry per pair (Meta Llama's real pairs; interleaved only), entry c / 2 for
 // element c.
-template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, bool kPair, typename F>
+template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, bool kPair, typename F,
+          bool kBf16x2>
 __device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j, int item,
                                            const ItemX<TX>& w, const TT* cs, const TT* sn,
                                            TO* out) {
@@ -388,7 +475,9 @@ __device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j
     store8(out + c0, v);
     return;
   }
-  if constexpr (!kInter) {
+  if constexpr (!kInter && kBf16x2) {
+    half_item_bf16x2<kBwd, F>(a, j, c0, w, cs, sn, out);
+  } else if constexpr (!kInter) {
     // the pair of chunks c0 < R / 2 and c1 = c0 + R / 2: rot(x) = (-x1, x0), rotT(y) = (y1, -y0)
     const int c1 = c0 + j.half;
     float x0[kFixedV], x1[kFixedV], cv0[kFixedV], cv1[kFixedV], sv0[kFixedV], sv1[kFixedV];
@@ -439,58 +528,126 @@ __device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j
   }
 }
 
-template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, bool kPair, typename F>
-__global__ void __launch_bounds__(256) rope_fixed_kernel(const __grid_constant__ FixedArgs a) {
+// The kernel's modes (FixedGeometry): float32 math, one pass over the rows (the grid covers them);
+// packed bf16 math (kPackedBf16 forms only), one pass; packed bf16 math on a persistent grid whose
+// threads load the next row's x before they compute the current one.
+enum FixedMode : int { kFloatMath = 0, kPacked = 1, kPackedPipelined = 2 };
+
+// Row `row`'s element offsets into x, the tables and out: one 32-bit pass over its lead dims.
+struct RowOff {
+  int32_t x = 0, c = 0, s = 0, o = 0;
+};
+__device__ __forceinline__ RowOff row_offsets(const FixedJob& j, int32_t row) {
+  RowOff off;
+  uint32_t r = static_cast<uint32_t>(row);
+#pragma unroll
+  for (int d = kRopeMaxLead - 1; d >= 0; --d) {
+    if (d >= j.n_lead) continue;
+    const uint32_t q = j.div_lead[d].div(r);
+    const int32_t i = static_cast<int32_t>(r - q * j.div_lead[d].divisor);
+    r = q;
+    off.x += i * j.x_st[d];
+    off.c += i * j.cos_st[d];
+    off.s += i * j.sin_st[d];
+    off.o += i * j.out_st[d];
+  }
+  return off;
+}
+
+template <typename TX, typename TT, typename TO, bool kInter, bool kBwd, bool kPair, typename F,
+          int kMode>
+__global__ void __launch_bounds__(256, kMode == kPackedPipelined ? 3 : 0)
+    rope_fixed_kernel(const __grid_constant__ FixedArgs a) {
   static_assert(kBwd || F::sum_order == 0, "the forward has no association to choose");
   static_assert(kInter || !kPair, "a table per pair is the interleaved style's");
+  static_assert(kMode == kFloatMath || (kPackedBf16<TX, TT, TO, F> && !kInter),
+                "packed bf16 math is the all-bf16 rotate-half forms'");
+  constexpr bool kBf16x2 = kMode != kFloatMath;
   const FixedJob& j = a.jobs[blockIdx.y];
   // blockDim.x threads share a row's items (about two each: the row's offsets once per two)
   if (static_cast<int>(threadIdx.x) >= j.n_items) return;
-  const int32_t row_step = static_cast<int32_t>(gridDim.x * blockDim.y);
-  for (int32_t row = static_cast<int32_t>(blockIdx.x * blockDim.y + threadIdx.y); row < j.rows;
-       row += row_step) {
-    int32_t ox = 0, oc = 0, os = 0, oo = 0;
-    uint32_t r = static_cast<uint32_t>(row);
-#pragma unroll
-    for (int d = kRopeMaxLead - 1; d >= 0; --d) {
-      if (d >= j.n_lead) continue;
-      const uint32_t q = j.div_lead[d].div(r);
-      const int32_t i = static_cast<int32_t>(r - q * j.div_lead[d].divisor);
-      r = q;
-      ox += i * j.x_st[d];
-      oc += i * j.cos_st[d];
-      os += i * j.sin_st[d];
-      oo += i * j.out_st[d];
-    }
-    const TX* x = static_cast<const TX*>(j.x) + ox;
-    TO* out = static_cast<TO*>(j.out) + oo;
-    const TT* cs = static_cast<const TT*>(j.cos) + oc;
-    const TT* sn = static_cast<const TT*>(j.sin) + os;
-    // The launcher gives a thread at most two items of a row (launch_fixed): both items' x loads
-    // are issued before either is computed; a third and later item (never, at that launch) one
-    // at a time.
-    // Float32 tables: the second item's x words take the forms past 64 registers (72: 3 blocks
-    // per SM), measured slower (litgpt's forward 112.5 -> 117.1 µs, H200): those forms load and
-    // compute one item at a time.
-    if constexpr (sizeof(TT) <= 2) {
-      const int i0 = static_cast<int>(threadIdx.x), i1 = i0 + static_cast<int>(blockDim.x);
-      const bool two = i1 < j.n_items;
-      ItemX<TX> w0, w1;
-      load_item_x<TX, kInter>(a, j, i0, x, w0);
-      if (two) load_item_x<TX, kInter>(a, j, i1, x, w1);
-      fixed_item<TX, TT, TO, kInter, kBwd, kPair, F>(a, j, i0, w0, cs, sn, out);
-      if (two) fixed_item<TX, TT, TO, kInter, kBwd, kPair, F>(a, j, i1, w1, cs, sn, out);
+  int32_t row = static_cast<int32_t>(blockIdx.x * blockDim.y + threadIdx.y);
+  // The launcher gives a thread at most two items of a row (launch_fixed): both items' x loads
+  // are issued before either is computed; a third and later item (never, at that launch) one at
+  // a time.
+  if constexpr (kMode == kPackedPipelined) {
+    // Software pipeline over the rows: the next row's x words are in flight while this row's
+    // tables load and its results are stored (a region's outputs never alias its inputs).
+    // j.blocks of the grid's blocks take this job's rows (the persistent grid shares its blocks
+    // among the jobs by their rows: launch_fixed)
+    if (static_cast<int>(blockIdx.x) >= j.blocks || row >= j.rows) return;
+    const int32_t row_step = j.blocks * static_cast<int32_t>(blockDim.y);
+    const TX* x_base = static_cast<const TX*>(j.x);
+    TO* out_base = static_cast<TO*>(j.out);
+    const TT* cos_base = static_cast<const TT*>(j.cos);
+    const TT* sin_base = static_cast<const TT*>(j.sin);
+    const int i0 = static_cast<int>(threadIdx.x), i1 = i0 + static_cast<int>(blockDim.x);
+    const bool two = i1 < j.n_items;
+    RowOff o = row_offsets(j, row);
+    ItemX<TX> w0, w1;
+    load_item_x<TX, kInter>(a, j, i0, x_base + o.x, w0);
+    if (two) load_item_x<TX, kInter>(a, j, i1, x_base + o.x, w1);
+    for (;;) {
+      const int32_t next = row + row_step;
+      const bool more = next < j.rows;
+      RowOff on;
+      ItemX<TX> n0, n1;
+      if (more) {
+        on = row_offsets(j, next);
+        load_item_x<TX, kInter>(a, j, i0, x_base + on.x, n0);
+        if (two) load_item_x<TX, kInter>(a, j, i1, x_base + on.x, n1);
+      }
+      fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, true>(a, j, i0, w0, cos_base + o.c,
+                                                           sin_base + o.s, out_base + o.o);
+      if (two)
+        fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, true>(a, j, i1, w1, cos_base + o.c,
+                                                             sin_base + o.s, out_base + o.o);
       for (int item = i1 + static_cast<int>(blockDim.x); item < j.n_items;
            item += static_cast<int>(blockDim.x)) {
-        load_item_x<TX, kInter>(a, j, item, x, w0);
-        fixed_item<TX, TT, TO, kInter, kBwd, kPair, F>(a, j, item, w0, cs, sn, out);
+        load_item_x<TX, kInter>(a, j, item, x_base + o.x, w0);
+        fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, true>(a, j, item, w0, cos_base + o.c,
+                                                             sin_base + o.s, out_base + o.o);
       }
-    } else {
-      for (int item = static_cast<int>(threadIdx.x); item < j.n_items;
-           item += static_cast<int>(blockDim.x)) {
-        ItemX<TX> w;
-        load_item_x<TX, kInter>(a, j, item, x, w);
-        fixed_item<TX, TT, TO, kInter, kBwd, kPair, F>(a, j, item, w, cs, sn, out);
+      if (!more) break;
+      row = next;
+      o = on;
+      w0 = n0;
+      w1 = n1;
+    }
+  } else {
+    // (The one-pass loop keeps the shape it was measured in: hoisting the item indices or the
+    // base pointers out of it took the float32-math forms from 58-64 to 74-90 registers, ptxas.)
+    const int32_t row_step = static_cast<int32_t>(gridDim.x * blockDim.y);
+    for (; row < j.rows; row += row_step) {
+      const RowOff o = row_offsets(j, row);
+      const TX* x = static_cast<const TX*>(j.x) + o.x;
+      TO* out = static_cast<TO*>(j.out) + o.o;
+      const TT* cs = static_cast<const TT*>(j.cos) + o.c;
+      const TT* sn = static_cast<const TT*>(j.sin) + o.s;
+      // Float32 tables: the second item's x words take the forms past 64 registers (72: 3 blocks
+      // per SM), measured slower (litgpt's forward 112.5 -> 117.1 µs, H200): those forms load and
+      // compute one item at a time.
+      if constexpr (sizeof(TT) <= 2) {
+        const int k0 = static_cast<int>(threadIdx.x), k1 = k0 + static_cast<int>(blockDim.x);
+        const bool two_items = k1 < j.n_items;
+        ItemX<TX> w0, w1;
+        load_item_x<TX, kInter>(a, j, k0, x, w0);
+        if (two_items) load_item_x<TX, kInter>(a, j, k1, x, w1);
+        fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, kBf16x2>(a, j, k0, w0, cs, sn, out);
+        if (two_items)
+          fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, kBf16x2>(a, j, k1, w1, cs, sn, out);
+        for (int item = k1 + static_cast<int>(blockDim.x); item < j.n_items;
+             item += static_cast<int>(blockDim.x)) {
+          load_item_x<TX, kInter>(a, j, item, x, w0);
+          fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, kBf16x2>(a, j, item, w0, cs, sn, out);
+        }
+      } else {
+        for (int item = static_cast<int>(threadIdx.x); item < j.n_items;
+             item += static_cast<int>(blockDim.x)) {
+          ItemX<TX> w;
+          load_item_x<TX, kInter>(a, j, item, x, w);
+          fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, false>(a, j, item, w, cs, sn, out);
+        }
       }
     }
   }
@@ -609,15 +766,29 @@ struct FixedForm {
   DType mul, add, sum_cvt;  ///< mul: each product's single rounding (Fixed)
   bool zero_add;
   int sum_order;  ///< the backward's association (the forward has none: 0)
-  FixedKernel kernel;
+  FixedKernel kernels[3];  ///< by FixedMode; nullptr where the form has no such mode
 };
+
+// The kernel of mode M (FixedMode) for a form, or nullptr where the form has no such mode.
+template <typename TX, typename TT, typename TO, bool I, bool B, bool P, typename F, int M>
+constexpr FixedKernel fixed_kernel() {
+  if constexpr (M == kFloatMath || (kPackedBf16<TX, TT, TO, F> && !I))
+    return &rope_fixed_kernel<TX, TT, TO, I, B, P, F, M>;
+  else
+    return nullptr;
+}
 
 #define REPLAY_ROPE_FIXED_PT(NAME, TX, TT, TO, INTER, BWD, PAIR, P, A, S, Z, O)                 \
   FixedForm {                                                                                   \
     NAME, dtype_of<TX>(), dtype_of<TT>(), dtype_of<TO>(), INTER, BWD, PAIR, DType::P, DType::A, \
-        DType::S, Z, O,                                                                         \
-        &rope_fixed_kernel<TX, TT, TO, INTER, BWD, PAIR,                                        \
-                           Fixed<DType::P, DType::A, DType::S, Z, O>>                           \
+        DType::S, Z, O, {                                                                       \
+      fixed_kernel<TX, TT, TO, INTER, BWD, PAIR, Fixed<DType::P, DType::A, DType::S, Z, O>,     \
+                   kFloatMath>(),                                                               \
+          fixed_kernel<TX, TT, TO, INTER, BWD, PAIR, Fixed<DType::P, DType::A, DType::S, Z, O>, \
+                       kPacked>(),                                                              \
+          fixed_kernel<TX, TT, TO, INTER, BWD, PAIR, Fixed<DType::P, DType::A, DType::S, Z, O>, \
+                       kPackedPipelined>()                                                      \
+    }                                                                                           \
   }
 #define REPLAY_ROPE_FIXED(NAME, TX, TT, TO, INTER, BWD, P, A, S, Z, O) \
   REPLAY_ROPE_FIXED_PT(NAME, TX, TT, TO, INTER, BWD, false, P, A, S, Z, O)
@@ -788,24 +959,51 @@ FixedJob fixed_job(const RopeJob& j, bool interleaved) {
 
 std::atomic<uint64_t> g_fixed_launches{0};
 
+std::mutex g_geometry_mu;
+std::optional<FixedGeometry> g_geometry;
+
+bool valid(const FixedGeometry& g) {
+  return g.blocks_per_sm >= 0 && g.blocks_per_sm <= 8 && (g.packed || g.blocks_per_sm == 0);
+}
+
 // Launches the fixed form's kernel for these jobs.
 void launch_fixed(const FixedForm& form, const RopeArgs& a, cudaStream_t stream) {
+  const FixedGeometry geo = fixed_geometry();
+  int mode = kFloatMath;
+  if (geo.packed && form.kernels[kPacked])
+    mode = geo.blocks_per_sm > 0 && form.kernels[kPackedPipelined] ? kPackedPipelined : kPacked;
   FixedArgs fa;
   fa.n_jobs = a.n_jobs;
   fa.write_tail = a.write_tail;
   if (a.sin_sign < 0) fa.sin_xor = form.table == DType::kFloat32 ? 0x80000000u : 0x80008000u;
   int items = 1;
-  int64_t rows = 1;
+  int64_t rows = 1, total_rows = 0;
   for (int k = 0; k < a.n_jobs; ++k) {
     fa.jobs[k] = fixed_job(a.jobs[k], form.interleaved);
     items = std::max(items, static_cast<int>(fa.jobs[k].n_items));
     rows = std::max(rows, a.jobs[k].rows);
+    total_rows += a.jobs[k].rows;
   }
   const int threads_x = items >= 4 ? (items + 1) / 2 : items;  // two items per thread
   const int rows_per_block = std::max(1, 256 / threads_x);
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  const dim3 grid(static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 132 * 32)), a.n_jobs);
-  form.kernel<<<grid, dim3(threads_x, rows_per_block), 0, stream>>>(fa);
+  auto blocks_for = [&](int64_t r) { return (r + rows_per_block - 1) / rows_per_block; };
+  int64_t grid_x = std::clamp<int64_t>(blocks_for(rows), 1, 132 * 32);
+  if (mode == kPackedPipelined) {
+    // The persistent grid: blocks_per_sm x SMs blocks in all, each job's share by its rows (the
+    // jobs' blocks then walk about as many rows each), at least one, at most one per block row.
+    const int64_t budget = static_cast<int64_t>(geo.blocks_per_sm) * device_sms();
+    grid_x = 1;
+    for (int k = 0; k < a.n_jobs; ++k) {
+      const int64_t share = std::clamp<int64_t>(budget * a.jobs[k].rows / std::max<int64_t>(total_rows, 1),
+                                                1, std::max<int64_t>(blocks_for(a.jobs[k].rows), 1));
+      fa.jobs[k].blocks = static_cast<int32_t>(share);
+      grid_x = std::max(grid_x, share);
+    }
+  } else {
+    for (int k = 0; k < a.n_jobs; ++k) fa.jobs[k].blocks = static_cast<int32_t>(grid_x);
+  }
+  const dim3 grid(static_cast<unsigned>(grid_x), a.n_jobs);
+  form.kernels[mode]<<<grid, dim3(threads_x, rows_per_block), 0, stream>>>(fa);
   REPLAY_CUDA_LAUNCH("rope_fixed_kernel");
   if (launch_widths_recording())  // a fixed form takes 16-byte accesses on every operand
     for (int k = 0; k < a.n_jobs; ++k)
@@ -932,6 +1130,44 @@ int rope_vector_width(const RopeArgs& a) {
 const char* rope_fixed_form(const RopeArgs& a) {
   const FixedForm* f = find_fixed_form(a);
   return f ? f->name : nullptr;
+}
+
+FixedGeometry parse_fixed_geometry(const std::string& text) {
+  FixedGeometry g;
+  int packed = 0, used = 0;
+  const bool parsed = std::sscanf(text.c_str(), "%d,%d%n", &packed, &g.blocks_per_sm, &used) == 2 &&
+                      text.c_str()[used] == '\0' && (packed == 0 || packed == 1);
+  g.packed = packed != 0;
+  if (!parsed || !valid(g))
+    throw std::invalid_argument("rope geometry '" + text +
+                                "': expected PACKED,BLOCKS_PER_SM with PACKED 0 or 1 and "
+                                "BLOCKS_PER_SM 0..8 (0 unless PACKED is 1)");
+  return g;
+}
+
+FixedGeometry fixed_geometry() {
+  const std::lock_guard<std::mutex> lock(g_geometry_mu);
+  if (g_geometry) return *g_geometry;
+  const char* env = std::getenv("REPLAY_ROPE_GEOMETRY");
+  FixedGeometry g;
+  if (env && *env) {
+    try {
+      g = parse_fixed_geometry(env);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("REPLAY_ROPE_GEOMETRY: ") + e.what());
+    }
+  }
+  g_geometry = g;
+  return g;
+}
+
+void set_fixed_geometry(const FixedGeometry& g) {
+  if (!valid(g))
+    throw std::invalid_argument("rope: geometry packed=" + std::to_string(g.packed) +
+                                " blocks_per_sm=" + std::to_string(g.blocks_per_sm) +
+                                ": expected blocks_per_sm 0..8, and 0 without packed math");
+  const std::lock_guard<std::mutex> lock(g_geometry_mu);
+  g_geometry = g;
 }
 
 std::vector<const char*> rope_fixed_form_names() {

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "impls/eager/fast_div.cuh"
@@ -115,6 +116,33 @@ int rope_vector_width(const RopeArgs& a);
 /// operand, an offset beyond 31 bits, the force_generic or force_index64 hook). Host only; reads
 /// the pointers' alignment, never the data.
 const char* rope_fixed_form(const RopeArgs& a);
+
+/// The fixed forms' launch geometry (TUNING.md, "Packed bf16 math and a persistent grid"). Every
+/// geometry gives the same bits (GPU test RopeGpuFixedForms walks them).
+struct FixedGeometry {
+  /// Packed bf16x2 math (mul.rn / add.rn / sub.rn.bf16x2) for the forms whose x, tables, output,
+  /// products and sums are all bf16 (rotate-half: Llama, Phi-3, GPT-NeoX); false: float32 math
+  /// with a rounding per step, as every other form.
+  bool packed = true;
+  /// 0: one pass, the grid covers the rows (256-thread blocks, one row per block row). N in 1..8:
+  /// a persistent grid of N blocks of 256 threads per SM, shared among the jobs by their rows,
+  /// each thread loading the next row's x before it computes the current one; packed forms only
+  /// (the others keep one pass).
+  int blocks_per_sm = 0;
+};
+
+/// Parses `PACKED,BLOCKS_PER_SM` (e.g. `1,3`). Throws std::invalid_argument naming the text for
+/// anything else or a geometry set_fixed_geometry would refuse.
+FixedGeometry parse_fixed_geometry(const std::string& text);
+
+/// The geometry rope_optimized's fixed forms use: set_fixed_geometry's, else REPLAY_ROPE_GEOMETRY=
+/// PACKED,BLOCKS_PER_SM (e.g. `1,4`) from the environment, else the defaults above. Throws
+/// std::invalid_argument for a malformed variable or one outside set_fixed_geometry's range.
+FixedGeometry fixed_geometry();
+
+/// Sets the geometry for this process (a sweep or a test). Throws std::invalid_argument for
+/// blocks_per_sm outside 0..8 or blocks_per_sm > 0 without packed math.
+void set_fixed_geometry(const FixedGeometry& g);
 
 /// The names of every fixed form compiled (kernels.cu, kFixedForms).
 std::vector<const char*> rope_fixed_form_names();

@@ -360,7 +360,17 @@ TEST(RopeGpuFixedForms, BitIdenticalToTheGenericKernel) {
       {"meta_llama_rope_train_fwd_2x4096x32x8x128", true},
       {"meta_llama_rope_train_bwd_2x4096x32x8x128", true},
   };
+  // Every geometry (float32 or packed bf16 math, one pass or the persistent pipelined grid) gives
+  // the generic kernel's bits.
+  struct Restore {
+    ~Restore() { rope::set_fixed_geometry(rope::FixedGeometry{}); }
+  } restore;
+  const rope::FixedGeometry geometries[] = {{false, 0}, {true, 0}, {true, 1}, {true, 3}};
+  for (const rope::FixedGeometry& geo : geometries)
   for (const auto& [t, fixed] : traces) {
+    SCOPED_TRACE(std::string("geometry packed=") + (geo.packed ? "1" : "0") +
+                 " blocks_per_sm=" + std::to_string(geo.blocks_per_sm));
+    rope::set_fixed_geometry(geo);
     Graph g = load_trace(trace_path(t));
     FusionSpec fixed_spec = fusions::rope;
     fixed_spec.bind = fixed_bind;

@@ -422,3 +422,66 @@ TEST(RopeFixedForms, StaticRoundingStepsGiveTheJobsBits) {
   j.sum_cvt = DType::kFloat32;
   EXPECT_GT((differences<FixedLike<DType::kFloat32, DType::kFloat32, false, 0>>(j, 4)), 0);
 }
+
+// The packed bf16 math of the all-bf16 rotate-half forms (kernels.cu, half_item_bf16x2) rounds
+// each product and sum once, to bf16 (mul.rn / add.rn / sub.rn.bf16x2); the graph computes each in
+// float32 and rounds to bf16. Those agree when float32-then-bf16 is one bf16 rounding of the exact
+// result: the exact product of two bf16 values has at most 16 significant bits (exact in float32),
+// and a float32 sum of two bf16 values rounded again to bf16 is the exact sum rounded once (24 >=
+// 2 x 8 + 2 bits). Checked here against the exact value (double: exact for these products and for
+// sums of operands within 2^28 of each other's scale) rounded once to bf16, on random operands
+// over 60 binades, ties included by construction. A float32 value with more bits than the sum
+// holds (a double-rounding trap) must differ from its single rounding somewhere, or the check
+// proves nothing.
+namespace {
+// `v` (normal bf16 range) rounded once to bf16's 8 significant bits, ties to even.
+float bf16_once(double v) {
+  if (v == 0) return static_cast<float>(v);
+  int e = 0;
+  const double m = std::frexp(v, &e);               // v = m 2^e, |m| in [0.5, 1)
+  const double r = std::nearbyint(std::ldexp(m, 8));  // 8 significant bits, round half to even
+  return static_cast<float>(std::ldexp(r, e - 8));
+}
+float bf16_via_float(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
+float random_bf16(std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> exp(-30, 30), mant(0, 127), sign(0, 1);
+  const float v = std::ldexp(1.0f + mant(rng) / 128.0f, exp(rng));
+  return sign(rng) ? -v : v;
+}
+}  // namespace
+
+TEST(RopePackedBf16, FloatThenBf16IsOneBf16Rounding) {
+  std::mt19937_64 rng(7);
+  int products = 0, sums = 0, diffs = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float a = random_bf16(rng), b = random_bf16(rng);
+    diffs += !same_bits(bf16_via_float(a * b), bf16_once(static_cast<double>(a) * b));
+    ++products;
+    if (std::abs(std::ilogb(a) - std::ilogb(b)) <= 28) {
+      diffs += !same_bits(bf16_via_float(a + b), bf16_once(static_cast<double>(a) + b));
+      diffs += !same_bits(bf16_via_float(a - b), bf16_once(static_cast<double>(a) - b));
+      sums += 2;
+    }
+  }
+  EXPECT_EQ(diffs, 0) << products << " products, " << sums << " sums";
+  EXPECT_GT(sums, 100000);
+  // The trap: a value just above a bf16 midpoint, rounded to 16 bits first, lands on the midpoint
+  // and then rounds to even; rounded once it rounds up. A 16-bit intermediate is too short.
+  const double v = 1.0 + 1.0 / 256 + 1.0 / (1 << 20);  // 1 + half an ulp + a little
+  const double v16 = std::ldexp(std::nearbyint(std::ldexp(v, 15)), -15);
+  EXPECT_FALSE(same_bits(bf16_once(v16), bf16_once(v)));
+}
+
+TEST(RopeFixedGeometry, ParsesTheSweepSyntaxAndRefusesTheRest) {
+  const rope::FixedGeometry g = rope::parse_fixed_geometry("1,3");
+  EXPECT_TRUE(g.packed);
+  EXPECT_EQ(g.blocks_per_sm, 3);
+  EXPECT_FALSE(rope::parse_fixed_geometry("0,0").packed);
+  for (const char* bad : {"", "1", "1,", "2,0", "1,9", "1,-1", "0,2", "1,3,", "1,3x", "a,b"})
+    EXPECT_THROW(rope::parse_fixed_geometry(bad), std::invalid_argument) << bad;
+  EXPECT_THROW(rope::set_fixed_geometry(rope::FixedGeometry{false, 2}), std::invalid_argument);
+  rope::set_fixed_geometry(rope::FixedGeometry{true, 2});
+  EXPECT_EQ(rope::fixed_geometry().blocks_per_sm, 2);
+  rope::set_fixed_geometry(rope::FixedGeometry{});
+  EXPECT_EQ(rope::fixed_geometry().blocks_per_sm, rope::FixedGeometry{}.blocks_per_sm);
+}
