@@ -39,15 +39,20 @@ bool broadcast_strides(const TensorMeta& m, const std::vector<int64_t>& out_shap
   return true;
 }
 
-// Reorders the lead dims by the output's strides, largest first (the rows then run in the
-// output's memory order: a [B, H, T, D] view of a [B, T, H, D] buffer is walked b, t, h, so that
-// consecutive rows are adjacent in memory and the heads of one position read the same table row
-// back to back). A stable sort: equal strides (size-1 dims) keep their order.
-void order_rows_by_memory(RopeJob& j) {
+}  // namespace
+
+void order_rows(RopeJob& j) {
+  // rows of at least one 128-byte line: walking them out of memory order costs no partial lines
+  const bool whole_lines = j.head_dim * static_cast<int64_t>(dtype_size(j.out_dtype)) >= 128;
+  auto shares_table = [&](int d) {
+    return whole_lines && j.cos.lead_stride[d] == 0 && j.sin.lead_stride[d] == 0;
+  };
   int perm[kRopeMaxLead];
   for (int d = 0; d < j.n_lead; ++d) perm[d] = d;
-  std::stable_sort(perm, perm + j.n_lead,
-                   [&](int a, int b) { return j.out_lead_stride[a] > j.out_lead_stride[b]; });
+  std::stable_sort(perm, perm + j.n_lead, [&](int a, int b) {
+    if (shares_table(a) != shares_table(b)) return shares_table(b);  // table-sharing dims inner
+    return j.out_lead_stride[a] > j.out_lead_stride[b];
+  });
   RopeJob o = j;
   for (int d = 0; d < j.n_lead; ++d) {
     const int e = perm[d];
@@ -58,8 +63,6 @@ void order_rows_by_memory(RopeJob& j) {
     j.sin.lead_stride[d] = o.sin.lead_stride[e];
   }
 }
-
-}  // namespace
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
@@ -159,8 +162,8 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
         return b;
       }
     }
-    order_rows_by_memory(j);
     j.head_dim = rot.head_dim;
+    order_rows(j);
     j.rotary_dim = rot.rotary_dim;
     j.mul_cos_dtype = rot.mul_cos_dtype;
     j.mul_sin_dtype = rot.mul_sin_dtype;

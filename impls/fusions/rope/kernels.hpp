@@ -105,6 +105,15 @@ struct RopeArgs {
   Zero zeros[kRopeMaxJobs];
 };
 
+/// Orders job j's lead dims (its rows) for both variants (bind.cpp): dims along which both tables
+/// are broadcast (stride 0: heads, and batch where the table has none) innermost, where a row is
+/// at least one 128-byte line (head_dim x the output's bytes); then each group by the output's
+/// strides, largest first (the output's memory order). Consecutive rows then read the same table
+/// row: litgpt's [B, H, T, D] outputs walked in their own order read a new float32 table row
+/// (1 KiB of cos and sin) per row of 256 bytes of x from L2. A stable sort: size-1 dims keep their
+/// place. Reads head_dim, out_dtype and the strides; sets lead and every lead stride.
+void order_rows(RopeJob& j);
+
 /// Elements per thread the optimized kernel can use for these jobs: the largest of 8, 4, 2 that
 /// divides D, R and (rotate-half) R / 2 of every job; 1 otherwise. 16-byte accesses then happen
 /// on each operand whose last stride is 1 and whose base and lead strides are aligned.

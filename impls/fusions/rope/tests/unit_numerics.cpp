@@ -485,3 +485,42 @@ TEST(RopeFixedGeometry, ParsesTheSweepSyntaxAndRefusesTheRest) {
   rope::set_fixed_geometry(rope::FixedGeometry{});
   EXPECT_EQ(rope::fixed_geometry().blocks_per_sm, rope::FixedGeometry{}.blocks_per_sm);
 }
+
+// Row order (bind.cpp, order_rows): litgpt's forward writes [B, H, T, D] from a [1, 1, T, D] table;
+// its rows must run t, b, h (the heads and batches of one position back to back, one table row
+// for all of them), not in the output's b, h, t. Short rows (below a 128-byte line) keep the
+// output's order, and a table with a batch dim keeps batch outer.
+TEST(RopeRowOrder, HeadsSharingATableRowRunBackToBack) {
+  constexpr int64_t B = 2, H = 40, T = 4096, D = 128;
+  rope::RopeJob j;
+  j.n_lead = 3;  // [B, H, T] as the graph writes them
+  j.head_dim = D;
+  j.out_dtype = DType::kBFloat16;
+  const int64_t lead[] = {B, H, T}, out_st[] = {H * T * D, T * D, D}, x_st[] = {T * 3 * H * D, 3 * D, 3 * H * D},
+                table_st[] = {0, 0, D};
+  for (int d = 0; d < 3; ++d) {
+    j.lead[d] = lead[d];
+    j.out_lead_stride[d] = out_st[d];
+    j.x.lead_stride[d] = x_st[d];
+    j.cos.lead_stride[d] = j.sin.lead_stride[d] = table_st[d];
+  }
+  rope::RopeJob o = j;
+  rope::order_rows(o);
+  const int64_t want_lead[] = {T, B, H}, want_out[] = {D, H * T * D, T * D},
+                want_x[] = {3 * H * D, T * 3 * H * D, 3 * D};
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(o.lead[d], want_lead[d]) << d;
+    EXPECT_EQ(o.out_lead_stride[d], want_out[d]) << d;
+    EXPECT_EQ(o.x.lead_stride[d], want_x[d]) << d;
+    EXPECT_EQ(o.cos.lead_stride[d], d == 0 ? D : 0) << d;
+  }
+  rope::RopeJob short_rows = j;
+  short_rows.head_dim = 32;  // 64 bytes: the output's order, b, h, t
+  rope::order_rows(short_rows);
+  for (int d = 0; d < 3; ++d) EXPECT_EQ(short_rows.lead[d], lead[d]) << d;
+  rope::RopeJob batched = j;  // position ids per batch: a [B, 1, T, D] table
+  batched.cos.lead_stride[0] = batched.sin.lead_stride[0] = T * D;
+  rope::order_rows(batched);
+  const int64_t want_batched[] = {B, T, H};
+  for (int d = 0; d < 3; ++d) EXPECT_EQ(batched.lead[d], want_batched[d]) << d;
+}
