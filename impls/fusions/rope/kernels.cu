@@ -319,26 +319,10 @@ struct Chunk8 {
   uint4 r[kN];
 };
 
-// 16 bytes read past L1 (ld.global.nc.L1::no_allocate): x is read once, so its lines need not
-// take L1 from the tables every head of a position reads again. Read-only for the kernel's life:
-// a region's outputs never alias its inputs.
-__device__ __forceinline__ uint4 load16_no_l1(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-template <typename T, bool kNoL1 = false>
+template <typename T>
 __device__ __forceinline__ void load_raw8(const T* p, Chunk8<T>& c) {
 #pragma unroll
-  for (int k = 0; k < Chunk8<T>::kN; ++k) {
-    if constexpr (kNoL1)
-      c.r[k] = load16_no_l1(reinterpret_cast<const uint4*>(p) + k);
-    else
-      c.r[k] = reinterpret_cast<const uint4*>(p)[k];
-  }
+  for (int k = 0; k < Chunk8<T>::kN; ++k) c.r[k] = reinterpret_cast<const uint4*>(p)[k];
 }
 
 template <typename T>
@@ -370,15 +354,15 @@ __device__ __forceinline__ int item_col(const FixedJob& j, int item) {
 // the x of all its items before it computes the first (fixed_item), so its DRAM reads are in
 // flight together: at 50 % occupancy (64 registers) one item's 32 bytes per thread left the H200
 // latency-bound (ncu: DRAM 54 %, stalls on the L1TEX scoreboard).
-template <typename TX, bool kInter, bool kNoL1 = false>
+template <typename TX, bool kInter>
 __device__ __forceinline__ void load_item_x(const FixedArgs& a, const FixedJob& j, int item,
                                             const TX* x, ItemX<TX>& w) {
   const bool is_tail = item >= j.n_rot;
   if (is_tail && !a.write_tail) return;
   const int c0 = item_col(j, item);
-  load_raw8<TX, kNoL1>(x + c0, w.a);
+  load_raw8(x + c0, w.a);
   if constexpr (!kInter)
-    if (!is_tail) load_raw8<TX, kNoL1>(x + c0 + j.half, w.b);
+    if (!is_tail) load_raw8(x + c0 + j.half, w.b);
 }
 
 // --- packed bf16 math for the all-bf16 rotate-half forms ----------------------------------
@@ -547,7 +531,7 @@ __device__ __forceinline__ void fixed_item(const FixedArgs& a, const FixedJob& j
 // The kernel's modes (FixedGeometry): float32 math, one pass over the rows (the grid covers them);
 // packed bf16 math (kPackedBf16 forms only), one pass; packed bf16 math on a persistent grid whose
 // threads load the next row's x before they compute the current one.
-enum FixedMode : int { kFloatMath = 0, kPacked = 1, kPackedPipelined = 2, kPackedNoL1 = 3 };
+enum FixedMode : int { kFloatMath = 0, kPacked = 1, kPackedPipelined = 2 };
 
 // Row `row`'s element offsets into x, the tables and out: one 32-bit pass over its lead dims.
 struct RowOff {
@@ -647,14 +631,14 @@ __global__ void __launch_bounds__(256, kMode == kPackedPipelined ? 3 : 0)
         const int k0 = static_cast<int>(threadIdx.x), k1 = k0 + static_cast<int>(blockDim.x);
         const bool two_items = k1 < j.n_items;
         ItemX<TX> w0, w1;
-        load_item_x<TX, kInter, kMode == kPackedNoL1>(a, j, k0, x, w0);
-        if (two_items) load_item_x<TX, kInter, kMode == kPackedNoL1>(a, j, k1, x, w1);
+        load_item_x<TX, kInter>(a, j, k0, x, w0);
+        if (two_items) load_item_x<TX, kInter>(a, j, k1, x, w1);
         fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, kBf16x2>(a, j, k0, w0, cs, sn, out);
         if (two_items)
           fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, kBf16x2>(a, j, k1, w1, cs, sn, out);
         for (int item = k1 + static_cast<int>(blockDim.x); item < j.n_items;
              item += static_cast<int>(blockDim.x)) {
-          load_item_x<TX, kInter, kMode == kPackedNoL1>(a, j, item, x, w0);
+          load_item_x<TX, kInter>(a, j, item, x, w0);
           fixed_item<TX, TT, TO, kInter, kBwd, kPair, F, kBf16x2>(a, j, item, w0, cs, sn, out);
         }
       } else {
@@ -782,7 +766,7 @@ struct FixedForm {
   DType mul, add, sum_cvt;  ///< mul: each product's single rounding (Fixed)
   bool zero_add;
   int sum_order;  ///< the backward's association (the forward has none: 0)
-  FixedKernel kernels[4];  ///< by FixedMode; nullptr where the form has no such mode
+  FixedKernel kernels[3];  ///< by FixedMode; nullptr where the form has no such mode
 };
 
 // The kernel of mode M (FixedMode) for a form, or nullptr where the form has no such mode.
@@ -803,9 +787,7 @@ constexpr FixedKernel fixed_kernel() {
           fixed_kernel<TX, TT, TO, INTER, BWD, PAIR, Fixed<DType::P, DType::A, DType::S, Z, O>, \
                        kPacked>(),                                                              \
           fixed_kernel<TX, TT, TO, INTER, BWD, PAIR, Fixed<DType::P, DType::A, DType::S, Z, O>, \
-                       kPackedPipelined>(),                                                     \
-          fixed_kernel<TX, TT, TO, INTER, BWD, PAIR, Fixed<DType::P, DType::A, DType::S, Z, O>, \
-                       kPackedNoL1>()                                                           \
+                       kPackedPipelined>()                                                      \
     }                                                                                           \
   }
 #define REPLAY_ROPE_FIXED(NAME, TX, TT, TO, INTER, BWD, P, A, S, Z, O) \
@@ -981,8 +963,7 @@ std::mutex g_geometry_mu;
 std::optional<FixedGeometry> g_geometry;
 
 bool valid(const FixedGeometry& g) {
-  return g.blocks_per_sm >= 0 && g.blocks_per_sm <= 8 && (g.packed || g.blocks_per_sm == 0) &&
-         (!g.x_no_l1 || (g.packed && g.blocks_per_sm == 0));
+  return g.blocks_per_sm >= 0 && g.blocks_per_sm <= 8 && (g.packed || g.blocks_per_sm == 0);
 }
 
 // Launches the fixed form's kernel for these jobs.
@@ -990,7 +971,7 @@ void launch_fixed(const FixedForm& form, const RopeArgs& a, cudaStream_t stream)
   const FixedGeometry geo = fixed_geometry();
   int mode = kFloatMath;
   if (geo.packed && form.kernels[kPacked])
-    mode = geo.blocks_per_sm > 0 ? kPackedPipelined : geo.x_no_l1 ? kPackedNoL1 : kPacked;
+    mode = geo.blocks_per_sm > 0 && form.kernels[kPackedPipelined] ? kPackedPipelined : kPacked;
   FixedArgs fa;
   fa.n_jobs = a.n_jobs;
   fa.write_tail = a.write_tail;
@@ -1153,22 +1134,14 @@ const char* rope_fixed_form(const RopeArgs& a) {
 
 FixedGeometry parse_fixed_geometry(const std::string& text) {
   FixedGeometry g;
-  int packed = -1, no_l1 = 0, used = 0;
-  const char* c = text.c_str();
-  bool parsed = std::sscanf(c, "%d,%d%n", &packed, &g.blocks_per_sm, &used) == 2;
-  if (parsed && c[used] == ',') {
-    int more = 0;
-    parsed = std::sscanf(c + used, ",%d%n", &no_l1, &more) == 1 && (no_l1 == 0 || no_l1 == 1);
-    used += more;
-  }
-  parsed = parsed && c[used] == '\0' && (packed == 0 || packed == 1);
-  g.packed = packed == 1;
-  g.x_no_l1 = no_l1 == 1;
+  int packed = 0, used = 0;
+  const bool parsed = std::sscanf(text.c_str(), "%d,%d%n", &packed, &g.blocks_per_sm, &used) == 2 &&
+                      text.c_str()[used] == '\0' && (packed == 0 || packed == 1);
+  g.packed = packed != 0;
   if (!parsed || !valid(g))
     throw std::invalid_argument("rope geometry '" + text +
-                                "': expected PACKED,BLOCKS_PER_SM[,X_NO_L1] with PACKED 0 or 1, "
-                                "BLOCKS_PER_SM 0..8 (0 unless PACKED is 1), X_NO_L1 0 or 1 (1 "
-                                "only with PACKED 1 and BLOCKS_PER_SM 0)");
+                                "': expected PACKED,BLOCKS_PER_SM with PACKED 0 or 1 and "
+                                "BLOCKS_PER_SM 0..8 (0 unless PACKED is 1)");
   return g;
 }
 
@@ -1192,9 +1165,7 @@ void set_fixed_geometry(const FixedGeometry& g) {
   if (!valid(g))
     throw std::invalid_argument("rope: geometry packed=" + std::to_string(g.packed) +
                                 " blocks_per_sm=" + std::to_string(g.blocks_per_sm) +
-                                " x_no_l1=" + std::to_string(g.x_no_l1) +
-                                ": expected blocks_per_sm 0..8, 0 without packed math, and "
-                                "x_no_l1 only with packed math in one pass");
+                                ": expected blocks_per_sm 0..8, and 0 without packed math");
   const std::lock_guard<std::mutex> lock(g_geometry_mu);
   g_geometry = g;
 }

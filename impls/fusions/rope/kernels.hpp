@@ -138,23 +138,19 @@ struct FixedGeometry {
   /// each thread loading the next row's x before it computes the current one; packed forms only
   /// (the others keep one pass).
   int blocks_per_sm = 0;
-  /// Packed forms in one pass only: x read past L1 (ld.global.nc.L1::no_allocate), leaving L1 to
-  /// the table rows the heads of a position share.
-  bool x_no_l1 = false;
 };
 
-/// Parses `PACKED,BLOCKS_PER_SM[,X_NO_L1]` (e.g. `1,3`, `1,0,1`). Throws std::invalid_argument naming the text for
+/// Parses `PACKED,BLOCKS_PER_SM` (e.g. `1,3`). Throws std::invalid_argument naming the text for
 /// anything else or a geometry set_fixed_geometry would refuse.
 FixedGeometry parse_fixed_geometry(const std::string& text);
 
 /// The geometry rope_optimized's fixed forms use: set_fixed_geometry's, else REPLAY_ROPE_GEOMETRY=
-/// PACKED,BLOCKS_PER_SM[,X_NO_L1] (e.g. `1,3` or `1,0,1`) from the environment, else the defaults above. Throws
+/// PACKED,BLOCKS_PER_SM (e.g. `1,4`) from the environment, else the defaults above. Throws
 /// std::invalid_argument for a malformed variable or one outside set_fixed_geometry's range.
 FixedGeometry fixed_geometry();
 
 /// Sets the geometry for this process (a sweep or a test). Throws std::invalid_argument for
-/// blocks_per_sm outside 0..8, blocks_per_sm > 0 without packed math, or x_no_l1 without packed
-/// math in one pass.
+/// blocks_per_sm outside 0..8 or blocks_per_sm > 0 without packed math.
 void set_fixed_geometry(const FixedGeometry& g);
 
 /// The names of every fixed form compiled (kernels.cu, kFixedForms).

@@ -365,13 +365,11 @@ TEST(RopeGpuFixedForms, BitIdenticalToTheGenericKernel) {
   struct Restore {
     ~Restore() { rope::set_fixed_geometry(rope::FixedGeometry{}); }
   } restore;
-  const rope::FixedGeometry geometries[] = {
-      {false, 0, false}, {true, 0, false}, {true, 1, false}, {true, 3, false}, {true, 0, true}};
+  const rope::FixedGeometry geometries[] = {{false, 0}, {true, 0}, {true, 1}, {true, 3}};
   for (const rope::FixedGeometry& geo : geometries)
   for (const auto& [t, fixed] : traces) {
     SCOPED_TRACE(std::string("geometry packed=") + (geo.packed ? "1" : "0") +
-                 " blocks_per_sm=" + std::to_string(geo.blocks_per_sm) +
-                 " x_no_l1=" + (geo.x_no_l1 ? "1" : "0"));
+                 " blocks_per_sm=" + std::to_string(geo.blocks_per_sm));
     rope::set_fixed_geometry(geo);
     Graph g = load_trace(trace_path(t));
     FusionSpec fixed_spec = fusions::rope;
