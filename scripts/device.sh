@@ -394,7 +394,7 @@ phase_epifwd() {
 phase_ropegeo() {
   # rope fixed-form geometry: REPLAY_ROPE_GEOMETRY=PACKED,BLOCKS_PER_SM (kernels.cu) over
   # $ROPEGEO_GEOMETRIES on the all-bf16 rotate-half traces and litgpt's forward (float32 table:
-  # no packed form, a control) ($TRACES or the eight below); the default first.
+  # no packed form, a control) ($TRACES or the seven below); the default first.
   # -> ropegeo/sweep.txt
   local default_traces="traces/byog/rope/llama_rope_table_mincut_train_fwd_1x8192x32x128.json
     traces/byog/rope/llama_rope_table_mincut_train_bwd_1x8192x32x128.json

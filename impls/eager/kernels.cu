@@ -2020,6 +2020,10 @@ EagerLaunch transpose_copy(const DeviceTensor& dst, const DeviceTensor& src) {
 }
 }  // namespace
 
+bool copy_takes_tiles(const DeviceTensor& dst, const DeviceTensor& src) {
+  return static_cast<bool>(transpose_copy(dst, src));
+}
+
 EagerLaunch prepare_copy(const DeviceTensor& dst, const DeviceTensor& src) {
   if (EagerLaunch t = transpose_copy(dst, src)) return t;
   return prepare_pointwise(PointwiseFn::kCopy, dst, {PwOperand{src, true, 0}}, 1,

@@ -102,6 +102,11 @@ EagerLaunch prepare_reduction(ReduceFn op, const DeviceTensor& in, const std::ve
 void launch_copy(const DeviceTensor& dst, const DeviceTensor& src, cudaStream_t stream);
 /// launch_copy prepared once (see prepare_pointwise).
 EagerLaunch prepare_copy(const DeviceTensor& dst, const DeviceTensor& src);
+/// Whether launch_copy / prepare_copy take the tiled transpose kernel for `dst = src` (EAGER.md,
+/// "Transposed copies"): one dtype and shape, at most three dims longer than 1, dst's unit-stride
+/// dim not src's, both those dims at least 8 long. Host only: reads shapes, strides and the
+/// pointers' alignment, never the data.
+bool copy_takes_tiles(const DeviceTensor& dst, const DeviceTensor& src);
 
 /// Fill `bytes` at `ptr` with 0xFF (NaN for every float dtype): the poison written into outputs
 /// before a numerics run, so unwritten elements are caught.

@@ -8,6 +8,7 @@
 
 #include "../gpu/eager_fn_table.hpp"
 #include "impls/eager/fast_div.cuh"
+#include "impls/eager/kernels.hpp"
 
 using namespace replay;
 using replay::test::fn_table;
@@ -54,4 +55,32 @@ TEST(EagerFastDiv, MatchesDivision) {
       ASSERT_EQ(f.div(n), n / d) << n << " / " << d;
     }
   }
+}
+
+// Which copies take the tiled transpose kernel (kernels.cu, transpose_copy): decided on the host
+// from shapes and strides alone (no device memory is touched; the pointers only give alignment).
+TEST(EagerTransposeCopy, TilesOnlyWhereBothTransposedDimsAreLong) {
+  auto tensor = [](std::vector<int64_t> shape, std::vector<int64_t> stride) {
+    DeviceTensor t;
+    t.ptr = reinterpret_cast<void*>(uintptr_t{1} << 20);  // aligned, never dereferenced
+    t.dtype = DType::kFloat32;
+    t.ndim = static_cast<int>(shape.size());
+    for (int d = 0; d < t.ndim; ++d) {
+      t.shape[d] = shape[d];
+      t.stride[d] = stride[d];
+    }
+    return t;
+  };
+  // .t().contiguous() of a [64, 96] matrix, and with a batch dim: tiles
+  EXPECT_TRUE(copy_takes_tiles(tensor({64, 96}, {96, 1}), tensor({64, 96}, {1, 64})));
+  EXPECT_TRUE(copy_takes_tiles(tensor({9, 40, 65}, {2600, 65, 1}), tensor({9, 40, 65}, {1, 9, 360})));
+  // repeat_interleave(table, 2, -1): the clone of a [8192, 64, 2] expand over the last dim (dst's
+  // unit-stride dim 2 long): pointwise
+  EXPECT_FALSE(
+      copy_takes_tiles(tensor({8192, 64, 2}, {128, 2, 1}), tensor({8192, 64, 2}, {64, 1, 0})));
+  // a transposed extent of 7 and of 8
+  EXPECT_FALSE(copy_takes_tiles(tensor({7, 96}, {96, 1}), tensor({7, 96}, {1, 7})));
+  EXPECT_TRUE(copy_takes_tiles(tensor({8, 96}, {96, 1}), tensor({8, 96}, {1, 8})));
+  // not a transpose: both unit strides on one dim
+  EXPECT_FALSE(copy_takes_tiles(tensor({64, 96}, {96, 1}), tensor({64, 96}, {192, 1})));
 }

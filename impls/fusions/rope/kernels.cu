@@ -377,9 +377,11 @@ __device__ __forceinline__ void load_item_x(const FixedArgs& a, const FixedJob& 
 // subnormal range, so float32-then-bf16 is bf16 rounded once; a sum of two bf16 values rounded
 // in float32 then in bf16 is the sum rounded once to bf16 (24 >= 2 x 8 + 2 bits: double rounding
 // is innocuous, Figueroa 1995); a - b is a + (-b) in IEEE arithmetic, and x + 0 turns -0 into +0
-// in both. Only a product below 2^-126 in magnitude (float32 subnormal) could round differently:
-// rope's tables are cos and sin, its x activations (the GPU tests compare the bits with the
-// generic kernel's float32 path on every trace).
+// in both. That holds in float32's subnormal range too: a product's 16 significant bits, rounded
+// to float32's 2^-149 grid, land no nearer than 2^-149 to a bf16 rounding midpoint they are not
+// on, so the second rounding never meets a tie the first one made (PTX keeps bf16 subnormals).
+// Unit test RopePackedBf16; the GPU test RopeGpuFixedForms compares the bits with the float32
+// path on every trace.
 template <typename TX, typename TT, typename TO, typename F>
 constexpr bool kPackedBf16 =
     std::is_same_v<TX, __nv_bfloat16> && std::is_same_v<TT, __nv_bfloat16> &&
@@ -962,8 +964,10 @@ std::atomic<uint64_t> g_fixed_launches{0};
 std::mutex g_geometry_mu;
 std::optional<FixedGeometry> g_geometry;
 
+// blocks_per_sm up to the pipelined kernel's launch bound (3 blocks of 256 per SM resident): more
+// would launch a second wave, not a persistent grid.
 bool valid(const FixedGeometry& g) {
-  return g.blocks_per_sm >= 0 && g.blocks_per_sm <= 8 && (g.packed || g.blocks_per_sm == 0);
+  return g.blocks_per_sm >= 0 && g.blocks_per_sm <= 3 && (g.packed || g.blocks_per_sm == 0);
 }
 
 // Launches the fixed form's kernel for these jobs.
@@ -1133,15 +1137,18 @@ const char* rope_fixed_form(const RopeArgs& a) {
 }
 
 FixedGeometry parse_fixed_geometry(const std::string& text) {
+  // exactly `D,D`: one digit each (no signs, spaces or overflow for sscanf to be lenient about)
+  const bool parsed = text.size() == 3 && text[0] >= '0' && text[0] <= '1' && text[1] == ',' &&
+                      text[2] >= '0' && text[2] <= '9';
   FixedGeometry g;
-  int packed = 0, used = 0;
-  const bool parsed = std::sscanf(text.c_str(), "%d,%d%n", &packed, &g.blocks_per_sm, &used) == 2 &&
-                      text.c_str()[used] == '\0' && (packed == 0 || packed == 1);
-  g.packed = packed != 0;
+  if (parsed) {
+    g.packed = text[0] == '1';
+    g.blocks_per_sm = text[2] - '0';
+  }
   if (!parsed || !valid(g))
     throw std::invalid_argument("rope geometry '" + text +
                                 "': expected PACKED,BLOCKS_PER_SM with PACKED 0 or 1 and "
-                                "BLOCKS_PER_SM 0..8 (0 unless PACKED is 1)");
+                                "BLOCKS_PER_SM 0..3 (0 unless PACKED is 1)");
   return g;
 }
 
@@ -1165,7 +1172,7 @@ void set_fixed_geometry(const FixedGeometry& g) {
   if (!valid(g))
     throw std::invalid_argument("rope: geometry packed=" + std::to_string(g.packed) +
                                 " blocks_per_sm=" + std::to_string(g.blocks_per_sm) +
-                                ": expected blocks_per_sm 0..8, and 0 without packed math");
+                                ": expected blocks_per_sm 0..3, and 0 without packed math");
   const std::lock_guard<std::mutex> lock(g_geometry_mu);
   g_geometry = g;
 }

@@ -110,8 +110,9 @@ struct RopeArgs {
 /// at least one 128-byte line (head_dim x the output's bytes); then each group by the output's
 /// strides, largest first (the output's memory order). Consecutive rows then read the same table
 /// row: litgpt's [B, H, T, D] outputs walked in their own order read a new float32 table row
-/// (1 KiB of cos and sin) per row of 256 bytes of x from L2. A stable sort: size-1 dims keep their
-/// place. Reads head_dim, out_dtype and the strides; sets lead and every lead stride.
+/// (1 KiB of cos and sin) per row of 256 bytes of x from L2. A stable sort (size-1 dims, which
+/// tables broadcast, may move inner; the kernels drop them). Reads head_dim, out_dtype and the
+/// strides; sets lead and every lead stride.
 void order_rows(RopeJob& j);
 
 /// Elements per thread the optimized kernel can use for these jobs: the largest of 8, 4, 2 that
@@ -133,8 +134,8 @@ struct FixedGeometry {
   /// products and sums are all bf16 (rotate-half: Llama, Phi-3, GPT-NeoX); false: float32 math
   /// with a rounding per step, as every other form.
   bool packed = true;
-  /// 0: one pass, the grid covers the rows (256-thread blocks, one row per block row). N in 1..8:
-  /// a persistent grid of N blocks of 256 threads per SM, shared among the jobs by their rows,
+  /// 0: one pass, the grid covers the rows (256-thread blocks, one row per block row). N in 1..3:
+  /// a persistent grid of N blocks of 256 threads per SM (3: the pipelined kernel's launch bound), shared among the jobs by their rows,
   /// each thread loading the next row's x before it computes the current one; packed forms only
   /// (the others keep one pass).
   int blocks_per_sm = 0;
@@ -150,7 +151,7 @@ FixedGeometry parse_fixed_geometry(const std::string& text);
 FixedGeometry fixed_geometry();
 
 /// Sets the geometry for this process (a sweep or a test). Throws std::invalid_argument for
-/// blocks_per_sm outside 0..8 or blocks_per_sm > 0 without packed math.
+/// blocks_per_sm outside 0..3 or blocks_per_sm > 0 without packed math.
 void set_fixed_geometry(const FixedGeometry& g);
 
 /// The names of every fixed form compiled (kernels.cu, kFixedForms).

@@ -362,8 +362,9 @@ TEST(RopeGpuFixedForms, BitIdenticalToTheGenericKernel) {
   };
   // Every geometry (float32 or packed bf16 math, one pass or the persistent pipelined grid) gives
   // the generic kernel's bits.
-  struct Restore {
-    ~Restore() { rope::set_fixed_geometry(rope::FixedGeometry{}); }
+  struct Restore {  // the geometry this binary ran with (REPLAY_ROPE_GEOMETRY's or the default)
+    rope::FixedGeometry before = rope::fixed_geometry();
+    ~Restore() { rope::set_fixed_geometry(before); }
   } restore;
   const rope::FixedGeometry geometries[] = {{false, 0}, {true, 0}, {true, 1}, {true, 3}};
   for (const rope::FixedGeometry& geo : geometries)

@@ -426,64 +426,93 @@ TEST(RopeFixedForms, StaticRoundingStepsGiveTheJobsBits) {
 // The packed bf16 math of the all-bf16 rotate-half forms (kernels.cu, half_item_bf16x2) rounds
 // each product and sum once, to bf16 (mul.rn / add.rn / sub.rn.bf16x2); the graph computes each in
 // float32 and rounds to bf16. Those agree when float32-then-bf16 is one bf16 rounding of the exact
-// result: the exact product of two bf16 values has at most 16 significant bits (exact in float32),
-// and a float32 sum of two bf16 values rounded again to bf16 is the exact sum rounded once (24 >=
-// 2 x 8 + 2 bits). Checked here against the exact value (double: exact for these products and for
-// sums of operands within 2^28 of each other's scale) rounded once to bf16, on random operands
-// over 60 binades, ties included by construction. A float32 value with more bits than the sum
-// holds (a double-rounding trap) must differ from its single rounding somewhere, or the check
-// proves nothing.
+// result: the exact product of two bf16 values has at most 16 significant bits, and a float32 sum
+// of two bf16 values rounded again to bf16 is the exact sum rounded once (24 >= 2 x 8 + 2 bits).
+// Checked against the exact value (double: exact for these products and for sums of operands
+// within 2^28 of each other's scale) rounded once to bf16, over 60 binades, with zeros of both
+// signs and products down in float32's and bf16's subnormal range. The same loop with a 16-bit
+// intermediate (too short: 16 < 2 x 8 + 2) must differ somewhere, or the check proves nothing.
+// This checks the argument on the host; the GPU test RopeGpuFixedForms checks the kernel's bits.
 namespace {
-// `v` (normal bf16 range) rounded once to bf16's 8 significant bits, ties to even.
-float bf16_once(double v) {
-  if (v == 0) return static_cast<float>(v);
+// `v` rounded once to `bits` significant bits, ties to even, with bf16's (= float32's) exponent
+// range: below 2^-126 the grid stays 2^(-126 - bits + 1) (subnormals).
+double round_once(double v, int bits) {
+  if (v == 0 || std::isnan(v)) return v;
   int e = 0;
-  const double m = std::frexp(v, &e);               // v = m 2^e, |m| in [0.5, 1)
-  const double r = std::nearbyint(std::ldexp(m, 8));  // 8 significant bits, round half to even
-  return static_cast<float>(std::ldexp(r, e - 8));
+  std::frexp(v, &e);                        // |v| in [2^(e-1), 2^e)
+  const int lsb = std::max(e - bits, -125 - bits);  // exponent of the last kept bit
+  return std::ldexp(std::nearbyint(std::ldexp(v, -lsb)), lsb);
 }
 float bf16_via_float(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
-float random_bf16(std::mt19937_64& rng) {
-  std::uniform_int_distribution<int> exp(-30, 30), mant(0, 127), sign(0, 1);
+float random_bf16(std::mt19937_64& rng, int lo, int hi) {
+  std::uniform_int_distribution<int> exp(lo, hi), mant(0, 127), sign(0, 1), zero(0, 199);
+  if (zero(rng) == 0) return sign(rng) ? -0.0f : 0.0f;
   const float v = std::ldexp(1.0f + mant(rng) / 128.0f, exp(rng));
-  return sign(rng) ? -v : v;
+  return bf16_via_float(sign(rng) ? -v : v);
+}
+struct Diffs {
+  int products = 0, sums = 0, product_diffs = 0, sum_diffs = 0;
+};
+// Each product and sum of random bf16 pairs rounded once to 8 bits, against via `mid` bits first.
+Diffs count(int mid, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Diffs d;
+  for (int i = 0; i < 200000; ++i) {
+    const bool tiny = i % 4 == 0;  // products in float32's and bf16's subnormal range
+    const float a = random_bf16(rng, tiny ? -80 : -30, tiny ? -50 : 30);
+    const float b = random_bf16(rng, tiny ? -80 : -30, tiny ? -50 : 30);
+    auto via = [&](double exact) {
+      return mid == 24 ? static_cast<double>(bf16_via_float(static_cast<float>(exact)))
+                       : round_once(round_once(exact, mid), 8);
+    };
+    const double p = static_cast<double>(a) * b;
+    if (mid == 24) {
+      // the graph's product: a float32 multiply (float32 subnormals on the host), then bf16
+      d.product_diffs += !same_bits(bf16_via_float(a * b), round_once(p, 8));
+    } else {
+      d.product_diffs += !same_bits(via(p), round_once(p, 8));
+    }
+    ++d.products;
+    if (!tiny && (a == 0 || b == 0 || std::abs(std::ilogb(a) - std::ilogb(b)) <= 28)) {
+      for (const double exact : {static_cast<double>(a) + b, static_cast<double>(a) - b}) {
+        const double got = mid == 24 ? bf16_via_float(static_cast<float>(exact)) : via(exact);
+        d.sum_diffs += !same_bits(got, round_once(exact, 8));
+        ++d.sums;
+      }
+    }
+  }
+  return d;
 }
 }  // namespace
 
 TEST(RopePackedBf16, FloatThenBf16IsOneBf16Rounding) {
-  std::mt19937_64 rng(7);
-  int products = 0, sums = 0, diffs = 0;
-  for (int i = 0; i < 200000; ++i) {
-    const float a = random_bf16(rng), b = random_bf16(rng);
-    diffs += !same_bits(bf16_via_float(a * b), bf16_once(static_cast<double>(a) * b));
-    ++products;
-    if (std::abs(std::ilogb(a) - std::ilogb(b)) <= 28) {
-      diffs += !same_bits(bf16_via_float(a + b), bf16_once(static_cast<double>(a) + b));
-      diffs += !same_bits(bf16_via_float(a - b), bf16_once(static_cast<double>(a) - b));
-      sums += 2;
-    }
-  }
-  EXPECT_EQ(diffs, 0) << products << " products, " << sums << " sums";
-  EXPECT_GT(sums, 100000);
-  // The trap: a value just above a bf16 midpoint, rounded to 16 bits first, lands on the midpoint
-  // and then rounds to even; rounded once it rounds up. A 16-bit intermediate is too short.
-  const double v = 1.0 + 1.0 / 256 + 1.0 / (1 << 20);  // 1 + half an ulp + a little
-  const double v16 = std::ldexp(std::nearbyint(std::ldexp(v, 15)), -15);
-  EXPECT_FALSE(same_bits(bf16_once(v16), bf16_once(v)));
+  const Diffs f32 = count(24, 7);
+  EXPECT_EQ(f32.product_diffs, 0) << f32.products << " products";
+  EXPECT_EQ(f32.sum_diffs, 0) << f32.sums << " sums";
+  EXPECT_GT(f32.sums, 100000);
+  // -0 + -0 is -0, -0 + +0 is +0: the sign of a zero sum survives both paths
+  EXPECT_TRUE(std::signbit(bf16_via_float(-0.0f + -0.0f)));
+  EXPECT_FALSE(std::signbit(bf16_via_float(-0.0f + 0.0f)));
+  // Teeth: a 16-bit intermediate double-rounds some sums (and some subnormal products, which a
+  // 16-bit format's subnormal grid cuts).
+  const Diffs short16 = count(16, 7);
+  EXPECT_GT(short16.sum_diffs, 0) << short16.sums << " sums";
 }
 
 TEST(RopeFixedGeometry, ParsesTheSweepSyntaxAndRefusesTheRest) {
+  const rope::FixedGeometry before = rope::fixed_geometry();
   const rope::FixedGeometry g = rope::parse_fixed_geometry("1,3");
   EXPECT_TRUE(g.packed);
   EXPECT_EQ(g.blocks_per_sm, 3);
   EXPECT_FALSE(rope::parse_fixed_geometry("0,0").packed);
-  for (const char* bad : {"", "1", "1,", "2,0", "1,9", "1,-1", "0,2", "1,3,", "1,3x", "a,b"})
+  for (const char* bad : {"", "1", "1,", "2,0", "1,9", "1,4", "1,-1", "0,2", "1,3,", "1,3x", "a,b",
+                          " 1,3", "+1,3", "1, 3", "01,3", "1,03"})
     EXPECT_THROW(rope::parse_fixed_geometry(bad), std::invalid_argument) << bad;
   EXPECT_THROW(rope::set_fixed_geometry(rope::FixedGeometry{false, 2}), std::invalid_argument);
   rope::set_fixed_geometry(rope::FixedGeometry{true, 2});
   EXPECT_EQ(rope::fixed_geometry().blocks_per_sm, 2);
-  rope::set_fixed_geometry(rope::FixedGeometry{});
-  EXPECT_EQ(rope::fixed_geometry().blocks_per_sm, rope::FixedGeometry{}.blocks_per_sm);
+  rope::set_fixed_geometry(before);
+  EXPECT_EQ(rope::fixed_geometry().blocks_per_sm, before.blocks_per_sm);
 }
 
 // Row order (bind.cpp, order_rows): litgpt's forward writes [B, H, T, D] from a [1, 1, T, D] table;
