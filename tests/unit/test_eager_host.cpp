@@ -73,7 +73,8 @@ TEST(EagerTransposeCopy, TilesOnlyWhereBothTransposedDimsAreLong) {
   };
   // .t().contiguous() of a [64, 96] matrix, and with a batch dim: tiles
   EXPECT_TRUE(copy_takes_tiles(tensor({64, 96}, {96, 1}), tensor({64, 96}, {1, 64})));
-  EXPECT_TRUE(copy_takes_tiles(tensor({9, 40, 65}, {2600, 65, 1}), tensor({9, 40, 65}, {1, 9, 360})));
+  EXPECT_TRUE(
+      copy_takes_tiles(tensor({9, 40, 65}, {2600, 65, 1}), tensor({9, 40, 65}, {1, 9, 360})));
   // repeat_interleave(table, 2, -1): the clone of a [8192, 64, 2] expand over the last dim (dst's
   // unit-stride dim 2 long): pointwise
   EXPECT_FALSE(

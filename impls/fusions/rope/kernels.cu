@@ -383,11 +383,14 @@ __device__ __forceinline__ void load_item_x(const FixedArgs& a, const FixedJob& 
 // Unit test RopePackedBf16; the GPU test RopeGpuFixedForms compares the bits with the float32
 // path on every trace.
 template <typename TX, typename TT, typename TO, typename F>
+// (clang-format reads this variable template's `&&` as rvalue references)
+// clang-format off
 constexpr bool kPackedBf16 =
     std::is_same_v<TX, __nv_bfloat16> && std::is_same_v<TT, __nv_bfloat16> &&
     std::is_same_v<TO, __nv_bfloat16> && F::mul_dtype == DType::kBFloat16 &&
     F::add_dtype == DType::kBFloat16 &&
     (F::sum_cvt == DType::kBFloat16 || F::sum_cvt == DType::kFloat32) && F::sum_order == 0;
+// clang-format on
 
 // 8 bf16 elements as 4 bf16x2 words; a word viewed as bf16x2 and back.
 struct Bf16x8 {
@@ -415,8 +418,8 @@ __device__ __forceinline__ Bf16x8 words(uint4 r, uint32_t flip) {
 template <bool kBwd, typename F>
 __device__ __forceinline__ void half_item_bf16x2(const FixedArgs& a, const FixedJob& j, int c0,
                                                  const ItemX<__nv_bfloat16>& w,
-                                                 const __nv_bfloat16* cs,
-                                                 const __nv_bfloat16* sn, __nv_bfloat16* out) {
+                                                 const __nv_bfloat16* cs, const __nv_bfloat16* sn,
+                                                 __nv_bfloat16* out) {
   const int c1 = c0 + j.half;
   auto ld = [](const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); };
   const Bf16x8 cv0 = words(ld(cs + c0), 0), cv1 = words(ld(cs + c1), 0);
@@ -767,7 +770,7 @@ struct FixedForm {
   bool pair_table;          ///< one table entry per pair (RopeJob::pair_table)
   DType mul, add, sum_cvt;  ///< mul: each product's single rounding (Fixed)
   bool zero_add;
-  int sum_order;  ///< the backward's association (the forward has none: 0)
+  int sum_order;           ///< the backward's association (the forward has none: 0)
   FixedKernel kernels[3];  ///< by FixedMode; nullptr where the form has no such mode
 };
 
@@ -998,8 +1001,9 @@ void launch_fixed(const FixedForm& form, const RopeArgs& a, cudaStream_t stream)
     const int64_t budget = static_cast<int64_t>(geo.blocks_per_sm) * device_sms();
     grid_x = 1;
     for (int k = 0; k < a.n_jobs; ++k) {
-      const int64_t share = std::clamp<int64_t>(budget * a.jobs[k].rows / std::max<int64_t>(total_rows, 1),
-                                                1, std::max<int64_t>(blocks_for(a.jobs[k].rows), 1));
+      const int64_t share =
+          std::clamp<int64_t>(budget * a.jobs[k].rows / std::max<int64_t>(total_rows, 1), 1,
+                              std::max<int64_t>(blocks_for(a.jobs[k].rows), 1));
       fa.jobs[k].blocks = static_cast<int32_t>(share);
       grid_x = std::max(grid_x, share);
     }

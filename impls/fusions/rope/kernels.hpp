@@ -135,9 +135,9 @@ struct FixedGeometry {
   /// with a rounding per step, as every other form.
   bool packed = true;
   /// 0: one pass, the grid covers the rows (256-thread blocks, one row per block row). N in 1..3:
-  /// a persistent grid of N blocks of 256 threads per SM (3: the pipelined kernel's launch bound), shared among the jobs by their rows,
-  /// each thread loading the next row's x before it computes the current one; packed forms only
-  /// (the others keep one pass).
+  /// a persistent grid of N blocks of 256 threads per SM (3: the pipelined kernel's launch bound),
+  /// shared among the jobs by their rows, each thread loading the next row's x before it computes
+  /// the current one; packed forms only (the others keep one pass).
   int blocks_per_sm = 0;
 };
 

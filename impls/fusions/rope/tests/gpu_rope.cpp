@@ -368,35 +368,35 @@ TEST(RopeGpuFixedForms, BitIdenticalToTheGenericKernel) {
   } restore;
   const rope::FixedGeometry geometries[] = {{false, 0}, {true, 0}, {true, 1}, {true, 3}};
   for (const rope::FixedGeometry& geo : geometries)
-  for (const auto& [t, fixed] : traces) {
-    SCOPED_TRACE(std::string("geometry packed=") + (geo.packed ? "1" : "0") +
-                 " blocks_per_sm=" + std::to_string(geo.blocks_per_sm));
-    rope::set_fixed_geometry(geo);
-    Graph g = load_trace(trace_path(t));
-    FusionSpec fixed_spec = fusions::rope;
-    fixed_spec.bind = fixed_bind;
-    const FusionSpec* fixed_fusions[] = {&fixed_spec};
-    const Plan plan = make_plan(g, fixed_fusions);
-    FusionSpec spec = fusions::rope;
-    spec.bind = generic_bind;
-    const FusionSpec* fusions[] = {&spec};
-    const Plan generic_plan = make_plan(g, fusions);
-    ASSERT_FALSE(region_outputs(plan).empty()) << t;
-    const auto inputs = generate_inputs(g, 11);
-    uint64_t before = rope::rope_fixed_form_launches();
-    GpuProgram fast(g, plan, "optimized", inputs, nullptr);
-    expect_fused_where_available(plan, fast, "optimized", t);
-    fast.poison_outputs(nullptr);
-    fast.run_all(LaunchContext{});
-    REPLAY_CUDA(cudaDeviceSynchronize());
-    EXPECT_EQ(rope::rope_fixed_form_launches() > before, fixed) << t;
-    before = rope::rope_fixed_form_launches();
-    GpuProgram generic(g, generic_plan, "optimized", inputs, nullptr);
-    expect_fused_where_available(generic_plan, generic, "optimized", t);
-    generic.poison_outputs(nullptr);
-    generic.run_all(LaunchContext{});
-    REPLAY_CUDA(cudaDeviceSynchronize());
-    EXPECT_EQ(rope::rope_fixed_form_launches(), before) << t << ": the hook must force generic";
-    EXPECT_EQ(first_difference(g, fast, generic, region_outputs(plan)), "") << t;
-  }
+    for (const auto& [t, fixed] : traces) {
+      SCOPED_TRACE(std::string("geometry packed=") + (geo.packed ? "1" : "0") +
+                   " blocks_per_sm=" + std::to_string(geo.blocks_per_sm));
+      rope::set_fixed_geometry(geo);
+      Graph g = load_trace(trace_path(t));
+      FusionSpec fixed_spec = fusions::rope;
+      fixed_spec.bind = fixed_bind;
+      const FusionSpec* fixed_fusions[] = {&fixed_spec};
+      const Plan plan = make_plan(g, fixed_fusions);
+      FusionSpec spec = fusions::rope;
+      spec.bind = generic_bind;
+      const FusionSpec* fusions[] = {&spec};
+      const Plan generic_plan = make_plan(g, fusions);
+      ASSERT_FALSE(region_outputs(plan).empty()) << t;
+      const auto inputs = generate_inputs(g, 11);
+      uint64_t before = rope::rope_fixed_form_launches();
+      GpuProgram fast(g, plan, "optimized", inputs, nullptr);
+      expect_fused_where_available(plan, fast, "optimized", t);
+      fast.poison_outputs(nullptr);
+      fast.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(rope::rope_fixed_form_launches() > before, fixed) << t;
+      before = rope::rope_fixed_form_launches();
+      GpuProgram generic(g, generic_plan, "optimized", inputs, nullptr);
+      expect_fused_where_available(generic_plan, generic, "optimized", t);
+      generic.poison_outputs(nullptr);
+      generic.run_all(LaunchContext{});
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(rope::rope_fixed_form_launches(), before) << t << ": the hook must force generic";
+      EXPECT_EQ(first_difference(g, fast, generic, region_outputs(plan)), "") << t;
+    }
 }

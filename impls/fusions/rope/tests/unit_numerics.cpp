@@ -439,11 +439,13 @@ namespace {
 double round_once(double v, int bits) {
   if (v == 0 || std::isnan(v)) return v;
   int e = 0;
-  std::frexp(v, &e);                        // |v| in [2^(e-1), 2^e)
+  std::frexp(v, &e);                                // |v| in [2^(e-1), 2^e)
   const int lsb = std::max(e - bits, -125 - bits);  // exponent of the last kept bit
   return std::ldexp(std::nearbyint(std::ldexp(v, -lsb)), lsb);
 }
-float bf16_via_float(float f) { return __bfloat162float(__float2bfloat16_rn(f)); }
+float bf16_via_float(float f) {
+  return __bfloat162float(__float2bfloat16_rn(f));
+}
 float random_bf16(std::mt19937_64& rng, int lo, int hi) {
   std::uniform_int_distribution<int> exp(lo, hi), mant(0, 127), sign(0, 1), zero(0, 199);
   if (zero(rng) == 0) return sign(rng) ? -0.0f : 0.0f;
@@ -525,8 +527,8 @@ TEST(RopeRowOrder, HeadsSharingATableRowRunBackToBack) {
   j.n_lead = 3;  // [B, H, T] as the graph writes them
   j.head_dim = D;
   j.out_dtype = DType::kBFloat16;
-  const int64_t lead[] = {B, H, T}, out_st[] = {H * T * D, T * D, D}, x_st[] = {T * 3 * H * D, 3 * D, 3 * H * D},
-                table_st[] = {0, 0, D};
+  const int64_t lead[] = {B, H, T}, out_st[] = {H * T * D, T * D, D},
+                x_st[] = {T * 3 * H * D, 3 * D, 3 * H * D}, table_st[] = {0, 0, D};
   for (int d = 0; d < 3; ++d) {
     j.lead[d] = lead[d];
     j.out_lead_stride[d] = out_st[d];
