@@ -28,6 +28,7 @@
 #include "impls/fusions/fp8_quantize/params.hpp"
 #include "impls/fusions/fp8_quantize/quant_math.hpp"
 #include "workloads/ops/op.hpp"
+#include "workloads/plan/canonical.hpp"
 #include "workloads/plan/match_util.hpp"
 
 namespace replay::fp8_quantize {
@@ -70,17 +71,6 @@ bool vector_like(const std::vector<int64_t>& shape) {
   int big = 0;
   for (int64_t d : shape) big += d > 1;
   return big <= 1;
-}
-
-// The sole tensor operand of a unary node, or -1.
-int sole_tensor(const Node& n) {
-  int v = -1;
-  for (const auto& o : n.operands) {
-    if (!o.is_tensor()) continue;
-    if (v >= 0) return -1;
-    v = o.value;
-  }
-  return v;
 }
 
 std::string node_str(const Graph& g, int n) {
