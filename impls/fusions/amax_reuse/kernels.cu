@@ -50,6 +50,11 @@ bool rows_path(const MultiAmaxArgs& a) {
   return need.rows && !need.cols && a.M >= static_cast<int64_t>(device_sms()) * 4;
 }
 
+// The tiles' packed instantiation: |x| of 16-bit floats, maxima only, 16-byte vectors.
+bool packed_tiles(const MultiAmaxArgs& a) {
+  return a.abs && dtype_size(a.x_dtype) == 2 && !device::Needs(a).ext[1] && vectorizable(a);
+}
+
 // Persistent: as many CTAs of 8 warps as are resident at once (this instantiation's occupancy),
 // each warp grid-striding over rows; a larger grid would run a second, partial wave.
 template <typename T, bool kAbs, bool kPacked>
@@ -71,6 +76,37 @@ void launch_rows(const MultiAmaxArgs& a, uint32_t* ws, bool vec, cudaStream_t st
   REPLAY_CUDA_LAUNCH("amax_reuse::multi_amax_rows_kernel");
 }
 
+void launch_finalize(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stream) {
+  const int64_t keys = device::Slots(a.M, a.N).counter;
+  const int64_t fb =
+      std::min<int64_t>((keys + kThreads - 1) / kThreads, static_cast<int64_t>(device_sms()) * 4);
+  device::multi_amax_finalize_kernel<<<static_cast<int>(fb), kThreads, 0, stream>>>(a, ws);
+  REPLAY_CUDA_LAUNCH("amax_reuse::multi_amax_finalize_kernel");
+}
+
+// As many CTAs as are resident at once, the strips of every row chunk side by side; chunks a
+// multiple of the rows one step of a CTA covers, so that no warp has a step more than the rest.
+template <typename T>
+void launch_tiles_packed(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stream) {
+  static const int per_sm = [] {
+    int n = 0;
+    REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, device::multi_amax_tiles_packed_kernel<T>, kThreads, 0));
+    return std::max(n, 1);
+  }();
+  const int64_t resident = static_cast<int64_t>(device_sms()) * per_sm;
+  const int64_t gx = (a.N + device::kStripCols - 1) / device::kStripCols;
+  const int64_t gy_target = std::max<int64_t>(1, resident / gx);
+  int64_t rows_per_cta = (a.M + gy_target - 1) / gy_target;
+  rows_per_cta = (rows_per_cta + device::kPackedRowStep - 1) / device::kPackedRowStep *
+                 device::kPackedRowStep;
+  const int64_t gy = (a.M + rows_per_cta - 1) / rows_per_cta;
+  device::multi_amax_tiles_packed_kernel<T>
+      <<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kThreads, 0, stream>>>(
+          a, ws, rows_per_cta);
+  REPLAY_CUDA_LAUNCH("amax_reuse::multi_amax_tiles_packed_kernel");
+}
+
 template <typename T, bool kAbs>
 void launch_typed(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stream) {
   const bool vec = vectorizable(a);
@@ -80,6 +116,12 @@ void launch_typed(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stream) {
       if (vec && !device::Needs(a).ext[1]) return launch_rows<T, true, true>(a, ws, vec, stream);
     }
     return launch_rows<T, kAbs, false>(a, ws, vec, stream);
+  }
+  if constexpr (kAbs && sizeof(T) == 2) {
+    if (packed_tiles(a)) {
+      launch_tiles_packed<T>(a, ws, stream);
+      return launch_finalize(a, ws, stream);
+    }
   }
   const int64_t kvec = 16 / static_cast<int64_t>(sizeof(T));
   const int64_t gx = (a.N + kThreads * kvec - 1) / (kThreads * kvec);
@@ -93,10 +135,7 @@ void launch_typed(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stream) {
       <<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kThreads, 0, stream>>>(
           a, ws, vec, rows_per_cta);
   REPLAY_CUDA_LAUNCH("amax_reuse::multi_amax_tiles_kernel");
-  const int64_t keys = device::Slots(a.M, a.N).counter;
-  const int64_t fb = std::min<int64_t>((keys + kThreads - 1) / kThreads, sms * 4);
-  device::multi_amax_finalize_kernel<<<static_cast<int>(fb), kThreads, 0, stream>>>(a, ws);
-  REPLAY_CUDA_LAUNCH("amax_reuse::multi_amax_finalize_kernel");
+  launch_finalize(a, ws, stream);
 }
 
 template <typename T>
@@ -135,7 +174,7 @@ void clear_multi_amax_workspace(void* workspace, const MultiAmaxArgs& a, cudaStr
 }
 
 const char* multi_amax_path(const MultiAmaxArgs& a) {
-  return rows_path(a) ? "rows" : "tiles";
+  return rows_path(a) ? "rows" : packed_tiles(a) ? "tiles_packed" : "tiles";
 }
 
 void launch_multi_amax(const MultiAmaxArgs& a, void* workspace, cudaStream_t stream) {

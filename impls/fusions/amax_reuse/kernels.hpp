@@ -56,8 +56,11 @@ void clear_multi_amax_workspace(void* workspace, const MultiAmaxArgs& a, cudaStr
 
 /// Which kernel launch_multi_amax takes: `rows` (a warp per row, row results stored directly, the
 /// whole results by one atomicMax per CTA and the last CTA's store) when there is no column
-/// result and enough rows to fill the GPU; else `tiles` ([rows, 256 x 16 bytes] tiles, column and
-/// row partials by atomicMax on keys, then a finalize kernel).
+/// result and enough rows to fill the GPU; else `tiles_packed` for maxima of |x| of 16-bit floats
+/// in 16-byte vectors (strips of 1024 columns, packed 16-bit magnitudes in registers, keys only
+/// per row, column and CTA) or `tiles` ([rows, 256 x 16 bytes] tiles, a key per element); both
+/// tiles kernels combine row, column and whole partials by atomicMax on keys, then a finalize
+/// kernel writes the outputs.
 const char* multi_amax_path(const MultiAmaxArgs& a);
 
 /// Enqueues every output of `a` on `stream` from one read of x. Throws RuntimeFailure on a launch

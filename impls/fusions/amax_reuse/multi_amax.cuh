@@ -20,6 +20,10 @@
 //                            kBand rows per step (kBand 16-byte loads in flight), reduces each
 //                            row over the CTA through shared memory; rows, columns and the whole
 //                            by atomicMax on keys in the workspace.
+//   multi_amax_tiles_packed_kernel  the same for maxima of |x| of 16-bit floats (the float8
+//                            recipes): strips of 1024 columns, each warp a row of the strip at a
+//                            time (2 rows, 8 16-byte loads in flight per lane), column maxima as
+//                            packed 16-bit magnitudes in registers; keys only per row, column and CTA.
 //   multi_amax_finalize_kernel  keys -> outputs in their dtypes, and the keys zeroed again.
 // Workspace (uint32): rows max [M], rows min [M], cols max [N], cols min [N], all max, all min,
 // counter: zero before the first launch, zero after each.
@@ -336,6 +340,98 @@ __global__ void __launch_bounds__(kThreads)
       const uint32_t k = block_max(all.k[e], red);
       if (threadIdx.x == 0 && k) atomicMax(ws + s.all[e], k);
     }
+  }
+}
+
+// The |x| max of 16-bit floats with every result a max (the float8 recipes' rowwise + columnwise
+// + tensorwise amaxes of one tensor), 16-byte vectors only (the launcher checks): a CTA owns a
+// strip of kStripCols columns and a chunk of rows; each warp walks rows of the chunk (warp,
+// warp + 8, ...), kPackedRows rows at a time with every 16-byte load of them in flight (kStripVecs
+// per lane and row), and keeps its strip's columns as packed 16-bit magnitudes in registers (one
+// __vmaxu2 per two elements, no key per element). A row's max over the strip: a warp reduction
+// and one atomicMax by lane 0; the columns: over the 8 warps through shared memory, then one
+// atomicMax per column and CTA; the whole: one atomicMax per CTA. Keys only at those points.
+constexpr int kStripVecs = 4;                          // 16-byte vectors per lane and row
+constexpr int kStripCols = 32 * kStripVecs * 8;        // 1024 columns of 16-bit x per CTA
+constexpr int kPackedRows = 2;                         // rows in flight per warp
+constexpr int kPackedRowStep = kWarps * kPackedRows;   // rows of a chunk one step covers
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    multi_amax_tiles_packed_kernel(MultiAmaxArgs a, uint32_t* ws, int64_t rows_per_cta) {
+  static_assert(sizeof(T) == 2, "the packed path is |x| of 16-bit floats");
+  constexpr int kWords = kStripVecs * 4;  // packed words per lane and row: 2 columns each
+  __shared__ uint32_t colpart[kWarps][kStripCols / 2];
+  __shared__ uint32_t red[kWarps];
+  const Needs need(a);
+  const Slots s(a.M, a.N);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t cb = static_cast<int64_t>(blockIdx.x) * kStripCols;  // the strip's first column
+  const int64_t m_lo = static_cast<int64_t>(blockIdx.y) * rows_per_cta;
+  const int64_t m_hi = min(a.M, m_lo + rows_per_cta);
+  // Vector v of a lane covers columns cb + (v * 32 + lane) * 8 .. + 7 (a warp reads 512
+  // contiguous bytes per vector index); valid when inside the row (N is a multiple of 8).
+  bool ok[kStripVecs];
+#pragma unroll
+  for (int v = 0; v < kStripVecs; ++v) ok[v] = cb + (v * 32 + lane) * 8 < a.N;
+  uint32_t cm[kWords];  // column pairs' max magnitudes
+#pragma unroll
+  for (int j = 0; j < kWords; ++j) cm[j] = 0;
+  uint32_t tm = 0;  // the max magnitude of everything this lane read (packed)
+  for (int64_t r0 = m_lo + warp; r0 < m_hi; r0 += kPackedRowStep) {
+    uint4 x[kPackedRows][kStripVecs];
+#pragma unroll
+    for (int i = 0; i < kPackedRows; ++i) {
+      const int64_t r = r0 + i * kWarps;
+      const uint4* row = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + r * a.ld + cb);
+#pragma unroll
+      for (int v = 0; v < kStripVecs; ++v)
+        x[i][v] = r < m_hi && ok[v] ? __ldg(row + v * 32 + lane) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kPackedRows; ++i) {
+      const int64_t r = r0 + i * kWarps;
+      if (r >= m_hi) break;  // warp-uniform
+      uint32_t rm = 0;
+#pragma unroll
+      for (int v = 0; v < kStripVecs; ++v) {
+        const uint32_t w[4] = {x[i][v].x & 0x7fff7fffu, x[i][v].y & 0x7fff7fffu,
+                               x[i][v].z & 0x7fff7fffu, x[i][v].w & 0x7fff7fffu};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          cm[4 * v + k] = __vmaxu2(cm[4 * v + k], w[k]);
+          rm = __vmaxu2(rm, w[k]);
+        }
+      }
+      tm = __vmaxu2(tm, rm);
+      if (need.rows) {
+        const uint32_t h = __reduce_max_sync(0xffffffffu, max(rm & 0xffffu, rm >> 16));
+        if (lane == 0) atomicMax(ws + s.rows[0] + r, encode(Extreme::kMax, f32_bits<T>(h)));
+      }
+    }
+  }
+  if (m_lo >= m_hi) return;  // no rows (uniform over the CTA)
+  if (need.cols) {
+#pragma unroll
+    for (int v = 0; v < kStripVecs; ++v)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) colpart[warp][(v * 32 + lane) * 4 + k] = cm[4 * v + k];
+    __syncthreads();
+    for (int p = threadIdx.x; p < kStripCols / 2; p += kThreads) {
+      uint32_t m = 0;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) m = __vmaxu2(m, colpart[w][p]);
+      const int64_t c = cb + 2 * static_cast<int64_t>(p);  // word p holds columns c, c + 1
+      if (c < a.N) {
+        atomicMax(ws + s.cols[0] + c, encode(Extreme::kMax, f32_bits<T>(m & 0xffffu)));
+        atomicMax(ws + s.cols[0] + c + 1, encode(Extreme::kMax, f32_bits<T>(m >> 16)));
+      }
+    }
+  }
+  if (need.all) {
+    const uint32_t k = block_max(
+        encode(Extreme::kMax, f32_bits<T>(max(tm & 0xffffu, tm >> 16))), red);
+    if (threadIdx.x == 0) atomicMax(ws + s.all[0], k);
   }
 }
 

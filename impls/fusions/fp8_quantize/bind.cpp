@@ -1,8 +1,9 @@
 // fp8_quantize binder: typed params (match.cpp) -> the passes of kernels.hpp.
 //
-//   optimized: amax pass (every amax slot the quantizations need, one read of x) -> scales kernel
-//              (every quantization) -> cast pass (every float8 dest, column-major ones through
-//              shared memory): three launches (plus the amax memsets) for all quantizations;
+//   optimized: amax pass (every amax slot the quantizations need, one read of x) -> cast pass
+//              (every float8 dest, column-major ones through shared memory; each CTA computes
+//              its tile's scales, and writes the scale outputs where its tile is the first of
+//              its rows or columns): two launches (plus the amax memsets) for all quantizations;
 //              rowwise quantizations alone with row-major dests: one kernel, one read of x;
 //   baseline:  per quantization: its amax pass -> its scale -> a cast pass writing row-major ->
 //              a transpose copy for each column-major dest (the eager sequence's passes).
@@ -153,8 +154,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     }
     b.launch = [a, slots, all](const LaunchContext& c) {
       launch_amax(a, slots, c.stream);
-      launch_scales(a, all, c.stream);
-      launch_cast(a, all, c.stream);
+      launch_cast(a, all, /*fold_scales=*/true, c.stream);
     };
     return b;
   }
@@ -199,7 +199,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     for (const Step& st : steps) {
       launch_amax(st.args, st.slot, c.stream);
       launch_scales(st.args, st.quant, c.stream);
-      launch_cast(st.args, st.quant, c.stream);
+      launch_cast(st.args, st.quant, /*fold_scales=*/false, c.stream);
       for (const auto& [src, dst] : st.copies)
         launch_transpose_copy(src, dst, rows, cols, c.stream);
     }

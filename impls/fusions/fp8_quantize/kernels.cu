@@ -11,7 +11,8 @@
 //                     strip. Bands are visited from the top of x to the bottom by all CTAs
 //                     together, so the bottom of x is what the L2 holds when the pass ends.
 //   scales_kernel     amax -> float32 scale (float64 math as the graph), and the scale, reciprocal
-//                     and amax outputs the graph reads
+//                     and amax outputs the graph reads (the baseline; the optimized cast kernel
+//                     computes its tile's scales itself: one launch fewer)
 //   cast_kernel       one more read of x: every float8 dest of every quantization, 128 x 128 tiles
 //                     visited bottom-up (the tiles the amax pass read last come from the L2).
 //                     Row-major dests straight from registers (8-byte stores, a warp writes two
@@ -293,6 +294,21 @@ __device__ void store_vec(const VecOut& o, int64_t i, float v) {
   store_elem<float>(o.ptr, i * o.stride, o.dtype, v);
 }
 
+// Element i of quantization q's scales (its amax from the workspace key, or the given amax), and,
+// when `write`, its scale, reciprocal and amax outputs.
+__device__ __forceinline__ float quant_scale(const QuantizeArgs& a, const QuantArgs& q, int64_t i,
+                                             bool write) {
+  const float amax = q.given ? load_elem<float>(q.given, i, q.given_dtype)
+                             : from_max_key(a.amax_ws[amax_slot(q.gran, q.abs)][i]);
+  const float s = scale_from_amax(amax, q.eps, q.scale_mul);
+  if (write) {
+    for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], i, s);
+    for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], i, 1.0f / s);
+    for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], i, amax);
+  }
+  return s;
+}
+
 __global__ void scales_kernel(QuantizeArgs a, unsigned quants, int64_t rows, int64_t cols) {
   const int qi = blockIdx.y;
   if (!((quants >> qi) & 1u)) return;
@@ -300,16 +316,9 @@ __global__ void scales_kernel(QuantizeArgs a, unsigned quants, int64_t rows, int
   const int64_t len = q.gran == Granularity::kTensorwise ? 1
                       : q.gran == Granularity::kRowwise  ? rows
                                                          : cols;
-  const uint32_t* ws = a.amax_ws[amax_slot(q.gran, q.abs)];
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < len;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float amax = q.given ? load_elem<float>(q.given, i, q.given_dtype) : from_max_key(ws[i]);
-    const float s = scale_from_amax(amax, q.eps, q.scale_mul);
-    q.scale_ws[i] = s;
-    for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], i, s);
-    for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], i, 1.0f / s);
-    for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], i, amax);
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    q.scale_ws[i] = quant_scale(a, q, i, true);
 }
 
 // Word swizzle of the float8 tile (rows of kCastWords 32-bit words): row rt's word w is stored at
@@ -332,10 +341,16 @@ __device__ __forceinline__ void transpose4x4(uint32_t a, uint32_t b, uint32_t c,
   o[3] = __byte_perm(ab23, cd23, 0x7632);
 }
 
+// fold: the scales are computed here (no scales kernel before): each CTA computes the scales of
+// its tile's 128 rows or columns into shared memory (a float64 division per thread and
+// quantization), the CTAs of the first tile column (rowwise) or tile row (columnwise), or the
+// first CTA (tensorwise), also writing the scale, reciprocal and amax outputs.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB of x in flight
-    cast_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
+    cast_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec, bool fold) {
   __shared__ __align__(16) uint32_t tile_t[kMaxColMajor][kCastTile * kCastWords];
+  __shared__ float tile_scales[kMaxQuants][kCastTile];  // fold: the tile's rows' or columns'
+
   const int64_t rows = a.rows, cols = a.cols;
   const int64_t col_tiles = (cols + kCastTile - 1) / kCastTile;
   const int64_t row_tiles = (rows + kCastTile - 1) / kCastTile;
@@ -355,6 +370,22 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB o
     const int64_t r = rb + rt0 + i * kCastRowStep;
     if (r < rows && n) ch[i].load(x + r * cols, c0, cols, vec);
   }
+  if (fold) {  // while the loads are in flight
+    for (int qi = 0; qi < a.n_quants; ++qi) {
+      if (!((quants >> qi) & 1u)) continue;
+      const QuantArgs& q = a.q[qi];
+      if (q.gran == Granularity::kTensorwise) {
+        if (threadIdx.x == 0) tile_scales[qi][0] = quant_scale(a, q, 0, blockIdx.x == 0);
+        continue;
+      }
+      const bool by_row = q.gran == Granularity::kRowwise;
+      const int64_t base = by_row ? rb : cb, len = by_row ? rows : cols;
+      const bool write = by_row ? cb == 0 : rb == 0;
+      for (int t = threadIdx.x; t < kCastTile; t += kThreads)
+        if (base + t < len) tile_scales[qi][t] = quant_scale(a, q, base + t, write);
+    }
+    __syncthreads();
+  }
   // Quantization by quantization (one or two in practice), the tile's rows unrolled inside: the
   // tensorwise and columnwise scales are read once per tile.
   for (int qi = 0; qi < a.n_quants; ++qi) {
@@ -362,14 +393,17 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB o
     const QuantArgs& q = a.q[qi];
 #pragma unroll
     for (int i = 0; i < kCastRowsPerThread; ++i) ch[i].pin();
+    // The scales: this tile's in shared memory (fold), else the scales kernel's in scale_ws.
+    const float* sv = fold ? tile_scales[qi] : q.scale_ws;
+    const int64_t row_base = fold ? rb : 0, col_base = fold ? cb : 0;
     float s[8];
     if (q.gran == Granularity::kTensorwise) {
-      const float t = q.scale_ws[0];
+      const float t = sv[0];
 #pragma unroll
       for (int k = 0; k < 8; ++k) s[k] = t;
     } else if (q.gran == Granularity::kColumnwise) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) s[k] = k < n ? q.scale_ws[c0 + k] : 0.0f;
+      for (int k = 0; k < 8; ++k) s[k] = k < n ? sv[c0 - col_base + k] : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < kCastRowsPerThread; ++i) {
@@ -378,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB o
       if (r >= rows) break;
       if (q.gran == Granularity::kRowwise) {
         const int64_t rr = (r ^ a.row_scale_xor) < rows ? (r ^ a.row_scale_xor) : r;
-        const float t = q.scale_ws[rr];
+        const float t = sv[rr - row_base];
 #pragma unroll
         for (int k = 0; k < 8; ++k) s[k] = t;
       }
@@ -742,12 +776,12 @@ void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
 }
 
 template <typename T>
-void cast_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
+void cast_typed(const QuantizeArgs& a, unsigned quants, bool fold, cudaStream_t s) {
   const int64_t tiles =
       ((a.cols + kCastTile - 1) / kCastTile) * ((a.rows + kCastTile - 1) / kCastTile);
   if (tiles > 0x7FFFFFFF) throw std::runtime_error("fp8_quantize: more than 2^31 cast tiles");
   cast_kernel<T><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(static_cast<const T*>(a.x), a,
-                                                                   quants, vec_ok(a));
+                                                                   quants, vec_ok(a), fold);
   REPLAY_CUDA_LAUNCH("fp8_quantize cast_kernel");
 }
 
@@ -839,14 +873,14 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   REPLAY_CUDA_LAUNCH("fp8_quantize scales_kernel");
 }
 
-void launch_cast(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
+void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s) {
   switch (a.x_dtype) {
     case DType::kBFloat16:
-      return cast_typed<__nv_bfloat16>(a, quants, s);
+      return cast_typed<__nv_bfloat16>(a, quants, fold_scales, s);
     case DType::kFloat16:
-      return cast_typed<__half>(a, quants, s);
+      return cast_typed<__half>(a, quants, fold_scales, s);
     default:
-      return cast_typed<float>(a, quants, s);
+      return cast_typed<float>(a, quants, fold_scales, s);
   }
 }
 

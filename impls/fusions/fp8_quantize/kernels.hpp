@@ -1,8 +1,8 @@
 // fp8_quantize kernels (kernels.cu): the passes both variants are made of, over a row-major
 // source x seen as [rows, cols] (bfloat16, float16 or float32) and up to kMaxQuants
 // quantizations of it. bind.cpp strings them together:
-//   optimized: amax pass (every amax of x in one read) -> scales -> cast pass (every float8
-//              tensor of x, row-major and column-major, in one more read); rowwise
+//   optimized: amax pass (every amax of x in one read) -> cast pass computing the scales (every
+//              float8 tensor of x, row-major and column-major, in one more read); rowwise
 //              quantizations alone, row-major: one kernel, one read of x;
 //   baseline:  per quantization: amax pass -> scale -> cast pass (row-major) -> transpose copy
 //              for a column-major float8 copy (the eager sequence's passes, minus the
@@ -94,10 +94,12 @@ void launch_amax(const QuantizeArgs& a, unsigned slots, cudaStream_t s);
 /// For each quantization in `quants` (a bit each): its scales from its amax slot into scale_ws,
 /// and its scale, reciprocal and amax outputs.
 void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
-/// One read of x: every float8 dest of the quantizations in `quants` (needs their scale_ws).
-/// Column-major dests need smem_slot set (at most kMaxColMajor), else they are written byte by
-/// byte.
-void launch_cast(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
+/// One read of x: every float8 dest of the quantizations in `quants`. Column-major dests need
+/// smem_slot set (at most kMaxColMajor), else they are written byte by byte. The scales: from
+/// scale_ws (launch_scales before), or, when `fold_scales`, computed by each CTA from the amax
+/// slots (or given amaxes) for its tile, the scale, reciprocal and amax outputs written on the
+/// way (then no launch_scales: one launch fewer, ~3-4 µs per quantized tensor on the H200).
+void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s);
 /// True when the quantizations in `quants` are all rowwise with row-major dests (and no test
 /// hook is set): launch_rowwise then does the whole work in one read of x.
 bool rowwise_one_pass(const QuantizeArgs& a, unsigned quants);

@@ -1,9 +1,9 @@
 // amax_reuse on the GPU: both variants bit-identical to the float64 reference (NaN counted equal
 // to NaN) on every small bundled trace they match and on synthetic forms that take each kernel
-// path (rows, tiles; packed |bf16| max, both extremes, scalar loads for odd widths; NaN, ±inf and
-// -0.0 in the input), every graph output also passing the harness's own verdict; and mutants the
-// bitwise check catches: the abs dropped, min computed for max, the rowwise amax reduced over
-// the wrong dim (the columns of a square x).
+// path (rows, tiles, tiles_packed; packed |bf16| and |fp16| max, both extremes, scalar loads for
+// odd widths; NaN, ±inf and -0.0 in the input), every graph output also passing the harness's own
+// verdict; and mutants the bitwise check catches: the abs dropped, min computed for max, the
+// rowwise amax reduced over the wrong dim (the columns of a square x).
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -123,6 +123,10 @@ std::vector<GpuCase> cases() {
       {"f32_special_values_none_600x64",
        form({600, 64}, "float32", "none", {rows, amin_rows, max_all, min_all}), "x"},
       {"bf16_special_values_rows_600x64", form({600, 64}, "bfloat16", "abs", {rows, all}), "x"},
+      // The packed tiles kernel: two strips (the second partial), rows not a multiple of a step.
+      {"f16_rows_cols_all_40x1096", form({40, 1096}, "float16", "abs", {rows, cols, max_all}), ""},
+      {"bf16_special_values_cols_1000x1096",
+       form({1000, 1096}, "bfloat16", "abs_f32_abs", {rows, cols, all}), "x"},
   };
 }
 
@@ -244,8 +248,9 @@ TEST(AmaxReuseMutant, WrongDimIsCaught) {
     expect_mutant_caught(parse_trace(amax_trace(f), "wrong_dim"), Mutant::kWrongDim, variant);
 }
 
-// The synthetic cases above take both kernels: rowwise + tensorwise with many rows the rows
-// kernel (packed for |bf16|), with a columnwise amax or few rows the tiles kernel.
+// The synthetic cases above take every kernel: rowwise + tensorwise with many rows the rows
+// kernel (packed for |bf16|), with a columnwise amax or few rows a tiles kernel: the packed one for
+// maxima of |16-bit x| in whole 16-byte vectors, the key-per-element one otherwise.
 TEST(AmaxReuseKernel, CasesTakeBothPaths) {
   REQUIRE_GPU();
   amax_reuse::MultiAmaxArgs a;
@@ -259,8 +264,17 @@ TEST(AmaxReuseKernel, CasesTakeBothPaths) {
   a.n_out = 2;
   EXPECT_STREQ(amax_reuse::multi_amax_path(a), "rows");
   a.M = 16;
-  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles");
+  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles_packed");
   a.M = 1024;
   a.out[1].kind = amax_reuse::AmaxKind::kCols;
+  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles_packed");
+  a.out[1].extreme = amax_reuse::Extreme::kMin;  // an amin: keys per element
+  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles");
+  a.out[1].extreme = amax_reuse::Extreme::kMax;
+  a.abs = false;
+  EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles");
+  a.abs = true;
+  a.N = 8190;  // not whole 16-byte vectors
+  a.ld = a.N;
   EXPECT_STREQ(amax_reuse::multi_amax_path(a), "tiles");
 }
