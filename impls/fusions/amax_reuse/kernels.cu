@@ -84,8 +84,6 @@ void launch_finalize(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stream) 
   REPLAY_CUDA_LAUNCH("amax_reuse::multi_amax_finalize_kernel");
 }
 
-// As many CTAs as are resident at once, the strips of every row chunk side by side; chunks a
-// multiple of the rows one step of a CTA covers, so that no warp has a step more than the rest.
 template <typename T>
 void launch_tiles_packed(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stream) {
   static const int per_sm = [] {
@@ -94,16 +92,9 @@ void launch_tiles_packed(const MultiAmaxArgs& a, uint32_t* ws, cudaStream_t stre
         &n, device::multi_amax_tiles_packed_kernel<T>, kThreads, 0));
     return std::max(n, 1);
   }();
-  const int64_t resident = static_cast<int64_t>(device_sms()) * per_sm;
-  const int64_t gx = (a.N + device::kStripCols - 1) / device::kStripCols;
-  const int64_t gy_target = std::max<int64_t>(1, resident / gx);
-  int64_t rows_per_cta = (a.M + gy_target - 1) / gy_target;
-  rows_per_cta = (rows_per_cta + device::kPackedRowStep - 1) / device::kPackedRowStep *
-                 device::kPackedRowStep;
-  const int64_t gy = (a.M + rows_per_cta - 1) / rows_per_cta;
-  device::multi_amax_tiles_packed_kernel<T>
-      <<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kThreads, 0, stream>>>(
-          a, ws, rows_per_cta);
+  const dim3 grid =
+      device::tiles_packed_grid(a.M, a.N, static_cast<int64_t>(device_sms()) * per_sm);
+  device::multi_amax_tiles_packed_kernel<T><<<grid, kThreads, 0, stream>>>(a, ws);
   REPLAY_CUDA_LAUNCH("amax_reuse::multi_amax_tiles_packed_kernel");
 }
 

@@ -192,7 +192,7 @@ __device__ __forceinline__ void finish_all(const MultiAmaxArgs& a, const Needs& 
 // kPacked: |x| max of bf16 / fp16 with 16-byte vectors only (the launcher checks), the packed
 // path alone in its own instantiation (fewer registers: more CTAs resident).
 template <typename T, bool kAbs, bool kPacked>
-__global__ void __launch_bounds__(kThreads)
+static __global__ void __launch_bounds__(kThreads)
     multi_amax_rows_kernel(MultiAmaxArgs a, uint32_t* ws, bool vec) {
   static_assert(!kPacked || (kAbs && sizeof(T) == 2), "the packed path is |x| of 16-bit floats");
   const Needs need(a);
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, bool kAbs>
-__global__ void __launch_bounds__(kThreads)
+static __global__ void __launch_bounds__(kThreads)
     multi_amax_tiles_kernel(MultiAmaxArgs a, uint32_t* ws, bool vec, int64_t rows_per_cta) {
   const Needs need(a);
   const Slots s(a.M, a.N);
@@ -345,9 +345,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // The |x| max of 16-bit floats with every result a max (the float8 recipes' rowwise + columnwise
 // + tensorwise amaxes of one tensor), 16-byte vectors only (the launcher checks): a CTA owns a
-// strip of kStripCols columns and a chunk of rows; each warp walks rows of the chunk (warp,
-// warp + 8, ...), kPackedRows rows at a time with every 16-byte load of them in flight (kStripVecs
-// per lane and row), and keeps its strip's columns as packed 16-bit magnitudes in registers (one
+// strip of kStripCols columns and every gridDim.y-th step of 16 rows; each warp takes rows
+// warp and warp + 8 of a step, every 16-byte load of them in flight (kStripVecs per lane and row), and keeps its strip's columns as packed 16-bit magnitudes in registers (one
 // __vmaxu2 per two elements, no key per element). A row's max over the strip: a warp reduction
 // and one atomicMax by lane 0; the columns: over the 8 warps through shared memory, then one
 // atomicMax per column and CTA; the whole: one atomicMax per CTA. Keys only at those points.
@@ -356,47 +355,55 @@ constexpr int kStripCols = 32 * kStripVecs * 8;        // 1024 columns of 16-bit
 constexpr int kPackedRows = 2;                         // rows in flight per warp
 constexpr int kPackedRowStep = kWarps * kPackedRows;   // rows of a chunk one step covers
 
+/// The body of multi_amax_tiles_packed_kernel, for any kernel of 256 threads (a float8
+/// quantization takes its rowwise, columnwise and tensorwise amaxes of |x| with it): x [M, N]
+/// of 16-bit T, row stride ld, N and ld multiples of 8, x 16-byte aligned; the CTA at
+/// (blockIdx.x, blockIdx.y) covers columns [1024 blockIdx.x, + 1024) of the steps of
+/// kPackedRowStep rows blockIdx.y, + gridDim.y, ... (all CTAs walk x from top to bottom
+/// together: the bottom of x is what the L2 holds at the end, for a cast pass that reads x again
+/// bottom-up) and atomicMax-es the max keys (encode(Extreme::kMax, ..)) of |x| over its part of
+/// each row into row_keys[M], of each column into col_keys[N], of everything into *all_key (each
+/// null when not wanted).
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    multi_amax_tiles_packed_kernel(MultiAmaxArgs a, uint32_t* ws, int64_t rows_per_cta) {
+__device__ __forceinline__ void tiles_packed_body(const T* __restrict__ x, int64_t M, int64_t N,
+                                                  int64_t ld, uint32_t* row_keys,
+                                                  uint32_t* col_keys, uint32_t* all_key) {
   static_assert(sizeof(T) == 2, "the packed path is |x| of 16-bit floats");
   constexpr int kWords = kStripVecs * 4;  // packed words per lane and row: 2 columns each
   __shared__ uint32_t colpart[kWarps][kStripCols / 2];
   __shared__ uint32_t red[kWarps];
-  const Needs need(a);
-  const Slots s(a.M, a.N);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t cb = static_cast<int64_t>(blockIdx.x) * kStripCols;  // the strip's first column
-  const int64_t m_lo = static_cast<int64_t>(blockIdx.y) * rows_per_cta;
-  const int64_t m_hi = min(a.M, m_lo + rows_per_cta);
+  const int64_t steps = (M + kPackedRowStep - 1) / kPackedRowStep;
   // Vector v of a lane covers columns cb + (v * 32 + lane) * 8 .. + 7 (a warp reads 512
   // contiguous bytes per vector index); valid when inside the row (N is a multiple of 8).
   bool ok[kStripVecs];
 #pragma unroll
-  for (int v = 0; v < kStripVecs; ++v) ok[v] = cb + (v * 32 + lane) * 8 < a.N;
+  for (int v = 0; v < kStripVecs; ++v) ok[v] = cb + (v * 32 + lane) * 8 < N;
   uint32_t cm[kWords];  // column pairs' max magnitudes
 #pragma unroll
   for (int j = 0; j < kWords; ++j) cm[j] = 0;
   uint32_t tm = 0;  // the max magnitude of everything this lane read (packed)
-  for (int64_t r0 = m_lo + warp; r0 < m_hi; r0 += kPackedRowStep) {
-    uint4 x[kPackedRows][kStripVecs];
+  for (int64_t st = blockIdx.y; st < steps; st += gridDim.y) {
+    const int64_t r0 = st * kPackedRowStep + warp;
+    uint4 v4[kPackedRows][kStripVecs];
 #pragma unroll
     for (int i = 0; i < kPackedRows; ++i) {
       const int64_t r = r0 + i * kWarps;
-      const uint4* row = reinterpret_cast<const uint4*>(static_cast<const T*>(a.x) + r * a.ld + cb);
+      const uint4* row = reinterpret_cast<const uint4*>(x + r * ld + cb);
 #pragma unroll
       for (int v = 0; v < kStripVecs; ++v)
-        x[i][v] = r < m_hi && ok[v] ? __ldg(row + v * 32 + lane) : make_uint4(0, 0, 0, 0);
+        v4[i][v] = r < M && ok[v] ? __ldg(row + v * 32 + lane) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < kPackedRows; ++i) {
       const int64_t r = r0 + i * kWarps;
-      if (r >= m_hi) break;  // warp-uniform
+      if (r >= M) break;  // warp-uniform
       uint32_t rm = 0;
 #pragma unroll
       for (int v = 0; v < kStripVecs; ++v) {
-        const uint32_t w[4] = {x[i][v].x & 0x7fff7fffu, x[i][v].y & 0x7fff7fffu,
-                               x[i][v].z & 0x7fff7fffu, x[i][v].w & 0x7fff7fffu};
+        const uint32_t w[4] = {v4[i][v].x & 0x7fff7fffu, v4[i][v].y & 0x7fff7fffu,
+                               v4[i][v].z & 0x7fff7fffu, v4[i][v].w & 0x7fff7fffu};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
           cm[4 * v + k] = __vmaxu2(cm[4 * v + k], w[k]);
@@ -404,14 +411,14 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       tm = __vmaxu2(tm, rm);
-      if (need.rows) {
+      if (row_keys) {
         const uint32_t h = __reduce_max_sync(0xffffffffu, max(rm & 0xffffu, rm >> 16));
-        if (lane == 0) atomicMax(ws + s.rows[0] + r, encode(Extreme::kMax, f32_bits<T>(h)));
+        if (lane == 0) atomicMax(row_keys + r, encode(Extreme::kMax, f32_bits<T>(h)));
       }
     }
   }
-  if (m_lo >= m_hi) return;  // no rows (uniform over the CTA)
-  if (need.cols) {
+  if (static_cast<int64_t>(blockIdx.y) >= steps) return;  // no rows (uniform over the CTA)
+  if (col_keys) {
 #pragma unroll
     for (int v = 0; v < kStripVecs; ++v)
 #pragma unroll
@@ -422,22 +429,42 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) m = __vmaxu2(m, colpart[w][p]);
       const int64_t c = cb + 2 * static_cast<int64_t>(p);  // word p holds columns c, c + 1
-      if (c < a.N) {
-        atomicMax(ws + s.cols[0] + c, encode(Extreme::kMax, f32_bits<T>(m & 0xffffu)));
-        atomicMax(ws + s.cols[0] + c + 1, encode(Extreme::kMax, f32_bits<T>(m >> 16)));
+      if (c < N) {
+        atomicMax(col_keys + c, encode(Extreme::kMax, f32_bits<T>(m & 0xffffu)));
+        atomicMax(col_keys + c + 1, encode(Extreme::kMax, f32_bits<T>(m >> 16)));
       }
     }
   }
-  if (need.all) {
-    const uint32_t k = block_max(
-        encode(Extreme::kMax, f32_bits<T>(max(tm & 0xffffu, tm >> 16))), red);
-    if (threadIdx.x == 0) atomicMax(ws + s.all[0], k);
+  if (all_key) {
+    const uint32_t k =
+        block_max(encode(Extreme::kMax, f32_bits<T>(max(tm & 0xffffu, tm >> 16))), red);
+    if (threadIdx.x == 0) atomicMax(all_key, k);
   }
+}
+
+/// The grid of tiles_packed_body: as many CTAs as `resident` (those resident at once), the
+/// strips side by side, each CTA the same number of steps (the last one fewer at most).
+inline dim3 tiles_packed_grid(int64_t M, int64_t N, int64_t resident) {
+  const int64_t gx = (N + kStripCols - 1) / kStripCols;
+  const int64_t steps = (M + kPackedRowStep - 1) / kPackedRowStep;
+  const int64_t gy_target = resident / gx > 1 ? resident / gx : 1;
+  const int64_t per_cta = (steps + gy_target - 1) / gy_target;
+  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>((steps + per_cta - 1) / per_cta));
+}
+
+template <typename T>
+static __global__ void __launch_bounds__(kThreads)
+    multi_amax_tiles_packed_kernel(MultiAmaxArgs a, uint32_t* ws) {
+  const Needs need(a);
+  const Slots s(a.M, a.N);
+  tiles_packed_body<T>(static_cast<const T*>(a.x), a.M, a.N, a.ld,
+                       need.rows ? ws + s.rows[0] : nullptr, need.cols ? ws + s.cols[0] : nullptr,
+                       need.all ? ws + s.all[0] : nullptr);
 }
 
 /// Keys -> outputs (each key read once, written to every output of its kind and extreme, then
 /// zeroed), grid-stride over the workspace's keys.
-__global__ void __launch_bounds__(kThreads)
+static __global__ void __launch_bounds__(kThreads)
     multi_amax_finalize_kernel(MultiAmaxArgs a, uint32_t* ws) {
   const Slots s(a.M, a.N);
   const int64_t total = s.counter;

@@ -36,13 +36,16 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/dtype_device.cuh"
 #include "impls/cuda/vec16.cuh"
+#include "impls/fusions/amax_reuse/multi_amax.cuh"
 #include "impls/fusions/fp8_quantize/kernels.hpp"
 #include "impls/fusions/fp8_quantize/quant_math.hpp"
 
@@ -77,6 +80,11 @@ struct Chunk {
     T* e = reinterpret_cast<T*>(raw);
 #pragma unroll
     for (int k = 0; k < 8; ++k) e[k] = c0 + k < cols ? row[c0 + k] : T(0.0f);
+  }
+  /// The 8 elements at p, 16-byte aligned (vector loads only).
+  __device__ __forceinline__ void raw_load(const T* __restrict__ p) {
+#pragma unroll
+    for (int i = 0; i < kRaw; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
   }
   __device__ void unpack(float (&v)[8]) const {
 #pragma unroll
@@ -204,6 +212,16 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 0; w < kWarps; ++w) b = max(b, part[w]);
     atomicMax(glob_ws, b);
   }
+}
+
+// |x| amaxes per row and column (and of the whole) of 16-bit x in 16-byte vectors: amax_reuse's
+// packed tiles body (strips of 1024 columns, packed magnitudes, keys only per row, column and
+// CTA; its keys are max_key's). Its steps walk x top to bottom, as amax_kernel's bands.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    amax_packed_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, uint32_t* row_ws,
+                       uint32_t* col_ws, uint32_t* glob_ws) {
+  amax_reuse::device::tiles_packed_body<T>(x, rows, cols, cols, row_ws, col_ws, glob_ws);
 }
 
 template <typename T, bool kAbs>
@@ -341,100 +359,47 @@ __device__ __forceinline__ void transpose4x4(uint32_t a, uint32_t b, uint32_t c,
   o[3] = __byte_perm(ab23, cd23, 0x7632);
 }
 
-// fold: the scales are computed here (no scales kernel before): each CTA computes the scales of
-// its tile's 128 rows or columns into shared memory (a float64 division per thread and
-// quantization), the CTAs of the first tile column (rowwise) or tile row (columnwise), or the
-// first CTA (tensorwise), also writing the scale, reciprocal and amax outputs.
-template <typename T>
-__global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB of x in flight
-    cast_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec, bool fold) {
-  __shared__ __align__(16) uint32_t tile_t[kMaxColMajor][kCastTile * kCastWords];
-  __shared__ float tile_scales[kMaxQuants][kCastTile];  // fold: the tile's rows' or columns'
+// The tile at blockIdx.x of the cast pass: 128 x 128 of x, tiles visited bottom-up (the amax
+// pass left the bottom of x in the L2). rb, cb: its first row and column.
+struct CastTile {
+  int64_t rb, cb;
+  __device__ CastTile(int64_t rows, int64_t cols) {
+    const int64_t col_tiles = (cols + kCastTile - 1) / kCastTile;
+    const int64_t row_tiles = (rows + kCastTile - 1) / kCastTile;
+    const int64_t tile = blockIdx.x;
+    rb = (row_tiles - 1 - tile / col_tiles) * kCastTile;
+    cb = (tile % col_tiles) * kCastTile;
+  }
+};
 
-  const int64_t rows = a.rows, cols = a.cols;
-  const int64_t col_tiles = (cols + kCastTile - 1) / kCastTile;
-  const int64_t row_tiles = (rows + kCastTile - 1) / kCastTile;
-  const int64_t tile = blockIdx.x;  // bottom-up: the amax pass left the bottom of x in the L2
-  const int64_t rb = (row_tiles - 1 - tile / col_tiles) * kCastTile;
-  const int64_t cb = (tile % col_tiles) * kCastTile;
-  const int cl = threadIdx.x % kCastLanes, rt0 = threadIdx.x / kCastLanes;
-  const int64_t c0 = cb + cl * 8;
-  const int n = chunk_len(c0, cols);
-  bool col_major = false;
-  for (int qi = 0; qi < a.n_quants; ++qi)
-    for (int d = 0; d < a.q[qi].n_dests; ++d)
-      col_major |= ((quants >> qi) & 1u) && a.q[qi].dests[d].smem_slot >= 0;
-  Chunk<T> ch[kCastRowsPerThread];
-#pragma unroll
-  for (int i = 0; i < kCastRowsPerThread; ++i) {
-    const int64_t r = rb + rt0 + i * kCastRowStep;
-    if (r < rows && n) ch[i].load(x + r * cols, c0, cols, vec);
-  }
-  if (fold) {  // while the loads are in flight
-    for (int qi = 0; qi < a.n_quants; ++qi) {
-      if (!((quants >> qi) & 1u)) continue;
-      const QuantArgs& q = a.q[qi];
-      if (q.gran == Granularity::kTensorwise) {
-        if (threadIdx.x == 0) tile_scales[qi][0] = quant_scale(a, q, 0, blockIdx.x == 0);
-        continue;
-      }
-      const bool by_row = q.gran == Granularity::kRowwise;
-      const int64_t base = by_row ? rb : cb, len = by_row ? rows : cols;
-      const bool write = by_row ? cb == 0 : rb == 0;
-      for (int t = threadIdx.x; t < kCastTile; t += kThreads)
-        if (base + t < len) tile_scales[qi][t] = quant_scale(a, q, base + t, write);
-    }
-    __syncthreads();
-  }
-  // Quantization by quantization (one or two in practice), the tile's rows unrolled inside: the
-  // tensorwise and columnwise scales are read once per tile.
+// fold: the cast computes the scales (no scales kernel before it). Each CTA computes the scales
+// of its tile's 128 rows or columns into `tile_scales[qi]` (a float64 division per thread and
+// quantization); the CTAs of the first tile column (rowwise) or tile row (columnwise), or the
+// first CTA (tensorwise), also write the scale, reciprocal and amax outputs. Ends with a barrier.
+__device__ void fold_tile_scales(const QuantizeArgs& a, unsigned quants, const CastTile& t,
+                                 float (*tile_scales)[kCastTile]) {
   for (int qi = 0; qi < a.n_quants; ++qi) {
-    if (!((quants >> qi) & 1u) || !n) continue;
+    if (!((quants >> qi) & 1u)) continue;
     const QuantArgs& q = a.q[qi];
-#pragma unroll
-    for (int i = 0; i < kCastRowsPerThread; ++i) ch[i].pin();
-    // The scales: this tile's in shared memory (fold), else the scales kernel's in scale_ws.
-    const float* sv = fold ? tile_scales[qi] : q.scale_ws;
-    const int64_t row_base = fold ? rb : 0, col_base = fold ? cb : 0;
-    float s[8];
     if (q.gran == Granularity::kTensorwise) {
-      const float t = sv[0];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) s[k] = t;
-    } else if (q.gran == Granularity::kColumnwise) {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) s[k] = k < n ? sv[c0 - col_base + k] : 0.0f;
+      if (threadIdx.x == 0) tile_scales[qi][0] = quant_scale(a, q, 0, blockIdx.x == 0);
+      continue;
     }
-#pragma unroll
-    for (int i = 0; i < kCastRowsPerThread; ++i) {
-      const int rt = rt0 + i * kCastRowStep;  // row in the tile
-      const int64_t r = rb + rt;
-      if (r >= rows) break;
-      if (q.gran == Granularity::kRowwise) {
-        const int64_t rr = (r ^ a.row_scale_xor) < rows ? (r ^ a.row_scale_xor) : r;
-        const float t = sv[rr - row_base];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) s[k] = t;
-      }
-      float v[8];
-      ch[i].unpack(v);
-      const uint2 b = pack8(v, s, q.e5m2);
-      for (int d = 0; d < q.n_dests; ++d) {
-        const Fp8Dest& o = q.dests[d];
-        if (o.smem_slot >= 0) {
-          uint32_t* t = tile_t[o.smem_slot] + rt * kCastWords;
-          t[(2 * cl) ^ swizzle(rt)] = b.x;
-          t[(2 * cl + 1) ^ swizzle(rt)] = b.y;
-          continue;
-        }
-        store8(o.ptr + r * o.rs + c0 * o.cs, o.cs, n, b);
-      }
-    }
+    const bool by_row = q.gran == Granularity::kRowwise;
+    const int64_t base = by_row ? t.rb : t.cb, len = by_row ? a.rows : a.cols;
+    const bool write = by_row ? t.cb == 0 : t.rb == 0;
+    for (int i = threadIdx.x; i < kCastTile; i += kThreads)
+      if (base + i < len) tile_scales[qi][i] = quant_scale(a, q, base + i, write);
   }
-  if (!col_major) return;
   __syncthreads();
-  // Column-major write-out: thread (rg, cg) owns tile rows 16 rg .. 16 rg + 15 of tile columns
-  // 4 cg .. 4 cg + 3 and writes them as four 16-byte column runs.
+}
+
+// Column-major write-out of the tile's float8 values staged in `tile_t` (after a barrier):
+// thread (rg, cg) owns tile rows 16 rg .. 16 rg + 15 of tile columns 4 cg .. 4 cg + 3 and writes
+// them as four 16-byte column runs.
+__device__ void write_col_major(const QuantizeArgs& a, unsigned quants, const CastTile& tile,
+                                const uint32_t (*tile_t)[kCastTile * kCastWords]) {
+  const int64_t rows = a.rows, cols = a.cols, rb = tile.rb, cb = tile.cb;
   const int rg = threadIdx.x & 7, cg = threadIdx.x >> 3;
   const bool full = rb + kCastTile <= rows && cb + kCastTile <= cols;
   for (int qi = 0; qi < a.n_quants; ++qi) {
@@ -476,6 +441,154 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB o
       }
     }
   }
+}
+
+// Stores the 8 float8 bytes of tile row rt (chunk column cl) into a shared-memory tile.
+__device__ __forceinline__ void stage8(uint32_t* tile, int rt, int cl, uint2 b) {
+  uint32_t* t = tile + rt * kCastWords;
+  t[(2 * cl) ^ swizzle(rt)] = b.x;
+  t[(2 * cl + 1) ^ swizzle(rt)] = b.y;
+}
+
+// The generic cast: any quantizations and dests (fold: see fold_tile_scales).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB of x in flight
+    cast_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec, bool fold) {
+  __shared__ __align__(16) uint32_t tile_t[kMaxColMajor][kCastTile * kCastWords];
+  __shared__ float tile_scales[kMaxQuants][kCastTile];  // fold: the tile's rows' or columns'
+  const int64_t rows = a.rows, cols = a.cols;
+  const CastTile tile(rows, cols);
+  const int64_t rb = tile.rb, cb = tile.cb;
+  const int cl = threadIdx.x % kCastLanes, rt0 = threadIdx.x / kCastLanes;
+  const int64_t c0 = cb + cl * 8;
+  const int n = chunk_len(c0, cols);
+  bool col_major = false;
+  for (int qi = 0; qi < a.n_quants; ++qi)
+    for (int d = 0; d < a.q[qi].n_dests; ++d)
+      col_major |= ((quants >> qi) & 1u) && a.q[qi].dests[d].smem_slot >= 0;
+  Chunk<T> ch[kCastRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kCastRowsPerThread; ++i) {
+    const int64_t r = rb + rt0 + i * kCastRowStep;
+    if (r < rows && n) ch[i].load(x + r * cols, c0, cols, vec);
+  }
+  if (fold) fold_tile_scales(a, quants, tile, tile_scales);  // while the loads are in flight
+  // Quantization by quantization (one or two in practice), the tile's rows unrolled inside: the
+  // tensorwise and columnwise scales are read once per tile.
+  for (int qi = 0; qi < a.n_quants; ++qi) {
+    if (!((quants >> qi) & 1u) || !n) continue;
+    const QuantArgs& q = a.q[qi];
+#pragma unroll
+    for (int i = 0; i < kCastRowsPerThread; ++i) ch[i].pin();
+    // The scales: this tile's in shared memory (fold), else the scales kernel's in scale_ws.
+    const float* sv = fold ? tile_scales[qi] : q.scale_ws;
+    const int64_t row_base = fold ? rb : 0, col_base = fold ? cb : 0;
+    float s[8];
+    if (q.gran == Granularity::kTensorwise) {
+      const float t = sv[0];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s[k] = t;
+    } else if (q.gran == Granularity::kColumnwise) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s[k] = k < n ? sv[c0 - col_base + k] : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kCastRowsPerThread; ++i) {
+      const int rt = rt0 + i * kCastRowStep;  // row in the tile
+      const int64_t r = rb + rt;
+      if (r >= rows) break;
+      if (q.gran == Granularity::kRowwise) {
+        const int64_t rr = (r ^ a.row_scale_xor) < rows ? (r ^ a.row_scale_xor) : r;
+        const float t = sv[rr - row_base];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s[k] = t;
+      }
+      float v[8];
+      ch[i].unpack(v);
+      const uint2 b = pack8(v, s, q.e5m2);
+      for (int d = 0; d < q.n_dests; ++d) {
+        const Fp8Dest& o = q.dests[d];
+        if (o.smem_slot >= 0) {
+          stage8(tile_t[o.smem_slot], rt, cl, b);
+          continue;
+        }
+        store8(o.ptr + r * o.rs + c0 * o.cs, o.cs, n, b);
+      }
+    }
+  }
+  if (!col_major) return;
+  __syncthreads();
+  write_col_major(a, quants, tile, tile_t);
+}
+
+// The common groups, specialized (CastFast): kNQ (1 or 2) quantizations, each with at most one
+// row-major dest (8-byte aligned rows) and one column-major dest staged in shared memory, x in
+// 16-byte vectors (cols a multiple of 8). What the generic kernel decides per row and dest from
+// the parameters (the dest loop, store8's layout tests, 64-bit row addresses from the strides)
+// is fixed per tile here; the quantizations' fields sit at static offsets of the parameters.
+template <typename T, int kNQ>
+__global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)
+    cast_fast_kernel(const T* __restrict__ x, QuantizeArgs a, CastFast f, bool fold) {
+  __shared__ __align__(16) uint32_t tile_t[kMaxColMajor][kCastTile * kCastWords];
+  __shared__ float tile_scales[kMaxQuants][kCastTile];
+  const int64_t rows = a.rows, cols = a.cols;
+  const CastTile tile(rows, cols);
+  const int64_t rb = tile.rb, cb = tile.cb;
+  const int cl = threadIdx.x % kCastLanes, rt0 = threadIdx.x / kCastLanes;
+  const int64_t c0 = cb + cl * 8;
+  const bool in = c0 < cols;  // the chunk is whole (cols % 8 == 0) or past the row
+  const bool full_rows = rb + kCastTile <= rows;
+  Chunk<T> ch[kCastRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kCastRowsPerThread; ++i) {
+    const int64_t r = rb + rt0 + i * kCastRowStep;
+    if ((full_rows || r < rows) && in)
+      ch[i].raw_load(x + r * cols + c0);
+  }
+  if (fold) fold_tile_scales(a, f.quants, tile, tile_scales);
+  if (in) {
+#pragma unroll
+    for (int j = 0; j < kNQ; ++j) {
+      const CastFast::Quant& q = f.q[j];
+#pragma unroll
+      for (int i = 0; i < kCastRowsPerThread; ++i) ch[i].pin();
+      const float* sv = fold ? tile_scales[q.qi] : q.scale_ws;
+      const int64_t row_base = fold ? rb : 0, col_base = fold ? cb : 0;
+      float s[8];
+      if (q.gran == Granularity::kTensorwise) {
+        const float t = sv[0];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s[k] = t;
+      } else if (q.gran == Granularity::kColumnwise) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) s[k] = sv[c0 - col_base + k];
+      }
+      // Row-major dest: this thread's 8 bytes of tile row rt0, then kCastRowStep rows apart.
+      uint8_t* rm = q.rm ? q.rm + (rb + rt0) * q.rs + c0 : nullptr;
+      const int64_t rm_step = kCastRowStep * q.rs;
+      uint32_t* st = q.slot >= 0 ? tile_t[q.slot] : nullptr;
+#pragma unroll
+      for (int i = 0; i < kCastRowsPerThread; ++i) {
+        const int rt = rt0 + i * kCastRowStep;
+        if (!full_rows && rb + rt >= rows) break;
+        if (q.gran == Granularity::kRowwise) {
+          const int64_t r = rb + rt;
+          const int64_t rr = (r ^ a.row_scale_xor) < rows ? (r ^ a.row_scale_xor) : r;
+          const float t = sv[rr - row_base];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) s[k] = t;
+        }
+        float v[8];
+        ch[i].unpack(v);
+        const uint2 b = pack8(v, s, q.e5m2);
+        if (rm) *reinterpret_cast<uint2*>(rm + i * rm_step) = b;
+        if (st) stage8(st, rt, cl, b);
+      }
+    }
+  }
+  if (!f.col_major) return;
+  __syncthreads();
+  write_col_major(a, f.quants, tile, tile_t);
 }
 
 // Rowwise quantizations only, every dest row-major: the amaxes (|x| and x, as asked) of the
@@ -737,6 +850,57 @@ int64_t resident_ctas(K kernel, int threads) {
   return static_cast<int64_t>(std::max(per_sm, 1)) * device_sms();
 }
 
+// The generic-cast switch: REPLAY_FP8_CAST=generic at start, set_cast_generic after.
+bool& cast_generic_flag() {
+  static bool forced = [] {
+    const char* e = std::getenv("REPLAY_FP8_CAST");
+    return e && std::string(e) == "generic";
+  }();
+  return forced;
+}
+
+}  // namespace
+
+bool cast_generic() {
+  return cast_generic_flag();
+}
+
+void set_cast_generic(bool generic) {
+  cast_generic_flag() = generic;
+}
+
+bool cast_fast_plan(const QuantizeArgs& a, unsigned quants, CastFast& f) {
+  f = CastFast{};
+  if (!vec_ok(a)) return false;
+  for (int qi = 0; qi < a.n_quants; ++qi) {
+    if (!((quants >> qi) & 1u)) continue;
+    if (f.nq == 2) return false;
+    const QuantArgs& q = a.q[qi];
+    CastFast::Quant& c = f.q[f.nq++];
+    c.qi = qi;
+    c.gran = q.gran;
+    c.e5m2 = q.e5m2;
+    c.scale_ws = q.scale_ws;
+    f.quants |= 1u << qi;
+    for (int d = 0; d < q.n_dests; ++d) {
+      const Fp8Dest& o = q.dests[d];
+      if (o.smem_slot >= 0 && c.slot < 0) {
+        c.slot = o.smem_slot;
+        f.col_major = true;
+      } else if (o.smem_slot < 0 && o.cs == 1 && !c.rm && o.rs % 8 == 0 &&
+                 reinterpret_cast<uintptr_t>(o.ptr) % 8 == 0) {
+        c.rm = o.ptr;
+        c.rs = o.rs;
+      } else {
+        return false;  // a second dest of a kind, or one written byte by byte
+      }
+    }
+  }
+  return f.nq > 0;
+}
+
+namespace {
+
 template <typename T>
 void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
   static const int64_t resident = resident_ctas(amax_kernel<T, true>, kThreads);
@@ -765,6 +929,16 @@ void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
       REPLAY_CUDA_LAUNCH("fp8_quantize amax_all_kernel");
       continue;
     }
+    if constexpr (sizeof(T) == 2) {
+      if (abs && vec_ok(a)) {  // packed magnitudes over 1024-column strips
+        static const int64_t packed_resident = resident_ctas(amax_packed_kernel<T>, kThreads);
+        const dim3 pg = amax_reuse::device::tiles_packed_grid(a.rows, a.cols, packed_resident);
+        amax_packed_kernel<T>
+            <<<pg, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols, rw, cw, gw);
+        REPLAY_CUDA_LAUNCH("fp8_quantize amax_packed_kernel");
+        continue;
+      }
+    }
     if (abs)
       amax_kernel<T, true><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols,
                                                      vec_ok(a), rw, cw, gw);
@@ -780,6 +954,16 @@ void cast_typed(const QuantizeArgs& a, unsigned quants, bool fold, cudaStream_t 
   const int64_t tiles =
       ((a.cols + kCastTile - 1) / kCastTile) * ((a.rows + kCastTile - 1) / kCastTile);
   if (tiles > 0x7FFFFFFF) throw std::runtime_error("fp8_quantize: more than 2^31 cast tiles");
+  CastFast f;
+  if (!cast_generic() && cast_fast_plan(a, quants, f)) {
+    const auto* xp = static_cast<const T*>(a.x);
+    if (f.nq == 1)
+      cast_fast_kernel<T, 1><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(xp, a, f, fold);
+    else
+      cast_fast_kernel<T, 2><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(xp, a, f, fold);
+    REPLAY_CUDA_LAUNCH("fp8_quantize cast_fast_kernel");
+    return;
+  }
   cast_kernel<T><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(static_cast<const T*>(a.x), a,
                                                                    quants, vec_ok(a), fold);
   REPLAY_CUDA_LAUNCH("fp8_quantize cast_kernel");

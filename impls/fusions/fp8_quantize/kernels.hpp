@@ -100,6 +100,35 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 /// slots (or given amaxes) for its tile, the scale, reciprocal and amax outputs written on the
 /// way (then no launch_scales: one launch fewer, ~3-4 µs per quantized tensor on the H200).
 void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s);
+/// The cast pass's specialized groups: one or two quantizations, each with at most one row-major
+/// dest (8-byte aligned rows) and one column-major dest staged in shared memory (smem_slot), x in
+/// 16-byte vectors: the float8 linears' groups (a tensorwise x with its row-major and
+/// column-major copies; a rowwise row-major beside a columnwise column-major; a weight's
+/// column-major copy alone). Their fields sit at static offsets of the kernel's parameters.
+struct CastFast {
+  struct Quant {
+    int qi = -1;  ///< index in QuantizeArgs::q
+    Granularity gran = Granularity::kTensorwise;
+    bool e5m2 = false;
+    const float* scale_ws = nullptr;  ///< as QuantArgs::scale_ws (when the scales are not folded)
+    uint8_t* rm = nullptr;            ///< the row-major dest ([rows, cols], row stride rs), or null
+    int64_t rs = 0;
+    int slot = -1;  ///< the column-major dest's shared-memory tile, or -1
+  };
+  Quant q[2];
+  int nq = 0;
+  unsigned quants = 0;     ///< the bits of the quantizations in q
+  bool col_major = false;  ///< some quantization has a column-major dest
+};
+/// Fills `f` and returns true when `quants` is such a group (launch_cast then takes the
+/// specialized kernel unless cast_generic()).
+bool cast_fast_plan(const QuantizeArgs& a, unsigned quants, CastFast& f);
+/// Whether launch_cast takes the generic kernel for every group: false by default, true when the
+/// environment sets REPLAY_FP8_CAST=generic (an A/B switch for a device sweep); set_cast_generic
+/// changes it (the GPU tests run both kernels). Not thread-safe: set it between replays.
+bool cast_generic();
+void set_cast_generic(bool generic);
+
 /// True when the quantizations in `quants` are all rowwise with row-major dests (and no test
 /// hook is set): launch_rowwise then does the whole work in one read of x.
 bool rowwise_one_pass(const QuantizeArgs& a, unsigned quants);

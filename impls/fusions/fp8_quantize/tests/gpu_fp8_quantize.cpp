@@ -117,6 +117,26 @@ std::vector<GpuCase> cases() {
   synth("synthetic_group_384x640", tiles);
   tiles.shape = {200, 136};
   synth("synthetic_group_200x136", tiles);
+  // The specialized cast kernel's groups (cast_fast_plan) with partial tiles on both sides: a
+  // rowwise row-major quantization beside a columnwise column-major one, and a tensorwise one
+  // with both copies.
+  QuantForm pair;
+  pair.shape = {200, 136};
+  pair.quants = {QuantSpec{}, QuantSpec{}};
+  pair.quants[0].gran = "rowwise";
+  pair.quants[0].f32_abs = true;
+  pair.quants[1].gran = "columnwise";
+  pair.quants[1].f32_abs = true;
+  pair.quants[1].row_major_out = false;
+  pair.quants[1].col_major_out = true;
+  synth("synthetic_pair_rowwise_columnwise_200x136", pair);
+  QuantForm tensorwise;
+  tensorwise.shape = {300, 264};
+  tensorwise.quants = {QuantSpec{}};
+  tensorwise.quants[0].gran = "tensorwise_max";
+  tensorwise.quants[0].col_major_out = true;
+  tensorwise.quants[0].amax_out = true;
+  synth("synthetic_tensorwise_both_copies_300x264", tensorwise);
   QuantForm rank3;
   rank3.shape = {2, 40, 96};
   rank3.quants = {QuantSpec{}, QuantSpec{}};
@@ -141,22 +161,30 @@ class Fp8QuantizeGpu : public ::testing::TestWithParam<std::tuple<size_t, std::s
 
 }  // namespace
 
+// "optimized_generic_cast": the optimized variant with the generic cast kernel for every group
+// (fp8_quantize::set_cast_generic), so that both cast kernels are held to eager's bits.
 TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
   REQUIRE_GPU();
-  const auto& [ci, variant] = GetParam();
+  const auto& [ci, param] = GetParam();
   const GpuCase c = cases()[ci];
   Graph g = c.load();
   const Plan plan = make_plan(g, fusion_registry());
   const std::vector<int> outs = region_outputs(plan);
   ASSERT_FALSE(outs.empty()) << c.name << ": no fp8_quantize region";
+  const bool generic = param == "optimized_generic_cast";
+  const std::string variant = generic ? "optimized" : param;
+  const bool before = fp8_quantize::cast_generic();
+  fp8_quantize::set_cast_generic(generic);
   for (uint64_t seed : {41u, 42u, 43u}) {
     expect_bit_identical_to_eager(g, plan, variant, outs, seed, c.reference, c.name);
   }
+  fp8_quantize::set_cast_generic(before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, Fp8QuantizeGpu,
                          ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
-                                            ::testing::Values("baseline", "optimized")),
+                                            ::testing::Values("baseline", "optimized",
+                                                              "optimized_generic_cast")),
                          [](const auto& info) {
                            return test_name(cases()[std::get<0>(info.param)].name + "_" +
                                             std::get<1>(info.param));
