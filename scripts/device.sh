@@ -44,6 +44,9 @@
 #   ropegeo         rope fixed-form geometry sweep (REPLAY_ROPE_GEOMETRY: packed bf16 math, persistent
 #                   pipelined grid) on the all-bf16 rotate-half traces and litgpt's forward
 #                   -> ropegeo/sweep.txt: ~1 min per geometry.
+#   fp8rows         fp8_quantize's one-pass rowwise kernel geometry sweep (REPLAY_FP8_ROWWISE:
+#                   threads per row, vectors per thread) on two rowwise float8 forwards
+#                   -> fp8rows/sweep.txt: ~25 s per geometry.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
 #   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
@@ -406,6 +409,18 @@ phase_ropegeo() {
   # shellcheck disable=SC2046  # one trace per word
   geometry_sweep REPLAY_ROPE_GEOMETRY "${ROPEGEO_GEOMETRIES:-heuristic 0,0 1,1 1,2 1,3}" \
     rope_fixed_kernel $(traces_or echo $default_traces)
+}
+phase_fp8rows() {
+  # fp8_quantize's one-pass rowwise kernel: REPLAY_FP8_ROWWISE=THREADS,V (kernels.cu) over
+  # $FP8ROWS_GEOMETRIES on torchao's rowwise forwards ($TRACES or the two below: x [8192, 4096],
+  # W [4096, 4096]; x [8192, 14336], W [4096, 14336]); the heuristic first; a geometry that does not
+  # hold a row falls back to the heuristic. -> fp8rows/sweep.txt
+  local default_traces="traces/byog/float8/float8_rowwise_2d_default_train_fwd_8192x4096x4096.json
+    traces/byog/float8/float8_rowwise_default_train_fwd_1x8192x14336x4096.json"
+  # shellcheck disable=SC2046  # one trace per word
+  geometry_sweep REPLAY_FP8_ROWWISE \
+    "${FP8ROWS_GEOMETRIES:-heuristic 128,4 256,2 256,4 448,4 1024,4}" rowwise \
+    $(traces_or echo $default_traces)
 }
 phase_normbwd_peers() {  # DIR holding anchors.py
   local peers=${1:?normbwd-peers=DIR} mix rc=0

@@ -36,6 +36,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -721,10 +722,8 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
 // A persistent CTA walks rows grid-stride; the row (kV chunks of 8 per thread) stays in registers
 // from its load to its cast. kPrefetch (short rows): the next row's loads are issued before this
 // row is reduced, in a second set of registers; long rows keep enough bytes in flight alone.
-template <typename T, int kThreadsR, int kV, bool kPrefetch>
-__global__ void __launch_bounds__(kThreadsR,
-                                  kThreadsR >= 512 ? 1024 / kThreadsR : 3)  // >= 1024 threads
-    rowwise_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
+template <typename T, int kThreadsR, int kV, bool kPrefetch, int kMinBlocks>
+__global__ void __launch_bounds__(kThreadsR, kMinBlocks) rowwise_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
   constexpr int kW = kThreadsR / 32;
   __shared__ uint32_t part[2][2][kW];  // [row parity][x, |x|][warp]: one barrier per row
   const int64_t rows = a.rows, cols = a.cols;
@@ -969,13 +968,14 @@ void cast_typed(const QuantizeArgs& a, unsigned quants, bool fold, cudaStream_t 
   REPLAY_CUDA_LAUNCH("fp8_quantize cast_kernel");
 }
 
-template <typename T, int kThreadsR, int kV>
+// kMinBlocks: CTAs per SM the registers must allow (>= 1024 threads for 512 and more).
+template <typename T, int kThreadsR, int kV, int kMinBlocks = kThreadsR >= 512 ? 1024 / kThreadsR : 3>
 void rowwise_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   constexpr bool kPrefetch = kV <= 4 && (sizeof(T) == 2 || kThreadsR < 256);  // registers
   static const int64_t resident =
-      resident_ctas(rowwise_kernel<T, kThreadsR, kV, kPrefetch>, kThreadsR);
+      resident_ctas(rowwise_kernel<T, kThreadsR, kV, kPrefetch, kMinBlocks>, kThreadsR);
   const auto grid = static_cast<unsigned>(std::min<int64_t>(a.rows, resident));
-  rowwise_kernel<T, kThreadsR, kV, kPrefetch>
+  rowwise_kernel<T, kThreadsR, kV, kPrefetch, kMinBlocks>
       <<<grid, kThreadsR, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_kernel");
 }
@@ -988,9 +988,48 @@ void rowwise_warp_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s)
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_warp_kernel");
 }
 
+// REPLAY_FP8_ROWWISE=THREADS,V (a device sweep, scripts/device.sh fp8rows): the one-pass rowwise
+// kernel for 16-bit rows of up to THREADS x V x 8 elements: THREADS 32 = a warp per row
+// (rowwise_warp_kernel, V 4, 8 or 16), else a CTA of THREADS per row (rowwise_kernel: 128,4
+// 256,2 256,4 448,4 512,4 1024,4). Unset, another pair or rows too wide: the heuristic below.
+struct RowwiseGeometry {
+  int threads = 0, v = 0;
+};
+const RowwiseGeometry& rowwise_geometry() {
+  static const RowwiseGeometry g = [] {
+    RowwiseGeometry r;
+    const char* e = std::getenv("REPLAY_FP8_ROWWISE");
+    int used = 0;
+    if (e && std::sscanf(e, "%d,%d%n", &r.threads, &r.v, &used) == 2 && e[used] == '\0') return r;
+    return RowwiseGeometry{};
+  }();
+  return g;
+}
+
+// Launches the geometry asked for by REPLAY_FP8_ROWWISE when it is one of the list and holds the
+// row; false otherwise.
+template <typename T>
+bool rowwise_swept(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
+  const RowwiseGeometry& g = rowwise_geometry();
+  if (static_cast<int64_t>(g.threads) * g.v * 8 < a.cols) return false;
+  const auto is = [&](int t, int v) { return g.threads == t && g.v == v; };
+  if (is(32, 4)) return rowwise_warp_launch<T, 4>(a, quants, s), true;
+  if (is(32, 8)) return rowwise_warp_launch<T, 8>(a, quants, s), true;
+  if (is(32, 16)) return rowwise_warp_launch<T, 16>(a, quants, s), true;
+  if (is(128, 4)) return rowwise_launch<T, 128, 4>(a, quants, s), true;
+  if (is(256, 2)) return rowwise_launch<T, 256, 2>(a, quants, s), true;
+  if (is(256, 4)) return rowwise_launch<T, 256, 4>(a, quants, s), true;
+  if (is(448, 4)) return rowwise_launch<T, 448, 4, 2>(a, quants, s), true;
+  if (is(512, 4)) return rowwise_launch<T, 512, 4>(a, quants, s), true;
+  if (is(1024, 4)) return rowwise_launch<T, 1024, 4>(a, quants, s), true;
+  return false;
+}
+
 template <typename T>
 void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const int64_t chunks = (a.cols + 7) / 8;  // 8 columns per chunk
+  if constexpr (sizeof(T) == 2)
+    if (rowwise_geometry().threads && rowwise_swept<T>(a, quants, s)) return;
   // A warp per row up to 16 chunks per lane (8 for float32: registers), then a CTA per row.
   if (chunks <= 32) return rowwise_warp_launch<T, 1>(a, quants, s);
   if (chunks <= 64) return rowwise_warp_launch<T, 2>(a, quants, s);
