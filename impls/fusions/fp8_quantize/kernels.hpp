@@ -81,7 +81,8 @@ struct QuantizeArgs {
   int n_quants = 0;
   uint32_t* amax_ws[kAmaxSlots] = {};  ///< max keys per slot (amax_slot); null where unused
   /// Test hook, 0 in production: the GPU mutants set 1 so that a rowwise cast reads row r ^ 1's
-  /// scale (tests/gpu_mutants.cpp, "swapped rowwise scales").
+  /// scale (tests/gpu_fp8_quantize.cpp, "swapped rowwise scales"); the generic cast kernel only
+  /// (cast_fast_plan declines a set hook).
   int row_scale_xor = 0;
 };
 
