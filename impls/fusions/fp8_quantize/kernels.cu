@@ -88,8 +88,17 @@ struct Chunk {
     for (int i = 0; i < kRaw; ++i) raw[i] = reinterpret_cast<const uint4*>(p)[i];
   }
   __device__ void unpack(float (&v)[8]) const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // one shift or mask per element
+      const uint32_t w[4] = {raw[0].x, raw[0].y, raw[0].z, raw[0].w};
 #pragma unroll
-    for (int i = 0; i < kRaw; ++i) Vec<T>::unpack(raw[i], v + i * Vec<T>::kElems);
+      for (int k = 0; k < 4; ++k) {
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kRaw; ++i) Vec<T>::unpack(raw[i], v + i * Vec<T>::kElems);
+    }
   }
   /// An empty asm that "rewrites" the raw words: inside a loop it keeps the compiler from hoisting
   /// the (cheap) unpack of every row out of the loop and holding 8 floats per row in registers.
@@ -116,6 +125,21 @@ __device__ __forceinline__ uint2 pack8_sat(const float (&v)[8], const float (&s)
 }
 
 __device__ __forceinline__ uint2 pack8(const float (&v)[8], const float (&s)[8], bool e5m2) {
+  return e5m2 ? pack8_sat<true>(v, s) : pack8_sat<false>(v, s);
+}
+
+// The same with one scale for the 8 elements (tensorwise, rowwise): no per-element copies of it.
+template <bool kE5M2>
+__device__ __forceinline__ uint2 pack8_sat(const float (&v)[8], float s) {
+  uint32_t h[4];
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+    h[p] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * p] * s, v[2 * p + 1] * s), __NV_SATFINITE,
+                                    kE5M2 ? __NV_E5M2 : __NV_E4M3);
+  return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+}
+
+__device__ __forceinline__ uint2 pack8(const float (&v)[8], float s, bool e5m2) {
   return e5m2 ? pack8_sat<true>(v, s) : pack8_sat<false>(v, s);
 }
 
@@ -539,6 +563,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)
   const int64_t c0 = cb + cl * 8;
   const bool in = c0 < cols;  // the chunk is whole (cols % 8 == 0) or past the row
   const bool full_rows = rb + kCastTile <= rows;
+  const int rows_left = full_rows ? kCastTile : static_cast<int>(rows - rb);
   Chunk<T> ch[kCastRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kCastRowsPerThread; ++i) {
@@ -553,35 +578,41 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)
       const CastFast::Quant& q = f.q[j];
 #pragma unroll
       for (int i = 0; i < kCastRowsPerThread; ++i) ch[i].pin();
+      // The scales: this tile's in shared memory (fold), else the scales kernel's in scale_ws.
+      // Columnwise: 8 per thread; rowwise: one per row (rs[rt]); tensorwise: one.
       const float* sv = fold ? tile_scales[q.qi] : q.scale_ws;
-      const int64_t row_base = fold ? rb : 0, col_base = fold ? cb : 0;
-      float s[8];
-      if (q.gran == Granularity::kTensorwise) {
-        const float t = sv[0];
+      const bool by_col = q.gran == Granularity::kColumnwise;
+      const bool by_row = q.gran == Granularity::kRowwise;
+      float s[8], t = 0.0f;
+      if (by_col) {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) s[k] = t;
-      } else if (q.gran == Granularity::kColumnwise) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) s[k] = sv[c0 - col_base + k];
+        for (int k = 0; k < 8; ++k) s[k] = sv[c0 - (fold ? cb : 0) + k];
+      } else if (!by_row) {
+        t = sv[0];
       }
+      const float* rs = fold ? sv : sv + rb;  // tile row rt's scale: rs[rt]
       // Row-major dest: this thread's 8 bytes of tile row rt0, then kCastRowStep rows apart.
       uint8_t* rm = q.rm ? q.rm + (rb + rt0) * q.rs + c0 : nullptr;
       const int64_t rm_step = kCastRowStep * q.rs;
-      uint32_t* st = q.slot >= 0 ? tile_t[q.slot] : nullptr;
+      // Column-major dest: the staged tile's rows rt0 + 16 i, whose word swizzle (swizzle()) is
+      // 4 i ^ (rt0 & 1) for rt0 < 16: word x0 ^ 4 i and its neighbour, at fixed offsets.
+      static_assert(kCastRowStep == 16 && kCastRowsPerThread <= 8, "the swizzle below");
+      uint32_t* st = q.slot >= 0 ? tile_t[q.slot] + rt0 * kCastWords : nullptr;
+      const int x0 = (2 * cl) ^ (rt0 & 1);
 #pragma unroll
       for (int i = 0; i < kCastRowsPerThread; ++i) {
         const int rt = rt0 + i * kCastRowStep;
-        if (!full_rows && rb + rt >= rows) break;
-        if (q.gran == Granularity::kRowwise) {
-          const float t = sv[rb + rt - row_base];
-#pragma unroll
-          for (int k = 0; k < 8; ++k) s[k] = t;
-        }
+        if (rt >= rows_left) break;
         float v[8];
         ch[i].unpack(v);
-        const uint2 b = pack8(v, s, q.e5m2);
+        const uint2 b = by_col ? pack8(v, s, q.e5m2) : pack8(v, by_row ? rs[rt] : t, q.e5m2);
         if (rm) *reinterpret_cast<uint2*>(rm + i * rm_step) = b;
-        if (st) stage8(st, rt, cl, b);
+        if (st) {
+          uint32_t* row = st + i * kCastRowStep * kCastWords;
+          const int w = x0 ^ (i << 2);
+          row[w] = b.x;
+          row[w ^ 1] = b.y;
+        }
       }
     }
   }
