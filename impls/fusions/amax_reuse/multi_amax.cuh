@@ -23,7 +23,8 @@
 //   multi_amax_tiles_packed_kernel  the same for maxima of |x| of 16-bit floats (the float8
 //                            recipes): strips of 1024 columns, each warp a row of the strip at a
 //                            time (2 rows, 8 16-byte loads in flight per lane), column maxima as
-//                            packed 16-bit magnitudes in registers; keys only per row, column and CTA.
+//                            packed 16-bit magnitudes in registers; keys only per row, column and
+//                            CTA.
 //   multi_amax_finalize_kernel  keys -> outputs in their dtypes, and the keys zeroed again.
 // Workspace (uint32): rows max [M], rows min [M], cols max [N], cols min [N], all max, all min,
 // counter: zero before the first launch, zero after each.
@@ -346,14 +347,15 @@ static __global__ void __launch_bounds__(kThreads)
 // The |x| max of 16-bit floats with every result a max (the float8 recipes' rowwise + columnwise
 // + tensorwise amaxes of one tensor), 16-byte vectors only (the launcher checks): a CTA owns a
 // strip of kStripCols columns and every gridDim.y-th step of 16 rows; each warp takes rows
-// warp and warp + 8 of a step, every 16-byte load of them in flight (kStripVecs per lane and row), and keeps its strip's columns as packed 16-bit magnitudes in registers (one
-// __vmaxu2 per two elements, no key per element). A row's max over the strip: a warp reduction
-// and one atomicMax by lane 0; the columns: over the 8 warps through shared memory, then one
-// atomicMax per column and CTA; the whole: one atomicMax per CTA. Keys only at those points.
-constexpr int kStripVecs = 4;                          // 16-byte vectors per lane and row
-constexpr int kStripCols = 32 * kStripVecs * 8;        // 1024 columns of 16-bit x per CTA
-constexpr int kPackedRows = 2;                         // rows in flight per warp
-constexpr int kPackedRowStep = kWarps * kPackedRows;   // rows of a chunk one step covers
+// warp and warp + 8 of a step, every 16-byte load of them in flight (kStripVecs per lane and row),
+// and keeps its strip's columns as packed 16-bit magnitudes in registers (one __vmaxu2 per two
+// elements, no key per element). A row's max over the strip: a warp reduction and one atomicMax
+// by lane 0; the columns: over the 8 warps through shared memory, then one atomicMax per column
+// and CTA; the whole: one atomicMax per CTA. Keys only at those points.
+constexpr int kStripVecs = 4;                         // 16-byte vectors per lane and row
+constexpr int kStripCols = 32 * kStripVecs * 8;       // 1024 columns of 16-bit x per CTA
+constexpr int kPackedRows = 2;                        // rows in flight per warp
+constexpr int kPackedRowStep = kWarps * kPackedRows;  // rows of a chunk one step covers
 
 /// The body of multi_amax_tiles_packed_kernel, for any kernel of 256 threads (a float8
 /// quantization takes its rowwise, columnwise and tensorwise amaxes of |x| with it): x [M, N]

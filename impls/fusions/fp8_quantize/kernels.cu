@@ -568,8 +568,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)
 #pragma unroll
   for (int i = 0; i < kCastRowsPerThread; ++i) {
     const int64_t r = rb + rt0 + i * kCastRowStep;
-    if ((full_rows || r < rows) && in)
-      ch[i].raw_load(x + r * cols + c0);
+    if ((full_rows || r < rows) && in) ch[i].raw_load(x + r * cols + c0);
   }
   if (fold) fold_tile_scales(a, f.quants, tile, tile_scales);
   if (in) {
@@ -752,7 +751,8 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
 // from its load to its cast. kPrefetch (short rows): the next row's loads are issued before this
 // row is reduced, in a second set of registers; long rows keep enough bytes in flight alone.
 template <typename T, int kThreadsR, int kV, bool kPrefetch, int kMinBlocks>
-__global__ void __launch_bounds__(kThreadsR, kMinBlocks) rowwise_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
+__global__ void __launch_bounds__(kThreadsR, kMinBlocks)
+    rowwise_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
   constexpr int kW = kThreadsR / 32;
   __shared__ uint32_t part[2][2][kW];  // [row parity][x, |x|][warp]: one barrier per row
   const int64_t rows = a.rows, cols = a.cols;
@@ -998,7 +998,8 @@ void cast_typed(const QuantizeArgs& a, unsigned quants, bool fold, cudaStream_t 
 }
 
 // kMinBlocks: CTAs per SM the registers must allow (>= 1024 threads for 512 and more).
-template <typename T, int kThreadsR, int kV, int kMinBlocks = kThreadsR >= 512 ? 1024 / kThreadsR : 3>
+template <typename T, int kThreadsR, int kV,
+          int kMinBlocks = kThreadsR >= 512 ? 1024 / kThreadsR : 3>
 void rowwise_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   constexpr bool kPrefetch = kV <= 4 && (sizeof(T) == 2 || kThreadsR < 256);  // registers
   static const int64_t resident =
