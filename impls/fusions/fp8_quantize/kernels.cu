@@ -10,6 +10,9 @@
 //                     registers until the end: one atomicMax per column per CTA, one per row per
 //                     strip. Bands are visited from the top of x to the bottom by all CTAs
 //                     together, so the bottom of x is what the L2 holds when the pass ends.
+//   amax_packed_kernel  the same for |x| of 16-bit x in 16-byte vectors (the float8 linears):
+//                     amax_reuse's packed tiles body (1024-column strips, packed 16-bit
+//                     magnitudes, keys only per row, column and CTA), steps walking x top down
 //   scales_kernel     amax -> float32 scale (float64 math as the graph), and the scale, reciprocal
 //                     and amax outputs the graph reads (the baseline; the optimized cast kernel
 //                     computes its tile's scales itself: one launch fewer)
@@ -19,6 +22,9 @@
 //                     full 128-byte rows); column-major ones through a swizzled shared-memory tile
 //                     (conflict-free both ways), transposed 4 x 4 bytes at a time in registers
 //                     (byte_perm) and written as 16-byte stores, 8 lanes per 128-byte column run
+//   cast_fast_kernel  the same for the common groups (CastFast: one or two quantizations, one
+//                     row-major and one column-major dest each): static parameter offsets, no
+//                     per-row dest loop or layout tests (generic kernel: REPLAY_FP8_CAST=generic)
 //   rowwise_kernel    rowwise quantizations only, row-major dests: a CTA per row holds the whole
 //                     row in registers (up to kRowwiseMaxCols elements) and loads the next row
 //                     while it reduces and casts this one: x leaves DRAM once, read once
