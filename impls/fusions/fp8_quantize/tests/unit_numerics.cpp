@@ -256,3 +256,87 @@ TEST(Fp8QuantizeModel, ScaleStepsAndAmaxKeys) {
   for (float v : {-3.0f, 0.0f, 2.5f, INFINITY, 1e-40f}) EXPECT_EQ(from_max_key(max_key(v)), v);
   EXPECT_TRUE(std::isnan(from_max_key(max_key(NAN))));
 }
+
+// Which groups the cast pass hands to its specialized kernel (cast_fast_plan, host logic only):
+// one or two quantizations with at most one row-major dest (8-byte aligned rows) and one
+// column-major dest staged in shared memory each, x in 16-byte vectors, no mutant hook; any other
+// group keeps the generic kernel, which the GPU tests also run on every case.
+TEST(Fp8QuantizeCastPlan, SpecializesTheLinearsGroupsOnly) {
+  alignas(16) static uint8_t x[16 * 16], fp8_a[64 * 64], fp8_b[64 * 64];
+  auto args = [&](int64_t rows, int64_t cols) {
+    QuantizeArgs a;
+    a.x = x;
+    a.rows = rows;
+    a.cols = cols;
+    return a;
+  };
+  auto row_major = [&](QuantArgs& q, int64_t cols) {
+    q.dests[q.n_dests++] = Fp8Dest{fp8_a, cols, 1, -1};
+  };
+  auto col_major = [&](QuantArgs& q, int64_t rows, int slot) {
+    q.dests[q.n_dests++] = Fp8Dest{fp8_b, 1, rows, slot};
+  };
+  CastFast f;
+  {  // tensorwise with both copies (the tensorwise linears' x and dY)
+    QuantizeArgs a = args(64, 64);
+    a.n_quants = 1;
+    row_major(a.q[0], 64);
+    col_major(a.q[0], 64, 0);
+    ASSERT_TRUE(cast_fast_plan(a, 1u, f));
+    EXPECT_EQ(f.nq, 1);
+    EXPECT_EQ(f.q[0].rm, fp8_a);
+    EXPECT_EQ(f.q[0].rs, 64);
+    EXPECT_EQ(f.q[0].slot, 0);
+    EXPECT_TRUE(f.col_major);
+    EXPECT_EQ(f.quants, 1u);
+  }
+  {  // rowwise row-major beside columnwise column-major (the rowwise linears)
+    QuantizeArgs a = args(64, 64);
+    a.n_quants = 2;
+    a.q[0].gran = Granularity::kRowwise;
+    a.q[1].gran = Granularity::kColumnwise;
+    a.q[1].e5m2 = true;
+    row_major(a.q[0], 64);
+    col_major(a.q[1], 64, 0);
+    ASSERT_TRUE(cast_fast_plan(a, 3u, f));
+    EXPECT_EQ(f.nq, 2);
+    EXPECT_EQ(f.q[0].gran, Granularity::kRowwise);
+    EXPECT_EQ(f.q[0].slot, -1);
+    EXPECT_EQ(f.q[1].rm, nullptr);
+    EXPECT_TRUE(f.q[1].e5m2);
+    // Only the quantizations in the mask count: the second one alone.
+    ASSERT_TRUE(cast_fast_plan(a, 2u, f));
+    EXPECT_EQ(f.nq, 1);
+    EXPECT_EQ(f.q[0].qi, 1);
+    EXPECT_EQ(f.quants, 2u);
+  }
+  {  // declines
+    QuantizeArgs a = args(64, 64);
+    a.n_quants = 3;
+    for (int i = 0; i < 3; ++i) row_major(a.q[i], 64);
+    EXPECT_FALSE(cast_fast_plan(a, 7u, f)) << "three quantizations";
+    EXPECT_TRUE(cast_fast_plan(a, 5u, f)) << "two of them";
+    a.n_quants = 1;
+    a.row_scale_xor = 1;
+    EXPECT_FALSE(cast_fast_plan(a, 1u, f)) << "the mutant hook";
+    a.row_scale_xor = 0;
+    a.q[0].n_dests = 0;
+    row_major(a.q[0], 64);
+    row_major(a.q[0], 64);
+    EXPECT_FALSE(cast_fast_plan(a, 1u, f)) << "two row-major dests";
+    a.q[0].n_dests = 0;
+    col_major(a.q[0], 64, -1);
+    EXPECT_FALSE(cast_fast_plan(a, 1u, f)) << "a column-major dest written byte by byte";
+    a.q[0].n_dests = 0;
+    a.q[0].dests[a.q[0].n_dests++] = Fp8Dest{fp8_a, 68, 1, -1};
+    EXPECT_FALSE(cast_fast_plan(a, 1u, f)) << "rows not 8-byte aligned";
+    a.q[0].n_dests = 0;
+    row_major(a.q[0], 64);
+    EXPECT_TRUE(cast_fast_plan(a, 1u, f));
+    a.cols = 60;
+    EXPECT_FALSE(cast_fast_plan(a, 1u, f)) << "columns not a multiple of 8";
+    a.cols = 64;
+    a.x = x + 2;
+    EXPECT_FALSE(cast_fast_plan(a, 1u, f)) << "x not 16-byte aligned";
+  }
+}
