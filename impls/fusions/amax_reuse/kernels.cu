@@ -7,8 +7,10 @@
 // PyTorch on the H200: eager 501 µs, torch.compile 255 µs, hand-rewritten reuse 82.7 µs; SOL
 // (bytes over the measured copy bandwidth) 63 µs. The arithmetic is ~3 integer ops per element
 // on the packed bf16 path (mask, __vmaxu2 per pair): ~0.4 Tops/s at 4 TB/s, far below the ALUs.
-// Rowwise + columnwise (+ tensorwise) of the same x: the tiles kernel, one read of x, plus
-// atomics: rows x column tiles (16384 x 4) and CTAs x N (264 x 8192 = 2.2 M) spread over the L2.
+// Rowwise + columnwise (+ tensorwise) of the same |x| of 16-bit x: the packed tiles kernel, one
+// read of x, plus atomics: rows x strips (16384 x 8 = 131 K) and row-step groups x N (64 x 8192 =
+// 524 K) spread over the L2 (H200: 70.8 µs, 89 % of SOL; TUNING.md). Other tiles cases (amin,
+// signed x, float32, unaligned rows) take the key-per-element tiles kernel.
 #include <algorithm>
 
 #include "impls/cuda/cuda_check.hpp"

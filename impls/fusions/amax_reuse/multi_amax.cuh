@@ -444,8 +444,8 @@ __device__ __forceinline__ void tiles_packed_body(const T* __restrict__ x, int64
   }
 }
 
-/// The grid of tiles_packed_body: as many CTAs as `resident` (those resident at once), the
-/// strips side by side, each CTA the same number of steps (the last one fewer at most).
+/// The grid of tiles_packed_body: about `resident` CTAs (those resident at once), the strips
+/// side by side, each CTA per_cta = ceil(steps / (resident / strips)) steps or one fewer.
 inline dim3 tiles_packed_grid(int64_t M, int64_t N, int64_t resident) {
   const int64_t gx = (N + kStripCols - 1) / kStripCols;
   const int64_t steps = (M + kPackedRowStep - 1) / kPackedRowStep;

@@ -105,7 +105,10 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
         a.amax_ws[slot] = static_cast<uint32_t*>(ctx.workspace(len * sizeof(uint32_t)));
       slots |= 1u << slot;
     }
-    qa.scale_ws = static_cast<float*>(ctx.workspace(len * sizeof(float)));
+    // The scales kernel's output, read by the cast: the baseline only (the optimized cast
+    // computes its tiles' scales, and the one-pass rowwise kernel its rows').
+    if (v.role != Role::kOptimized)
+      qa.scale_ws = static_cast<float*>(ctx.workspace(len * sizeof(float)));
     if (static_cast<int>(q.q_outs.size()) > kMaxDests) {
       b.unsupported = std::to_string(q.q_outs.size()) + " float8 copies of one quantization";
       return b;

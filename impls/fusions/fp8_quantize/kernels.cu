@@ -248,6 +248,7 @@ __global__ void __launch_bounds__(kThreads)
 // |x| amaxes per row and column (and of the whole) of 16-bit x in 16-byte vectors: amax_reuse's
 // packed tiles body (strips of 1024 columns, packed magnitudes, keys only per row, column and
 // CTA; its keys are max_key's). Its steps walk x top to bottom, as amax_kernel's bands.
+static_assert(kThreads == amax_reuse::device::kThreads, "tiles_packed_body assumes its CTA size");
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     amax_packed_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, uint32_t* row_ws,
@@ -529,8 +530,11 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB o
       const int64_t r = rb + rt;
       if (r >= rows) break;
       if (q.gran == Granularity::kRowwise) {
-        const int64_t rr = (r ^ a.row_scale_xor) < rows ? (r ^ a.row_scale_xor) : r;
-        const float t = sv[rr - row_base];
+        // The mutant hook's row: inside x and, with the scales folded, inside this tile (the
+        // tile's scales are all that shared memory holds).
+        const int64_t rx = r ^ a.row_scale_xor;
+        const bool rx_ok = rx < rows && (!fold || (rx >= rb && rx < rb + kCastTile));
+        const float t = sv[(rx_ok ? rx : r) - row_base];
 #pragma unroll
         for (int k = 0; k < 8; ++k) s[k] = t;
       }

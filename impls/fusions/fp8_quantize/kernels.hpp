@@ -66,8 +66,9 @@ struct QuantArgs {
   int n_dests = 0;
   VecOut scales[kMaxVecOuts], recips[kMaxVecOuts], amaxes[kMaxVecOuts];
   int n_scales = 0, n_recips = 0, n_amaxes = 0;
-  float* scale_ws =
-      nullptr;  ///< [len] float32 scales (len 1, rows or cols), written by the scales kernel
+  /// [len] float32 scales (len 1, rows or cols), written by the scales kernel and read by a cast
+  /// that does not fold them; null where nothing reads it (the optimized variant).
+  float* scale_ws = nullptr;
   /// A given amax (one element of given_dtype, tensorwise) instead of the amax workspace slot.
   const void* given = nullptr;
   DType given_dtype = DType::kFloat32;

@@ -137,6 +137,11 @@ std::vector<GpuCase> cases() {
   tensorwise.quants[0].col_major_out = true;
   tensorwise.quants[0].amax_out = true;
   synth("synthetic_tensorwise_both_copies_300x264", tensorwise);
+  for (const char* dt : {"float16", "float32"}) {  // the other source dtypes through the same kernel
+    pair.dtype = tensorwise.dtype = dt;
+    synth(std::string("synthetic_pair_rowwise_columnwise_200x136_") + dt, pair);
+    synth(std::string("synthetic_tensorwise_both_copies_300x264_") + dt, tensorwise);
+  }
   QuantForm rank3;
   rank3.shape = {2, 40, 96};
   rank3.quants = {QuantSpec{}, QuantSpec{}};
@@ -173,12 +178,14 @@ TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
   ASSERT_FALSE(outs.empty()) << c.name << ": no fp8_quantize region";
   const bool generic = param == "optimized_generic_cast";
   const std::string variant = generic ? "optimized" : param;
-  const bool before = fp8_quantize::cast_generic();
-  fp8_quantize::set_cast_generic(generic);
+  struct CastChoice {  // restores the process-wide choice however the test ends
+    bool before = fp8_quantize::cast_generic();
+    explicit CastChoice(bool g) { fp8_quantize::set_cast_generic(g); }
+    ~CastChoice() { fp8_quantize::set_cast_generic(before); }
+  } choice(generic);
   for (uint64_t seed : {41u, 42u, 43u}) {
     expect_bit_identical_to_eager(g, plan, variant, outs, seed, c.reference, c.name);
   }
-  fp8_quantize::set_cast_generic(before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Traces, Fp8QuantizeGpu,
