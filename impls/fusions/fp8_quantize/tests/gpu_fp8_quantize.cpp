@@ -137,7 +137,8 @@ std::vector<GpuCase> cases() {
   tensorwise.quants[0].col_major_out = true;
   tensorwise.quants[0].amax_out = true;
   synth("synthetic_tensorwise_both_copies_300x264", tensorwise);
-  for (const char* dt : {"float16", "float32"}) {  // the other source dtypes through the same kernel
+  // The other source dtypes through the same kernel.
+  for (const char* dt : {"float16", "float32"}) {
     pair.dtype = tensorwise.dtype = dt;
     synth(std::string("synthetic_pair_rowwise_columnwise_200x136_") + dt, pair);
     synth(std::string("synthetic_tensorwise_both_copies_300x264_") + dt, tensorwise);
