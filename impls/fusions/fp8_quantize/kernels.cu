@@ -115,37 +115,34 @@ struct Chunk {
   }
 };
 
+// The scale of element k: one per element (columnwise), or one for all 8 (tensorwise, rowwise:
+// no per-element copies of it).
+__device__ __forceinline__ float scale_at(const float* s, int k) {
+  return s[k];
+}
+__device__ __forceinline__ float scale_at(float s, int) {
+  return s;
+}
+
 // The 8 float8 bytes of v[k] * s[k] clamped to the float8 dtype's max (byte k = element k,
 // little-endian in x then y): the clamp and the cast are one saturating conversion of two floats
 // (cvt.rn.satfinite.{e4m3,e5m2}x2.f32). A product past the max rounds to it either way, and a
 // NaN product (the GPU's canonical, positive NaN) becomes 0x7F as float8_bits writes it. The
 // binder declines a clamp bound other than the dtype's max (Quantization::fp8_max).
-template <bool kE5M2>
-__device__ __forceinline__ uint2 pack8_sat(const float (&v)[8], const float (&s)[8]) {
+// S: const float* (8 scales) or float (one), by value.
+template <bool kE5M2, typename S>
+__device__ __forceinline__ uint2 pack8_sat(const float (&v)[8], S s) {
   uint32_t h[4];
 #pragma unroll
   for (int p = 0; p < 4; ++p)
-    h[p] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * p] * s[2 * p], v[2 * p + 1] * s[2 * p + 1]),
-                                    __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
+    h[p] = __nv_cvt_float2_to_fp8x2(
+        make_float2(v[2 * p] * scale_at(s, 2 * p), v[2 * p + 1] * scale_at(s, 2 * p + 1)),
+        __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
   return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
 }
 
-__device__ __forceinline__ uint2 pack8(const float (&v)[8], const float (&s)[8], bool e5m2) {
-  return e5m2 ? pack8_sat<true>(v, s) : pack8_sat<false>(v, s);
-}
-
-// The same with one scale for the 8 elements (tensorwise, rowwise): no per-element copies of it.
-template <bool kE5M2>
-__device__ __forceinline__ uint2 pack8_sat(const float (&v)[8], float s) {
-  uint32_t h[4];
-#pragma unroll
-  for (int p = 0; p < 4; ++p)
-    h[p] = __nv_cvt_float2_to_fp8x2(make_float2(v[2 * p] * s, v[2 * p + 1] * s), __NV_SATFINITE,
-                                    kE5M2 ? __NV_E5M2 : __NV_E4M3);
-  return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
-}
-
-__device__ __forceinline__ uint2 pack8(const float (&v)[8], float s, bool e5m2) {
+template <typename S>
+__device__ __forceinline__ uint2 pack8(const float (&v)[8], S s, bool e5m2) {
   return e5m2 ? pack8_sat<true>(v, s) : pack8_sat<false>(v, s);
 }
 
