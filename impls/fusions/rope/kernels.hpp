@@ -146,7 +146,7 @@ struct FixedGeometry {
 FixedGeometry parse_fixed_geometry(const std::string& text);
 
 /// The geometry rope_optimized's fixed forms use: set_fixed_geometry's, else REPLAY_ROPE_GEOMETRY=
-/// PACKED,BLOCKS_PER_SM (e.g. `1,4`) from the environment, else the defaults above. Throws
+/// PACKED,BLOCKS_PER_SM (e.g. `1,3`) from the environment, else the defaults above. Throws
 /// std::invalid_argument for a malformed variable or one outside set_fixed_geometry's range.
 FixedGeometry fixed_geometry();
 
