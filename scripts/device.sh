@@ -37,7 +37,8 @@
 #   normbwd         norm_bwd split-size sweep of the [576000, 384] LayerNorm and RMSNorm backward
 #                   (replay_bench_norm_bwd) -> normbwd/bench_{ln,rms}.json: <= 10 min.
 #   normfwd         layernorm_fwd sweep mode (REPLAY_NORM_FWD_GEOMETRY) on the [576000, 384],
-#                   [16384, 1600] and [8192, 4096] forwards -> normfwd/sweep.txt: ~3 min.
+#                   [16384, 1600] and [8192, 4096] forwards (or $TRACES; NORMFWD_GEOMETRIES picks
+#                   the configurations) -> normfwd/sweep.txt: ~3 min.
 #   epifwd          matmul_epilogue forward geometry sweep (REPLAY_EPILOGUE_GEOMETRY: vectors per
 #                   thread, table kernel threads, raw lookups) on five bfloat16 MLP forwards
 #                   -> epifwd/sweep.txt: ~45 s per geometry.
@@ -308,17 +309,20 @@ phase_normbwd() {
 phase_normfwd() {
   # layernorm_fwd sweep mode: REPLAY_NORM_FWD_GEOMETRY=TPG,VPT,D,MINB,CS,P (kernels.cu) over
   # $NORMFWD_GEOMETRIES (default below; each must be compiled in REPLAY_NORM_FWD_SWEEP), on the
-  # [576000, 384], [16384, 1600] and [8192, 4096] forwards it holds, cold, optimized only; the
-  # heuristic's choice first ("heuristic"). -> normfwd/sweep.txt
+  # [576000, 384], [16384, 1600] and [8192, 4096] forwards it holds (or $TRACES: the generic
+  # body's list, REPLAY_NORM_FWD_SWEEP_GENERIC, on default-partitioner forwards), cold, optimized
+  # only; the heuristic's choice first ("heuristic"). -> normfwd/sweep.txt
   local rc=0 g g_env f cols tpg vpt
-  local t384="traces/pr165370_layernorm_train_fwd_576000x384.json traces/pr165370_rmsnorm_train_fwd_576000x384.json"
-  local t1600=traces/nanogpt_layernorm_train_fwd_16x1024x1600.json
-  local t4096=traces/meta_llama_rmsnorm_train_fwd_2x4096x4096.json
+  local t
+  mapfile -t t < <(traces_or printf '%s\n' traces/pr165370_layernorm_train_fwd_576000x384.json \
+    traces/pr165370_rmsnorm_train_fwd_576000x384.json \
+    traces/nanogpt_layernorm_train_fwd_16x1024x1600.json \
+    traces/meta_llama_rmsnorm_train_fwd_2x4096x4096.json)
   local geoms=${NORMFWD_GEOMETRIES:-"heuristic 8,6,1,4,1,1 16,3,2,4,1,1 16,3,2,4,0,1 16,3,1,8,1,0
     16,3,1,8,0,0 32,2,1,8,1,0 32,7,1,4,1,1 32,7,1,4,0,1 128,4,2,4,1,1 128,4,2,4,0,1 128,4,2,3,1,1
     128,4,2,3,0,1 128,4,1,4,1,1 64,8,1,3,0,1"}
   for g in $geoms; do
-    for f in $t384 $t1600 $t4096; do
+    for f in "${t[@]}"; do
       cols=${f##*x}; cols=${cols%.json}
       if [ "$g" != heuristic ]; then
         IFS=, read -r tpg vpt _ <<< "$g"

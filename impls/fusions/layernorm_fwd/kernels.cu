@@ -51,16 +51,21 @@ __device__ __forceinline__ void round_to_dtype(float* y, DType dt) {
   }
 }
 
-// E fp32 values to 16-byte aligned memory, E/4 streaming 16-byte stores (written once): the
-// generic body's exports and, in every shape, the exported fp32 x (not swept). The generic body
-// keeps the streaming hint: with plain stores the write-heavy default-partitioner forwards measured
-// slower (TUNING.md, issue 25 step 3).
-template <int E>
+// E fp32 values to 16-byte aligned memory, E/4 16-byte stores (written once), streaming
+// (`st.global.cs`) with CS: the generic body's exports and, in every shape, the exported fp32 x.
+// The generic body's choice is its geometry's CS (streaming unless a sweep says otherwise: with
+// plain stores the write-heavy default-partitioner forwards measured slower, TUNING.md, issue 25
+// step 3); the compiled shapes' x32 stays streaming (not swept).
+template <int E, bool CS = true>
 __device__ __forceinline__ void store_f32(float* dst, const float* y) {
 #pragma unroll
-  for (int j = 0; j < E / 4; ++j)
-    __stcs(reinterpret_cast<float4*>(dst) + j,
-           make_float4(y[4 * j], y[4 * j + 1], y[4 * j + 2], y[4 * j + 3]));
+  for (int j = 0; j < E / 4; ++j) {
+    const float4 v = make_float4(y[4 * j], y[4 * j + 1], y[4 * j + 2], y[4 * j + 3]);
+    if constexpr (CS)
+      __stcs(reinterpret_cast<float4*>(dst) + j, v);
+    else
+      reinterpret_cast<float4*>(dst)[j] = v;
+  }
 }
 
 template <typename T>
@@ -84,32 +89,41 @@ __device__ __forceinline__ uint32_t pack2(float a, float b, DType dt) {
 }
 
 // E fp32 values written at element `off` of `base` in dtype `dt` (float32, bfloat16 or float16),
-// streaming stores of 16 (E * 2 = 8: 8) bytes; `base + off` aligned to the bytes written.
-template <int E>
+// stores of 16 (E * 2 = 8: 8) bytes, streaming with CS; `base + off` aligned to the bytes written.
+template <int E, bool CS = true>
 __device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, const float* y) {
-  if (dt == DType::kFloat32) return store_f32<E>(static_cast<float*>(base) + off, y);
+  if (dt == DType::kFloat32) return store_f32<E, CS>(static_cast<float*>(base) + off, y);
   uint32_t w[E / 2];
 #pragma unroll
   for (int e = 0; e < E; e += 2) w[e / 2] = pack2(y[e], y[e + 1], dt);
   uint16_t* p = static_cast<uint16_t*>(base) + off;
   if constexpr (E == 8) {
-    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+    const uint4 v = make_uint4(w[0], w[1], w[2], w[3]);
+    if constexpr (CS)
+      __stcs(reinterpret_cast<uint4*>(p), v);
+    else
+      *reinterpret_cast<uint4*>(p) = v;
   } else {
     static_assert(E == 4, "16-byte vectors of 2- or 4-byte elements");
-    __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+    const uint2 v = make_uint2(w[0], w[1]);
+    if constexpr (CS)
+      __stcs(reinterpret_cast<uint2*>(p), v);
+    else
+      *reinterpret_cast<uint2*>(p) = v;
   }
 }
 
 // The row exports taken at `stage` of vector v of `row`: y written in each one's dtype. The loop
 // bound is a kernel argument (uniform), the index a constant after unrolling.
-template <int E>
+template <int E, bool CS = true>
 __device__ __forceinline__ void export_stage(const NormFwdArgs& a, int stage, int64_t row, int v,
                                              const float* y) {
 #pragma unroll
   for (int i = 0; i < kNormMaxExports; ++i) {
     if (i >= a.n_row_exports) break;
     const NormRowExport& x = a.row_exports[i];
-    if (x.stage == stage) store_as<E>(x.ptr, x.dtype, row * x.row_stride + int64_t(v) * E, y);
+    if (x.stage == stage)
+      store_as<E, CS>(x.ptr, x.dtype, row * x.row_stride + int64_t(v) * E, y);
   }
 }
 
@@ -217,8 +231,8 @@ __device__ __forceinline__ void load_weight(const NormFwdArgs& a, int i, const v
 // The epilogue on one vector of normalized values y, shared by both variants. Every branch depends
 // only on kernel arguments, so it is uniform across the grid. w0 / w1 are selected, not indexed,
 // so that no pointer array goes to local memory. The generic path also writes the row exports
-// taken after a step (vector v of `row`).
-template <typename T, EpiKind K>
+// taken after a step (vector v of `row`), streaming with CS.
+template <typename T, EpiKind K, bool CS = true>
 __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const void* w0,
                                          const void* w1, int v, int64_t row) {
   constexpr int E = Vec<T>::kElems;
@@ -245,7 +259,7 @@ __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const v
         for (int e = 0; e < E; ++e) y[e] = st.op == EpilogueOp::kMul ? y[e] * wa[e] : y[e] + wa[e];
       }
       round_to_dtype<E>(y, st.dtype);
-      export_stage<E>(a, s, row, v, y);
+      export_stage<E, CS>(a, s, row, v, y);
     }
   }
 }
@@ -554,6 +568,8 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
   }
   uint4* yr = reinterpret_cast<uint4*>(static_cast<T*>(a.out) + row * a.out_row_stride);
   float* x32r = a.x32_out ? a.x32_out + row * a.x32_row_stride : nullptr;
+  // The exported x32's hint: the generic body's CS, streaming in the compiled shapes (not swept).
+  constexpr bool kCsExport = K == EpiKind::kGeneric ? CS : true;
   uint4* hr = ADD && a.h_out
                   ? reinterpret_cast<uint4*>(static_cast<T*>(a.h_out) + row * a.h_row_stride)
                   : nullptr;
@@ -570,26 +586,26 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
           hr[v] = V::pack(y);
       }
     }
-    if (x32r) store_f32<E>(x32r + int64_t(v) * E, y);
+    if (x32r) store_f32<E, kCsExport>(x32r + int64_t(v) * E, y);
     if (K == EpiKind::kGeneric && two_step) {
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] -= mean;
-      export_stage<E>(a, kStageCentered, row, v, y);
+      export_stage<E, CS>(a, kStageCentered, row, v, y);
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] *= rstd;
-      export_stage<E>(a, kStageNormalized, row, v, y);
+      export_stage<E, CS>(a, kStageNormalized, row, v, y);
     } else {
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
     }
-    epilogue<T, K>(a, y, w0, w1, v, row);
+    epilogue<T, K, CS>(a, y, w0, w1, v, row);
     if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>()) {
       if constexpr (CS)
         __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
       else
         yr[v] = V::pack(y);
     } else {
-      store_as<E>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
+      store_as<E, CS>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
     }
   }
 }
@@ -822,6 +838,19 @@ std::pair<int, int> geometry(int64_t nvec) {
   X(32, 2, 1, 8, 1) X(32, 7, 1, 4, 1) X(32, 7, 1, 4, 0) X(128, 4, 2, 4, 1) X(128, 4, 2, 4, 0) \
       X(128, 4, 2, 3, 1) X(128, 4, 2, 3, 0) X(128, 4, 1, 4, 1) X(64, 8, 1, 3, 0)
 
+// The generic body's (row or weight exports, run-time epilogue: the default partitioner's forwards)
+// configurations: the heuristic's at C = 4096 (128,4,1,4,1) and at per-head rows of 128
+// (16,1,1,4,1), against plain stores, rows in flight and more resident blocks.
+#define REPLAY_NORM_FWD_SWEEP_GENERIC(X)                                                        \
+  X(128, 4, 1, 4, 1)                                                                            \
+  X(128, 4, 1, 4, 0) X(128, 4, 2, 3, 1) X(128, 4, 2, 3, 0) X(128, 4, 1, 3, 0) X(16, 1, 1, 4, 1) \
+      X(16, 1, 1, 4, 0) X(16, 1, 1, 8, 1) X(16, 1, 1, 8, 0) X(16, 1, 2, 6, 0)
+
+template <int VPT, int TPG, int D, int MINB, bool CS>
+void launch_sweep_generic(const NormFwdArgs& a, cudaStream_t s, bool persistent) {
+  launch_shape<__nv_bfloat16, VPT, TPG, false, EpiKind::kGeneric, D, MINB, CS>(a, s, persistent);
+}
+
 template <int VPT, int TPG, int D, int MINB, bool CS>
 void launch_sweep_shape(const NormFwdArgs& a, cudaStream_t s, bool persistent) {
   using T = __nv_bfloat16;
@@ -834,8 +863,8 @@ void launch_sweep_shape(const NormFwdArgs& a, cudaStream_t s, bool persistent) {
       return launch_shape<T, VPT, TPG, false, EpiKind::kRoundScale, D, MINB, CS>(a, s, persistent);
     default:
       throw std::invalid_argument(
-          "REPLAY_NORM_FWD_GEOMETRY: the sweep covers the scale, affine and round-then-scale "
-          "epilogues only");
+          "REPLAY_NORM_FWD_GEOMETRY: the compiled-shape sweep covers the scale, affine and "
+          "round-then-scale epilogues (the generic body has its own configurations)");
   }
 }
 
@@ -856,15 +885,24 @@ bool launch_sweep(const NormFwdArgs& a, cudaStream_t s) {
     throw std::invalid_argument(std::string("REPLAY_NORM_FWD_GEOMETRY='") + env + "' holds " +
                                 std::to_string(tpg * vpt * 8) + " of the row's " +
                                 std::to_string(a.cols) + " columns");
-#define REPLAY_SWEEP_CASE(TPG, VPT, D, MB, CS)                      \
-  if (tpg == TPG && vpt == VPT && d == D && mb == MB && cs == CS) { \
-    launch_sweep_shape<VPT, TPG, D, MB, CS>(a, s, persistent != 0); \
-    return true;                                                    \
+  const bool generic = classify_epilogue(a) == EpiKind::kGeneric;
+#define REPLAY_SWEEP_CASE(TPG, VPT, D, MB, CS)                                  \
+  if (!generic && tpg == TPG && vpt == VPT && d == D && mb == MB && cs == CS) { \
+    launch_sweep_shape<VPT, TPG, D, MB, CS>(a, s, persistent != 0);             \
+    return true;                                                                \
+  }
+#define REPLAY_SWEEP_GENERIC_CASE(TPG, VPT, D, MB, CS)                         \
+  if (generic && tpg == TPG && vpt == VPT && d == D && mb == MB && cs == CS) { \
+    launch_sweep_generic<VPT, TPG, D, MB, CS>(a, s, persistent != 0);          \
+    return true;                                                               \
   }
   REPLAY_NORM_FWD_SWEEP(REPLAY_SWEEP_CASE)
+  REPLAY_NORM_FWD_SWEEP_GENERIC(REPLAY_SWEEP_GENERIC_CASE)
 #undef REPLAY_SWEEP_CASE
-  throw std::invalid_argument(std::string("REPLAY_NORM_FWD_GEOMETRY='") + env +
-                              "' is not among the compiled sweep configurations (kernels.cu)");
+#undef REPLAY_SWEEP_GENERIC_CASE
+  throw std::invalid_argument(std::string("REPLAY_NORM_FWD_GEOMETRY='") + env + "' is not among the " +
+                              (generic ? "generic body's" : "compiled shapes'") +
+                              " sweep configurations (kernels.cu)");
 }
 
 template <typename T>

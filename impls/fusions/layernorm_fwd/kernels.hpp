@@ -151,9 +151,10 @@ void layernorm_fwd_baseline(const NormFwdArgs& a, float* mean, float* rstd, void
 /// Optimized: one row kernel. Requires layernorm_fwd_supports(a, kOptimized) == "" (which also
 /// refuses an output overlapping x or the residual: they are read through the read-only path).
 /// With REPLAY_NORM_FWD_GEOMETRY=TPG,VPT,D,MINB,CS,P set (sweep mode, TUNING.md) it launches that
-/// compiled configuration instead of the heuristic's; throws std::invalid_argument when the
-/// configuration is not compiled, cannot hold the row, or the region is not a bfloat16 row
-/// without a residual with a compiled epilogue shape.
+/// compiled configuration instead of the heuristic's (the compiled epilogue shapes and the generic
+/// body each have their own list); throws std::invalid_argument when the configuration is not
+/// compiled for the region's epilogue, cannot hold the row, or the region is not a bfloat16 row
+/// without a residual.
 void layernorm_fwd_optimized(const NormFwdArgs& a, cudaStream_t stream);
 
 }  // namespace replay

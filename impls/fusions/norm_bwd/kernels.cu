@@ -113,7 +113,13 @@ __device__ __forceinline__ float2 group_sum2(float a, float b, float2* red, int&
 // go to the dw/db accumulators). Each thread copies and reads only its own slots, so the ring needs
 // no barrier. Three stages (two rows in flight per group): H100, [8192, 4096] RMSNorm 98.5 -> 84.3
 // µs; same time at [576000, 384] and [16384, 1600]; four stages gained nothing (TUNING.md).
-constexpr int kStages = 3;
+// Rings of 4-5 parts per dy vector (the default partitioner's fp32 x beside a saved xhat: 1.3-1.7x
+// the bytes per row of x, dy in one 16-bit dtype) take two stages: at three, they held one (Gemma:
+// fp32 x and xs) or two (Llama: fp32 x, bf16 xs) 256-thread blocks per SM; at two, two or three
+// (issue 25, TUNING.md).
+constexpr int ring_stages(int parts) {
+  return parts >= 4 ? 2 : 3;
+}
 
 // Row r's first element in a tensor laid out by m (NormBwdRowMap).
 __device__ __forceinline__ int64_t row_off(const NormBwdArgs& a, const NormBwdRowMap& m,
@@ -158,11 +164,11 @@ __device__ __forceinline__ void unpack_parts(const uint4* const* p, float* f) {
   for (int q = 0; q < NP; ++q) Vec<U>::unpack(*p[q], f + q * Vec<U>::kElems);
 }
 
-// Dynamic shared memory of the row kernel: w_eff [cols] fp32, then the ring
-// [kStages][K][VPT][block] of 16-byte vectors, K = x's parts + 1 (dy) + the saved xhat's parts;
-// the final partial sums [RPI][cols] reuse the ring.
-__host__ __device__ constexpr size_t ring_offset(int64_t cols) {
-  return (static_cast<size_t>(cols) * sizeof(float) + 15) / 16 * 16;
+// Dynamic shared memory of the row kernel: w_eff [cols] (fp32; bfloat16 in the Llama form,
+// w_bytes 2), then the ring [stages][K][VPT][block] of 16-byte vectors, K = x's parts + 1 (dy) +
+// the saved xhat's parts; the final partial sums [RPI][cols] reuse the ring.
+__host__ __device__ constexpr size_t ring_offset(int64_t cols, int w_bytes) {
+  return (static_cast<size_t>(cols) * w_bytes + 15) / 16 * 16;
 }
 
 // Resident blocks per SM the row kernel is compiled for (its register cap): 1 for G = 512, else 2;
@@ -172,12 +178,16 @@ __host__ __device__ constexpr size_t ring_offset(int64_t cols) {
 // Issue 25 (packed Llama form): only at 2 vectors per thread (its g is kept packed for pass 2,
 // VPT x 4 registers: at 3 vectors ptxas spilled 16-26 bytes under the 80-register cap); and the
 // one-dtype form without rounding or bias (litgpt's RMSNorm) likewise, to be measured.
+// Llama's default-partition form (fp32 x, bf16 saved xhat, kRndBf16, 2 vectors) likewise: its
+// two-stage ring and bfloat16 w take 72 KiB at C = 4096, room for three blocks.
 template <typename T, typename TX, typename TS, int G, int VPT, bool kAcc, int kRnd, bool kDb>
 constexpr int rows_min_blocks() {
   if constexpr (G > 256)
     return 1;
   else if constexpr (kAcc && !kDb && (kRnd == kRndBf16 || kRnd == kRndNone) && VPT <= 2 &&
                      std::is_same_v<T, TX> && std::is_void_v<TS>)
+    return 3;
+  else if constexpr (kAcc && !kDb && kRnd == kRndBf16 && VPT <= 2 && std::is_same_v<TS, T>)
     return 3;
   else
     return 2;
@@ -197,9 +207,11 @@ __global__ void __launch_bounds__(block_of(G),
   static_assert(NX >= 1 && (NS == 0 || kAcc), "x at least as wide as dy; xs only with dw");
   constexpr int kBlock = block_of(G);
   constexpr int RPI = kBlock / G;  // rows per block iteration
+  constexpr int kStages = ring_stages(K);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* w_s = reinterpret_cast<float*>(smem_raw);
-  uint4* ring = reinterpret_cast<uint4*>(smem_raw + ring_offset(a.cols));
+  uint4* ring = reinterpret_cast<uint4*>(
+      smem_raw + ring_offset(a.cols, kRnd == kRndBf16 ? sizeof(__nv_bfloat16) : sizeof(float)));
   __shared__ float2 red[2 * kBlock / 32];
   int phase = 0;  // group_sum2 calls so far
   const int tid = threadIdx.x % G, grp = threadIdx.x / G;
@@ -724,7 +736,11 @@ int round_mode(const NormBwdArgs& a) {
   if (!needs_round(a)) return kRndNone;
   const DType b = DType::kBFloat16;
   const bool w_bf16 = !a.w || a.w_round == b || (a.w_dtype == b && a.w_offset == 0.f);
-  if (a.dy_dtype == b && a.g_round == b && a.xhat_round == b && a.dwt_round == b &&
+  // A bfloat16 saved xhat (Llama's default partition) is the dw term's xhat: its rounding to
+  // bfloat16 is exact, so an unrounded xhat_round is the same form.
+  const bool xhat_bf16 =
+      a.xhat_round == b || (a.xs && a.xs_dtype == b && a.xhat_round == DType::kFloat32);
+  if (a.dy_dtype == b && a.g_round == b && xhat_bf16 && a.dwt_round == b &&
       a.dx_part_round == DType::kFloat32 && !a.recenter && !a.db && !a.layernorm && w_bf16)
     return kRndBf16;
   return kRndAny;
@@ -850,10 +866,14 @@ int ring_parts(const NormBwdArgs& a, bool acc) {
   return bytes_of(a.x_dtype) / d + 1 + (acc && a.xs ? bytes_of(a.xs_dtype) / d : 0);
 }
 
+// The row kernel's dynamic shared memory: w_eff (bfloat16 in the Llama form) and the ring.
 size_t rows_smem(const NormBwdArgs& a, bool acc) {
   const NormBwdGeometry geo = norm_bwd_geometry(a);
-  return ring_offset(a.cols) + size_t(kStages) * ring_parts(a, acc) * geo.vectors_per_thread *
-                                   geo.block_threads * sizeof(uint4);
+  const int w_bytes = round_mode(a) == kRndBf16 ? 2 : 4;
+  const int parts = ring_parts(a, acc);
+  return ring_offset(a.cols, w_bytes) + size_t(ring_stages(parts)) * parts *
+                                            geo.vectors_per_thread * geo.block_threads *
+                                            sizeof(uint4);
 }
 
 struct DeviceInfo {
