@@ -390,10 +390,14 @@ constexpr int kOptThreads = 128;
 // residual vectors are in flight too (VPT more 16-byte registers): 3 resident blocks (168
 // registers) from 4 vectors per thread, 2 from 7 (not tuned). The generic body (exports, run-time
 // epilogue) keeps the choices it had before the issue-25 sweep (one row in flight, 4 or 3 blocks,
-// streaming hints: plain stores measured slower on its write-heavy forms; it spills at 64 or 85),
-// except that rows of at most 64 vectors take the 16-thread geometry and grid (not measured there).
+// streaming hints: plain stores measured slower on its write-heavy forms), except that rows of at
+// most 64 vectors take the 16-thread geometry and grid, and the per-head rows of 128 of the default
+// partitioner's qk_norm forwards (16 threads x 1 vector) 8 blocks: 64 registers without a spill,
+// 121.7 -> 91.0 us on Qwen3's [262144, 128] (H200 generic sweep, TUNING.md; streaming or not: same).
+// At C = 4096 (128 x 4) neither plain stores, two rows in flight nor 3 blocks beat the 4 blocks.
 constexpr int min_blocks(int vpt, int tpg, bool add, bool generic) {
   if (add) return vpt >= 7 ? 2 : vpt >= 4 ? 3 : 4;
+  if (generic && tpg == 16 && vpt == 1) return 8;  // per-head rows of 128 (below)
   if (generic) return vpt >= (tpg > 32 ? 7 : 8) ? 3 : 4;
   if (tpg == 16) return vpt <= 3 ? 8 : 6;
   if (vpt >= 3 && vpt <= 4) return 3;  // rows_in_flight: 2
@@ -843,8 +847,8 @@ std::pair<int, int> geometry(int64_t nvec) {
 // (16,1,1,4,1), against plain stores, rows in flight and more resident blocks.
 #define REPLAY_NORM_FWD_SWEEP_GENERIC(X)                                                        \
   X(128, 4, 1, 4, 1)                                                                            \
-  X(128, 4, 1, 4, 0) X(128, 4, 2, 3, 1) X(128, 4, 2, 3, 0) X(128, 4, 1, 3, 0) X(16, 1, 1, 4, 1) \
-      X(16, 1, 1, 4, 0) X(16, 1, 1, 8, 1) X(16, 1, 1, 8, 0) X(16, 1, 2, 6, 0)
+  X(128, 4, 1, 4, 0) X(128, 4, 2, 3, 1) X(128, 4, 2, 3, 0) X(128, 4, 1, 5, 1) X(128, 4, 1, 6, 1) \
+      X(128, 4, 1, 6, 0) X(16, 1, 1, 4, 1) X(16, 1, 1, 4, 0) X(16, 1, 1, 8, 0) X(16, 1, 2, 6, 0)
 
 template <int VPT, int TPG, int D, int MINB, bool CS>
 void launch_sweep_generic(const NormFwdArgs& a, cudaStream_t s, bool persistent) {

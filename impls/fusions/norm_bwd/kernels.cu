@@ -866,10 +866,12 @@ int ring_parts(const NormBwdArgs& a, bool acc) {
   return bytes_of(a.x_dtype) / d + 1 + (acc && a.xs ? bytes_of(a.xs_dtype) / d : 0);
 }
 
-// The row kernel's dynamic shared memory: w_eff (bfloat16 in the Llama form) and the ring.
+// The row kernel's dynamic shared memory: w_eff (bfloat16 in the Llama form, which pick_rows
+// instantiates only with the accumulators: a dx-only kernel of the same args stages fp32) and the
+// ring.
 size_t rows_smem(const NormBwdArgs& a, bool acc) {
   const NormBwdGeometry geo = norm_bwd_geometry(a);
-  const int w_bytes = round_mode(a) == kRndBf16 ? 2 : 4;
+  const int w_bytes = acc && round_mode(a) == kRndBf16 ? 2 : 4;
   const int parts = ring_parts(a, acc);
   return ring_offset(a.cols, w_bytes) + size_t(ring_stages(parts)) * parts *
                                             geo.vectors_per_thread * geo.block_threads *
