@@ -113,17 +113,68 @@ __device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, cons
   }
 }
 
+// Lane pairs for the fp32 streams of 16-bit rows. A lane's vector v of a 16-bit row is 8
+// elements; in fp32 they are 32 bytes, one DRAM sector, which two 16-byte stores of the lane would
+// write half by half: each store instruction then touches 32 sectors for 512 bytes, twice the
+// sector traffic of the data (the default-partitioner forwards, 1-3 fp32 streams beside 16-bit x
+// and y, measured 67-81 % of SOL against 87 % without them: TUNING.md). Paired, lanes 2m and
+// 2m + 1 (vectors v and v ^ 1) swap halves with four shuffles, and each store instruction writes
+// whole sectors: the first the pair's even vector's 32 bytes, the second the odd one's.
+struct PairCtx {
+  bool in = true;     ///< this lane's vector is inside the row (its own values are stored)
+  bool pin = false;   ///< the partner lane's vector (v ^ 1) is
+  unsigned mask = 0;  ///< the pair's two lanes (both execute every paired store)
+};
+
+template <bool CS>
+__device__ __forceinline__ void st_f4(float* p, float4 v) {
+  if constexpr (CS)
+    __stcs(reinterpret_cast<float4*>(p), v);
+  else
+    *reinterpret_cast<float4*>(p) = v;
+}
+
+// The 8 fp32 values y of vector v, stored at elements [8v, 8v + 8) of `row_base`, with the
+// partner lane's (same call, vector v ^ 1): see PairCtx.
+template <bool CS>
+__device__ __forceinline__ void store_f32x8_paired(float* row_base, int v, const float* y,
+                                                   const PairCtx& p) {
+  const bool odd = v & 1;
+  float r[4];  // the partner's half: its lower four (odd lane) or upper four (even lane)
+#pragma unroll
+  for (int j = 0; j < 4; ++j) r[j] = __shfl_xor_sync(p.mask, odd ? y[j] : y[4 + j], 1);
+  const float4 mine = odd ? make_float4(y[4], y[5], y[6], y[7]) : make_float4(y[0], y[1], y[2], y[3]);
+  const float4 theirs = make_float4(r[0], r[1], r[2], r[3]);
+  // First store, the even vector's sector: the even lane its lower half at 8v, the odd lane the
+  // partner's upper at 8v - 4. Second, the odd vector's: the even lane the partner's lower at
+  // 8v + 8, the odd lane its upper at 8v + 4. Selected, not branched: each is one instruction for
+  // the whole warp.
+  if (odd ? p.pin : p.in) st_f4<CS>(row_base + (odd ? 8 * v - 4 : 8 * v), odd ? theirs : mine);
+  if (odd ? p.in : p.pin) st_f4<CS>(row_base + (odd ? 8 * v + 4 : 8 * v + 8), odd ? mine : theirs);
+}
+
+// Vector v of a row starting at element `row_off` of `base` (dtype dt): store_as, or with PAIR (the
+// caller's lanes paired, E = 8) an fp32 destination written by store_f32x8_paired.
+template <int E, bool CS, bool PAIR>
+__device__ __forceinline__ void store_vec(void* base, DType dt, int64_t row_off, int v,
+                                          const float* y, const PairCtx& p) {
+  if constexpr (PAIR && E == 8) {
+    if (dt == DType::kFloat32)
+      return store_f32x8_paired<CS>(static_cast<float*>(base) + row_off, v, y, p);
+  }
+  if (p.in) store_as<E, CS>(base, dt, row_off + int64_t(v) * E, y);
+}
+
 // The row exports taken at `stage` of vector v of `row`: y written in each one's dtype. The loop
 // bound is a kernel argument (uniform), the index a constant after unrolling.
-template <int E, bool CS = true>
+template <int E, bool CS = true, bool PAIR = false>
 __device__ __forceinline__ void export_stage(const NormFwdArgs& a, int stage, int64_t row, int v,
-                                             const float* y) {
+                                             const float* y, const PairCtx& p = PairCtx{}) {
 #pragma unroll
   for (int i = 0; i < kNormMaxExports; ++i) {
     if (i >= a.n_row_exports) break;
     const NormRowExport& x = a.row_exports[i];
-    if (x.stage == stage)
-      store_as<E, CS>(x.ptr, x.dtype, row * x.row_stride + int64_t(v) * E, y);
+    if (x.stage == stage) store_vec<E, CS, PAIR>(x.ptr, x.dtype, row * x.row_stride, v, y, p);
   }
 }
 
@@ -231,15 +282,18 @@ __device__ __forceinline__ void load_weight(const NormFwdArgs& a, int i, const v
 // The epilogue on one vector of normalized values y, shared by both variants. Every branch depends
 // only on kernel arguments, so it is uniform across the grid. w0 / w1 are selected, not indexed,
 // so that no pointer array goes to local memory. The generic path also writes the row exports
-// taken after a step (vector v of `row`), streaming with CS.
-template <typename T, EpiKind K, bool CS = true>
+// taken after a step (vector v of `row`), streaming with CS, lanes paired with PAIR (a lane whose
+// vector lies past the row still computes, on its partner's weights, for the paired stores).
+template <typename T, EpiKind K, bool CS = true, bool PAIR = false>
 __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const void* w0,
-                                         const void* w1, int v, int64_t row) {
+                                         const void* w1, int v, int64_t row,
+                                         const PairCtx& p = PairCtx{}) {
   constexpr int E = Vec<T>::kElems;
+  const int wv = PAIR && !p.in ? v ^ 1 : v;  // weights inside the row
   float wa[E], wb[E];
   if constexpr (K == EpiKind::kScale || K == EpiKind::kRoundScale || K == EpiKind::kAffine)
-    load_weight<T>(a, 0, w0, v, wa);
-  if constexpr (K == EpiKind::kAffine) load_weight<T>(a, 1, w1, v, wb);
+    load_weight<T>(a, 0, w0, wv, wa);
+  if constexpr (K == EpiKind::kAffine) load_weight<T>(a, 1, w1, wv, wb);
   if constexpr (K == EpiKind::kRoundScale) Vec<T>::unpack(Vec<T>::pack(y), y);
 #pragma unroll
   for (int e = 0; e < E; ++e) {
@@ -254,12 +308,12 @@ __device__ __forceinline__ void epilogue(const NormFwdArgs& a, float* y, const v
       // y's store rounds to its dtype (no step result is exported after the last step)
       if (s + 1 == a.n_epilogue && st.op == EpilogueOp::kRound && st.dtype == a.out_dtype) break;
       if (st.op != EpilogueOp::kRound) {
-        load_weight<T>(a, st.weight, st.weight == 0 ? w0 : w1, v, wa);
+        load_weight<T>(a, st.weight, st.weight == 0 ? w0 : w1, wv, wa);
 #pragma unroll
         for (int e = 0; e < E; ++e) y[e] = st.op == EpilogueOp::kMul ? y[e] * wa[e] : y[e] + wa[e];
       }
       round_to_dtype<E>(y, st.dtype);
-      export_stage<E, CS>(a, s, row, v, y);
+      export_stage<E, CS, PAIR>(a, s, row, v, y, p);
     }
   }
 }
@@ -577,39 +631,51 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
   uint4* hr = ADD && a.h_out
                   ? reinterpret_cast<uint4*>(static_cast<T*>(a.h_out) + row * a.h_row_stride)
                   : nullptr;
+  // 16-bit rows: the fp32 streams (x32, fp32 exports, an fp32 y) are written by lane pairs in
+  // whole sectors (PairCtx); a pair runs while either of its vectors is inside the row (the group's
+  // lanes pair within it: TPG is even, so v and v ^ 1 have the same k).
+  constexpr bool kPair = E == 8;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = tid + k * TPG;
-    if (v >= nvec) continue;
+    PairCtx pc;
+    pc.in = v < nvec;
+    if constexpr (kPair) {
+      pc.pin = (v ^ 1) < nvec;
+      pc.mask = 3u << (threadIdx.x & 30);
+    }
+    if (!pc.in && !pc.pin) continue;
     float* y = x[k];
     if constexpr (ADD) {
-      if (hr) {  // h as the graph rounds it (pack rounds to T)
+      if (hr && pc.in) {  // h as the graph rounds it (pack rounds to T)
         if constexpr (CS)
           __stcs(hr + v, V::pack(y));
         else
           hr[v] = V::pack(y);
       }
     }
-    if (x32r) store_f32<E, kCsExport>(x32r + int64_t(v) * E, y);
+    if (x32r) store_vec<E, kCsExport, kPair>(x32r, DType::kFloat32, 0, v, y, pc);
     if (K == EpiKind::kGeneric && two_step) {
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] -= mean;
-      export_stage<E, CS>(a, kStageCentered, row, v, y);
+      export_stage<E, CS, kPair>(a, kStageCentered, row, v, y, pc);
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] *= rstd;
-      export_stage<E, CS>(a, kStageNormalized, row, v, y);
+      export_stage<E, CS, kPair>(a, kStageNormalized, row, v, y, pc);
     } else {
 #pragma unroll
       for (int e = 0; e < E; ++e) y[e] = fmaf(y[e], rstd, shift);
     }
-    epilogue<T, K, CS>(a, y, w0, w1, v, row);
+    epilogue<T, K, CS, kPair>(a, y, w0, w1, v, row, pc);
     if (K != EpiKind::kGeneric || a.out_dtype == dtype_of<T>()) {
-      if constexpr (CS)
-        __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
-      else
-        yr[v] = V::pack(y);
+      if (pc.in) {
+        if constexpr (CS)
+          __stcs(yr + v, V::pack(y));  // written once: evict-first in L2
+        else
+          yr[v] = V::pack(y);
+      }
     } else {
-      store_as<E, CS>(a.out, a.out_dtype, row * a.out_row_stride + int64_t(v) * E, y);
+      store_vec<E, CS, kPair>(a.out, a.out_dtype, row * a.out_row_stride, v, y, pc);
     }
   }
 }

@@ -223,6 +223,24 @@ __global__ void __launch_bounds__(block_of(G),
   auto slot = [&](int st, int j, int k) -> uint4* {
     return ring + ((st * K + j) * VPT + k) * kBlock + threadIdx.x;
   };
+  // A float32 x or saved xhat beside a 16-bit dy is 32 bytes per dy vector, one DRAM sector, which
+  // the thread's two 16-byte copies would read half by half (each copy instruction touching 32
+  // sectors for 512 bytes). Paired, lanes 2m and 2m + 1 (vectors v and v ^ 1: G is even) copy the
+  // pair's even vector's sector with the first instruction and the odd one's with the second, each
+  // into its owner's slot; the lanes then read slots their partner filled, so a warp barrier
+  // follows the wait and precedes the next copy into a stage (TUNING.md, issue 25 step 4).
+  constexpr bool kPairX = NX == 2, kPairS = NS == 2, kPaired = kPairX || kPairS;
+  const bool odd = tid & 1;
+  auto copy_paired = [&](uint4* own_lo, uint4* own_hi, const uint4* src, int v, bool in,
+                         bool pin) {
+    // own_lo / own_hi: this thread's slots of the part's halves; the partner's are one thread
+    // over. First copy, the even vector's sector: the even lane its own lower half, the odd lane
+    // the partner's upper; second, the odd vector's: the even lane the partner's lower, the odd
+    // lane its own upper. Selected, not branched: each copy is one instruction for the warp.
+    const bool p1 = odd ? pin : in, p2 = odd ? in : pin;
+    cp_async16(odd ? own_hi - 1 : own_lo, src + (p1 ? 2 * (v & ~1) + (odd ? 1 : 0) : 0), p1);
+    cp_async16(odd ? own_hi : own_lo + 1, src + (p2 ? 2 * (v | 1) + (odd ? 1 : 0) : 0), p2);
+  };
   auto issue = [&](int64_t row, int st) {
     const bool ok = row < r1;
     const RowIx ix = row_ix(a, ok ? row : r0);
@@ -236,13 +254,21 @@ __global__ void __launch_bounds__(block_of(G),
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int v = tid + k * G;
-      const bool in = ok && v < nvec;
+      const bool in = ok && v < nvec, pin = ok && (v ^ 1) < nvec;
+      if constexpr (kPairX) {
+        copy_paired(slot(st, 0, k), slot(st, 1, k), xr, v, in, pin);
+      } else {
 #pragma unroll
-      for (int q = 0; q < NX; ++q) cp_async16(slot(st, q, k), xr + (in ? v * NX + q : 0), in);
+        for (int q = 0; q < NX; ++q) cp_async16(slot(st, q, k), xr + (in ? v * NX + q : 0), in);
+      }
       cp_async16(slot(st, NX, k), dr + (in ? v : 0), in);
+      if constexpr (kPairS) {
+        copy_paired(slot(st, NX + 1, k), slot(st, NX + 2, k), sr, v, in, pin);
+      } else {
 #pragma unroll
-      for (int q = 0; q < NS; ++q)
-        cp_async16(slot(st, NX + 1 + q, k), sr + (in ? v * NS + q : 0), in);
+        for (int q = 0; q < NS; ++q)
+          cp_async16(slot(st, NX + 1 + q, k), sr + (in ? v * NS + q : 0), in);
+      }
     }
     cp_async_commit();
   };
@@ -298,10 +324,12 @@ __global__ void __launch_bounds__(block_of(G),
   int st = 0, st_issue = kStages - 1;
   for (int64_t it = 0; it < iters; ++it, row += RPI, st = st + 1 == kStages ? 0 : st + 1,
                st_issue = st_issue + 1 == kStages ? 0 : st_issue + 1) {
+    if constexpr (kPaired) __syncwarp();  // the partner is done reading stage st_issue
     issue(row + (kStages - 1) * RPI, st_issue);
     float m = nm, s = ns;
     load_stats(row + RPI, nm, ns);
     cp_async_wait<kStages - 1>();  // this row's copies (this thread's own) have landed
+    if constexpr (kPaired) __syncwarp();  // and the partner's, into this thread's slots
     const bool valid = row < r1;
     // Row statistics: xhat = (x - m) * s; rs is the rstd of dx.
     float rs = s;
