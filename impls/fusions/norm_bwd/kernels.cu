@@ -10,8 +10,9 @@
 // vectors t, t+G, ..., (VPT of them) of x and dy packed in registers; the next row's vectors are
 // loaded while the current one is computed. Two passes over the registers: (1) S1 = sum(g),
 // S2 = sum(g * xhat), reduced over the group; (2) dx, and (optimized) the dw/db terms accumulated
-// in fp32 registers — each thread owns the same columns in every row of its block's chunk.
-// At the end of the chunk the block's groups are summed in a fixed order through shared memory
+// in fp32 registers — each thread owns the same columns in every row of its block's rows (row
+// groups interleaved over the grid). At the end the block's groups are summed in a fixed order
+// through shared memory
 // and the block writes one partial row of dw and of db. w_eff = rnd(w + offset) is staged in
 // shared memory as fp32 once per block.
 // Kernel 2 (baseline only): column sums of dy * xhat and dy over row chunks, read again from
@@ -104,11 +105,12 @@ __device__ __forceinline__ float2 group_sum2(float a, float b, float2* red, int&
 
 // ---------------------------------------------------------------------------------------------
 // Kernel 1: dx rows (both variants); with kAcc, the chunk's dw/db partials (optimized).
-// Block b takes rows [b * split, (b + 1) * split). kRnd: how the graph rounds g, xhat, the dw term.
+// Block b takes the row groups b, b + grid, ... (about `split` rows). kRnd: how the graph rounds g,
+// xhat, the dw term.
 // stats_out (baseline, recomputed statistics): the row's mean and rstd for the column kernel.
 //
 // x and dy reach the thread through a ring of kStages shared-memory slots filled with cp.async
-// (16 bytes, L2 only, zero-filled past the row end or the chunk): the kStages - 1 rows after the
+// (16 bytes, L2 only, zero-filled past the row end or the last row): the kStages - 1 rows after the
 // current one are in flight while the current one is computed, without registers held for it (they
 // go to the dw/db accumulators). Each thread copies and reads only its own slots, so the ring needs
 // no barrier. Three stages (two rows in flight per group): H100, [8192, 4096] RMSNorm 98.5 -> 84.3
@@ -216,8 +218,13 @@ __global__ void __launch_bounds__(block_of(G),
   int phase = 0;  // group_sum2 calls so far
   const int tid = threadIdx.x % G, grp = threadIdx.x / G;
   const int nvec = static_cast<int>(a.cols / E);
-  const int64_t r0 = int64_t(blockIdx.x) * split;
-  const int64_t r1 = min(r0 + split, a.rows);
+  // Rows interleaved over the grid: block b takes the row groups b, b + grid, b + 2 grid, ... (RPI
+  // rows each), about `split` rows in all (the grid is ceil(rows / split) blocks). Contiguous
+  // chunks per block made every tensor ~grid sequential streams far apart in memory: the default
+  // partitioner's forms ran at ~2.5 TB/s whatever the blocks per SM (TUNING.md, issue 25 step 4).
+  // A block's set of rows is fixed by the grid, so its partial dw/db row is run-to-run identical.
+  (void)split;
+  const int64_t row0 = int64_t(blockIdx.x) * RPI, step = int64_t(RPI) * gridDim.x;
   const float inv_c = 1.f / float(a.cols);
   // This thread's slot k of part j (0 .. NX-1: x, NX: dy, NX+1 ..: xs) in stage st.
   auto slot = [&](int st, int j, int k) -> uint4* {
@@ -242,8 +249,8 @@ __global__ void __launch_bounds__(block_of(G),
     cp_async16(odd ? own_hi : own_lo + 1, src + (p2 ? 2 * (v | 1) + (odd ? 1 : 0) : 0), p2);
   };
   auto issue = [&](int64_t row, int st) {
-    const bool ok = row < r1;
-    const RowIx ix = row_ix(a, ok ? row : r0);
+    const bool ok = row < a.rows;
+    const RowIx ix = row_ix(a, ok ? row : 0);
     const uint4* xr =
         reinterpret_cast<const uint4*>(static_cast<const TX*>(a.x) + ix_off(ix, a.x_rows));
     const uint4* dr =
@@ -281,7 +288,7 @@ __global__ void __launch_bounds__(block_of(G),
   auto load_stats = [&](int64_t row, float& m, float& s) {
     m = 0.f;
     s = 1.f;
-    if (row < r1 && a.stats != NormBwdStats::kRecompute) {
+    if (row < a.rows && a.stats != NormBwdStats::kRecompute) {
       if (a.mean) m = __ldg(a.mean + row * a.mean_stride);
       if (a.rstd) s = __ldg(a.rstd + row * a.rstd_stride);
     }
@@ -290,9 +297,9 @@ __global__ void __launch_bounds__(block_of(G),
   // The finalize (a programmatic dependent) may launch once every block of this grid has
   // started; it waits for this grid's completion before it reads (norm_bwd_finalize_kernel).
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  int64_t row = r0 + grp;
+  int64_t row = row0 + grp;
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(row + i * RPI, i);  // in flight during staging
+  for (int i = 0; i < kStages - 1; ++i) issue(row + i * step, i);  // in flight during staging
   float nm, ns;
   load_stats(row, nm, ns);
   // No weight: w = 1 (dy * 1 is exact). The Llama form stages w_eff as bfloat16 (exact: round_mode
@@ -318,19 +325,19 @@ __global__ void __launch_bounds__(block_of(G),
 #pragma unroll
       for (int e = 0; e < E; ++e) acc_w[k][e] = acc_b[kDb ? k : 0][e] = 0.f;
   }
-  const int64_t iters = (r1 - r0 + RPI - 1) / RPI;
+  const int64_t iters = row0 < a.rows ? (a.rows - row0 + step - 1) / step : 0;
   // Ring stages of this row and of the row issued now, rotated (a 64-bit `it % kStages` per row
   // was two 64-bit divisions per row and thread).
   int st = 0, st_issue = kStages - 1;
-  for (int64_t it = 0; it < iters; ++it, row += RPI, st = st + 1 == kStages ? 0 : st + 1,
+  for (int64_t it = 0; it < iters; ++it, row += step, st = st + 1 == kStages ? 0 : st + 1,
                st_issue = st_issue + 1 == kStages ? 0 : st_issue + 1) {
     if constexpr (kPaired) __syncwarp();  // the partner is done reading stage st_issue
-    issue(row + (kStages - 1) * RPI, st_issue);
+    issue(row + (kStages - 1) * step, st_issue);
     float m = nm, s = ns;
-    load_stats(row + RPI, nm, ns);
+    load_stats(row + step, nm, ns);
     cp_async_wait<kStages - 1>();  // this row's copies (this thread's own) have landed
     if constexpr (kPaired) __syncwarp();  // and the partner's, into this thread's slots
-    const bool valid = row < r1;
+    const bool valid = row < a.rows;
     // Row statistics: xhat = (x - m) * s; rs is the rstd of dx.
     float rs = s;
     if (a.stats == NormBwdStats::kNormalized) {
@@ -367,7 +374,7 @@ __global__ void __launch_bounds__(block_of(G),
         stats_out[a.rows + row] = s;
       }
     }
-    // Rows past the chunk read zeros (x, dy, xs zero-filled); with m = s = 0 their xhat is 0 too
+    // Rows past the last row read zeros (x, dy, xs zero-filled); with m = s = 0 their xhat is 0 too
     // (a recomputed rstd of a zero row with eps 0 is inf), so their dw/db terms are exact zeros
     // and need no select per element. Their dx is not stored.
     if (!valid) m = s = 0.f;
@@ -429,7 +436,7 @@ __global__ void __launch_bounds__(block_of(G),
     // db += dy.
     const float ca = rs, cb = -rs * S.y * inv_c;
     const float cc = (a.layernorm ? -rs * S.x * inv_c : 0.f) - cb * S3 * inv_c;
-    const RowIx dix = row_ix(a, valid ? row : r0);
+    const RowIx dix = row_ix(a, valid ? row : 0);
     T* dxr = static_cast<T*>(a.dx) + ix_off(dix, a.dx_rows);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -493,7 +500,7 @@ __global__ void __launch_bounds__(block_of(G),
             if constexpr (NS > 0) xr = sf[e + i];  // the graph's saved normalized value
             xr = rnd<kRnd>(xr, a.xhat_round);
             const float t = rnd<kRnd>(df[e + i] * xr, a.dwt_round);
-            acc_w[k][e + i] += t;  // rows past the chunk: t = 0 exactly (m = s = 0 above)
+            acc_w[k][e + i] += t;  // rows past the last: t = 0 exactly (m = s = 0 above)
             if constexpr (kDb) acc_b[k][e + i] += df[e + i];
           }
         }

@@ -16,8 +16,9 @@
 //               kernel for dx, then a column-reduction kernel that reads x and dy again for dw/db
 //               (partial sums over row chunks), then the fixed-order final sum and cast.
 //   optimized — mix-order reduction (PyTorch PR 165370): one persistent kernel computes dx and
-//               accumulates dw/db for its chunk of `split_size` rows in fp32 registers, writes one
-//               partial row per block; a small kernel sums the partials in a fixed order and casts.
+//               accumulates dw/db for its `split_size` rows (row groups interleaved over the grid
+//               of ceil(rows / split) blocks) in fp32 registers, writes one partial row per block;
+//               a small kernel sums the partials in a fixed order and casts.
 //               x and dy are read once. Deterministic: no float atomics; the same split gives
 //               bit-identical dw/db.
 // dx only (a norm without affine parameters: w, dw and db null): g = dy (w = 1), no column sums;
@@ -35,7 +36,8 @@
 // a per-head norm's transposed dy ([B, T, H, D] through permute(0, 2, 1, 3)) is read in place.
 // Both need 16-byte aligned rows, mean/rstd in fp32; rows of at most 512 x 3 16-byte vectors of dy
 // for 16-bit types (12288 elements) and 512 x 4 for fp32 (8192 elements), and a ring (3 stages of
-// x, dy and xs vectors) within 227 KiB of shared memory; every rounding flag bf16, fp16 or none.
+// x, dy and xs vectors; 2 for an fp32 x beside a saved xhat) within 227 KiB of shared memory; every
+// rounding flag bf16, fp16 or none.
 // Bytes that must move: rows*cols*(|x| + |dy| + |dx|) + cols*(|w| + |dw| + |db|) + rows*4 per
 // saved statistic, + rows*cols*|dx| for a dx epilogue add (the residual stream's other gradient,
 // read once in the dx store), + rows*cols*|xs| for a saved xhat.
@@ -153,8 +155,8 @@ int64_t norm_bwd_default_split(const NormBwdArgs& a);
 /// blocks; baseline, the column kernel's partials (+ recomputed statistics).
 size_t norm_bwd_workspace_bytes(const NormBwdArgs& a, NormBwdVariant v, int64_t split);
 
-/// Optimized: the persistent dx + partial dw/db kernel over chunks of `split` rows, then the
-/// final reduction. `split` must be a positive multiple of geometry().rows_per_iter.
+/// Optimized: the persistent dx + partial dw/db kernel, ceil(rows / split) blocks of about `split`
+/// rows each (row groups interleaved over the grid), then the final reduction. `split` must be a positive multiple of geometry().rows_per_iter.
 void norm_bwd_optimized(const NormBwdArgs& a, int64_t split, void* workspace, cudaStream_t s);
 
 /// Baseline: dx row kernel, column-reduction kernel, final reduction.
