@@ -121,6 +121,7 @@ __device__ __forceinline__ void store_as(void* base, DType dt, int64_t off, cons
 // 2m + 1 (vectors v and v ^ 1) swap halves with four shuffles, and each store instruction writes
 // whole sectors: the first the pair's even vector's 32 bytes, the second the odd one's.
 struct PairCtx {
+  bool pair = false;  ///< the fp32 streams are paired (uniform over the grid: norm_rows)
   bool in = true;     ///< this lane's vector is inside the row (its own values are stored)
   bool pin = false;   ///< the partner lane's vector (v ^ 1) is
   unsigned mask = 0;  ///< the pair's two lanes (both execute every paired store)
@@ -159,7 +160,7 @@ template <int E, bool CS, bool PAIR>
 __device__ __forceinline__ void store_vec(void* base, DType dt, int64_t row_off, int v,
                                           const float* y, const PairCtx& p) {
   if constexpr (PAIR && E == 8) {
-    if (dt == DType::kFloat32)
+    if (dt == DType::kFloat32 && p.pair)
       return store_f32x8_paired<CS>(static_cast<float*>(base) + row_off, v, y, p);
   }
   if (p.in) store_as<E, CS>(base, dt, row_off + int64_t(v) * E, y);
@@ -577,7 +578,7 @@ __device__ __forceinline__ void load_row(const NormFwdArgs& a, int64_t row, int 
 template <typename T, int VPT, int TPG, EpiKind K, bool ADD, bool CS>
 __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int64_t refill,
                                          uint4* raw, uint4* rraw, const void* w0, const void* w1,
-                                         float (*red)[4], bool two_step, float eps,
+                                         float (*red)[4], bool two_step, bool pair, float eps,
                                          float inv_cols) {
   using V = Vec<T>;
   constexpr int E = V::kElems;
@@ -631,17 +632,19 @@ __device__ __forceinline__ void norm_row(const NormFwdArgs& a, int64_t row, int6
   uint4* hr = ADD && a.h_out
                   ? reinterpret_cast<uint4*>(static_cast<T*>(a.h_out) + row * a.h_row_stride)
                   : nullptr;
-  // 16-bit rows: the fp32 streams (x32, fp32 exports, an fp32 y) are written by lane pairs in
-  // whole sectors (PairCtx); a pair runs while either of its vectors is inside the row (the group's
-  // lanes pair within it: TPG is even, so v and v ^ 1 have the same k).
-  constexpr bool kPair = E == 8;
+  // 16-bit rows of a warp or more: the fp32 streams (x32, fp32 exports, an fp32 y) are written by
+  // lane pairs in whole sectors (PairCtx) where `pair` (norm_rows); a pair runs while either of
+  // its vectors is inside the row (the group's lanes pair within it: TPG is even, so v and v ^ 1
+  // have the same k).
+  constexpr bool kPair = E == 8 && TPG >= 32;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int v = tid + k * TPG;
     PairCtx pc;
     pc.in = v < nvec;
     if constexpr (kPair) {
-      pc.pin = (v ^ 1) < nvec;
+      pc.pair = pair;
+      pc.pin = pair && (v ^ 1) < nvec;
       pc.mask = 3u << (threadIdx.x & 30);
     }
     if (!pc.in && !pc.pin) continue;
@@ -766,9 +769,19 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
   // value as the graph computes them (sub, then mul) where one of them is exported; else one fma
   // per element.
   bool two_step = false;
+  // Paired fp32 stores (PairCtx) in the compiled shapes (their x32: OLMo's default-partition
+  // LayerNorm forward 78.9 -> 72.9 us on an H200) and in the generic body where an fp32 row export
+  // or an fp32 y is written (Gemma's, Cohere's: 126 -> 113, 188 -> 156 us); not for the x32 of a
+  // generic body without them (Llama's default partition: x32 beside a bfloat16 export, 99 -> 116
+  // us paired, unexplained: TUNING.md, issue 25 step 4), nor for 16-thread rows (kPair).
+  bool pair = true;
   if constexpr (K == EpiKind::kGeneric) {
     if (blockIdx.x == 0 && a.n_weight_exports) write_weight_exports<T>(a);
     two_step = a.n_row_exports > 0;
+    pair = a.out_dtype == DType::kFloat32;
+#pragma unroll
+    for (int i = 0; i < kNormMaxExports; ++i)
+      if (i < a.n_row_exports && a.row_exports[i].dtype == DType::kFloat32) pair = true;
   }
   // row0 (the block's first row of an iteration) is uniform across the block: the 128-thread
   // groups' __syncthreads are reached by every thread or none.
@@ -778,7 +791,7 @@ __device__ __forceinline__ void norm_rows(const NormFwdArgs& a, void* w0, const 
       if (row0 + d * step >= a.rows) break;
       const int64_t row = row0 + d * step + grp;
       norm_row<T, VPT, TPG, K, ADD, CS>(a, row, row + D * step, raw[d], rraw[d], w0, w1, red,
-                                        two_step, eps, inv_cols);
+                                        two_step, pair, eps, inv_cols);
     }
   }
 }
