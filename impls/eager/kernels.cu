@@ -297,6 +297,15 @@ __device__ __forceinline__ T pw_div_floor(T x, T y) {
   }
 }
 
+// Rounding functions: an integer is its own floor (ATen returns integer tensors as they are).
+template <typename T, typename F>
+__device__ __forceinline__ T pw_rounding(T x, F f) {
+  if constexpr (std::is_integral_v<T>)
+    return x;
+  else
+    return f(x);
+}
+
 template <PointwiseFn F>
 struct Pw;
 #define REPLAY_PW(fn, has_int, expr)                                                  \
@@ -326,6 +335,12 @@ REPLAY_PW(kSin, false, sin(x))
 REPLAY_PW(kCos, false, cos(x))
 REPLAY_PW(kSign, true, T((T(0) < x) - (x < T(0))))  // NaN gives 0, as torch.sign
 REPLAY_PW(kRelu, true, is_nan(x) ? x : (x > T(0) ? x : T(0)))
+REPLAY_PW(kLog2, false, log2(x))
+REPLAY_PW(kExp2, false, exp2(x))
+REPLAY_PW(kFloor, true, pw_rounding(x, [](auto v) { return floor(v); }))
+REPLAY_PW(kCeil, true, pw_rounding(x, [](auto v) { return ceil(v); }))
+REPLAY_PW(kTrunc, true, pw_rounding(x, [](auto v) { return trunc(v); }))
+REPLAY_PW(kRound, true, pw_rounding(x, [](auto v) { return rint(v); }))  // half to even
 REPLAY_PW(kPow, true, pw_pow(x, y))
 REPLAY_PW(kAdd, true, x + alpha * y)
 REPLAY_PW(kSub, true, x - alpha * y)
@@ -374,6 +389,8 @@ constexpr bool is_math(PointwiseFn f) {
     case PointwiseFn::kErf:
     case PointwiseFn::kSin:
     case PointwiseFn::kCos:
+    case PointwiseFn::kLog2:
+    case PointwiseFn::kExp2:
     case PointwiseFn::kPow:
       return true;
     default:

@@ -315,6 +315,18 @@ double ref_fn(PointwiseFn f, double x, double y, double z, double alpha, int64_t
       return nan(x) ? x : double((0 < x) - (x < 0));
     case P::kRelu:
       return nan(x) ? x : (x > 0 ? x : 0);
+    case P::kLog2:
+      return std::log2(x);
+    case P::kExp2:
+      return std::exp2(x);
+    case P::kFloor:
+      return std::floor(x);
+    case P::kCeil:
+      return std::ceil(x);
+    case P::kTrunc:
+      return std::trunc(x);
+    case P::kRound:
+      return std::nearbyint(x);
     case P::kPow:
       return y == 2 ? x * x : std::pow(x, y);
     case P::kAdd:

@@ -110,6 +110,38 @@ TEST(Reference, UnaryAndConvertRounding) {
   EXPECT_EQ(p[0].data, (HostData{9, 4}));
 }
 
+// log2, exp2 and the rounding functions (aten.log2 / exp2 / floor / ceil / trunc / round: torchao's
+// power-of-two scales), by hand: round is half to even, as torch.round; the results are float32
+// (the reference's float64 value rounded where the graph materializes it).
+TEST(Reference, Log2Exp2AndRounding) {
+  auto one = [](const char* op, std::vector<double> x) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    return eval_one({n}, x,
+                    {{"id", "y"},
+                     {"op", op},
+                     {"args", {ref("x")}},
+                     {"outputs", {tensor({n}, "float32")}}})[0]
+        .data;
+  };
+  const std::vector<double> r{-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 2.75, -3.25};
+  EXPECT_EQ(one("aten.floor.default", r), (HostData{-3, -2, -1, 0, 1, 2, 2, -4}));
+  EXPECT_EQ(one("aten.ceil.default", r), (HostData{-2, -1, -0.0, 1, 2, 3, 3, -3}));
+  EXPECT_EQ(one("aten.trunc.default", r), (HostData{-2, -1, -0.0, 0, 1, 2, 2, -3}));
+  EXPECT_EQ(one("aten.round.default", r), (HostData{-2, -2, -0.0, 0, 2, 2, 3, -3}));
+  EXPECT_TRUE(std::signbit(one("aten.ceil.default", {-0.5})[0]));  // -0, as ATen's ceil
+  EXPECT_EQ(one("aten.log2.default", {8, 0.25, 1, 1024}), (HostData{3, -2, 0, 10}));
+  EXPECT_EQ(one("aten.exp2.default", {3, -2, 0, 10}), (HostData{8, 0.25, 1, 1024}));
+  const auto l = one("aten.log2.default", {0, -1, 3});
+  EXPECT_EQ(l[0], -INFINITY);
+  EXPECT_TRUE(std::isnan(l[1]));
+  EXPECT_EQ(l[2], static_cast<double>(static_cast<float>(std::log2(3.0))));  // rounded to float32
+  // torchao's scale rounding: exp2(floor(log2(s)))
+  auto vec = [](const HostData& d) { return std::vector<double>(d.begin(), d.end()); };
+  const auto lg = vec(one("aten.log2.default", {128, 89.6, 127.99, 0.3}));
+  EXPECT_EQ(one("aten.exp2.default", vec(one("aten.floor.default", lg))),
+            (HostData{128, 64, 64, 0.25}));
+}
+
 TEST(Reference, ReductionsAndViews) {
   std::vector<double> x{1, -7, 3, 4, 5, 6};
   auto amax = eval_one({2, 3}, x,

@@ -10,7 +10,10 @@ float8_ops.py): abs -> amax -> float64 -> clamp -> reciprocal scale -> mul -> cl
                       the tensorwise amax written torch.max(torch.abs(x)) as torchao writes it
                       (aten.max.default)
     rowwise           torchao "rowwise": every operand e4m3, scaled along the GEMM's reduction dim
-                      (scales [M, 1] and [1, N]); the backward's columnwise copies
+                      (scales [M, 1] and [1, N]); the backward's columnwise copies; scales as
+                      Float8LinearConfig(round_scales_to_power_of_2=False) computes them
+    rowwise_pow2      the same with the scales rounded down to powers of two (log2 -> floor ->
+                      exp2), as torchao's "rowwise" recipe does by default
     rowwise_gw_hp     torchao "rowwise_with_gw_hp": x, w rowwise for the output; grad_input from a
                       rowwise grad_output and a TENSORWISE w (one abs(w) feeding a rowwise and a
                       tensorwise amax); grad_weight in bf16 (no float8)
@@ -84,6 +87,7 @@ class AmaxRowColTensor(nn.Module):
 RECIPES = {
     "tensorwise": models.Float8LinearTensorwiseMax,
     "rowwise": models.Float8LinearRowwise,
+    "rowwise_pow2": models.Float8LinearRowwisePow2,
     "rowwise_gw_hp": models.Float8LinearRowwiseGwHp,
 }
 
@@ -91,6 +95,7 @@ RECIPES = {
 LINEARS = [
     ("tensorwise", "tensorwise", False, (2, 8, 64, 32), [(1, 8192, 4096, 14336), (1, 8192, 14336, 4096)]),
     ("rowwise", "rowwise", False, (2, 8, 64, 32), [(1, 8192, 4096, 14336), (1, 8192, 14336, 4096)]),
+    ("rowwise_pow2", "rowwise_pow2", False, (2, 8, 64, 32), [(1, 8192, 4096, 14336)]),
     ("rowwise_gw_hp", "rowwise_gw_hp", False, (2, 8, 64, 32), [(1, 8192, 4096, 14336), (1, 8192, 14336, 4096)]),
     ("tensorwise_2d", "tensorwise", True, (16, 64, 32), [(8192, 4096, 4096)]),
     ("rowwise_2d", "rowwise", True, (16, 64, 32), [(8192, 4096, 4096)]),

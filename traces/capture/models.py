@@ -268,16 +268,20 @@ def _tensor_to_amax(x, axiswise_dim=None, torch_max=False):
     return torch.amax(torch.abs(x), dim=axiswise_dim, keepdim=True)
 
 
-def _amax_to_scale(amax, float8_dtype):
-    """torchao float8_utils.amax_to_scale (round_scales_to_power_of_2=False)."""
+def _amax_to_scale(amax, float8_dtype, pow2=False):
+    """torchao float8_utils.amax_to_scale; pow2: round_scales_to_power_of_2=True (the default of
+    torchao's rowwise recipes), float8_utils._round_scale_down_to_power_of_2."""
     amax = amax.to(torch.float64)
     res = torch.finfo(float8_dtype).max / torch.clamp(amax, min=EPS)
-    return res.to(torch.float32)
+    res = res.to(torch.float32)
+    if pow2:
+        res = torch.exp2(torch.floor(torch.log2(res)))
+    return res
 
 
-def _to_float8(x, float8_dtype, axiswise_dim=None, torch_max=False):
+def _to_float8(x, float8_dtype, axiswise_dim=None, torch_max=False, pow2=False):
     """hp_tensor_and_scale_to_float8 + to_fp8_saturated: (x.float() * scale).clamp(+-max).to(f8)."""
-    scale = _amax_to_scale(_tensor_to_amax(x, axiswise_dim, torch_max), float8_dtype)
+    scale = _amax_to_scale(_tensor_to_amax(x, axiswise_dim, torch_max), float8_dtype, pow2)
     x_scaled = x.to(torch.float32) * scale
     max_value = torch.finfo(float8_dtype).max
     return x_scaled.clamp(min=-max_value, max=max_value).to(float8_dtype), scale
@@ -325,35 +329,44 @@ Float8LinearTensorwiseMax = _float8_linear_tensorwise(True)  # as torchao writes
 Float8LinearTensorwiseMax.__name__ = "Float8LinearTensorwiseMax"
 
 
-class Float8LinearRowwise(torch.autograd.Function):
-    """out = x @ w.t() with dynamic rowwise (axiswise) scaling, torchao's "rowwise" recipe: every
-    operand float8_e4m3fn (grad_output too), each scaled along the GEMM's reduction dim; scales
-    (M, 1) and (1, N) in float32. torchao's recipe also rounds the scales down to powers of two
-    (round_scales_to_power_of_2=True), omitted here. x: (M, K), w: (N, K)."""
+def _float8_linear_rowwise(pow2):
+    class Float8LinearRowwise(torch.autograd.Function):
+        """out = x @ w.t() with dynamic rowwise (axiswise) scaling, torchao's "rowwise" recipe: every
+        operand float8_e4m3fn (grad_output too), each scaled along the GEMM's reduction dim; scales
+        (M, 1) and (1, N) in float32. pow2: the scales rounded down to powers of two as torchao's
+        recipe does by default (round_scales_to_power_of_2=True: log2 -> floor -> exp2); without it
+        the form of Float8LinearConfig(round_scales_to_power_of_2=False). x: (M, K), w: (N, K)."""
 
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        x_fp8, x_scale = _to_float8(x, E4M3, axiswise_dim=-1)  # (M, 1)
-        w_fp8, w_scale = _to_float8(w, E4M3, axiswise_dim=-1)  # (N, 1)
-        return torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_scale.reciprocal(), scale_b=w_scale.t().reciprocal(),
-                                out_dtype=torch.bfloat16)
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            x_fp8, x_scale = _to_float8(x, E4M3, axiswise_dim=-1, pow2=pow2)  # (M, 1)
+            w_fp8, w_scale = _to_float8(w, E4M3, axiswise_dim=-1, pow2=pow2)  # (N, 1)
+            return torch._scaled_mm(x_fp8, w_fp8.t(), scale_a=x_scale.reciprocal(),
+                                    scale_b=w_scale.t().reciprocal(), out_dtype=torch.bfloat16)
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, w = ctx.saved_tensors
-        # grad_input (M, K) = grad_out (M, N) @ w (N, K): reduction over N
-        go_fp8, go_scale = _to_float8(grad_out, E4M3, axiswise_dim=-1)  # (M, 1)
-        w_fp8, w_scale = _to_float8(w, E4M3, axiswise_dim=0)  # (1, K)
-        grad_x = torch._scaled_mm(go_fp8, _col_major(w_fp8), scale_a=go_scale.reciprocal(),
-                                  scale_b=w_scale.reciprocal(), out_dtype=torch.bfloat16)
-        # grad_weight (N, K) = grad_out.t() (N, M) @ x (M, K): reduction over M
-        go_fp8_c, go_scale_c = _to_float8(grad_out, E4M3, axiswise_dim=0)  # (1, N)
-        x_fp8_c, x_scale_c = _to_float8(x, E4M3, axiswise_dim=0)  # (1, K)
-        grad_w = torch._scaled_mm(go_fp8_c.t().contiguous(), _col_major(x_fp8_c),
-                                  scale_a=go_scale_c.t().reciprocal(), scale_b=x_scale_c.reciprocal(),
-                                  out_dtype=torch.bfloat16)
-        return grad_x, grad_w
+        @staticmethod
+        def backward(ctx, grad_out):
+            x, w = ctx.saved_tensors
+            # grad_input (M, K) = grad_out (M, N) @ w (N, K): reduction over N
+            go_fp8, go_scale = _to_float8(grad_out, E4M3, axiswise_dim=-1, pow2=pow2)  # (M, 1)
+            w_fp8, w_scale = _to_float8(w, E4M3, axiswise_dim=0, pow2=pow2)  # (1, K)
+            grad_x = torch._scaled_mm(go_fp8, _col_major(w_fp8), scale_a=go_scale.reciprocal(),
+                                      scale_b=w_scale.reciprocal(), out_dtype=torch.bfloat16)
+            # grad_weight (N, K) = grad_out.t() (N, M) @ x (M, K): reduction over M
+            go_fp8_c, go_scale_c = _to_float8(grad_out, E4M3, axiswise_dim=0, pow2=pow2)  # (1, N)
+            x_fp8_c, x_scale_c = _to_float8(x, E4M3, axiswise_dim=0, pow2=pow2)  # (1, K)
+            grad_w = torch._scaled_mm(go_fp8_c.t().contiguous(), _col_major(x_fp8_c),
+                                      scale_a=go_scale_c.t().reciprocal(), scale_b=x_scale_c.reciprocal(),
+                                      out_dtype=torch.bfloat16)
+            return grad_x, grad_w
+
+    return Float8LinearRowwise
+
+
+Float8LinearRowwise = _float8_linear_rowwise(False)
+Float8LinearRowwisePow2 = _float8_linear_rowwise(True)  # torchao's default for the rowwise recipe
+Float8LinearRowwisePow2.__name__ = "Float8LinearRowwisePow2"
 
 
 class Float8LinearRowwiseGwHp(torch.autograd.Function):

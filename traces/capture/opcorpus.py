@@ -525,9 +525,9 @@ def build_ops():
                                  ("exp", "normal", "int"), ("log1p", "unit", "nonneg"), ("expm1", "normal", "int"),
                                  ("reciprocal", "nonzero", "nzint"), ("tanh", "normal", "int"),
                                  ("sigmoid", "normal", "int"), ("erf", "normal", "int"), ("sin", "normal", "int"),
-                                 ("cos", "normal", "int")):
+                                 ("cos", "normal", "int"), ("log2", "pos", "posint"), ("exp2", "normal", "int")):
         ops[f"aten.{name}.default"] = unary_float_cases(kind, int_kind)
-    for name in ("neg", "abs", "sign", "relu"):
+    for name in ("neg", "abs", "sign", "relu", "floor", "ceil", "trunc", "round"):
         ops[f"aten.{name}.default"] = unary_same_cases()
     ops["aten.pow.Tensor_Scalar"] = [
         C("float32 ^ 2", lambda c: ([c.t([3, 5]), 2], {})),

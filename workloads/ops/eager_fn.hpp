@@ -26,6 +26,12 @@ enum class PointwiseFn : uint8_t {
   kCos,
   kSign,
   kRelu,
+  kLog2,
+  kExp2,
+  kFloor,  // floor(x); x itself for integers (so ceil, trunc, round)
+  kCeil,
+  kTrunc,
+  kRound,     // half to even
   kPow,       // x ** y
   kAdd,       // x + alpha * y
   kSub,       // x - alpha * y

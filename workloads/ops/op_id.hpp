@@ -40,6 +40,12 @@ enum class Op : uint8_t {
   kCos,                 // aten.cos.default
   kSign,                // aten.sign.default
   kRelu,                // aten.relu.default
+  kLog2,                // aten.log2.default
+  kExp2,                // aten.exp2.default
+  kFloor,               // aten.floor.default
+  kCeil,                // aten.ceil.default
+  kTrunc,               // aten.trunc.default
+  kRound,               // aten.round.default (half to even)
   kPowTensorScalar,     // aten.pow.Tensor_Scalar(x, exponent)
   kPowTensorTensor,     // aten.pow.Tensor_Tensor(x, exponent)
   kPowScalar,           // aten.pow.Scalar(base, exponent)

@@ -85,6 +85,12 @@ std::vector<OutSpec> infer_float_unary(const Graph& g, const Node& n) {
   return {{g.meta(n.operands[0].value).shape, int_to_float(g.meta(n.operands[0].value).dtype)}};
 }
 
+std::vector<OutSpec> infer_rounding(const Graph& g, const Node& n) {
+  if (g.meta(n.operands[0].value).dtype == DType::kBool)
+    throw std::invalid_argument("rounding a bool tensor (PyTorch refuses)");
+  return infer_same(g, n);
+}
+
 std::vector<OutSpec> infer_cast(const Graph& g, const Node& n) {
   return {{g.meta(n.operands[0].value).shape, n.dtype}};
 }
@@ -138,6 +144,12 @@ REF_UNARY(ref_sin, std::sin(v))
 REF_UNARY(ref_cos, std::cos(v))
 REF_UNARY(ref_sign, (v > 0) - (v < 0))  // NaN gives 0, as torch.sign does
 REF_UNARY(ref_relu, std::isnan(v) ? v : (v > 0 ? v : 0.0))
+REF_UNARY(ref_log2, std::log2(v))
+REF_UNARY(ref_exp2, std::exp2(v))
+REF_UNARY(ref_floor, std::floor(v))
+REF_UNARY(ref_ceil, std::ceil(v))
+REF_UNARY(ref_trunc, std::trunc(v))
+REF_UNARY(ref_round, std::nearbyint(v))  // half to even (the default rounding mode), as torch.round
 #undef REF_UNARY
 
 // An elementwise function of all operands broadcast to the output, plus the node. Tensor operands
@@ -224,6 +236,16 @@ constexpr OpDef kRows[] = {
     FLOAT_UNARY(Op::kCos, "aten.cos.default", ref_cos, kCos, X35),
     PW(Op::kSign, "aten.sign.default", parse_unary, infer_same, ref_sign, kSign, UNARY_EX(X35)),
     PW(Op::kRelu, "aten.relu.default", parse_unary, infer_same, ref_relu, kRelu, UNARY_EX(X35)),
+    FLOAT_UNARY(Op::kLog2, "aten.log2.default", ref_log2, kLog2, P35),
+    FLOAT_UNARY(Op::kExp2, "aten.exp2.default", ref_exp2, kExp2, X35),
+    // Rounding keeps the dtype (an integer tensor is returned as it is), as ATen's.
+    PW(Op::kFloor, "aten.floor.default", parse_unary, infer_rounding, ref_floor, kFloor,
+       UNARY_EX(X35)),
+    PW(Op::kCeil, "aten.ceil.default", parse_unary, infer_rounding, ref_ceil, kCeil, UNARY_EX(X35)),
+    PW(Op::kTrunc, "aten.trunc.default", parse_unary, infer_rounding, ref_trunc, kTrunc,
+       UNARY_EX(X35)),
+    PW(Op::kRound, "aten.round.default", parse_unary, infer_rounding, ref_round, kRound,
+       UNARY_EX(X35)),
     PW(Op::kPowTensorScalar, "aten.pow.Tensor_Scalar", parse_pow_scalar, infer_promote, ref_pow,
        kPow, R"({"inputs": [)" P35 R"(], "args": [{"ref": "in0"}, 3]})"),
     PW(Op::kPowTensorTensor, "aten.pow.Tensor_Tensor", parse_pow_tensor, infer_promote, ref_pow,

@@ -94,6 +94,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     }
     qa.scale_mul = q.fp8_max;
     qa.eps = q.eps;
+    qa.pow2 = q.pow2;
     const int64_t len = vec_len(a, q.granularity);
     if (q.given) {  // read where the scales are computed; no amax pass
       const BoundTensor t = ctx.tensor(q.amax);

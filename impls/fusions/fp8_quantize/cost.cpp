@@ -48,6 +48,7 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                                       : "x"},
                   {"eps", q.eps},
                   {"fp8_max", q.fp8_max},
+                  {"scale_pow2", q.pow2},
                   {"amax", g.values[q.amax].name},
                   {"scale", g.values[q.scale].name},
                   {"float8", names(q.q_outs)},

@@ -347,7 +347,7 @@ __device__ __forceinline__ float quant_scale(const QuantizeArgs& a, const QuantA
                                              bool write) {
   const float amax = q.given ? load_elem<float>(q.given, i, q.given_dtype)
                              : from_max_key(a.amax_ws[amax_slot(q.gran, q.abs)][i]);
-  const float s = scale_from_amax(amax, q.eps, q.scale_mul);
+  const float s = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
   if (write) {
     for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], i, s);
     for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], i, 1.0f / s);
@@ -645,7 +645,7 @@ __device__ __forceinline__ RowScales row_scales(const QuantizeArgs& a, unsigned 
     if (qi >= a.n_quants || !((quants >> qi) & 1u)) continue;
     const QuantArgs& q = a.q[qi];
     const float amax = from_max_key(q.abs ? k[1] : k[0]);
-    out.s[qi] = scale_from_amax(amax, q.eps, q.scale_mul);
+    out.s[qi] = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
     if (writer) {
       for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, out.s[qi]);
       for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / out.s[qi]);
@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
       if (!((quants >> qi) & 1u)) continue;
       const QuantArgs& q = a.q[qi];
       const float amax = from_max_key(q.abs ? k[1] : k[0]);
-      const float sc = scale_from_amax(amax, q.eps, q.scale_mul);
+      const float sc = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
       if (lane == 0) {
         for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, sc);
         for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / sc);

@@ -62,6 +62,8 @@ struct QuantArgs {
   bool e5m2 = false;       ///< float8_e5m2 (false: float8_e4m3fn)
   double scale_mul = 448;  ///< scale = scale_mul / max(amax, eps)
   double eps = 1e-12;
+  /// The scale is rounded down to a power of two (quant_math.hpp round_scale_pow2).
+  bool pow2 = false;
   Fp8Dest dests[kMaxDests];
   int n_dests = 0;
   VecOut scales[kMaxVecOuts], recips[kMaxVecOuts], amaxes[kMaxVecOuts];

@@ -8,7 +8,10 @@
 //               requantizes the weight from the amax its forward saved), whose scale chain casts
 //               x.float();
 //   scales      amax -> float64 -> clamp_min(eps) -> reciprocal -> * M -> float32, each step read
-//               only by the next;
+//               only by the next; then, where the graph rounds the scale down to a power of two
+//               (torchao's round_scales_to_power_of_2, on by default in its rowwise recipes),
+//               log2 -> floor -> exp2 (or pow(2, .)) of the float32 scale, each read only by the
+//               next, the rounded value the scale;
 //   casts       x.float() * scale -> clamp(-M', M') (clamp_min/clamp_max, either order, or one
 //               clamp) -> float8, M = M' = the float8 dtype's largest finite value; the float8
 //               tensor's 2-D transposes (the column-major copy: permute -> clone -> permute, whose
@@ -98,6 +101,7 @@ class SourceMatcher {
   void collect_magnitudes();
   bool match_amax(int a, bool abs, Found& f);
   bool match_chain(int a, int f64, Found& f);
+  bool match_pow2(int a, Found& f);
   bool match_given(int mul, int scale, Found& f);
   bool match_cast(int a, int mul, Found& f);
 
@@ -217,6 +221,7 @@ bool SourceMatcher::match_chain(int a, int f64, Found& f) {
     return chain_fail(s32, "a convert to float32 (the scale), its only reader");
   f.nodes.push_back(s32);
   q.scale = out0(s32);
+  if (!match_pow2(a, f)) return false;
   own_scales_.insert(q.scale);
   // The scale broadcasts against x as its granularity says.
   const auto& ss = meta(q.scale).shape;
@@ -280,14 +285,56 @@ bool SourceMatcher::match_chain(int a, int f64, Found& f) {
   return true;
 }
 
+// exp2 of a float32 value: aten.exp2, or aten.pow.Scalar with base 2 (`2 ** t`).
+bool is_exp2(const Node& n) {
+  return n.op == Op::kExp2 || (n.op == Op::kPowScalar && n.operands.size() == 2 &&
+                               n.operands[0].is_scalar() && n.operands[0].scalar == 2.0);
+}
+
+// After the float32 scale q.scale: log2 -> floor -> exp2, the power-of-two rounding (torchao
+// float8_utils._round_scale_down_to_power_of_2). Taken when the scale's only reader is a log2;
+// then the scale is exp2's output. A log2 of the scale that does not go on to floor and exp2 of
+// float32, each read only by the next, declines at `a`.
+bool SourceMatcher::match_pow2(int a, Found& f) {
+  Quantization& q = f.q;
+  const int l = single_user(g_, q.scale);
+  if (l < 0 || node(l).op != Op::kLog2) return true;  // no rounding
+  auto fail = [&](int at, const std::string& want) {
+    return out_.decline(a, "the scale '" + g_.values[q.scale].name +
+                               "' goes to log2 (a power-of-two rounding: log2 -> floor -> exp2 of "
+                               "float32) but " +
+                               (at >= 0 ? node_str(g_, at) : std::string("nothing")) + " is not " +
+                               want + ", the only reader of the step before");
+  };
+  const int fl = single_user(g_, out0(l));
+  if (fl < 0 || node(fl).op != Op::kFloor) return fail(fl, "a floor");
+  const int e = single_user(g_, out0(fl));
+  if (e < 0 || !is_exp2(node(e))) return fail(e, "an exp2 (or pow(2, .))");
+  for (int n : {l, fl, e})
+    if (meta(out0(n)).dtype != DType::kFloat32) return fail(n, "a float32 step");
+  f.nodes.insert(f.nodes.end(), {l, fl, e});
+  q.pow2 = true;
+  q.scale = out0(e);
+  return true;
+}
+
 // x.float() * scale, where the scale's chain starts from an amax not computed from x here: the
-// chain walked back from the scale to its float64 convert, then matched forward as any other.
+// chain walked back from the scale (through a power-of-two rounding) to its float64 convert, then
+// matched forward as any other.
 bool SourceMatcher::match_given(int mul, int scale, Found& f) {
   auto back = [&](int v, Op op) {
     const int p = v >= 0 ? g_.values[v].producer : -1;
     return p >= 0 && node(p).op == op && node(p).outputs.size() == 1 ? p : -1;
   };
-  const int s32 = back(scale, Op::kConvertElementType);
+  // exp2 <- floor <- log2 of the float32 scale: the rounding match_pow2 takes forward.
+  int s = scale;  // the float32 scale before any rounding
+  if (const int e = scale >= 0 ? g_.values[scale].producer : -1; e >= 0 && is_exp2(node(e))) {
+    const int fl = back(sole_tensor(node(e)), Op::kFloor);
+    const int l = fl >= 0 ? back(sole_tensor(node(fl)), Op::kLog2) : -1;
+    if (l < 0) return false;  // not a scale chain: the caller declines
+    s = sole_tensor(node(l));
+  }
+  const int s32 = back(s, Op::kConvertElementType);
   const int m = s32 >= 0 ? back(sole_tensor(node(s32)), Op::kMul) : -1;
   int r = -1;
   if (m >= 0)

@@ -1,6 +1,7 @@
 // fp8_quantize: float8 quantization of one tensor as model code writes it (torchao float8_utils,
 // issue 27 "Float8 training"): |x| -> amax -> float64 -> clamp_min(eps) -> reciprocal -> * float8
-// max -> float32 (the scale); x.float() * scale -> clamp(-max, max) -> float8_e4m3fn / e5m2;
+// max -> float32 [-> log2 -> floor -> exp2: rounded down to a power of two] (the scale);
+// x.float() * scale -> clamp(-max, max) -> float8_e4m3fn / e5m2;
 // tensorwise, rowwise or columnwise. One region claims every quantization the graph makes of one
 // source tensor (the rowwise forward quantizes x rowwise for its GEMM and columnwise for the
 // backward's, from the same |x|) and writes every value the graph reads: the float8 tensors
@@ -28,6 +29,9 @@ struct Quantization {
   DType fp8 = DType::kFloat8E4M3;  ///< float8_e4m3fn or float8_e5m2
   double fp8_max = 448;            ///< the dtype's largest finite value: scale factor, clamp bound
   double eps = 1e-12;              ///< the float64 amax's clamp_min
+  /// The float32 scale is rounded down to a power of two: exp2(floor(log2(s))) (torchao's
+  /// round_scales_to_power_of_2, the default of its rowwise recipes); `scale` is the rounded one.
+  bool pow2 = false;
   int amax = -1;                   ///< the amax value (aten.amax or aten.max.default), in its dtype
   /// The amax is given (a region input, e.g. the amax the forward saved), not computed from x:
   /// the region reads it, and x only once (tensorwise only).

@@ -51,6 +51,25 @@ REPLAY_FP8Q_HD float scale_from_amax(float amax, double eps, double fp8_max) {
   return static_cast<float>(r * fp8_max);
 }
 
+/// The scale rounded down to a power of two as torchao writes it (`round_scales_to_power_of_2`,
+/// float8_utils._round_scale_down_to_power_of_2: exp2(floor(log2(scale))), each op on float32):
+/// the same float32 functions the eager executor's log2 / floor / exp2 kernels call, so the bits
+/// are the graph's. A scale just below a power of two whose float32 log2 rounds up to the integer
+/// keeps that power (as the graph computes it). NaN stays NaN, +inf stays +inf, 0 stays 0.
+REPLAY_FP8Q_HD float round_scale_pow2(float s) {
+#if defined(__CUDA_ARCH__)
+  return exp2f(floorf(log2f(s)));
+#else
+  return std::exp2(std::floor(std::log2(s)));
+#endif
+}
+
+/// scale_from_amax, then round_scale_pow2 where the graph rounds the scale (`pow2`).
+REPLAY_FP8Q_HD float quant_scale_of(float amax, double eps, double fp8_max, bool pow2) {
+  const float s = scale_from_amax(amax, eps, fp8_max);
+  return pow2 ? round_scale_pow2(s) : s;
+}
+
 /// x * scale (float32, rounded once) clamped to [-fp8_max, fp8_max], NaN kept (ATen's clamp).
 REPLAY_FP8Q_HD float scaled_clamped(float x, float scale, float fp8_max) {
   const float v = x * scale;

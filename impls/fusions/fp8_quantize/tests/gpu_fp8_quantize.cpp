@@ -5,9 +5,9 @@
 // outputs passing the harness's numerics check against the float64 reference (small shapes).
 // Mutants that must fail both: rowwise scales swapped between rows, a tensorwise scale used for a
 // rowwise quantization, the reciprocal dropped (the scale written instead), e5m2 written where
-// e4m3 was asked, the amax of x instead of |x|. (The swapped scales run the two-pass kernels even
-// on a rowwise-only group: the one-pass kernel computes each row's scale where it casts the row,
-// so it has no index to swap; the other mutants reach it.)
+// e4m3 was asked, the amax of x instead of |x|, a power-of-two scale left unrounded. (The swapped
+// scales run the two-pass kernels even on a rowwise-only group: the one-pass kernel computes each
+// row's scale where it casts the row, so it has no index to swap; the other mutants reach it.)
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -143,6 +143,20 @@ std::vector<GpuCase> cases() {
     synth(std::string("synthetic_pair_rowwise_columnwise_200x136_") + dt, pair);
     synth(std::string("synthetic_tensorwise_both_copies_300x264_") + dt, tensorwise);
   }
+  // Power-of-two scales (torchao's round_scales_to_power_of_2): the rowwise one-pass kernel, the
+  // specialized cast's pair and the generic group (exp2 and pow(2, .) forms).
+  QuantForm pow2_rows = rowwise;
+  pow2_rows.shape = {256, 4096};
+  for (auto& q : pow2_rows.quants) q.pow2 = true;
+  synth("synthetic_pow2_rowwise_only_256x4096", pow2_rows);
+  QuantForm pow2_pair = pair;
+  pow2_pair.dtype = "bfloat16";
+  for (auto& q : pow2_pair.quants) q.pow2 = true;
+  synth("synthetic_pow2_pair_rowwise_columnwise_200x136", pow2_pair);
+  QuantForm pow2_group = group;
+  for (auto& q : pow2_group.quants) q.pow2 = true;
+  pow2_group.quants[2].pow2_pow = true;
+  synth("synthetic_pow2_group_300x1000", pow2_group);
   QuantForm rank3;
   rank3.shape = {2, 40, 96};
   rank3.quants = {QuantSpec{}, QuantSpec{}};
@@ -269,6 +283,15 @@ const Mutant kMutants[] = {
        for (auto& q : p.quants) q.abs = false;
      },
      true, true},
+    {"pow2_rounding_dropped",  // the scale as computed, not rounded down to a power of two
+     [](const Params& p) {
+       for (const auto& q : p.quants)
+         if (q.pow2) return true;
+       return false;
+     },
+     [](Params& p) {
+       for (auto& q : p.quants) q.pow2 = false;
+     }},
 };
 
 const Mutant* g_mutant = nullptr;
@@ -377,7 +400,8 @@ std::vector<size_t> mutant_cases() {
     const std::string& n = cs[i].name;
     if ((n.rfind("float8_linear_", 0) == 0 && n.find("2x8x64x32") != std::string::npos) ||
         n == "synthetic_group_300x1000" || n == "synthetic_group_37x50" ||
-        n == "synthetic_rowwise_only_256x4096")
+        n == "synthetic_rowwise_only_256x4096" || n == "synthetic_pow2_rowwise_only_256x4096" ||
+        n == "synthetic_pow2_group_300x1000")
       out.push_back(i);
   }
   return out;

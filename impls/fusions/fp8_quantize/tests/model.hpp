@@ -37,7 +37,7 @@ inline QuantModel model_quantize(const std::vector<float>& x, int64_t rows, int6
   QuantModel m;
   for (uint32_t k : keys) {
     m.amax.push_back(from_max_key(k));
-    m.scale.push_back(scale_from_amax(m.amax.back(), q.eps, q.fp8_max));
+    m.scale.push_back(quant_scale_of(m.amax.back(), q.eps, q.fp8_max, q.pow2));
   }
   const bool e5m2 = q.fp8 == DType::kFloat8E5M2;
   m.q.resize(static_cast<size_t>(rows * cols));

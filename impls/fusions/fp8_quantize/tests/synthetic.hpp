@@ -1,7 +1,7 @@
 // Synthetic float8 quantization graphs for the fp8_quantize tests: any shape, dtype and set of
 // quantizations of one tensor, written as torchao's float8_utils decomposes (abs -> amax ->
-// float64 -> clamp_min -> reciprocal -> * max -> float32; x.float() * scale -> clamp_min ->
-// clamp_max -> float8), with the variations the negatives need.
+// float64 -> clamp_min -> reciprocal -> * max -> float32 [-> log2 -> floor -> exp2]; x.float() *
+// scale -> clamp_min -> clamp_max -> float8), with the variations the negatives need.
 #pragma once
 
 #include <string>
@@ -25,6 +25,12 @@ struct QuantSpec {
   double clamp = 0;            ///< clamp bound, 0: the float8 dtype's max
   double scale_mul = 0;        ///< the scale's multiplier, 0: the float8 dtype's max
   std::string cast_to;         ///< dtype of the final cast, empty: fp8
+  /// The float32 scale rounded down to a power of two as torchao writes it
+  /// (round_scales_to_power_of_2): log2 -> `pow2_round` -> exp2 (aten.exp2.default, or
+  /// aten.pow.Scalar(2, .) when pow2_pow).
+  bool pow2 = false;
+  bool pow2_pow = false;
+  std::string pow2_round = "floor";  ///< the rounding op's name (the negative: "ceil")
 };
 
 struct QuantForm {
@@ -37,6 +43,8 @@ struct QuantForm {
   /// With foreign_scale: y's scale also casts y.float() (y's own quantization, which claims the
   /// scale chain; x's cast by it then stays eager).
   bool foreign_scale_casts_y = false;
+  /// With foreign_scale: y's scale is rounded down to a power of two (QuantSpec::pow2).
+  bool foreign_pow2 = false;
   /// The first quantization's (tensorwise) amax feeds a second scale chain of its own, whose scale
   /// casts x.float() again (the negative "one scale chain per amax").
   bool second_chain_from_own_amax = false;
@@ -112,7 +120,15 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
          tensor(ss, "float64"));
     node("scale_" + k, "prims.convert_element_type.default",
          {test::ref("mul64_" + k), {{"dtype", "float32"}}}, tensor(ss, "float32"));
-    return "scale_" + k;
+    if (!q.pow2) return "scale_" + k;
+    node("log2_" + k, "aten.log2.default", {test::ref("scale_" + k)}, tensor(ss, "float32"));
+    const std::string round_op = "aten." + q.pow2_round + ".default";
+    node("round_" + k, round_op.c_str(), {test::ref("log2_" + k)}, tensor(ss, "float32"));
+    if (q.pow2_pow)
+      node("pow2_" + k, "aten.pow.Scalar", {2.0, test::ref("round_" + k)}, tensor(ss, "float32"));
+    else
+      node("pow2_" + k, "aten.exp2.default", {test::ref("round_" + k)}, tensor(ss, "float32"));
+    return "pow2_" + k;
   };
   auto cast_chain = [&](const std::string& k, const QuantSpec& q, const std::string& src,
                         const std::string& scale) {
@@ -172,6 +188,7 @@ inline nlohmann::json quant_trace(const QuantForm& f, const std::string& name = 
     inputs.push_back(yin);
     node("abs_y", "aten.abs.default", {test::ref("y")}, tensor(xs, dt));
     QuantSpec t;
+    t.pow2 = f.foreign_pow2;
     const std::string sy = scale_chain("y", t, "abs_y", dt);
     cast_chain("xy", t, x32, sy);
     if (f.foreign_scale_casts_y) {

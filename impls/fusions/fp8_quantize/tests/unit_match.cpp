@@ -201,6 +201,74 @@ TEST(Fp8QuantizeMatch, EveryGranularityAmaxFormAndFloat8Dtype) {
     }
 }
 
+// torchao's round_scales_to_power_of_2 (on in its rowwise recipes): log2 -> floor -> exp2 of the
+// float32 scale (or pow(2, .)) is part of the scale chain; the rounded value is the scale the
+// cast and the reciprocal read.
+TEST(Fp8QuantizeMatch, PowerOfTwoScaleRoundingIsPartOfTheScaleChain) {
+  for (const char* gran : {"tensorwise", "rowwise", "columnwise"})
+    for (bool pow : {false, true}) {
+      QuantForm f;
+      f.quants = {spec(gran)};
+      f.quants[0].pow2 = true;
+      f.quants[0].pow2_pow = pow;
+      Graph g;
+      Plan p = plan_of(f, g);
+      const std::string label = std::string(gran) + (pow ? " pow(2, .)" : " exp2");
+      ASSERT_EQ(fp8_regions(p).size(), 1u) << label << "\n" << fp8_declines(g, p);
+      EXPECT_EQ(fp8_declines(g, p), "") << label;
+      const Region* r = fp8_regions(p)[0];
+      const Quantization& q = params(r).quants.at(0);
+      EXPECT_TRUE(q.pow2) << label;
+      EXPECT_EQ(g.values[q.scale].name, "pow2_0") << label;
+      EXPECT_EQ(names(g, q.recip_outs), V{"rcp_0"}) << label;
+      EXPECT_EQ(r->inputs, std::vector<int>{g.find_value("x")}) << label;
+      for (const char* n : {"log2_0", "round_0", "pow2_0"})
+        EXPECT_NE(std::find(r->nodes.begin(), r->nodes.end(), g.values[g.find_value(n)].producer),
+                  r->nodes.end())
+            << label << ": " << n << " not in the region";
+      EXPECT_EQ(fusions::fp8_quantize.describe(g, *r)["quantizations"][0]["scale_pow2"], true);
+    }
+  QuantForm plain;
+  plain.quants = {spec("rowwise")};
+  Graph g;
+  Plan p = plan_of(plain, g);
+  ASSERT_EQ(fp8_regions(p).size(), 1u);
+  EXPECT_FALSE(params(fp8_regions(p)[0]).quants[0].pow2);
+}
+
+// log2 -> ceil -> exp2 is not torchao's rounding (it would round the scale up, past the float8
+// range): declined, saying which step.
+TEST(Fp8QuantizeMatch, ScaleRoundedUpIsDeclined) {
+  QuantForm f;
+  f.quants = {spec("rowwise")};
+  f.quants[0].pow2 = true;
+  f.quants[0].pow2_round = "ceil";
+  Graph g;
+  Plan p = plan_of(f, g);
+  EXPECT_TRUE(fp8_regions(p).empty());
+  EXPECT_NE(declined_at(g, p, "amax_0").find("'round_0' (aten.ceil.default) is not a floor"),
+            std::string::npos)
+      << fp8_declines(g, p);
+}
+
+// A given amax whose scale is rounded to a power of two: walked back through exp2, floor, log2.
+TEST(Fp8QuantizeMatch, GivenAmaxThroughAPowerOfTwoRounding) {
+  QuantForm f;
+  f.quants = {spec("tensorwise")};
+  f.foreign_scale = true;
+  f.foreign_pow2 = true;
+  Graph g;
+  Plan p = plan_of(f, g);
+  ASSERT_EQ(fp8_regions(p).size(), 1u) << fp8_declines(g, p);
+  const Params& pr = params(fp8_regions(p)[0]);
+  ASSERT_EQ(pr.quants.size(), 2u);
+  EXPECT_TRUE(pr.quants[1].given);
+  EXPECT_TRUE(pr.quants[1].pow2);
+  EXPECT_EQ(g.values[pr.quants[1].amax].name, "amax_y");
+  EXPECT_EQ(g.values[pr.quants[1].scale].name, "pow2_y");
+  EXPECT_EQ(declined_at(g, p, "scaled_xy"), "") << fp8_declines(g, p);
+}
+
 TEST(Fp8QuantizeMatch, GroupOfThreeQuantizationsWithColumnMajorCopiesIsOneRegion) {
   QuantForm f;
   f.quants = {spec("rowwise"), spec("columnwise"), spec("tensorwise", "float8_e5m2")};

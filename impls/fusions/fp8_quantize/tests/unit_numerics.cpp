@@ -176,6 +176,44 @@ INSTANTIATE_TEST_SUITE_P(Traces, Fp8QuantizeGolden,
                                            "float8_linear_rowwise_train_bwd_2x8x64x32"),
                          [](const auto& info) { return test_name(info.param); });
 
+// Power-of-two scales (torchao's round_scales_to_power_of_2) on every granularity: the model's
+// float32 log2 / floor / exp2 == the reference's float64 steps rounded where the graph
+// materializes them, bit for bit, on generated inputs.
+TEST(Fp8QuantizeModel, PowerOfTwoScalesMatchTheReference) {
+  QuantForm f;
+  f.shape = {48, 72};
+  f.quants = {QuantSpec{}, QuantSpec{}, QuantSpec{}};
+  f.quants[0].gran = "rowwise";
+  f.quants[1].gran = "columnwise";
+  f.quants[1].col_major_out = true;
+  f.quants[2].fp8 = "float8_e5m2";
+  f.quants[2].pow2_pow = true;
+  for (auto& q : f.quants) q.pow2 = true;
+  Graph g = parse_trace(quant_trace(f), "synthetic_pow2");
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    auto ref = run_reference(g, generate_inputs(g, seed));
+    EXPECT_EQ(check_trace(g, ref, nullptr), "") << "seed " << seed;
+  }
+}
+
+// round_scale_pow2: exact powers of two stay, other values go down to the power below, specials
+// pass through.
+TEST(Fp8QuantizeModel, PowerOfTwoRoundingOfAScale) {
+  for (int k = -40; k <= 40; ++k) {
+    const float p = std::ldexp(1.0f, k);
+    EXPECT_EQ(round_scale_pow2(p), p) << k;
+    EXPECT_EQ(round_scale_pow2(p * 1.5f), p) << k;
+    EXPECT_EQ(round_scale_pow2(p * 1.999f), p) << k;
+  }
+  EXPECT_EQ(round_scale_pow2(448.0f / 3.5f), 128.0f);
+  EXPECT_EQ(round_scale_pow2(448.0f / 5.0f), 64.0f);
+  EXPECT_EQ(round_scale_pow2(INFINITY), INFINITY);
+  EXPECT_EQ(round_scale_pow2(0.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(round_scale_pow2(NAN)));
+  EXPECT_EQ(quant_scale_of(5.0f, 1e-12, 448, true), 64.0f);
+  EXPECT_EQ(quant_scale_of(5.0f, 1e-12, 448, false), 89.6f);
+}
+
 // Synthetic groups on generated inputs (every granularity, both float8 dtypes, float16 and
 // float32 sources, x with values beyond the float8 range): model == reference.
 TEST(Fp8QuantizeModel, MatchesTheReferenceOnSyntheticGroups) {
