@@ -153,6 +153,14 @@ int cmd_validate(const std::vector<std::string>& traces, bool allow_cut) {
         else
           std::cerr << "INVALID " << line << " (--allow-cut accepts it)\n";
       }
+      for (const LackedValue& l : g.lacked) {
+        const std::string line = t + ": graph " + (l.input ? "input '" : "output '") + l.name +
+                                 "' is " + l.what + ", a dtype the harness lacks: not replayed";
+        if (allow_cut || g.cut.empty())
+          std::cout << "CUT     " << line << "\n";
+        else
+          std::cerr << "INVALID " << line << " (--allow-cut accepts it)\n";
+      }
       if (!g.cut.empty() && !allow_cut) {
         rc = kExitBadInput;
         continue;
@@ -241,6 +249,12 @@ int cmd_plan(const std::string& trace) {
   nlohmann::json cut = nlohmann::json::array();  // nodes cut out: ops the harness cannot run
   for (const CutNode& c : g.cut) cut.push_back(to_json(c));
   j["cut"] = cut;
+  if (!g.lacked.empty()) {  // inputs and outputs of dtypes the harness lacks: not replayed
+    nlohmann::json lacked = nlohmann::json::array();
+    for (const LackedValue& l : g.lacked)
+      lacked.push_back({{"value", l.name}, {"what", l.what}, {"input", l.input}});
+    j["lacked"] = lacked;
+  }
   std::cout << j.dump(2) << "\n";
   return kExitOk;
 }

@@ -268,7 +268,9 @@ nlohmann::json to_json(const CutNode& c) {
            {"min", o.stats.min},
            {"max", o.stats.max}}},
          {"stats_source", o.golden ? "golden" : (o.recorded ? "recorded" : "synthetic")}});
-  return {{"node", c.id}, {"op", c.op}, {"reason", c.reason}, {"outputs", outs}};
+  nlohmann::json j = {{"node", c.id}, {"op", c.op}, {"reason", c.reason}, {"outputs", outs}};
+  if (!c.lacked_outputs.empty()) j["lacked_outputs"] = c.lacked_outputs;
+  return j;
 }
 
 nlohmann::json to_json(const RunResult& r) {

@@ -207,6 +207,34 @@ write("cut", "synthetic_stats", trace("synthetic_stats", x, [
     node("idx", "aten.mystery_index.default", [ref("x")], [t([4], "int64")]),
     node("idx_plus", "aten.add.Tensor", [ref("idx"), 1], [t([4], "int64")])], ["y", "idx_plus"]))
 
+# complex_rope: torchtitan's (and Meta's reference) apply_rotary_emb, q of [1, 8, 4, 16] bf16 and
+# freqs_cis [8, 8] complex64, as the capture records values of a dtype the format lacks
+# ({"opaque": "torch.complex64[...]"}): view_as_complex -> mul by the complex table ->
+# view_as_real. The complex values stay out of the graph, every node reading one is cut (aten.view
+# and aten.mul are ops the harness runs), view_as_real's float32 output becomes an input drawn
+# from its recorded stats, the rest (the reshape and the cast back) replays; the forward also
+# returns the complex table view for its backward (a graph output no replay produces), and a
+# uint8 mask input nothing reads.
+B, T, H, D = 1, 8, 4, 16
+cx = lambda shape: {"opaque": "torch.complex64[" + ", ".join(str(d) for d in shape) + "]"}
+write("cut", "complex_rope", trace("complex_rope", [
+    inp("xq", [B, T, H, D], "bfloat16"),
+    {"id": "freqs_cis", **cx([T, D // 2])},
+    inp("mask", [T, T], "uint8"),
+], [
+    node("convert_element_type", "prims.convert_element_type.default", [ref("xq"), {"dtype": "float32"}],
+         [t([B, T, H, D])]),
+    node("view", "aten.view.default", [ref("convert_element_type"), [B, T, H, -1, 2]], [t([B, T, H, D // 2, 2])]),
+    node("view_as_complex", "aten.view_as_complex.default", [ref("view")], [cx([B, T, H, D // 2])]),
+    node("view_1", "aten.view.default", [ref("freqs_cis"), [1, T, 1, D // 2]], [cx([1, T, 1, D // 2])]),
+    node("mul", "aten.mul.Tensor", [ref("view_as_complex"), ref("view_1")], [cx([B, T, H, D // 2])]),
+    node("view_as_real", "aten.view_as_real.default", [ref("mul")],
+         [dict(t([B, T, H, D // 2, 2]), stats={"mean": 0.0, "std": 1.0, "min": -3.5, "max": 3.5})]),
+    node("view_2", "aten.view.default", [ref("view_as_real"), [B, T, H, D]], [t([B, T, H, D])]),
+    node("convert_element_type_1", "prims.convert_element_type.default", [ref("view_2"), {"dtype": "bfloat16"}],
+         [t([B, T, H, D], "bfloat16")]),
+], ["convert_element_type_1", "view_1"]))
+
 # bad: a cut that cannot be made (an output the graph reads has no metadata; no "outputs" at all)
 write("bad", "cut_output_without_metadata", trace("cut_output_without_metadata", x, [
     node("flash", "aten._scaled_dot_product_flash_attention.default", [ref("x"), ref("x"), ref("x")],

@@ -105,6 +105,65 @@ TEST(CutGraph, WithoutTheOptionAnUnknownOpIsStillBadInput) {
   }
 }
 
+// Values of a dtype the harness lacks (tests/data/cut/complex_rope.json: torchtitan's complex
+// RoPE, a uint8 mask): kept out of the graph, every node reading one is cut whatever its op (a
+// view and a mul the harness would run), the first real value after them (view_as_real's output)
+// is an input drawn from its recorded stats, the rest replays, and the complex graph output is
+// named as not replayed.
+TEST(CutGraph, ValuesOfADtypeTheHarnessLacksCutTheirReaders) {
+  const std::string file = data("cut/complex_rope.json");
+  const Graph g = load_trace(file, cut_options());
+  std::vector<std::string> ids;
+  for (const CutNode& c : g.cut) ids.push_back(c.id);
+  EXPECT_EQ(ids, (std::vector<std::string>{"view_as_complex", "view_1", "mul", "view_as_real"}));
+  const CutNode* vc = find_cut(g, "view_as_complex");
+  ASSERT_NE(vc, nullptr);
+  EXPECT_EQ(vc->reason, "unsupported op 'aten.view_as_complex.default'");
+  EXPECT_EQ(vc->lacked_outputs,
+            std::vector<std::string>{"view_as_complex: complex64 [1, 8, 4, 8]"});
+  EXPECT_NE(vc->describe().find("a dtype the harness lacks: its readers are cut"),
+            std::string::npos)
+      << vc->describe();
+  EXPECT_EQ(find_cut(g, "view_1")->reason,
+            "reads 'freqs_cis', complex64 [8, 8]: a dtype the harness lacks");
+  EXPECT_EQ(find_cut(g, "mul")->reason,
+            "reads 'view_as_complex', complex64 [1, 8, 4, 8]: a dtype the harness lacks");
+  const CutNode* vr = find_cut(g, "view_as_real");
+  ASSERT_NE(vr, nullptr);
+  ASSERT_EQ(vr->outputs.size(), 1u);
+  EXPECT_TRUE(vr->outputs[0].recorded);
+  EXPECT_DOUBLE_EQ(vr->outputs[0].stats.max, 3.5);
+  // xq and the cut output are the inputs; the complex table and the uint8 mask are not
+  std::vector<std::string> in;
+  for (int v : g.inputs) in.push_back(g.values[v].name);
+  EXPECT_EQ(in, (std::vector<std::string>{"xq", "view_as_real"}));
+  ASSERT_EQ(g.lacked.size(), 3u);
+  EXPECT_EQ(g.lacked[0].name, "freqs_cis");
+  EXPECT_TRUE(g.lacked[0].input);
+  EXPECT_EQ(g.lacked[1].name, "mask");
+  EXPECT_EQ(g.lacked[1].what, "uint8 [8, 8]");
+  EXPECT_EQ(g.lacked[2].name, "view_1");  // returned for the backward: not replayed
+  EXPECT_FALSE(g.lacked[2].input);
+  ASSERT_EQ(g.outputs.size(), 1u);
+  EXPECT_EQ(g.values[g.outputs[0]].name, "convert_element_type_1");
+  const TraceResult tr = run_trace(file, reference_only(), nullptr);
+  EXPECT_EQ(tr.error_kind, TraceResult::Error::kNone) << tr.error;
+  EXPECT_EQ(tr.cut_nodes.size(), 4u);
+}
+
+// Without cutting (`replay validate`), such an input is bad input naming it and its dtype.
+TEST(CutGraph, WithoutTheOptionALackedDtypeIsBadInput) {
+  try {
+    load_trace(data("cut/complex_rope.json"));
+    FAIL() << "expected a TraceError";
+  } catch (const TraceError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("freqs_cis"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("input is complex64 [8, 8], a dtype the harness lacks"), std::string::npos)
+        << msg;
+  }
+}
+
 TEST(CutGraph, TheFusionRegionsOfTheRestAreFound) {
   const Graph g = load_trace(kAttention, cut_options());
   const Plan p = make_plan(g, fusion_registry());

@@ -38,7 +38,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tracelib import (Snap, build_trace, placeholders, tensor_meta, training_traces,  # noqa: E402
+from tracelib import (Snap, build_trace, placeholders, meta_or_opaque, training_traces,  # noqa: E402
                       attach_golden, write_json, ops_summary, is_tensor_val, node_output_stats)
 
 PARTITIONERS = ("min_cut", "default")
@@ -402,13 +402,13 @@ class ReplayBackend:
         if len(args) != n or any(not s.is_tensor for s in args):
             raise RuntimeError(f"the graph was called with {len(args)} arguments for {n} placeholders "
                                f"(non-tensors: {[s.raw for s in args if not s.is_tensor]})")
-        metas = [tensor_meta(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(placeholders(gm), args)]
+        metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(placeholders(gm), args)]
         if notes:
             src["notes"] = notes
         trace, out_ids, ph_ids = build_trace(gm, name, src, ids, metas, [s.stats for s in args], extra,
                                              node_stats=node_stats)
         if self.golden:
-            st = {iid: s.value for iid, s in zip(ph_ids, args)}
+            st = {iid: s.value for iid, s in zip(ph_ids, args) if s.value is not None}
             for oid, s in zip(out_ids, results):
                 if oid is not None and s.value is not None and oid not in st:
                     st[oid] = s.value

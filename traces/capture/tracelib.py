@@ -50,14 +50,21 @@ def tensor_meta(val):
     return m
 
 
+def meta_or_opaque(val):
+    """tensor_meta of a tensor of a dtype the format has; else {"opaque": "torch.complex64[8, 8]"}
+    (a complex RoPE table, a uint8 mask, flash attention's uint64 RNG state): the loader keeps such
+    a value out of the graph and cuts the nodes that read it (traces/SCHEMA.md, "Cut nodes")."""
+    return tensor_meta(val) if val.dtype in DTYPE_NAMES else _opaque(val)
+
+
 def encode_arg(a):
     """An FX argument as replay-trace/1 JSON: {"ref": node name} for a node, {"dtype": name} for a
     dtype, {"enum": str} for a device/layout/memory format, {"float": "inf"} for a non-finite
     float, lists as lists, other numbers, bools, None and strings as themselves."""
     if isinstance(a, torch.fx.Node):
         return {"ref": a.name}
-    if isinstance(a, torch.dtype):
-        return {"dtype": DTYPE_NAMES[a]}
+    if isinstance(a, torch.dtype):  # one the format lacks keeps its PyTorch name (a cut node's argument)
+        return {"dtype": DTYPE_NAMES.get(a, str(a).replace("torch.", ""))}
     if isinstance(a, (list, tuple)):
         return [encode_arg(x) for x in a]
     if isinstance(a, bool) or a is None or isinstance(a, int):
@@ -286,9 +293,9 @@ def build_trace(gm, name, source, input_ids, input_metas, input_stats, input_ext
 def graph_to_trace(gm, inputs, input_names, name, source, world_size=1, node_stats=None):
     """The forward-inference encoding (real input tensors, their metadata and stats; node_stats as
     build_trace takes it)."""
-    trace, _, _ = build_trace(gm, name, source, list(input_names), [tensor_meta(t) for t in inputs],
-                              [value_stats(t) for t in inputs], world_size=world_size,
-                              node_stats=node_stats)
+    trace, _, _ = build_trace(gm, name, source, list(input_names), [meta_or_opaque(t) for t in inputs],
+                              [value_stats(t) if t.dtype in DTYPE_NAMES else None for t in inputs],
+                              world_size=world_size, node_stats=node_stats)
     return trace
 
 
@@ -490,11 +497,13 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
     if any(not s.is_tensor for s in fw_args):
         raise RuntimeError("the forward graph takes non-tensor inputs (symbolic sizes?): "
                            + str([s.raw for s in fw_args if not s.is_tensor]))
+    # A graph input of a dtype the format lacks (a complex64 RoPE table, flash attention's uint64 RNG
+    # state saved for the backward) is written {"opaque": ...}: the loader cuts the nodes reading it.
     for what, ph, snaps in (("forward", fw_ph, fw_args), ("backward", bw_ph, bw_args)):
         for p, s in zip(ph, snaps):
             if s.meta is None:
-                raise RuntimeError(f"{what} graph input {p.name} is {s.raw}, a dtype the replay format does not "
-                                   "have (e.g. flash attention's RNG state saved for the backward)")
+                notes.append(f"{what} graph input {p.name} is {s.raw}, a dtype the replay format does not have "
+                             "(written opaque: the nodes reading it are cut)")
 
     is_tangent = ["tangents" in p.name for p in bw_ph]
     saved_pos = [i for i, t in enumerate(is_tangent) if not t]
@@ -515,6 +524,7 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
             from_pos[bi] = cand[0]
             notes.append(f"saved input {bw_ph[bi].name}: forward output {cand[0]} by identity (position guess {guess})")
         elif golden and guess is not None and 0 <= guess < len(fw_results) and fw_results[guess].is_tensor \
+                and fw_results[guess].value is not None and bw_args[bi].value is not None \
                 and fw_results[guess].meta == bw_args[bi].meta \
                 and torch.equal(fw_results[guess].value, bw_args[bi].value):
             from_pos[bi] = guess
@@ -527,7 +537,7 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
     # the forward trace
     fsrc = dict(fwd_source)
     fsrc["backward_trace"] = bwd_name
-    fw_metas = [tensor_meta(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(fw_ph, fw_args)]
+    fw_metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(fw_ph, fw_args)]
     fwd, fw_out_ids, fw_ph_ids = build_trace(fw_gm, fwd_name, fsrc, list(input_ids), fw_metas,
                                              [s.stats for s in fw_args], fw_extra, node_stats=fw_node_stats)
     roles = {}
@@ -542,9 +552,11 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
     # node's name, tangents tangents_<k>
     fw_ph_to_id = {p.name: iid for p, iid in zip(fw_ph, fw_ph_ids)}
     bw_ids = [fw_ph_to_id.get(p.name, p.name) if not is_tangent[i] else p.name for i, p in enumerate(bw_ph)]
-    bw_metas = [tensor_meta(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(bw_ph, bw_args)]
+    bw_metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(bw_ph, bw_args)]
     for i, (p, s) in enumerate(zip(bw_ph, bw_args)):
         traced = bw_metas[i]
+        if s.meta is None or "shape" not in traced:  # a dtype the format lacks: written opaque
+            continue
         if traced["shape"] != s.meta["shape"] or traced["dtype"] != s.meta["dtype"]:
             log(f"  warning: {bwd_name}: input {p.name}: traced as {traced}, called with {s.meta}")
             notes.append(f"input {p.name}: traced as {traced}, PyTorch passed {s.meta}")
@@ -575,7 +587,8 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
         bwd["grad_of"] = {oid: {"trace": fwd_name, "input": fw_ph_ids[i]}
                           for i, oid in enumerate(bw_out_ids) if oid is not None}
         for i, oid in enumerate(bw_out_ids):
-            if oid is not None and bw_results[i].is_tensor and bw_results[i].meta["shape"] != fw_metas[i]["shape"]:
+            if oid is not None and bw_results[i].meta is not None and "shape" in fw_metas[i] \
+                    and bw_results[i].meta["shape"] != fw_metas[i]["shape"]:
                 log(f"  warning: {bwd_name}: gradient {oid} has shape {bw_results[i].meta['shape']}, "
                     f"input {fw_ph_ids[i]} {fw_metas[i]['shape']}")
     else:
@@ -597,7 +610,8 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
                 (bwd, bw_ph_ids, bw_args, bw_out_ids, bw_results)):
             st = {}
             for iid, s in zip(ids, arg_snaps):
-                st[iid] = s.value
+                if s.value is not None:  # none for a dtype the format lacks
+                    st[iid] = s.value
             for oid, s in zip(out_ids, res_snaps):
                 if oid is not None and s.value is not None and oid not in st:
                     st[oid] = s.value

@@ -82,11 +82,13 @@ std::string CutNode::describe() const {
     }
   }
   std::string line = "node '" + id + "': " + reason;
-  if (outputs.empty()) line += "; the graph reads none of its outputs";
+  if (outputs.empty() && lacked_outputs.empty()) line += "; the graph reads none of its outputs";
   if (!recorded.empty()) line += "; outputs " + recorded + " drawn from recorded stats";
   if (!golden.empty()) line += "; outputs " + golden + " taken from the golden file";
   if (!synthetic.empty())
     line += "; outputs " + synthetic + " drawn from synthetic stats (none recorded)";
+  for (const std::string& l : lacked_outputs)
+    line += "; output " + l + " (a dtype the harness lacks: its readers are cut)";
   return line;
 }
 

@@ -166,9 +166,22 @@ struct CutNode {
     bool golden = false;
   };
   std::vector<Output> outputs;  ///< outputs the graph reads, in the order it first reads them
+  /// Outputs of a dtype PyTorch has and the harness lacks (complex64, uint8, ...): not values of
+  /// the graph; every node reading one is cut too ("complex64 [1, 8, 4, 8]" per output, with its
+  /// name: "view_as_complex: complex64 [1, 8, 4, 8]").
+  std::vector<std::string> lacked_outputs;
   /// One line for the console and the reports: "node 'X': unsupported op 'aten.Y'; outputs a, b
   /// drawn from recorded stats" (outputs without recorded stats: "drawn from synthetic stats").
   std::string describe() const;
+};
+
+/// A value of a dtype the harness lacks (a complex64 table, uint8 mask, uint64 RNG state) that the
+/// loader keeps out of the graph (LoadOptions::cut_unsupported): a graph input, or a graph output
+/// no replay can produce. Its readers are cut (CutNode).
+struct LackedValue {
+  std::string name;
+  std::string what;    ///< "complex64 [8, 8]" (the dtype and shape as recorded)
+  bool input = false;  ///< a graph input (else a graph output of a cut node)
 };
 
 struct Graph {
@@ -182,6 +195,8 @@ struct Graph {
   std::vector<int> outputs;  ///< value indices of graph outputs
   std::optional<GoldenRef> golden;
   std::vector<CutNode> cut;  ///< nodes cut out (unsupported ops), in trace order; empty normally
+  /// Graph inputs and outputs of a dtype the harness lacks, left out of `inputs` / `outputs`.
+  std::vector<LackedValue> lacked;
 
   /// Value index by name, or -1.
   int find_value(const std::string& name) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -47,6 +48,10 @@ class Parser {
     }
     for (const auto& o : array_field(doc_, "outputs", "")) {
       if (!o.is_string()) fail("", "expected graph outputs to be value names (strings)");
+      if (auto l = lacked_.find(o.get<std::string>()); l != lacked_.end()) {
+        g_.lacked.push_back({l->first, l->second, false});  // no replay produces it
+        continue;
+      }
       int v = lookup(o.get<std::string>(), "graph outputs");
       if (g_.values[v].graph_output)
         fail("", "graph output '" + o.get<std::string>() +
@@ -163,6 +168,10 @@ class Parser {
                      " (cut: unsupported op), as a tensor; select one "
                      "with getitem");
     if (auto o = opaque_.find(name); o != opaque_.end()) fail(node, o->second);
+    if (auto l = lacked_.find(name); l != lacked_.end())
+      fail(node, "uses '" + name + "', " + l->second +
+                     ": a dtype the harness lacks (replay run, plan and repro cut the nodes that "
+                     "read it)");
     if (auto t = tuples_.find(name); t != tuples_.end())
       fail(node, "uses '" + name + "', a tuple of " +
                      std::to_string(g_.nodes[t->second].outputs.size()) + " outputs of " +
@@ -200,6 +209,16 @@ class Parser {
   void parse_input(const json& in) {
     if (!in.is_object()) fail("", "expected each input to be an object");
     std::string id = str_field(in, "id", "");
+    if (auto lt = lacked_tensor(in)) {  // a complex64 table, a uint64 RNG state saved for a bwd
+      if (!opt_.cut_unsupported)
+        fail(id, "input is " + *lt +
+                     ", a dtype the harness lacks (replay run, plan and repro cut the nodes that "
+                     "read it)");
+      if (taken(id)) fail(id, "duplicate id '" + id + "'");
+      lacked_[id] = *lt;
+      g_.lacked.push_back({id, *lt, true});
+      return;
+    }
     int v = add_value(id, meta_of(in, id), -1, 0, id);
     g_.values[v].graph_input = true;
     if (in.contains("stats")) g_.values[v].stats = stats_of(in["stats"], id);
@@ -315,7 +334,8 @@ class Parser {
   }
 
   bool taken(const std::string& id) const {
-    return names_.count(id) || tuples_.count(id) || cut_tuples_.count(id) || opaque_.count(id);
+    return names_.count(id) || tuples_.count(id) || cut_tuples_.count(id) || opaque_.count(id) ||
+           lacked_.count(id);
   }
 
   // --- cutting unsupported ops (LoadOptions::cut_unsupported; traces/SCHEMA.md, "Cut nodes") ---
@@ -335,13 +355,75 @@ class Parser {
   // {"opaque": ...} for a None, an int or a tensor of a dtype the format lacks).
   static bool has_meta(const json& o) { return o.is_object() && o.contains("shape"); }
 
+  // PyTorch dtypes the format lacks (workloads/ir/dtype.hpp holds the others): complex, the
+  // small and unsigned integers, the fnuz / e8m0 / float4 formats, the quantized ones.
+  static bool lacked_dtype(const std::string& d) {
+    static const std::set<std::string> k = {
+        "complex32",       "complex64",      "complex128",       "uint8",  "int8",
+        "int16",           "uint16",         "uint32",           "uint64", "float8_e4m3fnuz",
+        "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8",  "quint8",
+        "qint32",          "quint4x2",       "quint2x4",         "bits8",  "bits16"};
+    return k.count(d) > 0;
+  }
+
+  // "complex64 [1, 8, 4, 8]" for a recorded tensor of a dtype the format lacks: {"shape": ...,
+  // "dtype": "complex64"}, or the capture's {"opaque": "torch.complex64[1, 8, 4, 8]"}; nullopt for
+  // anything else (tensor metadata the format holds, a None, an int, an unknown dtype name).
+  static std::optional<std::string> lacked_tensor(const json& o) {
+    if (!o.is_object()) return std::nullopt;
+    if (o.contains("shape") && o.contains("dtype") && o["dtype"].is_string()) {
+      const std::string d = o["dtype"].get<std::string>();
+      if (!lacked_dtype(d) || !o["shape"].is_array()) return std::nullopt;
+      std::string sh;
+      for (const auto& e : o["shape"]) sh += (sh.empty() ? "" : ", ") + e.dump();
+      return d + " [" + sh + "]";
+    }
+    if (!o.contains("opaque") || !o["opaque"].is_string()) return std::nullopt;
+    std::string t = o["opaque"].get<std::string>();
+    if (t.rfind("torch.", 0) == 0) t = t.substr(6);
+    const size_t b = t.find('[');
+    if (b == std::string::npos || t.back() != ']' || !lacked_dtype(t.substr(0, b)))
+      return std::nullopt;
+    return t.substr(0, b) + " " + t.substr(b);
+  }
+
+  // Why a node of a known op is cut for a dtype the format lacks: it reads such a value, or the
+  // trace records such an output for it; "" otherwise.
+  std::string lacked_use(const json& j, const json& args, const json& kwargs) const {
+    std::string why;
+    std::function<void(const json&)> scan = [&](const json& a) {
+      if (!why.empty()) return;
+      if (a.is_object() && a.contains("ref") && a["ref"].is_string()) {
+        if (auto l = lacked_.find(a["ref"].get<std::string>()); l != lacked_.end())
+          why = "reads '" + l->first + "', " + l->second + ": a dtype the harness lacks";
+        return;
+      }
+      if (a.is_array() || a.is_object())
+        for (const auto& e : a) scan(e);
+    };
+    scan(args);
+    scan(kwargs);
+    if (!why.empty() || !j.contains("outputs") || !j["outputs"].is_array()) return why;
+    for (size_t k = 0; k < j["outputs"].size(); ++k)
+      if (auto lt = lacked_tensor(j["outputs"][k]))
+        return "output " + std::to_string(k) + " is " + *lt + ": a dtype the harness lacks";
+    return "";
+  }
+
+  // Output `name` of cut node ci is a tensor of a dtype the format lacks (`what`): kept out of the
+  // graph, its readers cut too.
+  void add_lacked(int ci, const std::string& name, const std::string& what) {
+    lacked_[name] = what;
+    g_.cut[ci].lacked_outputs.push_back(name + ": " + what);
+  }
+
   // Every {"ref": name} in a cut node's arguments must name an earlier value, as for any node.
   void check_refs(const json& a, const std::string& id) const {
     if (a.is_object() && a.contains("ref")) {
       if (!a["ref"].is_string()) fail(id, "expected \"ref\" to be a value id (a string)");
       const std::string name = a["ref"].get<std::string>();
       if (!names_.count(name) && !tuples_.count(name) && !cut_tuples_.count(name) &&
-          !opaque_.count(name))
+          !opaque_.count(name) && !lacked_.count(name))
         fail(id, "references '" + name + "', which is neither a graph input nor an earlier node");
       return;
     }
@@ -351,8 +433,10 @@ class Parser {
 
   // A node whose op the harness does not know: cut out of the graph. Its outputs become graph
   // inputs when the graph reads them (at once for a single tensor, at the getitem for a tuple).
+  // `reason`: why a known op is cut ("reads 'x', complex64 [..]: a dtype the harness lacks");
+  // empty for an unknown op.
   void parse_cut(const std::string& id, const std::string& opname, const json& j, const json& args,
-                 const json& kwargs) {
+                 const json& kwargs, const std::string& reason = "") {
     const std::string unknown =
         "unknown op '" + opname + "' (see `replay list` for the supported ops)";
     check_refs(args, id);
@@ -366,12 +450,14 @@ class Parser {
     CutNode c;
     c.id = id;
     c.op = opname;
-    c.reason = "unsupported op '" + opname + "'";
+    c.reason = reason.empty() ? "unsupported op '" + opname + "'" : reason;
     const int ci = static_cast<int>(g_.cut.size());
     g_.cut.push_back(std::move(c));
     cut_outs_.push_back(outs);
     if (outs.size() != 1 || getitem_sources_.count(id)) {
       cut_tuples_[id] = ci;
+    } else if (auto lt = lacked_tensor(outs[0])) {
+      add_lacked(ci, id, *lt);
     } else if (has_meta(outs[0])) {
       add_cut_value(ci, 0, id, outs[0], nullptr);
     } else {
@@ -425,6 +511,9 @@ class Parser {
       const json* own = j.contains("outputs") && j["outputs"].is_array() && j["outputs"].size() == 1
                             ? &j["outputs"][0]
                             : nullptr;
+      auto lt = lacked_tensor(entry);
+      if (!lt && !has_meta(entry) && own) lt = lacked_tensor(*own);
+      if (lt) return add_lacked(ci, id, *lt);  // not a value: its readers are cut
       if (has_meta(entry))
         v = add_cut_value(ci, k, id, entry, own);
       else if (own && has_meta(*own))  // the getitem recorded what the tuple did not
@@ -451,6 +540,9 @@ class Parser {
         fail(id, "unknown op '" + opname + "' (see `replay list` for the supported ops)");
       return parse_cut(id, opname, j, args, kwargs);
     }
+    if (opt_.cut_unsupported)  // complex64 values (Meta's and torchtitan's RoPE), uint8 masks
+      if (std::string why = lacked_use(j, args, kwargs); !why.empty())
+        return parse_cut(id, opname, j, args, kwargs, why);
     const OpDef& def = op_def(*op);
     const json& outs = array_field(j, "outputs", id);
 
@@ -559,6 +651,7 @@ class Parser {
     }
     for (const auto& t : j.value("tensors", json::array())) {
       std::string name = t.get<std::string>();
+      if (lacked_.count(name)) continue;  // a dtype the harness lacks: never compared
       if (!names_.count(name)) fail("", "golden tensor '" + name + "' is not a value of the graph");
       ref.names.push_back(name);
     }
@@ -578,6 +671,8 @@ class Parser {
   std::map<std::string, int> cut_tuples_;
   std::map<std::pair<int, int>, int> cut_values_;
   std::map<std::string, std::string> opaque_;
+  // Values of a dtype the format lacks (graph inputs, outputs of cut nodes) -> "complex64 [..]".
+  std::map<std::string, std::string> lacked_;
   std::set<std::string> getitem_sources_;
 };
 

@@ -22,11 +22,13 @@ struct LoadOptions {
   /// (Graph::cut): each of its outputs the graph reads becomes a graph input (Value::cut) with
   /// the output's recorded metadata, drawn from the output's recorded `stats` (absent: floats
   /// mean 0, std 1; integers and bool all 0, marked synthetic), so the rest of the graph
-  /// replays. Still bad input: an output the graph reads that the trace records no tensor
-  /// metadata for (a non-tensor result), and a cut that leaves no graph output computed by a
-  /// node the harness runs. traces/SCHEMA.md, "Cut nodes". `replay run`, `plan`, `repro` and
-  /// `list` cut; `replay validate` cuts to check the rest of the graph but reports the cut as
-  /// invalid unless --allow-cut.
+  /// replays. Values of a dtype PyTorch has and the harness lacks (complex64, uint8, uint64: a
+  /// graph input, a recorded output) are kept out of the graph (Graph::lacked) and every node
+  /// reading one is cut too (CutNode::lacked_outputs). Still bad input: an output the graph reads
+  /// that the trace records no tensor metadata for (a non-tensor result), and a cut that leaves
+  /// no graph output computed by a node the harness runs. traces/SCHEMA.md, "Cut nodes". `replay
+  /// run`, `plan`, `repro` and `list` cut; `replay validate` cuts to check the rest of the graph
+  /// but reports the cut as invalid unless --allow-cut.
   bool cut_unsupported = false;
 };
 
