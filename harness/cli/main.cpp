@@ -156,12 +156,12 @@ int cmd_validate(const std::vector<std::string>& traces, bool allow_cut) {
       for (const LackedValue& l : g.lacked) {
         const std::string line = t + ": graph " + (l.input ? "input '" : "output '") + l.name +
                                  "' is " + l.what + ", a dtype the harness lacks: not replayed";
-        if (allow_cut || g.cut.empty())
+        if (allow_cut)
           std::cout << "CUT     " << line << "\n";
         else
           std::cerr << "INVALID " << line << " (--allow-cut accepts it)\n";
       }
-      if (!g.cut.empty() && !allow_cut) {
+      if ((!g.cut.empty() || !g.lacked.empty()) && !allow_cut) {
         rc = kExitBadInput;
         continue;
       }

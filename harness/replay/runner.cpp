@@ -546,6 +546,8 @@ TraceResult run_trace(const std::string& path, const RunOptions& opt, GpuSession
     g = load_trace(path, cut_options());
     tr.name = g.name;
     tr.cut_nodes = g.cut;
+    for (const LackedValue& l : g.lacked)
+      tr.lacked.push_back(std::string(l.input ? "input '" : "output '") + l.name + "': " + l.what);
     plan = make_plan(g, fusion_registry());
     for (const auto& d : plan.dropped) {
       std::string nodes;

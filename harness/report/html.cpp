@@ -309,6 +309,9 @@ std::string render_html(const RunResult& run) {
     for (const CutNode& c : t.cut_nodes)
       h += "<p class=note><b>graph cut:</b> " + html_escape(c.describe()) +
            " (the rest of the graph replayed; the verdict does not cover this node)</p>";
+    for (const auto& l : t.lacked)
+      h += "<p class=note><b>not replayed:</b> graph " + html_escape(l) +
+           ", a dtype the harness lacks (the nodes reading it are cut)</p>";
     for (const auto& n : t.golden_not_compared)
       h += "<p class=meta>reference vs PyTorch golden: not compared: " + html_escape(n) + "</p>";
     for (const auto& n : t.golden_check)

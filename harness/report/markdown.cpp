@@ -193,13 +193,13 @@ std::string render_markdown(const RunResult& r) {
     no += n;
   }
   size_t cut_traces = 0;
-  for (const auto& t : r.traces) cut_traces += t.cut_nodes.empty() ? 0 : 1;
+  for (const auto& t : r.traces) cut_traces += t.cut_nodes.empty() && t.lacked.empty() ? 0 : 1;
   md += "\nOverall numerics: " +
         std::string(overall == Verdict::kFail ? "**FAIL**" : verdict_name(overall)) + " (" +
         std::to_string(yes) + " comparisons made, " + std::to_string(no) + " not compared)" +
         (cut_traces ? "; " + std::to_string(cut_traces) +
-                          " trace(s) replayed with their graph cut around ops the harness "
-                          "cannot run (their verdicts cover the rest of the graph)"
+                          " trace(s) replayed with their graph cut around ops or dtypes the "
+                          "harness cannot run (their verdicts cover the rest of the graph)"
                     : std::string()) +
         "\n";
 
@@ -213,6 +213,8 @@ std::string render_markdown(const RunResult& r) {
           (t.cut_nodes.empty()
                ? ""
                : " — graph cut at " + std::to_string(t.cut_nodes.size()) + " node(s)") +
+          (t.lacked.empty() ? ""
+                            : " — " + std::to_string(t.lacked.size()) + " value(s) not replayed") +
           "\n\n";
     md += "`" + t.file + "` — inputs: " + t.input_source + "\n";
     if (!t.error.empty())
@@ -225,6 +227,9 @@ std::string render_markdown(const RunResult& r) {
     for (const CutNode& c : t.cut_nodes)
       md += "\n- **graph cut**: " + c.describe() +
             " (the rest of the graph replayed; the verdict does not cover this node)\n";
+    for (const auto& l : t.lacked)
+      md += "\n- **not replayed**: graph " + l +
+            ", a dtype the harness lacks (the nodes reading it are cut)\n";
     for (const auto& n : t.golden_not_compared)
       md += "\n- reference vs PyTorch golden: not compared: " + n + "\n";
     for (const auto& n : t.golden_check)

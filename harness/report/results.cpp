@@ -309,6 +309,7 @@ nlohmann::json to_json(const RunResult& r) {
     nlohmann::json cut = nlohmann::json::array();
     for (const CutNode& c : t.cut_nodes) cut.push_back(to_json(c));
     tj["cut_nodes"] = cut;
+    if (!t.lacked.empty()) tj["lacked"] = t.lacked;
     if (!t.golden_not_compared.empty()) tj["golden_not_compared"] = t.golden_not_compared;
     if (!t.not_replayed.empty()) tj["not_replayed"] = t.not_replayed;
     if (t.reference_s > 0) tj["reference_s"] = t.reference_s;

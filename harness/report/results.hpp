@@ -160,6 +160,9 @@ struct TraceResult {
   /// traces/SCHEMA.md "Cut nodes"): the rest of the graph replayed, their outputs drawn from
   /// recorded stats. Every report names them; the verdict covers the rest of the graph only.
   std::vector<CutNode> cut_nodes;
+  /// Graph inputs and outputs of a dtype the harness lacks (Graph::lacked), not replayed:
+  /// "input 'freqs_cis': complex64 [8, 8]", "output 'view_1': complex64 [1, 8, 1, 8]".
+  std::vector<std::string> lacked;
   /// Matches the plan did not take: "<fusion> on [node ids]: <reason>".
   std::vector<std::string> dropped_matches;
   /// Candidates a fusion's matcher rejected, and why: "<fusion> at node '<id>': <reason>".

@@ -333,8 +333,10 @@ TraceResult read_trace(const JNode& n) {
         out.golden = src.str() == "golden";
         cn.outputs.push_back(out);
       }
+      if (c.has("lacked_outputs")) cn.lacked_outputs = c.at("lacked_outputs").strs();
       t.cut_nodes.push_back(std::move(cn));
     }
+  if (n.has("lacked")) t.lacked = n.at("lacked").strs();
   t.not_replayed = n.str_or("not_replayed", "");
   t.reference_s = n.num_or("reference_s", 0);
   t.reference_estimate_s = n.num_or("reference_estimate_s", 0);

@@ -151,7 +151,9 @@ TEST(CutGraph, ValuesOfADtypeTheHarnessLacksCutTheirReaders) {
   EXPECT_EQ(tr.cut_nodes.size(), 4u);
 }
 
-// Without cutting (`replay validate`), such an input is bad input naming it and its dtype.
+// Without cutting (LoadOptions::cut_unsupported off), such an input is bad input naming it and its
+// dtype; `replay validate` cuts, then calls the trace invalid unless --allow-cut (the CLI test
+// cli_validate_lacked_dtype).
 TEST(CutGraph, WithoutTheOptionALackedDtypeIsBadInput) {
   try {
     load_trace(data("cut/complex_rope.json"));

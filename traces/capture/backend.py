@@ -402,7 +402,7 @@ class ReplayBackend:
         if len(args) != n or any(not s.is_tensor for s in args):
             raise RuntimeError(f"the graph was called with {len(args)} arguments for {n} placeholders "
                                f"(non-tensors: {[s.raw for s in args if not s.is_tensor]})")
-        metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(placeholders(gm), args)]
+        metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else (s.meta or {"opaque": s.raw}) for p, s in zip(placeholders(gm), args)]
         if notes:
             src["notes"] = notes
         trace, out_ids, ph_ids = build_trace(gm, name, src, ids, metas, [s.stats for s in args], extra,

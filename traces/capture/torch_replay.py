@@ -104,9 +104,10 @@ def coerce_by_schema(target, args, kwargs):
         elif ty == "int" and arg.name in ("memory_format", "layout"):
             ty = "MemoryFormat"
         if ty == "ScalarType":
-            if v not in NAME_TO_DTYPE:
-                raise ValueError(f"argument {arg.name}: unknown dtype {v!r}")
-            return NAME_TO_DTYPE[v]
+            try:
+                return torch_dtype(v)
+            except ValueError:
+                raise ValueError(f"argument {arg.name}: unknown dtype {v!r}") from None
         if ty in ("MemoryFormat", "Layout", "Device"):
             return decode_enum(v)
         return v
@@ -119,6 +120,30 @@ def coerce_by_schema(target, args, kwargs):
     return args, kwargs
 
 
+def torch_dtype(name):
+    """The torch dtype a trace names: one of the format's, or one it lacks (a cut node's argument,
+    an input written opaque: "complex64", "uint8")."""
+    if name in NAME_TO_DTYPE:
+        return NAME_TO_DTYPE[name]
+    dt = getattr(torch, str(name).replace("torch.", ""), None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dt
+
+
+def opaque_tensor_meta(desc):
+    """(dtype, shape) of the capture's {"opaque": "torch.complex64[8, 8]"} for a tensor of a dtype the
+    format lacks, or None for a non-tensor ("int", "None")."""
+    m = re.fullmatch(r"(?:torch\.)?(\w+)\[([\d, ]*)\]", str(desc))
+    if not m:
+        return None
+    try:
+        dt = torch_dtype(m.group(1))
+    except ValueError:
+        return None
+    return dt, [int(d) for d in m.group(2).replace(" ", "").split(",") if d]
+
+
 def decode_arg(a, env):
     if isinstance(a, dict):
         if "ref" in a:
@@ -126,7 +151,7 @@ def decode_arg(a, env):
                 raise KeyError(f"reference to unknown value '{a['ref']}'")
             return env[a["ref"]]
         if "dtype" in a:
-            return NAME_TO_DTYPE[a["dtype"]]
+            return torch_dtype(a["dtype"])
         if "enum" in a:
             return decode_enum(a["enum"])
         if "float" in a:
@@ -234,9 +259,25 @@ def make_inputs(trace, golden, device, seed):
     gen = torch.Generator(device=device).manual_seed(seed)
     inputs, sources = [], []
     for inp in trace["inputs"]:
+        if "shape" not in inp:  # a dtype the format lacks, written opaque (a complex64 table)
+            meta = opaque_tensor_meta(inp.get("opaque"))
+            if meta is None:
+                raise ValueError(f"input {inp['id']}: {inp.get('opaque')!r} is no tensor")
+            dt, shape = meta
+            if dt.is_complex or dt.is_floating_point:
+                x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dt)
+            else:  # integers: zeros, as the harness draws a cut integer output
+                x = torch.zeros(shape, device=device, dtype=dt)
+            inputs.append(x)
+            sources.append("opaque (drawn: N(0, 1), integers 0)")
+            continue
         shape = list(inp["shape"])
         stride = list(inp.get("stride") or _contig_strides(shape))
-        dtype = NAME_TO_DTYPE[inp["dtype"]]
+        dtype = torch_dtype(inp["dtype"])
+        if dtype not in NAME_TO_DTYPE.values():  # e.g. a uint8 mask: zeros
+            inputs.append(torch.zeros(shape, device=device, dtype=dtype).as_strided(shape, stride, 0))
+            sources.append("zeros (a dtype the format lacks)")
+            continue
         if inp["id"] in golden:
             inputs.append(materialize(golden[inp["id"]], shape, stride, dtype, device))
             sources.append("golden")

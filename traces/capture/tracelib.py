@@ -537,7 +537,7 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
     # the forward trace
     fsrc = dict(fwd_source)
     fsrc["backward_trace"] = bwd_name
-    fw_metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(fw_ph, fw_args)]
+    fw_metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else (s.meta or {"opaque": s.raw}) for p, s in zip(fw_ph, fw_args)]
     fwd, fw_out_ids, fw_ph_ids = build_trace(fw_gm, fwd_name, fsrc, list(input_ids), fw_metas,
                                              [s.stats for s in fw_args], fw_extra, node_stats=fw_node_stats)
     roles = {}
@@ -552,7 +552,7 @@ def training_traces(fw_gm, bw_gm, fw_args, fw_results, bw_args, bw_results, fwd_
     # node's name, tangents tangents_<k>
     fw_ph_to_id = {p.name: iid for p, iid in zip(fw_ph, fw_ph_ids)}
     bw_ids = [fw_ph_to_id.get(p.name, p.name) if not is_tangent[i] else p.name for i, p in enumerate(bw_ph)]
-    bw_metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else s.meta for p, s in zip(bw_ph, bw_args)]
+    bw_metas = [meta_or_opaque(p.meta["val"]) if is_tensor_val(p) else (s.meta or {"opaque": s.raw}) for p, s in zip(bw_ph, bw_args)]
     for i, (p, s) in enumerate(zip(bw_ph, bw_args)):
         traced = bw_metas[i]
         if s.meta is None or "shape" not in traced:  # a dtype the format lacks: written opaque

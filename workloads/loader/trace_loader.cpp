@@ -49,6 +49,8 @@ class Parser {
     for (const auto& o : array_field(doc_, "outputs", "")) {
       if (!o.is_string()) fail("", "expected graph outputs to be value names (strings)");
       if (auto l = lacked_.find(o.get<std::string>()); l != lacked_.end()) {
+        if (!lacked_outputs_.insert(l->first).second)
+          fail("", "graph output '" + l->first + "' is listed twice");
         g_.lacked.push_back({l->first, l->second, false});  // no replay produces it
         continue;
       }
@@ -59,13 +61,22 @@ class Parser {
       g_.values[v].graph_output = true;
       g_.outputs.push_back(v);
     }
+    if (g_.outputs.empty() && !lacked_outputs_.empty())
+      fail("", "every graph output is of a dtype the harness lacks (" + *lacked_outputs_.begin() +
+                   ": " + lacked_.at(*lacked_outputs_.begin()) +
+                   "): nothing of the graph would be replayed");
     if (g_.outputs.empty()) fail("", "expected at least one graph output");
     if (!g_.cut.empty() && std::none_of(g_.outputs.begin(), g_.outputs.end(),
-                                        [&](int v) { return g_.values[v].producer >= 0; }))
-      fail(g_.cut[0].id, "unknown op '" + g_.cut[0].op +
-                             "' (see `replay list` for the supported ops); cutting the graph "
-                             "there leaves no graph output computed by a node the harness runs, "
-                             "so nothing of it would be replayed");
+                                        [&](int v) { return g_.values[v].producer >= 0; })) {
+      const CutNode& c = g_.cut[0];
+      const std::string why =
+          c.reason.rfind("unsupported op", 0) == 0
+              ? "unknown op '" + c.op + "' (see `replay list` for the " + "supported ops)"
+              : "cut (" + c.reason + ")";
+      fail(c.id, why +
+                     "; cutting the graph there leaves no graph output computed by a node the "
+                     "harness runs, so nothing of it would be replayed");
+    }
     if (doc_.contains("golden")) parse_golden(doc_["golden"]);
     return std::move(g_);
   }
@@ -107,6 +118,17 @@ class Parser {
     return *dt;
   }
 
+  // A recorded shape: integers >= 0, at most kMaxRank of them.
+  std::vector<int64_t> meta_shape(const json& j, const std::string& node) const {
+    std::vector<int64_t> shape = int_list(j, node, "shape");
+    if (shape.size() > static_cast<size_t>(kMaxRank))
+      fail(node, "shape " + shape_str(shape) + " has more than " + std::to_string(kMaxRank) +
+                     " dims (the most the harness supports)");
+    for (auto d : shape)
+      if (d < 0) fail(node, "negative size in shape " + shape_str(shape));
+    return shape;
+  }
+
   // Tensor metadata, checked so that no later size or offset computation can overflow: rank at
   // most kMaxRank, sizes >= 0, strides >= 0 (PyTorch tensors have no negative strides), numel,
   // bytes and the strided span at most kMaxTensorBytes.
@@ -114,12 +136,7 @@ class Parser {
     if (!j.is_object()) fail(node, "expected tensor metadata {shape, stride, dtype}");
     TensorMeta m;
     if (!j.contains("shape")) fail(node, "expected \"shape\" in tensor metadata");
-    m.shape = int_list(j["shape"], node, "shape");
-    if (m.shape.size() > static_cast<size_t>(kMaxRank))
-      fail(node, "shape " + shape_str(m.shape) + " has more than " + std::to_string(kMaxRank) +
-                     " dims (the most the harness supports)");
-    for (auto d : m.shape)
-      if (d < 0) fail(node, "negative size in shape " + shape_str(m.shape));
+    m.shape = meta_shape(j["shape"], node);
     if (!j.contains("dtype")) fail(node, "expected \"dtype\" in tensor metadata");
     m.dtype = dtype_of(j["dtype"], node);
     const auto numel = checked_numel(m.shape);
@@ -206,6 +223,23 @@ class Parser {
     return idx;
   }
 
+  // {"trace": forward trace name, "output": its output id}: a backward's saved input.
+  ForwardOutputRef forward_ref(const json& f, const std::string& id) const {
+    if (!f.is_object() || !f.contains("trace") || !f["trace"].is_string() ||
+        !f.contains("output") || !f["output"].is_string() ||
+        f["trace"].get<std::string>().empty() || f["output"].get<std::string>().empty())
+      fail(id,
+           "expected \"from\" to be {\"trace\": \"<forward trace>\", \"output\": "
+           "\"<its output id>\"}, found " +
+               f.dump());
+    const std::string trace = f["trace"].get<std::string>();
+    if (trace.find('/') != std::string::npos || trace.find('\\') != std::string::npos ||
+        trace == "." || trace == "..")
+      fail(id, "\"from\" names trace '" + trace +
+                   "': a trace name, not a path (the forward is <name>.json beside this file)");
+    return ForwardOutputRef{trace, f["output"].get<std::string>()};
+  }
+
   void parse_input(const json& in) {
     if (!in.is_object()) fail("", "expected each input to be an object");
     std::string id = str_field(in, "id", "");
@@ -215,6 +249,11 @@ class Parser {
                      ", a dtype the harness lacks (replay run, plan and repro cut the nodes that "
                      "read it)");
       if (taken(id)) fail(id, "duplicate id '" + id + "'");
+      if (in.contains("shape")) meta_shape(in["shape"], id);  // well-formed even when unused
+      if (in.contains("same_as") || in.contains("widened_from"))
+        fail(id, "an input of a dtype the harness lacks (" + *lt +
+                     ") cannot be \"same_as\" or \"widened_from\" another");
+      if (in.contains("from")) forward_ref(in["from"], id);
       lacked_[id] = *lt;
       g_.lacked.push_back({id, *lt, true});
       return;
@@ -226,22 +265,7 @@ class Parser {
       if (!in["role"].is_string()) fail(id, "expected \"role\" to be a string");
       g_.values[v].role = in["role"].get<std::string>();
     }
-    if (in.contains("from")) {  // {"trace": forward trace name, "output": its output id}
-      const json& f = in["from"];
-      if (!f.is_object() || !f.contains("trace") || !f["trace"].is_string() ||
-          !f.contains("output") || !f["output"].is_string() ||
-          f["trace"].get<std::string>().empty() || f["output"].get<std::string>().empty())
-        fail(id,
-             "expected \"from\" to be {\"trace\": \"<forward trace>\", \"output\": "
-             "\"<its output id>\"}, found " +
-                 f.dump());
-      const std::string trace = f["trace"].get<std::string>();
-      if (trace.find('/') != std::string::npos || trace.find('\\') != std::string::npos ||
-          trace == "." || trace == "..")
-        fail(id, "\"from\" names trace '" + trace +
-                     "': a trace name, not a path (the forward is <name>.json beside this file)");
-      g_.values[v].from = ForwardOutputRef{trace, f["output"].get<std::string>()};
-    }
+    if (in.contains("from")) g_.values[v].from = forward_ref(in["from"], id);
     if (in.contains("same_as")) {  // the same tensor as an earlier input
       if (!in["same_as"].is_string()) fail(id, "expected \"same_as\" to be an input id");
       const std::string other = in["same_as"].get<std::string>();
@@ -358,11 +382,43 @@ class Parser {
   // PyTorch dtypes the format lacks (workloads/ir/dtype.hpp holds the others): complex, the
   // small and unsigned integers, the fnuz / e8m0 / float4 formats, the quantized ones.
   static bool lacked_dtype(const std::string& d) {
-    static const std::set<std::string> k = {
-        "complex32",       "complex64",      "complex128",       "uint8",  "int8",
-        "int16",           "uint16",         "uint32",           "uint64", "float8_e4m3fnuz",
-        "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8",  "quint8",
-        "qint32",          "quint4x2",       "quint2x4",         "bits8",  "bits16"};
+    static const std::set<std::string> k = {"complex32",
+                                            "complex64",
+                                            "complex128",
+                                            "uint8",
+                                            "int8",
+                                            "int16",
+                                            "uint16",
+                                            "uint32",
+                                            "uint64",
+                                            "float8_e4m3fnuz",
+                                            "float8_e5m2fnuz",
+                                            "float8_e8m0fnu",
+                                            "float4_e2m1fn_x2",
+                                            "qint8",
+                                            "quint8",
+                                            "qint32",
+                                            "quint4x2",
+                                            "quint2x4",
+                                            "bits8",
+                                            "bits16",
+                                            "bits1x8",
+                                            "bits2x4",
+                                            "bits4x2",
+                                            "uint1",
+                                            "uint2",
+                                            "uint3",
+                                            "uint4",
+                                            "uint5",
+                                            "uint6",
+                                            "uint7",
+                                            "int1",
+                                            "int2",
+                                            "int3",
+                                            "int4",
+                                            "int5",
+                                            "int6",
+                                            "int7"};
     return k.count(d) > 0;
   }
 
@@ -442,7 +498,7 @@ class Parser {
     check_refs(args, id);
     check_refs(kwargs, id);
     if (!j.contains("outputs") || !j["outputs"].is_array())
-      fail(id, unknown +
+      fail(id, (reason.empty() ? unknown : "cut (" + reason + ")") +
                    ": the trace records no \"outputs\" for it, so the graph cannot be cut "
                    "there (its outputs' shapes and dtypes are unknown)");
     if (taken(id)) fail(id, "duplicate id '" + id + "'");
@@ -673,6 +729,7 @@ class Parser {
   std::map<std::string, std::string> opaque_;
   // Values of a dtype the format lacks (graph inputs, outputs of cut nodes) -> "complex64 [..]".
   std::map<std::string, std::string> lacked_;
+  std::set<std::string> lacked_outputs_;  // graph outputs among them
   std::set<std::string> getitem_sources_;
 };
 

@@ -297,21 +297,53 @@ bool is_exp2(const Node& n) {
 // float32, each read only by the next, declines at `a`.
 bool SourceMatcher::match_pow2(int a, Found& f) {
   Quantization& q = f.q;
-  const int l = single_user(g_, q.scale);
-  if (l < 0 || node(l).op != Op::kLog2) return true;  // no rounding
-  auto fail = [&](int at, const std::string& want) {
+  const auto& users = g_.values[q.scale].users;
+  const bool to_log2 =
+      std::any_of(users.begin(), users.end(), [&](int u) { return node(u).op == Op::kLog2; });
+  if (!to_log2) return true;  // no rounding
+  // The values of the rounding as far as it goes: this chain's, so that a cast reading one of
+  // them is not taken for a cast by another tensor's scale (one decline, here).
+  auto fail = [&](const std::vector<int>& walked, const std::string& why) {
+    for (int n : walked)  // the step and the ones after it, up to the cast's multiply
+      for (int v = out0(n), d = 0; v >= 0 && d < 8; ++d) {
+        own_scales_.insert(v);
+        const int u = single_user(g_, v);
+        if (u < 0 || node(u).op == Op::kMul || node(u).outputs.size() != 1) break;
+        v = out0(u);
+      }
     return out_.decline(a, "the scale '" + g_.values[q.scale].name +
                                "' goes to log2 (a power-of-two rounding: log2 -> floor -> exp2 of "
-                               "float32) but " +
-                               (at >= 0 ? node_str(g_, at) : std::string("nothing")) + " is not " +
-                               want + ", the only reader of the step before");
+                               "float32, each read only by the next) but " +
+                               why);
+  };
+  const int l = single_user(g_, q.scale);
+  if (l < 0) {
+    std::vector<int> logs;
+    for (int u : users)
+      if (node(u).op == Op::kLog2) logs.push_back(u);
+    return fail(logs, "is also read by " + readers_str(g_, q.scale));
+  }
+  auto next = [&](int n, bool ok, const std::string& want) -> std::string {
+    if (ok) return "";
+    const int v = out0(n);
+    const int u = single_user(g_, v);
+    return "the reader of " + node_str(g_, n) + " is " +
+           (u >= 0 ? node_str(g_, u)
+                   : (g_.values[v].users.empty() && !g_.values[v].graph_output
+                          ? std::string("nothing")
+                          : "not one node (" + readers_str(g_, v) + ")")) +
+           ", not " + want;
   };
   const int fl = single_user(g_, out0(l));
-  if (fl < 0 || node(fl).op != Op::kFloor) return fail(fl, "a floor");
+  if (auto w = next(l, fl >= 0 && node(fl).op == Op::kFloor, "a floor"); !w.empty())
+    return fail({l}, w);
   const int e = single_user(g_, out0(fl));
-  if (e < 0 || !is_exp2(node(e))) return fail(e, "an exp2 (or pow(2, .))");
+  if (auto w = next(fl, e >= 0 && is_exp2(node(e)), "an exp2 (or pow(2, .))"); !w.empty())
+    return fail({l, fl}, w);
   for (int n : {l, fl, e})
-    if (meta(out0(n)).dtype != DType::kFloat32) return fail(n, "a float32 step");
+    if (meta(out0(n)).dtype != DType::kFloat32)
+      return fail({l, fl, e}, node_str(g_, n) + " is " +
+                                  std::string(dtype_name(meta(out0(n)).dtype)) + ", not float32");
   f.nodes.insert(f.nodes.end(), {l, fl, e});
   q.pow2 = true;
   q.scale = out0(e);
