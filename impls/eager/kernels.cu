@@ -121,6 +121,7 @@
 #include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/dtype_device.cuh"
 #include "impls/eager/fast_div.cuh"
+#include "impls/eager/pw_math.cuh"
 #include "impls/eager/vec_io.cuh"
 
 namespace replay {
@@ -243,11 +244,6 @@ int coalesce(int ndim, int64_t* shape, int64_t (*stride)[kMaxDims], int n) {
   return r + 1;
 }
 
-template <typename T>
-__device__ __forceinline__ bool is_nan(T v) {
-  return v != v;  // false for integers
-}
-
 // ------------------------------------------------------------------------------------------------
 // Pointwise
 
@@ -255,57 +251,10 @@ constexpr int kMaxPwOperands = 3;
 constexpr int kPwThreads = 128;
 constexpr int kPwUnroll = 4;  // elements per thread on the nd path
 
-// The elementwise functions, one specialization each, chosen at compile time: the kernel is
-// instantiated per function (no per-element switch), and a PointwiseFn without a specialization
-// here does not compile (the kernel tables instantiate every one). kInt: whether the function has
-// an integer form (computes in int64 for integer and bool compute types).
-// Integer forms of pow and rounding division (int64 opmath), float forms as ATen computes them.
-// ATen's pow kernels special-case these exponents (rsqrt(-0) = -inf, unlike pow).
-template <typename T>
-__device__ __forceinline__ T pw_pow(T x, T y) {
-  if constexpr (std::is_integral_v<T>) {
-    if (y < 0) return x == 1 ? T(1) : (x == -1 ? (y % 2 ? T(-1) : T(1)) : T(0));
-    T r = 1;
-    for (; y > 0; y >>= 1, x *= x)
-      if (y & 1) r *= x;
-    return r;
-  } else {
-    return y == T(2)      ? x * x
-           : y == T(3)    ? x * x * x
-           : y == T(0.5)  ? sqrt(x)
-           : y == T(-0.5) ? T(1) / sqrt(x)
-           : y == T(-1)   ? T(1) / x
-           : y == T(-2)   ? T(1) / (x * x)
-                          : pow(x, y);
-  }
-}
-template <typename T>
-__device__ __forceinline__ T pw_div_trunc(T x, T y) {
-  if constexpr (std::is_integral_v<T>)
-    return y == 0 ? T(0) : x / y;
-  else
-    return trunc(x / y);
-}
-template <typename T>
-__device__ __forceinline__ T pw_div_floor(T x, T y) {
-  if constexpr (std::is_integral_v<T>) {
-    if (y == 0) return T(0);
-    const T q = x / y;
-    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
-  } else {
-    return floor(x / y);
-  }
-}
-
-// Rounding functions: an integer is its own floor (ATen returns integer tensors as they are).
-template <typename T, typename F>
-__device__ __forceinline__ T pw_rounding(T x, F f) {
-  if constexpr (std::is_integral_v<T>)
-    return x;
-  else
-    return f(x);
-}
-
+// The elementwise functions (pw_math.cuh's table, with is_nan, pw_pow, pw_div_trunc,
+// pw_div_floor, pw_rounding), one specialization each, chosen at compile time: the kernel is
+// instantiated per function (no per-element switch), and a PointwiseFn without a row does not
+// compile (the kernel tables instantiate every one).
 template <PointwiseFn F>
 struct Pw;
 #define REPLAY_PW(fn, has_int, expr)                                                  \
@@ -318,56 +267,7 @@ struct Pw;
       return expr;                                                                    \
     }                                                                                 \
   };
-REPLAY_PW(kCopy, true, x)
-REPLAY_PW(kRsqrt, false, T(1) / sqrt(x))
-REPLAY_PW(kSqrt, false, sqrt(x))
-REPLAY_PW(kNeg, true, -x)
-REPLAY_PW(kAbs, true, x < T(0) ? -x : x)
-REPLAY_PW(kExp, false, exp(x))
-REPLAY_PW(kLog, false, log(x))
-REPLAY_PW(kLog1p, false, log1p(x))
-REPLAY_PW(kExpm1, false, expm1(x))
-REPLAY_PW(kReciprocal, false, T(1) / x)
-REPLAY_PW(kTanh, false, tanh(x))
-REPLAY_PW(kSigmoid, false, T(1) / (T(1) + exp(-x)))
-REPLAY_PW(kErf, false, erf(x))
-REPLAY_PW(kSin, false, sin(x))
-REPLAY_PW(kCos, false, cos(x))
-REPLAY_PW(kSign, true, T((T(0) < x) - (x < T(0))))  // NaN gives 0, as torch.sign
-REPLAY_PW(kRelu, true, is_nan(x) ? x : (x > T(0) ? x : T(0)))
-REPLAY_PW(kLog2, false, log2(x))
-REPLAY_PW(kExp2, false, exp2(x))
-REPLAY_PW(kFloor, true, pw_rounding(x, [](auto v) { return floor(v); }))
-REPLAY_PW(kCeil, true, pw_rounding(x, [](auto v) { return ceil(v); }))
-REPLAY_PW(kTrunc, true, pw_rounding(x, [](auto v) { return trunc(v); }))
-REPLAY_PW(kRound, true, pw_rounding(x, [](auto v) { return rint(v); }))  // half to even
-REPLAY_PW(kPow, true, pw_pow(x, y))
-REPLAY_PW(kAdd, true, x + alpha * y)
-REPLAY_PW(kSub, true, x - alpha * y)
-REPLAY_PW(kRsub, true, y - alpha * x)
-REPLAY_PW(kMul, true, x* y)
-REPLAY_PW(kDiv, false, x / y)
-REPLAY_PW(kDivTrunc, true, pw_div_trunc(x, y))
-REPLAY_PW(kDivFloor, true, pw_div_floor(x, y))
-REPLAY_PW(kMaximum, true, is_nan(x) || is_nan(y) ? (is_nan(x) ? x : y) : (x > y ? x : y))
-REPLAY_PW(kMinimum, true, is_nan(x) || is_nan(y) ? (is_nan(x) ? x : y) : (x < y ? x : y))
-REPLAY_PW(kEq, true, T(x == y))
-REPLAY_PW(kNe, true, T(x != y))
-REPLAY_PW(kLt, true, T(x < y))
-REPLAY_PW(kLe, true, T(x <= y))
-REPLAY_PW(kGt, true, T(x > y))
-REPLAY_PW(kGe, true, T(x >= y))
-REPLAY_PW(kLogicalNot, true, T(x == T(0)))
-REPLAY_PW(kLogicalAnd, true, T(x != T(0) && y != T(0)))
-REPLAY_PW(kLogicalOr, true, T(x != T(0) || y != T(0)))
-REPLAY_PW(kLogicalXor, true, T((x != T(0)) != (y != T(0))))
-REPLAY_PW(kWhere, true, x != T(0) ? y : z)
-REPLAY_PW(kClamp, true,
-          is_nan(x) || is_nan(y) || is_nan(z) ? (is_nan(x) ? x : (is_nan(y) ? y : z))
-                                              : ((x < y ? y : x) > z ? z : (x < y ? y : x)))
-REPLAY_PW(kFill, true, x)
-REPLAY_PW(kIota, true, x + y * T(index))
-REPLAY_PW(kDropout, false, y < z ? x * alpha : T(0))
+REPLAY_PW_FUNCTIONS(REPLAY_PW)
 #undef REPLAY_PW
 
 // Integer math in double where the function has no integer form is never instantiated: the int64

@@ -77,6 +77,10 @@ struct FusionSpec {
   std::optional<NumericsBounds> (*tolerance)(const Graph& g, const Region& r, int value) = nullptr;
   /// Ranks the fusion needs (collectives: 2); on a trace of fewer, its matches are dropped.
   int min_world_size = 1;
+  /// Instead of `match` (null then), for a fusion that takes what the others leave (the generic
+  /// pointwise fusion, last in the registry): `claimed` has one entry per node of `g` (the
+  /// canonical form), nonzero where an earlier fusion's region holds the node.
+  void (*match_rest)(const Graph& g, const std::vector<char>& claimed, Matches& out) = nullptr;
 
   /// The variant named `name`, or nullptr.
   const VariantSpec* find_variant(std::string_view name) const;

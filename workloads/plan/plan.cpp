@@ -40,7 +40,14 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
   };
   for (const FusionSpec* f : fusions) {
     Matches found;
-    f->match(c.graph, found);
+    if (f->match_rest) {  // what the earlier fusions left, in canonical node indices
+      std::vector<char> claimed(c.graph.nodes.size(), 0);
+      for (size_t k = 0; k < claimed.size(); ++k)
+        claimed[k] = c.orig_node[k] >= 0 && p.node_region[c.orig_node[k]] >= 0;
+      f->match_rest(c.graph, claimed, found);
+    } else {
+      f->match(c.graph, found);
+    }
     for (const Decline& d : found.declined)
       if (const int at = captured_node(c, d.node); at >= 0)  // -1: an unread widened input
         p.declined.push_back({std::string(f->name), at, d.reason});

@@ -1,0 +1,93 @@
+// pointwise codegen: a chain of elementwise ops over one iteration space, as the CUDA source of
+// one kernel (host code; NVRTC compiles it, jit.hpp). Every op is the eager kernel's expression
+// (impls/eager/pw_math.cuh, compute type float) on its operands' values, rounded to the op's
+// dtype as the eager kernel stores it; the values live in registers between ops, only the
+// chain's inputs are loaded and only its outputs stored.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "workloads/ir/dtype.hpp"
+#include "workloads/ops/eager_fn.hpp"
+
+namespace replay::pointwise {
+
+/// How an iteration index s in [0, numel) maps to an element offset of a tensor: s split in the
+/// mixed radix of `size` (outermost first), each digit times its `stride` (elements; 0 along a
+/// broadcast dim). Coalesced: no two adjacent dims could merge.
+struct Geometry {
+  std::vector<int64_t> size, stride;
+};
+
+/// The geometry of a tensor of `stride` (broadcast to `shape`: size-1 or missing leading dims get
+/// stride 0) as visited in the storage order of a dense layout (`order_shape`, `order_stride`):
+/// the dims sorted by that layout's strides, outermost first, then coalesced.
+Geometry visit_geometry(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride,
+                        const std::vector<int64_t>& order_shape,
+                        const std::vector<int64_t>& order_stride);
+
+/// A tensor read from outside the chain: kernel argument `slot`, its dtype, its geometry, and
+/// whether the value is rounded to `round_to` after the load (a float32 0-dim tensor in a
+/// bfloat16 op: the eager executor casts it to the op's dtype first, as PyTorch does).
+struct Load {
+  int slot = 0;
+  DType dtype = DType::kFloat32;
+  Geometry geo;
+  bool round = false;
+  DType round_to = DType::kFloat32;
+};
+
+/// An operand of a step: a load, an earlier step's value, or a number (a Python scalar, or +-inf
+/// for a clamp bound given as None).
+struct Arg {
+  enum Kind : uint8_t { kLoad, kStep, kNumber } kind = kNumber;
+  int index = 0;      ///< the load or the step
+  double number = 0;  ///< kNumber: the value (the eager kernel takes it as float: (float)number)
+};
+
+/// One op: value = round(dtype, fn(args..., alpha)) per element.
+struct Step {
+  PointwiseFn fn = PointwiseFn::kCopy;
+  std::vector<Arg> args;  ///< 1 to 3
+  double alpha = 1;
+  DType dtype = DType::kFloat32;  ///< the op's output dtype: its value is rounded to it
+};
+
+/// A value written: step `step`'s value into kernel output `slot` (dtype, geometry).
+struct Store {
+  int step = 0;
+  int slot = 0;
+  DType dtype = DType::kFloat32;
+  Geometry geo;
+};
+
+struct KernelSpec {
+  int64_t numel = 0;
+  std::vector<Load> loads;
+  std::vector<Step> steps;
+  std::vector<Store> stores;
+  /// Per load / store: the base pointer's alignment in bytes (a power of two; 16 or more lets an
+  /// 8-element chunk of a unit-stride row be one or two 16-byte accesses).
+  std::vector<int> load_align, store_align;
+};
+
+/// The kernel's entry point: extern "C" __global__ void replay_pointwise(PwKernelArgs).
+inline constexpr const char* kEntry = "replay_pointwise";
+/// Elements per thread and chunk, and threads per block, of the generated kernel.
+inline constexpr int kChunk = 8;
+inline constexpr int kThreads = 256;
+
+/// The kernel's source (self-contained: pw_math.cuh's text and the chain). Deterministic: equal
+/// specs give equal text (the JIT cache key). Throws std::invalid_argument for a spec that breaks
+/// its own invariants (an arg naming a later step, a slot out of range, a dtype other than
+/// float32 / bfloat16 / float16 / bool).
+std::string generate(const KernelSpec& spec);
+
+/// Whether the chunked path (8 consecutive iteration indices per thread, unit-stride rows as
+/// 16-byte accesses) applies: numel a multiple of 8 and every geometry's innermost size too (a
+/// chunk never crosses a row of any tensor). Otherwise each thread takes single elements.
+bool chunked(const KernelSpec& spec);
+
+}  // namespace replay::pointwise

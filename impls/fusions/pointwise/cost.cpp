@@ -1,0 +1,34 @@
+// pointwise cost and description. Bytes that must move: every tensor the chain reads from outside
+// once and every value it writes once (the region's inputs and outputs); the intermediates stay
+// in registers. A broadcast input is counted at its own size, as it is read. FLOPs: one per op
+// and element (informational: a chain of elementwise ops is bound by its bytes).
+#include "impls/fusions/pointwise/params.hpp"
+#include "workloads/plan/match_util.hpp"
+
+namespace replay::pointwise {
+
+Cost cost(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  std::vector<int> io = r.inputs;
+  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
+  Cost c;
+  c.bytes = value_bytes(g, io);
+  c.flops = static_cast<double>(p.numel) * static_cast<double>(p.ops.size());
+  return c;
+}
+
+nlohmann::json describe(const Graph& g, const Region& r) {
+  const auto& p = std::any_cast<const Params&>(r.params);
+  auto names = [&](const std::vector<int>& vs) {
+    nlohmann::json a = nlohmann::json::array();
+    for (int v : vs) a.push_back(g.values[v].name);
+    return a;
+  };
+  return {{"numel", p.numel},
+          {"ops", p.ops},
+          {"order", p.linear ? "row-major" : "one dense layout"},
+          {"reads", names(r.inputs)},
+          {"writes", names(r.outputs)}};
+}
+
+}  // namespace replay::pointwise

@@ -1,0 +1,139 @@
+// pointwise JIT (jit.hpp): NVRTC through dlopen, a CUBIN per (source, compute capability), loaded
+// with cudaLibraryLoadData (the runtime API: nothing links libcuda) and cached for the process.
+#include "impls/fusions/pointwise/jit.hpp"
+
+#include <dlfcn.h>
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "impls/cuda/cuda_check.hpp"
+#include "impls/cuda/device_sms.hpp"
+#include "impls/fusions/pointwise/codegen.hpp"
+
+namespace replay::pointwise {
+namespace {
+
+// The NVRTC entry points the JIT uses, resolved once.
+struct Nvrtc {
+  decltype(&nvrtcCreateProgram) create = nullptr;
+  decltype(&nvrtcCompileProgram) compile = nullptr;
+  decltype(&nvrtcGetProgramLogSize) log_size = nullptr;
+  decltype(&nvrtcGetProgramLog) log = nullptr;
+  decltype(&nvrtcGetCUBINSize) cubin_size = nullptr;
+  decltype(&nvrtcGetCUBIN) cubin = nullptr;
+  decltype(&nvrtcDestroyProgram) destroy = nullptr;
+  decltype(&nvrtcGetErrorString) error = nullptr;
+  std::string status;  // "" when usable
+};
+
+const Nvrtc& nvrtc() {
+  static const Nvrtc n = [] {
+    Nvrtc r;
+    void* h = nullptr;
+    // by soname (LD_LIBRARY_PATH, the loader's cache), then in the toolkit this was built with
+    const std::string built = std::string(REPLAY_CUDA_LIB_DIR) + "/libnvrtc.so";
+    for (const std::string& lib : {std::string("libnvrtc.so.13"), std::string("libnvrtc.so.12"),
+                                   std::string("libnvrtc.so"), built + ".13", built})
+      if ((h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    if (!h) {
+      const char* e = dlerror();
+      r.status = std::string("NVRTC is not available (dlopen libnvrtc.so.13 / libnvrtc.so: ") +
+                 (e ? e : "not found") + "); put the CUDA toolkit's lib folder on LD_LIBRARY_PATH";
+      return r;
+    }
+    auto sym = [&](auto& fp, const char* name) {
+      fp = reinterpret_cast<std::remove_reference_t<decltype(fp)>>(dlsym(h, name));
+      if (!fp && r.status.empty()) r.status = std::string("NVRTC lacks ") + name;
+    };
+    sym(r.create, "nvrtcCreateProgram");
+    sym(r.compile, "nvrtcCompileProgram");
+    sym(r.log_size, "nvrtcGetProgramLogSize");
+    sym(r.log, "nvrtcGetProgramLog");
+    sym(r.cubin_size, "nvrtcGetCUBINSize");
+    sym(r.cubin, "nvrtcGetCUBIN");
+    sym(r.destroy, "nvrtcDestroyProgram");
+    sym(r.error, "nvrtcGetErrorString");
+    return r;
+  }();
+  return n;
+}
+
+struct Loaded {
+  cudaLibrary_t library = nullptr;
+  cudaKernel_t kernel = nullptr;
+};
+
+}  // namespace
+
+std::string nvrtc_status() {
+  return nvrtc().status;
+}
+
+std::vector<char> compile_cubin(const std::string& source, int arch) {
+  const Nvrtc& n = nvrtc();
+  if (!n.status.empty()) throw std::runtime_error(n.status);
+  nvrtcProgram prog = nullptr;
+  nvrtcResult rc = n.create(&prog, source.c_str(), "replay_pointwise.cu", 0, nullptr, nullptr);
+  if (rc != NVRTC_SUCCESS)
+    throw std::runtime_error(std::string("nvrtcCreateProgram: ") + n.error(rc));
+  const std::string gpu = "--gpu-architecture=sm_" + std::to_string(arch);
+  const char* opts[] = {gpu.c_str(), "--fmad=false", "--std=c++17", "-default-device"};
+  rc = n.compile(prog, static_cast<int>(std::size(opts)), opts);
+  size_t log_size = 0;
+  n.log_size(prog, &log_size);
+  std::string log(log_size, '\0');
+  if (log_size) n.log(prog, log.data());
+  if (rc != NVRTC_SUCCESS) {
+    n.destroy(&prog);
+    throw std::runtime_error(std::string("NVRTC could not compile the generated kernel (") +
+                             n.error(rc) + "): " + log);
+  }
+  size_t size = 0;
+  n.cubin_size(prog, &size);
+  std::vector<char> cubin(size);
+  rc = n.cubin(prog, cubin.data());
+  n.destroy(&prog);
+  if (rc != NVRTC_SUCCESS) throw std::runtime_error(std::string("nvrtcGetCUBIN: ") + n.error(rc));
+  return cubin;
+}
+
+const void* load_kernel(const std::string& source) {
+  int dev = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  int major = 0, minor = 0;
+  REPLAY_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  REPLAY_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  const int arch = major * 10 + minor;
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, Loaded> cache;  // libraries live for the process
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find({source, arch});
+  if (it == cache.end()) {
+    const std::vector<char> cubin = compile_cubin(source, arch);
+    Loaded l;
+    REPLAY_CUDA(
+        cudaLibraryLoadData(&l.library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+    REPLAY_CUDA(cudaLibraryGetKernel(&l.kernel, l.library, kEntry));
+    it = cache.emplace(std::make_pair(source, arch), l).first;
+  }
+  return reinterpret_cast<const void*>(it->second.kernel);
+}
+
+void launch(const void* k, const KernelArgs& args, int64_t numel, int per_thread,
+            cudaStream_t stream) {
+  const int64_t units = (numel + per_thread - 1) / per_thread;
+  const int64_t want = (units + kThreads - 1) / kThreads;
+  const int64_t blocks = std::clamp<int64_t>(want, 1, int64_t(device_sms()) * 8);
+  KernelArgs a = args;
+  void* params[] = {&a};
+  REPLAY_CUDA(
+      cudaLaunchKernel(k, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), params, 0, stream));
+}
+
+}  // namespace replay::pointwise

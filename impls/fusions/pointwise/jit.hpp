@@ -1,0 +1,42 @@
+// pointwise JIT: the generated source (codegen.hpp) compiled by NVRTC to a CUBIN for the device,
+// loaded as a CUDA library, launched. NVRTC is opened at run time (dlopen of libnvrtc.so.13, then
+// libnvrtc.so): a machine without it still runs everything else, and the fusion's optimized
+// variant says why it cannot run. Compiling needs no GPU (the unit tests compile every generated
+// kernel on the build machine); loading and launching do.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace replay::pointwise {
+
+/// The generated kernel's one parameter (codegen.cpp's PwKernelArgs, byte for byte).
+struct KernelArgs {
+  const void* in[16] = {};
+  void* out[16] = {};
+};
+
+/// "" when NVRTC can be used, else why not (the library is missing, a symbol is).
+std::string nvrtc_status();
+
+/// `source` compiled for sm_<arch> (90 for Hopper) into a CUBIN, with the options every generated
+/// kernel takes: --fmad=false (each op rounds as its eager kernel stores it, no contraction
+/// across ops), C++17, unannotated functions as device code. Throws std::runtime_error with
+/// NVRTC's log on a compile error, or when NVRTC is unavailable.
+std::vector<char> compile_cubin(const std::string& source, int arch);
+
+/// The entry point of `source` on the current device: compiled for its compute capability and
+/// loaded once per source text and device (a process-wide cache; thread-safe), then returned as
+/// the handle cudaLaunchKernel takes. Throws std::runtime_error on a compile or load failure.
+const void* load_kernel(const std::string& source);
+
+/// Launches kernel `k` (load_kernel) over `numel` elements (`per_thread` consecutive elements per
+/// thread and round: codegen's kChunk, or 1) on `stream`: at most 8 blocks of kThreads per SM, the
+/// grid-stride loop taking the rest. Throws RuntimeFailure on a launch error.
+void launch(const void* k, const KernelArgs& args, int64_t numel, int per_thread,
+            cudaStream_t stream);
+
+}  // namespace replay::pointwise

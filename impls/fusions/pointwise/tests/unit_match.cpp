@@ -1,0 +1,227 @@
+// pointwise matcher: the chains the other fusions leave, grouped over one iteration space, on the
+// bundled captures (GPT-2's gelu_new under the default partitioner, which matmul_epilogue
+// declines) and on synthetic graphs: joining through reshape views, one dense layout, splitting
+// before an outside reader that comes before the anchor, the declines of the neighbours that
+// cannot join; and on every bundled trace: nothing claimed twice, two ops or more per region.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "impls/fusions/pointwise/params.hpp"
+#include "impls/fusions/registry.hpp"
+#include "tests/unit/test_util.hpp"
+#include "workloads/loader/trace_loader.hpp"
+#include "workloads/ops/op.hpp"
+#include "workloads/plan/plan.hpp"
+
+namespace replay::fusions {
+extern const FusionSpec pointwise;
+}
+
+using namespace replay;
+using namespace replay::test;
+using nlohmann::json;
+using pointwise::Params;
+
+namespace {
+
+std::vector<const Region*> pw_regions(const Plan& p) {
+  std::vector<const Region*> out;
+  for (const Region& r : p.regions)
+    if (r.fusion == &fusions::pointwise) out.push_back(&r);
+  return out;
+}
+
+std::vector<std::string> ids(const Graph& g, const Region& r) {
+  std::vector<std::string> out;
+  for (int n : r.nodes) out.push_back(g.nodes[n].id);
+  return out;
+}
+
+std::vector<std::string> names(const Graph& g, const std::vector<int>& vs) {
+  std::vector<std::string> out;
+  for (int v : vs) out.push_back(g.values[v].name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string pw_declines(const Graph& g, const Plan& p) {
+  std::string s;
+  for (const auto& d : p.declined)
+    if (d.fusion == "pointwise") s += g.nodes[d.node].id + ": " + d.reason + "\n";
+  return s;
+}
+
+const Params& params(const Region* r) {
+  return std::any_cast<const Params&>(r->params);
+}
+
+using V = std::vector<std::string>;
+
+json node(const std::string& id, const char* op, json args, json out,
+          json kwargs = json::object()) {
+  return {{"id", id}, {"op", op}, {"args", args}, {"kwargs", kwargs}, {"outputs", {out}}};
+}
+
+json input(const std::string& id, std::vector<int64_t> shape, const std::string& dt = "float32") {
+  json j = tensor(shape, dt);
+  j["id"] = id;
+  return j;
+}
+
+json strided(std::vector<int64_t> shape, std::vector<int64_t> stride, const std::string& dt) {
+  return {{"shape", shape}, {"stride", stride}, {"dtype", dt}};
+}
+
+Graph synthetic(json inputs, json nodes, json outputs) {
+  return parse_trace({{"schema", "replay-trace/1"},
+                      {"name", "synthetic_pointwise"},
+                      {"source", {{"model", "synthetic"}, {"phase", "fwd"}}},
+                      {"world_size", 1},
+                      {"inputs", inputs},
+                      {"nodes", nodes},
+                      {"outputs", outputs}},
+                     "synthetic_pointwise");
+}
+
+}  // namespace
+
+// GPT-2's gelu_new under the default partitioner returns three of its intermediates, which
+// matmul_epilogue's one table cannot write (it takes the addmm alone and declines the chain): the
+// pointwise fusion takes the whole chain, writing the saved intermediates beside the result, the
+// returned alias of tanh a tail of it.
+TEST(PointwiseMatch, Gpt2DefaultGeluNewChainWithItsSavedIntermediates) {
+  for (const char* t : {"byog/linear/gpt2_mlp_default_train_fwd_2x8x128",
+                        "byog/linear/gpt2_mlp_default_train_fwd_8x1024x1024"}) {
+    Graph g = load_trace(trace_path(t));
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u) << t << "\n" << pw_declines(g, p);
+    const Region& r = *regs[0];
+    EXPECT_EQ(params(&r).ops,
+              (V{"aten.mul.Tensor", "aten.pow.Tensor_Scalar", "aten.mul.Tensor", "aten.add.Tensor",
+                 "aten.mul.Tensor", "aten.tanh.default", "aten.add.Tensor", "aten.mul.Tensor"}))
+        << t;
+    EXPECT_EQ(names(g, r.inputs), V{"view_1"}) << t;
+    EXPECT_EQ(names(g, r.outputs), (V{"add_1", "mul", "mul_3", "tanh"})) << t;
+    EXPECT_EQ(ids(g, r),
+              (V{"mul", "pow_1", "mul_1", "add", "mul_2", "tanh", "alias", "add_1", "mul_3"}))
+        << t;
+    // the GEMMs stay matmul_epilogue's
+    int epilogues = 0;
+    for (const Region& e : p.regions) epilogues += e.fusion->name == "matmul_epilogue";
+    EXPECT_EQ(epilogues, 2) << t;
+    for (const auto& d : p.dropped) EXPECT_NE(d.fusion, "pointwise") << d.reason;
+  }
+}
+
+// An outside node reading an intermediate before the chain's last op (a row sum the chain then
+// multiplies by): the group is cut before that reader, the rest grouped again.
+TEST(PointwiseMatch, CutBeforeAnOutsideReaderThatComesBeforeTheAnchor) {
+  Graph g = synthetic(
+      {input("x", {4, 8})},
+      {node("m1", "aten.mul.Tensor", {ref("x"), 2.0}, tensor({4, 8}, "float32")),
+       node("s", "aten.sum.dim_IntList", {ref("m1"), {1}, true}, tensor({4, 1}, "float32")),
+       node("m2", "aten.add.Tensor", {ref("m1"), 1.0}, tensor({4, 8}, "float32")),
+       node("m3", "aten.mul.Tensor", {ref("m2"), ref("s")}, tensor({4, 8}, "float32")),
+       node("m4", "aten.neg.default", {ref("m3")}, tensor({4, 8}, "float32"))},
+      {"m4"});
+  Plan p = make_plan(g, fusion_registry());
+  const auto regs = pw_regions(p);
+  ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+  EXPECT_EQ(ids(g, *regs[0]), (V{"m2", "m3", "m4"}));
+  EXPECT_EQ(names(g, regs[0]->inputs), (V{"m1", "s"}));
+  EXPECT_EQ(names(g, regs[0]->outputs), V{"m4"});
+}
+
+// Members joined through a reshape view of a row-major value (the view an alias inside the
+// chain); the bfloat16 input's upcast and the final downcast are members too.
+TEST(PointwiseMatch, JoinsThroughAReshapeViewAndTakesTheCasts) {
+  Graph g =
+      synthetic({input("x", {2, 3, 8}, "bfloat16")},
+                {node("c1", "prims.convert_element_type.default",
+                      {ref("x"), {{"dtype", "float32"}}}, tensor({2, 3, 8}, "float32")),
+                 node("v", "aten.view.default", {ref("c1"), {6, 8}}, tensor({6, 8}, "float32")),
+                 node("m", "aten.mul.Tensor", {ref("v"), 2.0}, tensor({6, 8}, "float32")),
+                 node("c2", "prims.convert_element_type.default",
+                      {ref("m"), {{"dtype", "bfloat16"}}}, tensor({6, 8}, "bfloat16"))},
+                {"c2"});
+  Plan p = make_plan(g, fusion_registry());
+  const auto regs = pw_regions(p);
+  ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+  EXPECT_EQ(ids(g, *regs[0]), (V{"c1", "v", "m", "c2"}));
+  EXPECT_EQ(names(g, regs[0]->inputs), V{"x"});
+  EXPECT_EQ(names(g, regs[0]->outputs), V{"c2"});
+  EXPECT_TRUE(params(regs[0]).linear);
+  EXPECT_EQ(params(regs[0]).numel, 48);
+}
+
+// A permute between two ops changes the element order: the op before it stays alone (eager), the
+// two after it share one dense (transposed) layout and are one group reading the permuted view.
+TEST(PointwiseMatch, APermuteSplitsAndADenseTransposedChainIsOneGroup) {
+  Graph g = synthetic(
+      {input("x", {4, 8})},
+      {node("a", "aten.mul.Tensor", {ref("x"), 2.0}, tensor({4, 8}, "float32")),
+       node("t", "aten.permute.default", {ref("a"), {1, 0}}, strided({8, 4}, {1, 8}, "float32")),
+       node("b", "aten.add.Tensor", {ref("t"), 1.0}, strided({8, 4}, {1, 8}, "float32")),
+       node("c", "aten.mul.Tensor", {ref("b"), 3.0}, strided({8, 4}, {1, 8}, "float32"))},
+      {"c"});
+  Plan p = make_plan(g, fusion_registry());
+  const auto regs = pw_regions(p);
+  ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+  EXPECT_EQ(ids(g, *regs[0]), (V{"b", "c"}));
+  EXPECT_EQ(names(g, regs[0]->inputs), V{"t"});
+  EXPECT_FALSE(params(regs[0]).linear);
+}
+
+// A neighbour that cannot join says why: add with alpha 0.5 (the eager kernel may contract
+// alpha * y into an FMA) and a float64 step.
+TEST(PointwiseMatch, NeighboursThatCannotJoinAreDeclinedWithTheReason) {
+  Graph g = synthetic({input("x", {4, 8})},
+                      {node("m1", "aten.mul.Tensor", {ref("x"), 2.0}, tensor({4, 8}, "float32")),
+                       node("m3", "aten.neg.default", {ref("m1")}, tensor({4, 8}, "float32")),
+                       node("m4", "aten.exp.default", {ref("m3")}, tensor({4, 8}, "float32")),
+                       node("m2", "aten.add.Tensor", {ref("m4"), ref("x")},
+                            tensor({4, 8}, "float32"), {{"alpha", 0.5}}),
+                       node("d", "prims.convert_element_type.default",
+                            {ref("m4"), {{"dtype", "float64"}}}, tensor({4, 8}, "float64")),
+                       node("e", "aten.mul.Tensor", {ref("d"), 2.0}, tensor({4, 8}, "float64"))},
+                      {"m2", "e"});
+  Plan p = make_plan(g, fusion_registry());
+  const auto regs = pw_regions(p);
+  ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+  EXPECT_EQ(ids(g, *regs[0]), (V{"m1", "m3", "m4"}));
+  EXPECT_NE(declined_at(g, p, "m2").find("alpha 0.5"), std::string::npos) << pw_declines(g, p);
+  EXPECT_NE(declined_at(g, p, "d").find("its output is float64"), std::string::npos)
+      << pw_declines(g, p);
+  EXPECT_EQ(declined_at(g, p, "e"), "") << "not a neighbour of the chain";
+}
+
+// What the others claim stays theirs: on every bundled trace no pointwise match is dropped for
+// an overlap, every pointwise region has two ops or more, each of its nodes elementwise, a view
+// or an identity, and it writes at most kMaxOutputs values from at most kMaxInputs.
+TEST(PointwiseMatch, EveryBundledTraceTakesOnlyWhatTheOthersLeave) {
+  int regions = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(REPLAY_TRACES_DIR)) {
+    if (e.path().extension() != ".json" || e.path().string().find("/capture/") != std::string::npos)
+      continue;
+    Graph g = load_trace(e.path().string(), cut_options());
+    Plan p = make_plan(g, fusion_registry());
+    for (const auto& d : p.dropped)
+      EXPECT_NE(d.fusion, "pointwise") << e.path() << ": " << d.reason;
+    for (const Region* r : pw_regions(p)) {
+      ++regions;
+      EXPECT_GE(params(r).ops.size(), 2u) << e.path();
+      EXPECT_LE(r->inputs.size(), size_t(pointwise::kMaxInputs)) << e.path();
+      EXPECT_LE(r->outputs.size(), size_t(pointwise::kMaxOutputs)) << e.path();
+      for (int n : r->nodes) {
+        const auto k = op_def(g.nodes[n].op).eager.kernel;
+        EXPECT_TRUE(k == EagerLowering::kPointwise || k == EagerLowering::kAlias)
+            << e.path() << ": " << g.nodes[n].id;
+      }
+    }
+  }
+  EXPECT_GT(regions, 10) << "the bundled traces hold chains no other fusion claims";
+}
