@@ -12,7 +12,9 @@
 // A group runs as one step at its last node (the anchor): every outside reader of a value it
 // writes must come after that node. Where one comes earlier (a reduction of an intermediate that
 // a later member reads back, through an outside node), the group is cut before that reader and
-// the rest grouped again. A group needs two compute members (one op is already one eager launch)
+// the rest grouped again. Groups that read a tensor in common over the same iteration space (the
+// cos and the sin of one angle table) are joined where that order still holds: one kernel reads
+// the tensor once. A group needs two compute members (one op is already one eager launch)
 // and fits the kernel's limits (kMaxInputs tensors read, kMaxOutputs written, kMaxOps ops), or it
 // is declined saying which.
 #include <algorithm>
@@ -81,6 +83,8 @@ class Grouper {
     for (int i = 0; i < nn; ++i)
       if (member_[i] || view_[i]) all.push_back(i);
     group(all);
+    merge_siblings();
+    for (const auto& set : sets_) emit(set);
     decline_neighbours();
   }
 
@@ -126,8 +130,12 @@ class Grouper {
       }
     }
     std::map<int, std::vector<int>> comps;
-    for (int n : nodes)
-      if (joined[n]) comps[uf.find(n)].push_back(n);
+    for (int n : nodes) {
+      if (joined[n])
+        comps[uf.find(n)].push_back(n);
+      else if (member_[n])  // a lone op: kept for merge_siblings (alone it is no region)
+        sets_.push_back({n});
+    }
     for (auto& [root, members] : comps) {
       std::sort(members.begin(), members.end());
       settle(members);
@@ -140,12 +148,10 @@ class Grouper {
     return k;
   }
 
-  // One component: cut it before the first outside reader of its values that comes before its
-  // anchor (the rest is grouped again), then made a region if it qualifies.
-  void settle(std::vector<int> nodes) {
-    if (compute_count(nodes) < 2) return;
+  // The last member of `nodes` (the step runs there), and the first node outside them that reads
+  // one of their values (the graph's size when none).
+  std::pair<int, int> anchor_and_first_reader(const std::vector<int>& nodes) const {
     std::set<int> in(nodes.begin(), nodes.end());
-    // The anchor: the last member (a trailing view runs as an alias after the step).
     int anchor = -1;
     for (int n : nodes)
       if (member_[n]) anchor = std::max(anchor, n);
@@ -154,6 +160,14 @@ class Grouper {
       for (int v : g_.nodes[n].outputs)
         for (int u : g_.values[v].users)
           if (!in.count(u)) earliest = std::min(earliest, u);
+    return {anchor, earliest};
+  }
+
+  // One component: cut it before the first outside reader of its values that comes before its
+  // anchor (the rest is grouped again), else kept (sets_).
+  void settle(std::vector<int> nodes) {
+    if (compute_count(nodes) < 1) return;
+    const auto [anchor, earliest] = anchor_and_first_reader(nodes);
     if (earliest < anchor) {
       std::vector<int> keep, rest;
       for (int n : nodes) (n < earliest ? keep : rest).push_back(n);
@@ -163,6 +177,68 @@ class Grouper {
     }
     // Trailing views no member reads are not the group's (their outputs alias the member's).
     while (!nodes.empty() && !member_[nodes.back()]) nodes.pop_back();
+    sets_.push_back(std::move(nodes));
+  }
+
+  // The values `nodes` read from outside them.
+  std::set<int> reads(const std::vector<int>& nodes) const {
+    std::set<int> in(nodes.begin(), nodes.end()), r;
+    for (int n : nodes)
+      for (const Operand& o : g_.nodes[n].operands)
+        if (o.is_tensor() && !in.count(g_.values[o.value].producer)) r.insert(o.value);
+    return r;
+  }
+
+  // The order key of a set: "" for row-major members, else the one dense layout's.
+  std::string order_key(const std::vector<int>& nodes) const {
+    for (int n : nodes)
+      if (member_[n] && !g_.meta(g_.nodes[n].outputs[0]).is_contiguous()) {
+        const TensorMeta& m = g_.meta(g_.nodes[n].outputs[0]);
+        return shape_str(m.shape) + shape_str(m.stride);
+      }
+    return "";
+  }
+
+  int64_t numel_of(const std::vector<int>& nodes) const {
+    for (int n : nodes)
+      if (member_[n]) return g_.meta(g_.nodes[n].outputs[0]).numel();
+    return -1;
+  }
+
+  // Sibling chains (they read a tensor in common over the same iteration space, as the cos and
+  // sin of one angle table) become one kernel, reading it once, where the joined set still runs
+  // before every outside reader of its values and fits the kernel's limits (horizontal fusion, as
+  // Inductor fuses siblings).
+  void merge_siblings() {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < sets_.size() && !changed; ++i)
+        for (size_t j = i + 1; j < sets_.size() && !changed; ++j) {
+          const auto& a = sets_[i];
+          const auto& b = sets_[j];
+          if (numel_of(a) != numel_of(b) || order_key(a) != order_key(b)) continue;
+          const std::set<int> ra = reads(a), rb = reads(b);
+          if (std::none_of(ra.begin(), ra.end(), [&](int v) { return rb.count(v) > 0; })) continue;
+          std::vector<int> u(a);
+          u.insert(u.end(), b.begin(), b.end());
+          std::sort(u.begin(), u.end());
+          const auto [anchor, earliest] = anchor_and_first_reader(u);
+          if (earliest < anchor) continue;
+          const Region r = make_region(g_, u, std::any());
+          if (static_cast<int>(r.inputs.size()) > kMaxInputs ||
+              static_cast<int>(r.outputs.size()) > kMaxOutputs || compute_count(u) > kMaxOps)
+            continue;
+          sets_[i] = std::move(u);
+          sets_.erase(sets_.begin() + static_cast<long>(j));
+          changed = true;
+        }
+    }
+  }
+
+  // A kept set as a region, if it has two compute members and fits the kernel's limits.
+  void emit(const std::vector<int>& nodes) {
+    if (compute_count(nodes) < 2) return;
+    const int anchor = anchor_and_first_reader(nodes).first;
     Params p;
     p.numel = g_.meta(g_.nodes[anchor].outputs[0]).numel();
     p.linear = true;
@@ -226,6 +302,7 @@ class Grouper {
   Matches& out_;
   std::vector<char> member_, view_;
   std::set<int> grouped_;
+  std::vector<std::vector<int>> sets_;  // the groups kept, node indices sorted
 };
 
 }  // namespace

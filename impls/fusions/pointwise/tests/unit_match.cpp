@@ -176,6 +176,39 @@ TEST(PointwiseMatch, APermuteSplitsAndADenseTransposedChainIsOneGroup) {
   EXPECT_FALSE(params(regs[0]).linear);
 }
 
+// Siblings reading one tensor over one iteration space (the cos and sin of an angle table) are
+// one kernel, reading it once; not where the joined set would run after an outside reader of its
+// values (a sum of the cosine that the sine's chain reads).
+TEST(PointwiseMatch, SiblingsReadingOneTensorAreOneKernel) {
+  {
+    Graph g = synthetic({input("x", {4, 8})},
+                        {node("a", "aten.cos.default", {ref("x")}, tensor({4, 8}, "float32")),
+                         node("a2", "aten.mul.Tensor", {ref("a"), 2.0}, tensor({4, 8}, "float32")),
+                         node("b", "aten.sin.default", {ref("x")}, tensor({4, 8}, "float32")),
+                         node("b2", "aten.mul.Tensor", {ref("b"), 3.0}, tensor({4, 8}, "float32"))},
+                        {"a2", "b2"});
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+    EXPECT_EQ(ids(g, *regs[0]), (V{"a", "a2", "b", "b2"}));
+    EXPECT_EQ(names(g, regs[0]->inputs), V{"x"});
+    EXPECT_EQ(names(g, regs[0]->outputs), (V{"a2", "b2"}));
+  }
+  {
+    Graph g =
+        synthetic({input("x", {4, 8})},
+                  {node("a", "aten.cos.default", {ref("x")}, tensor({4, 8}, "float32")),
+                   node("s", "aten.sum.default", {ref("a")}, tensor({}, "float32")),
+                   node("b", "aten.sin.default", {ref("x")}, tensor({4, 8}, "float32")),
+                   node("b2", "aten.mul.Tensor", {ref("b"), ref("s")}, tensor({4, 8}, "float32"))},
+                  {"b2"});
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+    EXPECT_EQ(ids(g, *regs[0]), (V{"b", "b2"}));
+  }
+}
+
 // A neighbour that cannot join says why: add with alpha 0.5 (the eager kernel may contract
 // alpha * y into an FMA) and a float64 step.
 TEST(PointwiseMatch, NeighboursThatCannotJoinAreDeclinedWithTheReason) {
