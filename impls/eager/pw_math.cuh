@@ -31,6 +31,24 @@ __device__ __forceinline__ bool is_nan(T v) {
   return v != v;  // false for integers
 }
 
+// a + b rounded on its own, never contracted with a product that computed a or b. Under nvcc's
+// default --fmad=true the last multiply inside exp would fuse into `1 + exp(-x)`, and the
+// generated kernels compile with --fmad=false (no contraction across ops): a row whose value
+// depended on that would differ between the two (the unit test PointwiseCodegen.
+// TableRowsDoNotDependOnContraction compiles every row both ways).
+template <typename T>
+__device__ __forceinline__ T pw_add_rn(T a, T b) {
+  return a + b;
+}
+template <>
+__device__ __forceinline__ float pw_add_rn<float>(float a, float b) {
+  return __fadd_rn(a, b);
+}
+template <>
+__device__ __forceinline__ double pw_add_rn<double>(double a, double b) {
+  return __dadd_rn(a, b);
+}
+
 // Integer forms of pow and rounding division (int64 opmath), float forms as ATen computes them.
 // ATen's pow kernels special-case these exponents (rsqrt(-0) = -inf, unlike pow).
 template <typename T>
@@ -93,7 +111,7 @@ __device__ __forceinline__ T pw_rounding(T x, F f) {
   X(kExpm1, false, expm1(x))                                                           \
   X(kReciprocal, false, T(1) / x)                                                      \
   X(kTanh, false, tanh(x))                                                             \
-  X(kSigmoid, false, T(1) / (T(1) + exp(-x)))                                          \
+  X(kSigmoid, false, T(1) / pw_add_rn(T(1), exp(-x)))                                  \
   X(kErf, false, erf(x))                                                               \
   X(kSin, false, sin(x))                                                               \
   X(kCos, false, cos(x))                                                               \

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "workloads/ops/op.hpp"
 #include "workloads/plan/canonical.hpp"
@@ -26,6 +27,42 @@ const VariantSpec* FusionSpec::find_variant(std::string_view n) const {
   return nullptr;
 }
 
+namespace {
+
+// For a region of the fusion that takes what the others leave (FusionSpec::match_rest), found
+// before the earlier regions' anchors were known to it: every input is computed before its
+// anchor and every outside reader of what it writes runs after it, a claimed node running at
+// its region's anchor; and it writes no graph input. "" when so, else why not.
+std::string rest_order(const Graph& g, const Plan& p, const Region& r) {
+  const int anchor = r.anchor >= 0 ? r.anchor : r.nodes.back();
+  auto runs_at = [&](int n) {
+    const int k = p.node_region[n];
+    if (k < 0) return n;
+    const Region& o = p.regions[k];
+    return o.anchor >= 0 ? o.anchor : o.nodes.back();
+  };
+  const std::set<int> in(r.nodes.begin(), r.nodes.end());
+  for (int v : r.inputs) {
+    const int q = g.values[v].producer;
+    if (q >= 0 && !in.count(q) && runs_at(q) > anchor)
+      return "reads '" + g.values[v].name + "', which region " + std::to_string(p.node_region[q]) +
+             " writes only after this chain's anchor";
+  }
+  std::vector<int> written = r.outputs;
+  for (int n : r.views)
+    written.insert(written.end(), g.nodes[n].outputs.begin(), g.nodes[n].outputs.end());
+  for (int v : written) {
+    if (g.values[v].graph_input) return "would write '" + g.values[v].name + "', a graph input";
+    for (int u : g.values[v].users)
+      if (!in.count(u) && runs_at(u) < anchor)
+        return "'" + g.values[v].name + "' is read by node '" + g.nodes[u].id +
+               "', which runs before this chain's anchor";
+  }
+  return "";
+}
+
+}  // namespace
+
 Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
   Plan p;
   p.node_region.assign(g.nodes.size(), -1);
@@ -42,8 +79,8 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
     Matches found;
     if (f->match_rest) {  // what the earlier fusions left, in canonical node indices
       std::vector<char> claimed(c.graph.nodes.size(), 0);
-      for (size_t k = 0; k < claimed.size(); ++k)
-        claimed[k] = c.orig_node[k] >= 0 && p.node_region[c.orig_node[k]] >= 0;
+      for (size_t k = 0; k < claimed.size(); ++k)  // a widened input's convert is no node
+        claimed[k] = c.orig_node[k] < 0 || p.node_region[c.orig_node[k]] >= 0;
       f->match_rest(c.graph, claimed, found);
     } else {
       f->match(c.graph, found);
@@ -87,6 +124,24 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
           if (p.node_region[n] < 0) absorbed.push_back(n);
         r.nodes = std::move(keep);
         r.absorbed = std::move(absorbed);
+      }
+      if (f->match_rest) {
+        // A removed identity an earlier region absorbed too (a clone of this region's output
+        // that a GEMM region takes as the clone of its input) stays with the earlier region;
+        // this one writes the value the clone passes on.
+        auto elsewhere = [&](int n) {
+          return p.node_region[n] >= 0 &&
+                 std::find(r.absorbed.begin(), r.absorbed.end(), n) != r.absorbed.end();
+        };
+        if (std::any_of(r.nodes.begin(), r.nodes.end(), elsewhere)) {
+          std::erase_if(r.nodes, elsewhere);
+          std::erase_if(r.absorbed, elsewhere);
+          std::erase_if(r.tail, [&](const TailAlias& t) { return elsewhere(t.node); });
+        }
+        if (std::string why = rest_order(g, p, r); !why.empty()) {
+          p.dropped.push_back({std::string(f->name), r.nodes, why});
+          continue;
+        }
       }
       auto taken = std::find_if(r.nodes.begin(), r.nodes.end(),
                                 [&](int n) { return p.node_region[n] >= 0; });

@@ -68,7 +68,7 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
   const auto& p = std::any_cast<const Params&>(r.params);
   s.numel = p.numel;
   std::map<int, int> step_of;                  // value -> the step computing it
-  std::map<int, int> slot_of;                  // region input value -> its kernel argument
+  std::map<int, int> slot_of;                  // region input buffer (alias root) -> argument
   std::map<std::pair<int, int>, int> load_of;  // (input value, consumer node) -> load
   std::map<int, int> alias_src;  // an alias node's output of a region input -> that input
   auto fail = [&](const std::string& w) {
@@ -139,17 +139,17 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
                         "', a reshape of the non-contiguous input '" + g.values[root].name + "'");
           t.layout = TensorMeta{want.shape, contiguous_strides(want.shape), t.layout.dtype};
         }
-        if (!slot_of.count(o.value)) {
+        if (!slot_of.count(root)) {  // one argument per buffer, whatever views read it
           const int slot = static_cast<int>(slot_of.size());
           if (slot >= kMaxInputs)
             return fail("more than " + std::to_string(kMaxInputs) + " inputs");
-          slot_of[o.value] = slot;
+          slot_of[root] = slot;
           c.args.in[slot] = t.ptr;
         }
         auto key = std::make_pair(o.value, ni);
         if (!load_of.count(key)) {
           Load l;
-          l.slot = slot_of[o.value];
+          l.slot = slot_of[root];
           l.dtype = t.layout.dtype;
           try {
             const TensorMeta o = order(n.outputs[0]);
@@ -258,9 +258,20 @@ void set_spec_mutator(SpecMutator m) {
   g_mutator = m;
 }
 
+// build, its failures (a value without a buffer, a layout it cannot visit) as the reason.
+Chain build_or_why(const Graph& g, const Region& r, BindContext& ctx) {
+  try {
+    return build(g, r, ctx);
+  } catch (const std::exception& e) {
+    Chain c;
+    c.unsupported = e.what();
+    return c;
+  }
+}
+
 KernelSpec chain_spec(const Graph& g, const Region& r, BindContext& ctx, KernelArgs& args,
                       std::string& why) {
-  Chain c = build(g, r, ctx);
+  Chain c = build_or_why(g, r, ctx);
   why = c.unsupported;
   args = c.args;
   return c.spec;
@@ -269,7 +280,7 @@ KernelSpec chain_spec(const Graph& g, const Region& r, BindContext& ctx, KernelA
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
   if (v.role != Role::kOptimized) return bind_baseline(g, r, ctx);
   Binding b;
-  Chain c = build(g, r, ctx);
+  Chain c = build_or_why(g, r, ctx);
   if (!c.unsupported.empty()) {
     b.unsupported = c.unsupported;
     return b;

@@ -27,6 +27,8 @@ struct Nvrtc {
   decltype(&nvrtcGetProgramLog) log = nullptr;
   decltype(&nvrtcGetCUBINSize) cubin_size = nullptr;
   decltype(&nvrtcGetCUBIN) cubin = nullptr;
+  decltype(&nvrtcGetPTXSize) ptx_size = nullptr;
+  decltype(&nvrtcGetPTX) ptx = nullptr;
   decltype(&nvrtcDestroyProgram) destroy = nullptr;
   decltype(&nvrtcGetErrorString) error = nullptr;
   std::string status;  // "" when usable
@@ -57,6 +59,8 @@ const Nvrtc& nvrtc() {
     sym(r.log, "nvrtcGetProgramLog");
     sym(r.cubin_size, "nvrtcGetCUBINSize");
     sym(r.cubin, "nvrtcGetCUBIN");
+    sym(r.ptx_size, "nvrtcGetPTXSize");
+    sym(r.ptx, "nvrtcGetPTX");
     sym(r.destroy, "nvrtcDestroyProgram");
     sym(r.error, "nvrtcGetErrorString");
     return r;
@@ -75,15 +79,20 @@ std::string nvrtc_status() {
   return nvrtc().status;
 }
 
-std::vector<char> compile_cubin(const std::string& source, int arch) {
+namespace {
+
+// Compiles `source` with the JIT's options (--fmad as `fmad`, the target `gpu`): the CUBIN, or
+// with `ptx` the PTX text.
+std::vector<char> compile(const std::string& source, const std::string& gpu, bool fmad, bool ptx) {
   const Nvrtc& n = nvrtc();
   if (!n.status.empty()) throw std::runtime_error(n.status);
   nvrtcProgram prog = nullptr;
   nvrtcResult rc = n.create(&prog, source.c_str(), "replay_pointwise.cu", 0, nullptr, nullptr);
   if (rc != NVRTC_SUCCESS)
     throw std::runtime_error(std::string("nvrtcCreateProgram: ") + n.error(rc));
-  const std::string gpu = "--gpu-architecture=sm_" + std::to_string(arch);
-  const char* opts[] = {gpu.c_str(), "--fmad=false", "--std=c++17", "-default-device"};
+  const std::string arch = "--gpu-architecture=" + gpu;
+  const char* opts[] = {arch.c_str(), fmad ? "--fmad=true" : "--fmad=false", "--std=c++17",
+                        "-default-device"};
   rc = n.compile(prog, static_cast<int>(std::size(opts)), opts);
   size_t log_size = 0;
   n.log_size(prog, &log_size);
@@ -95,12 +104,30 @@ std::vector<char> compile_cubin(const std::string& source, int arch) {
                              n.error(rc) + "): " + log);
   }
   size_t size = 0;
-  n.cubin_size(prog, &size);
-  std::vector<char> cubin(size);
-  rc = n.cubin(prog, cubin.data());
+  std::vector<char> out;
+  if (ptx) {
+    n.ptx_size(prog, &size);
+    out.resize(size);
+    rc = n.ptx(prog, out.data());
+  } else {
+    n.cubin_size(prog, &size);
+    out.resize(size);
+    rc = n.cubin(prog, out.data());
+  }
   n.destroy(&prog);
-  if (rc != NVRTC_SUCCESS) throw std::runtime_error(std::string("nvrtcGetCUBIN: ") + n.error(rc));
-  return cubin;
+  if (rc != NVRTC_SUCCESS) throw std::runtime_error(std::string("NVRTC output: ") + n.error(rc));
+  return out;
+}
+
+}  // namespace
+
+std::vector<char> compile_cubin(const std::string& source, int arch) {
+  return compile(source, "sm_" + std::to_string(arch), false, false);
+}
+
+std::string compile_ptx(const std::string& source, int arch, bool fmad) {
+  const std::vector<char> p = compile(source, "compute_" + std::to_string(arch), fmad, true);
+  return std::string(p.data(), p.size() && p.back() == '\0' ? p.size() - 1 : p.size());
 }
 
 const void* load_kernel(const std::string& source) {

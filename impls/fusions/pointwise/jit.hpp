@@ -28,6 +28,11 @@ std::string nvrtc_status();
 /// NVRTC's log on a compile error, or when NVRTC is unavailable.
 std::vector<char> compile_cubin(const std::string& source, int arch);
 
+/// `source` compiled to PTX for compute_<arch> with compile_cubin's options, but --fmad as `fmad`
+/// (the unit test that every elementwise row computes the same with and without contraction:
+/// nvcc builds the eager kernels with its default, --fmad=true). Throws as compile_cubin.
+std::string compile_ptx(const std::string& source, int arch, bool fmad);
+
 /// The entry point of `source` on the current device: compiled for its compute capability and
 /// loaded once per source text and device (a process-wide cache; thread-safe), then returned as
 /// the handle cudaLaunchKernel takes. Throws std::runtime_error on a compile or load failure.

@@ -1,16 +1,18 @@
 // pointwise on the GPU: both variants of every chain the bundled small traces and the synthetic
-// graphs hold, every value the region writes bit-identical to the eager executor's (the
-// generated kernel computes each op with eager's own expression and rounding), the graph's
-// outputs passing the numerics check against the float64 reference. Mutants of the generated
-// kernel that must differ from eager: the bfloat16 roundings between ops dropped (kept in
-// float32), x ** 3 computed as 3 ** x, a broadcast bias read along the wrong dim; the last two
-// must fail the numerics check as well.
+// graphs hold (bfloat16 GELU chains on both kernel paths, float32 SiLU / exp / div over 1M
+// elements, a transposed dense layout with a broadcast bias, a sliced input at an offset), every
+// value the region writes bit-identical to the eager executor's (the generated kernel computes each
+// op with eager's own expression and rounding), the graph's outputs passing the numerics check
+// against the float64 reference. Mutants of the generated kernel that must differ from eager: the
+// bfloat16 roundings between ops dropped (kept in float32), x ** 3 computed as 3 ** x, a broadcast
+// bias read along the wrong dim; the last two must fail the numerics check as well.
 #include <algorithm>
 #include <filesystem>
 #include <functional>
 
 #include "harness/replay/variants.hpp"
 #include "impls/fusions/pointwise/params.hpp"
+#include "impls/fusions/pointwise/tests/synthetic.hpp"
 #include "impls/fusions/registry.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 #include "tests/unit/test_util.hpp"
@@ -26,46 +28,6 @@ struct GpuCase {
   std::function<Graph()> load;
 };
 
-nlohmann::json pw_node(const std::string& id, const char* op, nlohmann::json args,
-                       nlohmann::json out) {
-  return {{"id", id},
-          {"op", op},
-          {"args", args},
-          {"kwargs", nlohmann::json::object()},
-          {"outputs", {out}}};
-}
-
-// A bfloat16 activation chain with a broadcast bias, the tanh GELU op by op in bfloat16 (GPT-2's
-// gelu_new), over rows of `cols` (cols % 8 != 0 takes the single-element kernel).
-Graph gelu_chain(int64_t rows, int64_t cols) {
-  using nlohmann::json;
-  json x = tensor({rows, cols}, "bfloat16");
-  x["id"] = "x";
-  x["stats"] = {{"mean", 0.0}, {"std", 2.0}, {"min", -8.0}, {"max", 8.0}};
-  json b = tensor({cols}, "bfloat16");
-  b["id"] = "bias";
-  const json t = tensor({rows, cols}, "bfloat16");
-  json nodes = {
-      pw_node("h", "aten.add.Tensor", {ref("x"), ref("bias")}, t),
-      pw_node("half", "aten.mul.Tensor", {ref("h"), 0.5}, t),
-      pw_node("cube", "aten.pow.Tensor_Scalar", {ref("h"), 3.0}, t),
-      pw_node("c1", "aten.mul.Tensor", {ref("cube"), 0.044715}, t),
-      pw_node("s1", "aten.add.Tensor", {ref("h"), ref("c1")}, t),
-      pw_node("s2", "aten.mul.Tensor", {ref("s1"), 0.7978845608028654}, t),
-      pw_node("th", "aten.tanh.default", {ref("s2")}, t),
-      pw_node("one", "aten.add.Tensor", {ref("th"), 1.0}, t),
-      pw_node("y", "aten.mul.Tensor", {ref("half"), ref("one")}, t),
-  };
-  return parse_trace({{"schema", "replay-trace/1"},
-                      {"name", "pointwise_gelu"},
-                      {"source", {{"model", "synthetic"}, {"phase", "fwd"}}},
-                      {"world_size", 1},
-                      {"inputs", {x, b}},
-                      {"nodes", nodes},
-                      {"outputs", {"y", "th", "half"}}},
-                     "pointwise_gelu");
-}
-
 // Computed once (the test names ask for it per instance): the synthetic chains, and the small
 // bundled traces (PyTorch's golden shapes, "_2x8x") whose plans hold a pointwise region.
 const std::vector<GpuCase>& cases() {
@@ -73,6 +35,9 @@ const std::vector<GpuCase>& cases() {
     std::vector<GpuCase> c;
     c.push_back({"synthetic_gelu_256x1024", [] { return gelu_chain(256, 1024); }});
     c.push_back({"synthetic_gelu_37x100", [] { return gelu_chain(37, 100); }});
+    c.push_back({"synthetic_silu_f32_1024x1024", silu_f32});
+    c.push_back({"synthetic_transposed_64x96", transposed_chain});
+    c.push_back({"synthetic_sliced_64x100", sliced_input});
     std::vector<std::string> names;
     for (const char* dir : {"", "byog/linear", "byog/rope", "byog/float8", "byog/decoder"}) {
       const std::filesystem::path d = std::filesystem::path(REPLAY_TRACES_DIR) / dir;

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 
 #include "impls/fusions/pointwise/params.hpp"
+#include "impls/fusions/pointwise/tests/synthetic.hpp"
 #include "impls/fusions/registry.hpp"
 #include "tests/unit/fake_buffers.hpp"
 #include "tests/unit/test_util.hpp"
@@ -120,6 +122,94 @@ TEST(PointwiseCodegen, GeneratedKernelCompilesWithNvrtc) {
     EXPECT_GT(cubin.size(), 1000u) << dtype_name(dt);
   }
   EXPECT_THROW(compile_cubin("this is not CUDA", 90), std::runtime_error);
+}
+
+// Every elementwise row of the eager table (pw_math.cuh) computes the same instructions with and
+// without FMA contraction: the eager kernels are built by nvcc with its default --fmad=true, the
+// generated ones with --fmad=false (so that no two ops of a chain contract), and a row whose
+// expression contracted under one and not the other (1 / (1 + exp(-x)), before its add was
+// written pw_add_rn) would give other bits. Compared as the PTX's opcode sequence, the rounding
+// modifiers --fmad=false spells out (.rn on mul / add / sub) removed.
+TEST(PointwiseCodegen, TableRowsDoNotDependOnContraction) {
+  ASSERT_EQ(nvrtc_status(), "");
+  auto opcodes = [](const std::string& ptx) {
+    std::vector<std::string> ops;
+    std::istringstream in(ptx);
+    std::string line;
+    bool body = false;
+    while (std::getline(in, line)) {
+      if (line.find('{') != std::string::npos) body = true;
+      if (!body) continue;
+      std::istringstream w(line);
+      std::string op;
+      w >> op;
+      if (op.empty() || op[0] == '/' || op[0] == '$' || op[0] == '.' || op == "{" || op == "}")
+        continue;
+      for (const char* m : {"mul.rn.", "add.rn.", "sub.rn."}) {
+        const std::string from(m);
+        if (op.rfind(from, 0) == 0) op = from.substr(0, 4) + op.substr(from.size());
+      }
+      ops.push_back(op);
+    }
+    return ops;
+  };
+  for (int f = 0; f < static_cast<int>(PointwiseFn::kCount); ++f) {
+    const auto fn = static_cast<PointwiseFn>(f);
+    if (fn == PointwiseFn::kFill || fn == PointwiseFn::kIota || fn == PointwiseFn::kDropout)
+      continue;  // never members
+    KernelSpec s;
+    s.numel = 1024;
+    Step st;
+    st.fn = fn;
+    for (int k = 0; k < 3; ++k) {
+      Load l;
+      l.slot = k;
+      l.geo = visit_geometry({1024}, {1}, {1024}, {1});
+      s.loads.push_back(l);
+      s.load_align.push_back(16);
+      st.args.push_back(Arg{Arg::kLoad, k, 0});
+    }
+    s.steps = {st};
+    Store y;
+    y.geo = visit_geometry({1024}, {1}, {1024}, {1});
+    s.stores = {y};
+    s.store_align = {16};
+    const std::string src = generate(s);
+    EXPECT_EQ(opcodes(compile_ptx(src, 90, true)), opcodes(compile_ptx(src, 90, false)))
+        << "row " << f << " computes differently under FMA contraction";
+  }
+}
+
+// The GPU test's synthetic chains (tests/synthetic.hpp) plan as one pointwise region each, bind
+// over fake buffers and compile; the transposed one in its dense layout, the odd-width ones on
+// the single-element kernel.
+TEST(PointwiseCodegen, TheGpuTestsSyntheticChainsPlanBindAndCompile) {
+  ASSERT_EQ(nvrtc_status(), "");
+  struct Case {
+    const char* name;
+    Graph g;
+    bool chunked, linear;
+  };
+  Case cs[] = {{"gelu 256x1024", test::gelu_chain(256, 1024), true, true},
+               {"gelu 37x100", test::gelu_chain(37, 100), false, true},
+               {"silu f32", test::silu_f32(), true, true},
+               {"transposed", test::transposed_chain(), true, false},
+               {"sliced", test::sliced_input(), false, true}};
+  for (Case& c : cs) {
+    const Plan p = make_plan(c.g, fusion_registry());
+    std::vector<const Region*> pw;
+    for (const Region& r : p.regions)
+      if (r.fusion == &fusions::pointwise) pw.push_back(&r);
+    ASSERT_EQ(pw.size(), 1u) << c.name;
+    EXPECT_EQ(std::any_cast<const Params&>(pw[0]->params).linear, c.linear) << c.name;
+    FakeBuffers fb(c.g);
+    KernelArgs args;
+    std::string why;
+    const KernelSpec spec = chain_spec(c.g, *pw[0], fb, args, why);
+    ASSERT_EQ(why, "") << c.name;
+    EXPECT_EQ(chunked(spec), c.chunked) << c.name;
+    EXPECT_NO_THROW(compile_cubin(generate(spec), 90)) << c.name;
+  }
 }
 
 // Every pointwise region of every bundled trace: built over fake buffers (the layouts the GPU

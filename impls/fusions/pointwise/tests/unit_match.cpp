@@ -209,6 +209,45 @@ TEST(PointwiseMatch, SiblingsReadingOneTensorAreOneKernel) {
   }
 }
 
+// A widened input (T5's default partition saves x and x.float()) is computed in the canonical form
+// by a convert of x that no captured node stands for: never a member, so no chain writes the
+// graph input; the chain reads it.
+TEST(PointwiseMatch, AWidenedInputsConvertIsNoMember) {
+  json xf = input("xf", {8, 64});
+  xf["widened_from"] = "x";
+  Graph g = synthetic({input("x", {8, 64}, "bfloat16"), xf},
+                      {node("m", "aten.mul.Tensor", {ref("xf"), 2.0}, tensor({8, 64}, "float32")),
+                       node("th", "aten.tanh.default", {ref("m")}, tensor({8, 64}, "float32")),
+                       node("s", "aten.sum.dim_IntList", {ref("xf"), {1}}, tensor({8}, "float32"))},
+                      {"th", "s"});
+  Plan p = make_plan(g, fusion_registry());
+  const auto regs = pw_regions(p);
+  ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+  EXPECT_EQ(ids(g, *regs[0]), (V{"m", "th"}));
+  EXPECT_EQ(names(g, regs[0]->inputs), V{"xf"});
+  EXPECT_EQ(names(g, regs[0]->outputs), V{"th"});
+}
+
+// A clone of the chain's result that a GEMM region absorbed as the clone of its input stays the
+// GEMM's; the chain writes the value it passes on (not dropped for the overlap).
+TEST(PointwiseMatch, ACloneAnEarlierRegionAbsorbedStaysThere) {
+  Graph g =
+      synthetic({input("x", {64, 32}, "bfloat16"), input("w", {32, 48}, "bfloat16"),
+                 input("b", {48}, "bfloat16")},
+                {node("e", "aten.exp.default", {ref("x")}, tensor({64, 32}, "bfloat16")),
+                 node("m", "aten.mul.Tensor", {ref("e"), 2.0}, tensor({64, 32}, "bfloat16")),
+                 node("c", "aten.clone.default", {ref("m")}, tensor({64, 32}, "bfloat16")),
+                 node("mm", "aten.mm.default", {ref("c"), ref("w")}, tensor({64, 48}, "bfloat16")),
+                 node("a", "aten.add.Tensor", {ref("mm"), ref("b")}, tensor({64, 48}, "bfloat16"))},
+                {"a"});
+  Plan p = make_plan(g, fusion_registry());
+  const auto regs = pw_regions(p);
+  ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+  EXPECT_EQ(ids(g, *regs[0]), (V{"e", "m"}));
+  EXPECT_EQ(names(g, regs[0]->outputs), V{"m"});
+  for (const auto& d : p.dropped) EXPECT_NE(d.fusion, "pointwise") << d.reason;
+}
+
 // A neighbour that cannot join says why: add with alpha 0.5 (the eager kernel may contract
 // alpha * y into an FMA) and a float64 step.
 TEST(PointwiseMatch, NeighboursThatCannotJoinAreDeclinedWithTheReason) {
