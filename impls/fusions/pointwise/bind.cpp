@@ -152,8 +152,8 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
           l.slot = slot_of[root];
           l.dtype = t.layout.dtype;
           try {
-            const TensorMeta o = order(n.outputs[0]);
-            l.geo = visit_geometry(t.layout.shape, t.layout.stride, o.shape, o.stride);
+            const TensorMeta ord = order(n.outputs[0]);
+            l.geo = visit_geometry(t.layout.shape, t.layout.stride, ord.shape, ord.stride);
           } catch (const std::invalid_argument& e) {
             return fail("node '" + n.id + "' operand '" + g.values[o.value].name +
                         "': " + e.what());
@@ -179,13 +179,13 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
     const int slot = static_cast<int>(s.stores.size());
     if (slot >= kMaxOutputs) return fail("more than " + std::to_string(kMaxOutputs) + " outputs");
     const BoundTensor t = ctx.tensor(v);
-    const TensorMeta o = order(v);
+    const TensorMeta ord = order(v);
     Store st;
     st.step = it->second;
     st.slot = slot;
     st.dtype = t.layout.dtype;
     try {
-      st.geo = visit_geometry(t.layout.shape, t.layout.stride, o.shape, o.stride);
+      st.geo = visit_geometry(t.layout.shape, t.layout.stride, ord.shape, ord.stride);
     } catch (const std::invalid_argument& e) {
       return fail("output '" + g.values[v].name + "': " + e.what());
     }
