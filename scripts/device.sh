@@ -79,8 +79,8 @@
 #
 # Environment: TRACES='traces/a.json traces/b*.json' (or `small`: the traces with PyTorch's golden
 # tensors, `realistic`: the others) replaces a phase's default traces. BUILD (default build) holds
-# replay and tests/; scripts/setup.sh builds it here when
-# missing (setup and build ~2 min on 16 cores). A test binary built on another machine reads the
+# replay and tests/; binaries built elsewhere travel as .carry/bins.tar.xz (scripts/carry.sh),
+# unpacked into BUILD; scripts/setup.sh builds it here when missing (setup and build ~2 min on 16 cores). A test binary built on another machine reads the
 # traces from the source tree it was built in: SRC_LINK=/that/path links it to this tree. On a copy
 # of the tree without .git, REPLAY_GIT_REVISION=<commit> names the revision in results.json.
 set -uo pipefail
@@ -95,6 +95,10 @@ BUILD=${BUILD:-build}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit \
   --format=csv | tee "$OUT/gpu.txt"
 lscpu | grep -E "Model name|^CPU\(s\)" | tee "$OUT/cpu.txt"
+if [ ! -x "$BUILD/replay" ] && [ -f .carry/bins.tar.xz ]; then  # made by scripts/carry.sh
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+    .carry/bins.tar.xz "$BUILD" && echo "unpacked .carry/bins.tar.xz into $BUILD"
+fi
 if [ ! -x "$BUILD/replay" ] || [ ! -x "$BUILD/tests/replay_gpu_tests" ]; then
   t0=$SECONDS
   bash scripts/setup.sh > "$OUT/setup.log" 2>&1 || { tail -30 "$OUT/setup.log"; exit 4; }

@@ -8,7 +8,8 @@
 # Installs clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and jq with apt-get when they
 # are missing and apt-get is there; the project's other build dependencies come from setup.sh.
 # Usage: bash scripts/fuzz.sh BUILD_DIR SECONDS|-runs=N [more libFuzzer flags]
-# Takes: the fuzzing budget given (CI: 60 s) plus the first build of BUILD_DIR (minutes on 2 cores).
+# Takes: the fuzzing budget given (CI: 60 s) plus the first build of BUILD_DIR (minutes on 2 cores;
+# the CUDA kernels are not compiled again when build/ holds them, see below).
 set -euo pipefail
 
 usage() {
@@ -68,8 +69,16 @@ generator=()
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then
   generator=(-G Ninja)
 fi
+# The fuzzed path runs no CUDA code: when the main build folder build/ exists (CI builds it first),
+# bring its replay_impls up to date and link its CUDA objects instead of compiling the kernels a
+# second time (CMakeLists.txt, REPLAY_FUZZ_CUDA_OBJECTS_FROM); without it they are compiled here.
+cuda_from=()
+if [ -f "$repo/build/CMakeCache.txt" ] && [ "$build" != "$repo/build" ]; then
+  cmake --build "$repo/build" --target replay_impls -j "$(nproc 2>/dev/null || echo 2)"
+  cuda_from=(-DREPLAY_FUZZ_CUDA_OBJECTS_FROM="$repo/build")
+fi
 cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DREPLAY_FUZZ=ON \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_from[@]}"
 cmake --build "$build" --target replay_fuzz_loader -j "$(nproc 2>/dev/null || echo 2)"
 
 # Fresh corpus each run, so a budget always starts from the same seeds: copies of the bundled
