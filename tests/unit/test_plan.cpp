@@ -22,7 +22,9 @@ TEST(Registry, EveryFusionIsComplete) {
     EXPECT_FALSE(f->description.empty());
     // one matcher: match, or match_rest for the fusion that takes what the others leave (last)
     EXPECT_NE(f->match == nullptr, f->match_rest == nullptr);
-    if (f->match_rest) EXPECT_EQ(f, fusion_registry().back()) << "match_rest runs last";
+    if (f->match_rest) {
+      EXPECT_EQ(f, fusion_registry().back()) << "match_rest runs last";
+    }
     EXPECT_NE(f->cost, nullptr);
     EXPECT_NE(f->describe, nullptr);
     EXPECT_NE(f->bind, nullptr);

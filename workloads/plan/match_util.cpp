@@ -126,6 +126,18 @@ double value_bytes(const Graph& g, const std::vector<int>& values) {
   return b;
 }
 
+double region_io_bytes(const Graph& g, const Region& r) {
+  std::vector<int> io = r.inputs;
+  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
+  return value_bytes(g, io);
+}
+
+nlohmann::json value_names(const Graph& g, const std::vector<int>& values) {
+  nlohmann::json a = nlohmann::json::array();
+  for (int v : values) a.push_back(g.values[v].name);
+  return a;
+}
+
 std::string quoted_value(const Graph& g, int v) {
   return "'" + g.values[v].name + "'";
 }
@@ -138,10 +150,8 @@ std::string readers_str(const Graph& g, int v) {
 }
 
 Cost gemm_region_cost(const Graph& g, const Region& r, int mm) {
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   Cost c;
-  c.bytes = value_bytes(g, io);
+  c.bytes = region_io_bytes(g, r);
   const Node& n = g.nodes[mm];
   c.flops = matmul_flops(g, n);
   c.matmul_flops[matmul_class(g, n)] += c.flops;

@@ -50,6 +50,13 @@ void set_region_views(Region& r, const Graph& g, const std::vector<int>& views,
 /// Bytes of the listed values (numel * element size each, every value counted once).
 double value_bytes(const Graph& g, const std::vector<int>& values);
 
+/// Bytes of region `r`'s inputs and outputs (value_bytes over both lists): what a fused step that
+/// keeps its intermediates on chip must move at the least, the usual byte term of a cost().
+double region_io_bytes(const Graph& g, const Region& r);
+
+/// The names of the listed values, in order, as a JSON array (describe()'s value lists).
+nlohmann::json value_names(const Graph& g, const std::vector<int>& values);
+
 /// `'name'` of value `v`, for a decline's reason.
 std::string quoted_value(const Graph& g, int v);
 

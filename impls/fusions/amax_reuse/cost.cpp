@@ -10,12 +10,10 @@ namespace replay::amax_reuse {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   bool ext[2] = {false, false};
   for (const Reduction& red : p.reductions) ext[static_cast<int>(red.extreme)] = true;
   Cost c;
-  c.bytes = value_bytes(g, io);
+  c.bytes = region_io_bytes(g, r);
   c.flops = static_cast<double>(p.M * p.N) * ((ext[0] ? 1 : 0) + (ext[1] ? 1 : 0));
   return c;
 }

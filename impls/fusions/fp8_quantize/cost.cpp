@@ -34,11 +34,6 @@ Cost cost(const Graph& g, const Region& r) {
 
 nlohmann::json describe(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  auto names = [&](const std::vector<int>& vs) {
-    nlohmann::json a = nlohmann::json::array();
-    for (int v : vs) a.push_back(g.values[v].name);
-    return a;
-  };
   nlohmann::json qs = nlohmann::json::array();
   for (const Quantization& q : p.quants)
     qs.push_back({{"granularity", granularity_name(q.granularity)},
@@ -51,10 +46,10 @@ nlohmann::json describe(const Graph& g, const Region& r) {
                   {"scale_pow2", q.pow2},
                   {"amax", g.values[q.amax].name},
                   {"scale", g.values[q.scale].name},
-                  {"float8", names(q.q_outs)},
-                  {"scale_out", names(q.scale_outs)},
-                  {"reciprocal", names(q.recip_outs)},
-                  {"amax_out", names(q.amax_outs)}});
+                  {"float8", value_names(g, q.q_outs)},
+                  {"scale_out", value_names(g, q.scale_outs)},
+                  {"reciprocal", value_names(g, q.recip_outs)},
+                  {"amax_out", value_names(g, q.amax_outs)}});
   return {{"x", g.values[p.x].name},
           {"rows", p.rows},
           {"cols", p.cols},

@@ -18,11 +18,9 @@ namespace replay::layernorm_fwd {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   const double per_elem = p.kind == NormKind::kLayerNorm ? 8 : 5;
   Cost c;
-  c.bytes = value_bytes(g, io);
+  c.bytes = region_io_bytes(g, r);
   c.flops = (per_elem + 2.0 * static_cast<double>(p.epilogue.size()) + (p.residual >= 0 ? 1 : 0)) *
             static_cast<double>(p.rows * p.cols);
   return c;

@@ -13,10 +13,8 @@ namespace replay::matmul_epilogue {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   Cost c;
-  c.bytes = value_bytes(g, io);
+  c.bytes = region_io_bytes(g, r);
   for (const Gemm* gm : {&p.gemm, &p.up}) {
     if (gm->out < 0) continue;
     const Node& n = g.nodes[g.values[gm->out].producer];

@@ -13,10 +13,8 @@ namespace replay::norm_bwd {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   Cost c;
-  c.bytes = value_bytes(g, io);
+  c.bytes = region_io_bytes(g, r);
   c.flops = (p.dw >= 0 ? 16.0 : 10.0) * static_cast<double>(p.rows) * static_cast<double>(p.cols);
   return c;
 }

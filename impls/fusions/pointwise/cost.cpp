@@ -9,26 +9,19 @@ namespace replay::pointwise {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   Cost c;
-  c.bytes = value_bytes(g, io);
+  c.bytes = region_io_bytes(g, r);
   c.flops = static_cast<double>(p.numel) * static_cast<double>(p.ops.size());
   return c;
 }
 
 nlohmann::json describe(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  auto names = [&](const std::vector<int>& vs) {
-    nlohmann::json a = nlohmann::json::array();
-    for (int v : vs) a.push_back(g.values[v].name);
-    return a;
-  };
   return {{"numel", p.numel},
           {"ops", p.ops},
           {"order", p.linear ? "row-major" : "one dense layout"},
-          {"reads", names(r.inputs)},
-          {"writes", names(r.outputs)}};
+          {"reads", value_names(g, r.inputs)},
+          {"writes", value_names(g, r.outputs)}};
 }
 
 }  // namespace replay::pointwise

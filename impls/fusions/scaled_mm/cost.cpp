@@ -14,10 +14,8 @@ namespace replay::scaled_mm {
 
 Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
-  std::vector<int> io = r.inputs;
-  io.insert(io.end(), r.outputs.begin(), r.outputs.end());
   Cost c;
-  c.bytes = value_bytes(g, io);
+  c.bytes = region_io_bytes(g, r);
   const Node& n = g.nodes[g.values[p.mm_out].producer];
   c.flops = matmul_flops(g, n);
   c.matmul_flops[matmul_class(g, n)] += c.flops;
