@@ -3,11 +3,12 @@
 # the device tool's `carry`: replay and tests/replay_gpu_tests, stripped, in one xz stream. The
 # call's working tree, carried paths included, is limited to 64 MiB; the two binaries share their
 # kernels, so one stream with a 64 MiB dictionary packs both into about 13 MB (each alone: ~12 MB).
-# scripts/device.sh unpacks it into BUILD when BUILD holds no replay binary.
-# Usage: bash scripts/carry.sh [BUILD_DIR]   (default: build)
+# scripts/device.sh unpacks it into BUILD when BUILD holds no replay binary; the phases that need
+# other binaries (tp's multigpu tests, gemm, normbwd, bench) are not covered by it.
+# Usage: bash scripts/carry.sh [BUILD_DIR]   (default: the repo's build/)
 set -euo pipefail
+build=$(realpath "${1:-$(dirname "$0")/../build}")
 cd "$(dirname "$0")/.."
-build=${1:-build}
 for b in replay tests/replay_gpu_tests; do
   [ -x "$build/$b" ] || { echo "carry: $build/$b not built (bash scripts/setup.sh)" >&2; exit 1; }
 done
@@ -18,4 +19,5 @@ cp "$build/replay" "$tmp/replay"
 cp "$build/tests/replay_gpu_tests" "$tmp/tests/replay_gpu_tests"
 strip "$tmp/replay" "$tmp/tests/replay_gpu_tests"
 tar -C "$tmp" -cf - replay tests/replay_gpu_tests | xz -9e -T1 > .carry/bins.tar.xz
-echo "carry: .carry/bins.tar.xz $(du -h .carry/bins.tar.xz | cut -f1) (revision $(git rev-parse --short HEAD))"
+echo "carry: .carry/bins.tar.xz $(du -h .carry/bins.tar.xz | cut -f1) ($("$build/replay" --version | head -1);" \
+  "the call's tree and carry together must stay under 64 MiB)"

@@ -79,10 +79,13 @@
 #
 # Environment: TRACES='traces/a.json traces/b*.json' (or `small`: the traces with PyTorch's golden
 # tensors, `realistic`: the others) replaces a phase's default traces. BUILD (default build) holds
-# replay and tests/; binaries built elsewhere travel as .carry/bins.tar.xz (scripts/carry.sh),
-# unpacked into BUILD; scripts/setup.sh builds it here when missing (setup and build ~2 min on 16 cores). A test binary built on another machine reads the
-# traces from the source tree it was built in: SRC_LINK=/that/path links it to this tree. On a copy
-# of the tree without .git, REPLAY_GIT_REVISION=<commit> names the revision in results.json.
+# replay and tests/; replay and replay_gpu_tests built elsewhere travel as .carry/bins.tar.xz
+# (scripts/carry.sh; every phase but gemm, normbwd, bench and tp's multigpu tests needs no other
+# binary), unpacked into BUILD; scripts/setup.sh builds BUILD here when missing (setup and build
+# took ~2 min on 16 cores before layernorm_fwd's paired stores; that kernels.cu alone now takes ~15
+# min of one core of the 2-core build machine). A test binary built on another machine reads the
+# traces from the source tree it was built in: SRC_LINK=/that/path links it to this tree. On a
+# copy of the tree without .git, REPLAY_GIT_REVISION=<commit> names the revision in results.json.
 set -uo pipefail
 OUT=${1:?usage: bash scripts/device.sh OUT PHASE[=ARG]...}
 shift

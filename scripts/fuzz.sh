@@ -4,7 +4,8 @@
 # corpus folder in BUILD_DIR, seeded with copies of traces/*.json and tests/data/**/*.json (plus
 # small variants, see below), with tests/fuzz/trace.dict. Exits non-zero on any crash, escaping
 # exception, leak, timeout, out-of-memory or sanitizer report; the reproducer is left in
-# BUILD_DIR/fuzz-artifacts/ (rerun it: BUILD_DIR/replay_fuzz_loader FILE). The repo is not touched.
+# BUILD_DIR/fuzz-artifacts/ (rerun it: BUILD_DIR/replay_fuzz_loader FILE). Nothing in the repo is
+# touched but build/'s replay_impls, brought up to date when build/ exists (see below).
 # Installs clang, libclang-rt-14-dev (libFuzzer, sanitizer runtimes) and jq with apt-get when they
 # are missing and apt-get is there; the project's other build dependencies come from setup.sh.
 # Usage: bash scripts/fuzz.sh BUILD_DIR SECONDS|-runs=N [more libFuzzer flags]
@@ -72,10 +73,13 @@ fi
 # The fuzzed path runs no CUDA code: when the main build folder build/ exists (CI builds it first),
 # bring its replay_impls up to date and link its CUDA objects instead of compiling the kernels a
 # second time (CMakeLists.txt, REPLAY_FUZZ_CUDA_OBJECTS_FROM); without it they are compiled here.
-cuda_from=()
-if [ -f "$repo/build/CMakeCache.txt" ] && [ "$build" != "$repo/build" ]; then
-  cmake --build "$repo/build" --target replay_impls -j "$(nproc 2>/dev/null || echo 2)"
-  cuda_from=(-DREPLAY_FUZZ_CUDA_OBJECTS_FROM="$repo/build")
+cuda_from=(-DREPLAY_FUZZ_CUDA_OBJECTS_FROM=)  # (a cache variable: cleared unless set below)
+if [ -f "$repo/build/CMakeCache.txt" ] && [ "$(realpath "$build")" != "$(realpath "$repo/build")" ]; then
+  if cmake --build "$repo/build" --target replay_impls -j "$(nproc 2>/dev/null || echo 2)"; then
+    cuda_from=(-DREPLAY_FUZZ_CUDA_OBJECTS_FROM="$repo/build")
+  else
+    echo "fuzz: build/ did not build its replay_impls: compiling the CUDA sources in $build" >&2
+  fi
 fi
 cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_CXX_COMPILER="$cxx" -DREPLAY_FUZZ=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo "${cuda_from[@]}"

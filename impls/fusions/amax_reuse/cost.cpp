@@ -31,15 +31,13 @@ nlohmann::json describe(const Graph& g, const Region& r) {
     if (red.from >= 0) j["from"] = g.values[p.reductions[red.from].out].name;
     reds.push_back(j);
   }
-  nlohmann::json prologue = nlohmann::json::array();
-  for (int v : p.prologue) prologue.push_back(g.values[v].name);
   return {{"x", g.values[p.x].name},
           {"x_meta", g.meta(p.x).str()},
           {"abs", p.abs},
           {"rows", p.M},
           {"cols", p.N},
           {"split", p.split},
-          {"prologue", prologue},
+          {"prologue", value_names(g, p.prologue)},
           {"reductions", reds},
           {"optimized",
            "one pass over x: every reduction from one read (rows by a warp each, the whole from "
