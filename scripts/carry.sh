@@ -7,7 +7,7 @@
 # other binaries (tp's multigpu tests, gemm, normbwd, bench) are not covered by it.
 # Usage: bash scripts/carry.sh [BUILD_DIR]   (default: the repo's build/)
 set -euo pipefail
-build=$(realpath "${1:-$(dirname "$0")/../build}")
+build=$(realpath -m "${1:-$(dirname "$0")/../build}")
 cd "$(dirname "$0")/.."
 for b in replay tests/replay_gpu_tests; do
   [ -x "$build/$b" ] || { echo "carry: $build/$b not built (bash scripts/setup.sh)" >&2; exit 1; }
