@@ -7,7 +7,8 @@
 # H100 host with 16 cores (a device call is limited to 10 min: split long work over calls).
 #
 #   tests           GPU tests (replay_gpu_tests) but the realistic-shape instances of BundledTrace
-#                   and MutatedGpuOutput (`run` and `mutations` cover those): ~813 tests, ~3 min.
+#                   and MutatedGpuOutput (`run` and `mutations` cover those): ~3900 tests
+#                   (2026-12-02; 140 s on an H200 ran ~740 of them: narrow with GTEST_FILTER).
 #                   GTEST_FILTER narrows (e.g. '*GpuTiming*:*Cupti*'); TESTS_S limits (570 s).
 #   mutations       MutatedGpuOutput on $TRACES (default: the realistic traces, ~6-70 s each:
 #                   pass a few per call) -> every output mutation must fail the numerics check.
