@@ -52,15 +52,18 @@
 //    that do not coalesce) are strided: column reductions (sum over dim 0 of [16384, 1600], over
 //    dims [0, 1] of [16, 1024, 1600]). Threads map to consecutive columns (a vector of 2-8
 //    columns each: 16-byte loads, coalesced across the warp), threadIdx.y strides over rows in
-//    batches of 8, and the block's rows are combined in shared memory by a fixed tree. var /
+//    batches of 8, and the block's rows are combined in shared memory by a fixed tree, all of a
+//    thread's columns at once (log2(by) + 1 barriers; one column at a time took 8x as many). var /
 //    var_mean run two launches (sums, then squared deviations around the mean), since no thread
 //    sees a whole column.
 //  - split: when the outputs give less than one wave of blocks (1600 float columns = 13 blocks;
 //    one row of 134M elements = 1 block), the reduced range is split over gridDim.y to fill one
-//    wave (cudaOccupancyMaxActiveBlocksPerMultiprocessor, queried once per kernel). Each block
-//    writes its partial to a workspace; the last block of each column/row group to finish (an
-//    atomic counter: CUDA's threadFenceReduction sample, PyTorch Reduce.cuh's global_reduce)
-//    combines the partials in split order and writes the result: one launch, deterministic (the
+//    wave and no more (splits = slots / blocks, rounded down: a few blocks past the wave cost a
+//    second wave; cudaOccupancyMaxActiveBlocksPerMultiprocessor, queried once per kernel). Each
+//    block writes its partial to a workspace; the last block of each column/row group to finish
+//    (an atomic counter: CUDA's threadFenceReduction sample, PyTorch Reduce.cuh's global_reduce)
+//    combines the partials in split order (the outer path issues 4-8 splits' loads before it
+//    combines them) and writes the result: one launch, deterministic (the
 //    order of every combination is fixed; no float atomics). var_mean with split rows runs as two
 //    such launches (sums, then squared deviations).
 //  - generic path (reduction_kernel): everything else (reduced dims that are neither contiguous
@@ -1295,22 +1298,31 @@ __global__ void __launch_bounds__(256) inner_kernel(FastRedArgs p) {
 }
 
 // Combine the by rows of partials (threadIdx.y) of each column in shared memory by a fixed tree;
-// the result is in the threads of threadIdx.y == 0.
+// the result is in the threads of threadIdx.y == 0. All VC columns of a thread go through the
+// tree together (smem holds VC * blockDim.x * blockDim.y entries, laid out [e][ty][tx] so a warp's
+// accesses are consecutive): log2(by) + 1 barriers, not VC times as many. Per column the order of
+// the combinations is the same tree as one column at a time.
 template <RK K, typename acc_t, int VC>
 __device__ __forceinline__ void col_reduce(RedVal<acc_t> (&acc)[VC], RedVal<acc_t>* smem) {
   using Op = RedOp<K, acc_t>;
   const int tx = threadIdx.x, ty = threadIdx.y, bx = blockDim.x, by = blockDim.y;
+  const int plane = bx * by;
 #pragma unroll
-  for (int e = 0; e < VC; ++e) {
-    smem[ty * bx + tx] = acc[e];
-    __syncthreads();
-    for (int h = by / 2; h > 0; h >>= 1) {
-      if (ty < h) smem[ty * bx + tx] = Op::combine(smem[ty * bx + tx], smem[(ty + h) * bx + tx]);
-      __syncthreads();
-    }
-    if (ty == 0) acc[e] = smem[tx];
+  for (int e = 0; e < VC; ++e) smem[e * plane + ty * bx + tx] = acc[e];
+  __syncthreads();
+  for (int h = by / 2; h > 0; h >>= 1) {
+    if (ty < h)
+#pragma unroll
+      for (int e = 0; e < VC; ++e) {
+        RedVal<acc_t>* a = smem + e * plane + ty * bx + tx;
+        *a = Op::combine(*a, a[h * bx]);
+      }
     __syncthreads();
   }
+  if (ty == 0)
+#pragma unroll
+    for (int e = 0; e < VC; ++e) acc[e] = smem[e * plane + tx];
+  __syncthreads();
 }
 
 __device__ __forceinline__ int64_t outer_row_offset(const FastRedArgs& p, int64_t r) {
@@ -1384,11 +1396,26 @@ __device__ __forceinline__ void outer_body(const FastRedArgs& p, RedVal<acc_t>* 
     if (!last_split_block(&p.counters[blockIdx.x])) return;
 #pragma unroll
     for (int e = 0; e < VC; ++e) acc[e] = Op::identity();
-    if (valid)
-      for (int q = ty; q < p.splits; q += by)
+    // The partials of splits ty, ty + by, ... in that order, kP splits' loads issued before any
+    // is combined (one L2 round trip per kP splits, not per split).
+    if (valid) {
+      constexpr int kP = VC >= 8 ? 4 : 8;
+      for (int q0 = ty; q0 < p.splits; q0 += kP * by) {
+        RedVal<acc_t> part[kP][VC];
 #pragma unroll
-        for (int e = 0; e < VC; ++e)
-          acc[e] = Op::combine(acc[e], load_partial<K, acc_t>(p, q, olin + e));
+        for (int u = 0; u < kP; ++u) {
+          const int q = q0 + u * by;
+#pragma unroll
+          for (int e = 0; e < VC; ++e)
+            part[u][e] = q < p.splits ? load_partial<K, acc_t>(p, q, olin + e) : Op::identity();
+        }
+#pragma unroll
+        for (int u = 0; u < kP; ++u)
+          if (q0 + u * by < p.splits)
+#pragma unroll
+            for (int e = 0; e < VC; ++e) acc[e] = Op::combine(acc[e], part[u][e]);
+      }
+    }
     col_reduce<K>(acc, smem);
   }
   if (ty == 0 && valid)
@@ -1400,7 +1427,7 @@ __device__ __forceinline__ void outer_body(const FastRedArgs& p, RedVal<acc_t>* 
 // blockIdx.x / strips, rows threadIdx.y + k * by of split blockIdx.y.
 template <typename acc_t, RK K>
 __global__ void __launch_bounds__(256) outer_kernel(FastRedArgs p) {
-  __shared__ RedVal<acc_t> smem[256];
+  __shared__ RedVal<acc_t> smem[256 * 8];  // col_reduce: VC <= 8 columns of 256 threads
   eager::dispatch_dtype<kRedIn<acc_t>>(p.in_dtype, [&](auto tag) {
     constexpr DType D = decltype(tag)::value;
     if (p.vc == 1)
@@ -1700,9 +1727,11 @@ FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vec
     const int64_t target =
         int64_t(device_sms()) *
         blocks_per_sm(reinterpret_cast<const void*>(inner_kernel_of<acc_t>(occ_kind)), 256);
+    // target / blocks, not rounded up: a grid of blocks * splits must not spill into a second,
+    // nearly empty wave (Hopper: 16 column blocks x 25 splits = 400 blocks on 396 slots ran 36 us
+    // where one wave takes ~19).
     if (blocks * 2 <= target && nvec >= int64_t(bx) * 16 && blocks <= kMaxCounters)
-      splits =
-          std::min({ceil_div(target, blocks), ceil_div(nvec, int64_t(bx) * 8), int64_t(65535)});
+      splits = std::min({target / blocks, ceil_div(nvec, int64_t(bx) * 8), int64_t(65535)});
     a.per_split = ceil_div(nvec, splits);
     a.splits = static_cast<int>(ceil_div(nvec, a.per_split));
     if (a.splits == 1) a.per_split = nvec + 1;
@@ -1744,13 +1773,14 @@ FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vec
     a.strips = ceil_div(nvc, bx);
     const int64_t blocks = a.strips * a.rows;
     if (blocks >= kMax32) return {};
-    // Split the rows when the column blocks fill less than one wave, >= 8 rows per thread.
+    // Split the rows when the column blocks fill less than one wave, >= 8 rows per thread; the
+    // split grid stays within one wave (wave / blocks, rounded down).
     const int64_t wave =
         int64_t(device_sms()) *
         blocks_per_sm(reinterpret_cast<const void*>(outer_kernel_of<acc_t>(occ_kind)), bx * by);
     int64_t splits = 1;
     if (blocks < wave && Nr >= int64_t(by) * 16 && blocks <= kMaxCounters)
-      splits = std::min({ceil_div(wave, blocks), ceil_div(Nr, int64_t(by) * 8), int64_t(65535)});
+      splits = std::min({wave / blocks, ceil_div(Nr, int64_t(by) * 8), int64_t(65535)});
     a.per_split = ceil_div(Nr, splits);
     a.splits = static_cast<int>(ceil_div(Nr, a.per_split));
     if (kind == RK::kVar) kind = RK::kSqDev;  // launch_fast: sums first

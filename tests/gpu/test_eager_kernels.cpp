@@ -1436,6 +1436,16 @@ TEST(EagerKernelsBench, HotCases) {
     bench("sum f32 over dim 1 [16384,1600]", n * 4 + R * 4,
           prepare_reduction(ReduceFn::kSum, x.view(), {1}, r.view(), nullptr, 0));
   }
+  // Bias gradients of the linear backwards (sum of a bfloat16 [tokens, N] over the tokens): the
+  // outer path's split grid at the bundled shapes (GPT-2 MLP: 8192 x 1024 and 8192 x 4096; BERT:
+  // 16384 x 4096).
+  for (const std::vector<int64_t>& sh : std::vector<std::vector<int64_t>>{
+           {8192, 1024}, {8192, 4096}, {16384, 1024}, {16384, 4096}}) {
+    DevTensor x = buf(DType::kBFloat16, sh), o = buf(DType::kBFloat16, {sh[1]});
+    bench("sum bf16 over dim 0 [" + std::to_string(sh[0]) + "," + std::to_string(sh[1]) + "]",
+          double(sh[0]) * sh[1] * 2 + sh[1] * 2,
+          prepare_reduction(ReduceFn::kSum, x.view(), {0}, o.view(), nullptr, 0));
+  }
   {
     DevTensor x = buf(DType::kBFloat16, {R, 8192}), o = buf(DType::kBFloat16, {});
     bench("amax bf16 over all [16384,8192]", double(R) * 8192 * 2,

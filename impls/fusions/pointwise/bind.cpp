@@ -6,10 +6,14 @@
 //   view or alias node   no code: its output is the value of its operand (the matcher takes
 //                        only views that keep the element order, and the canonical form's
 //                        identities)
-// Every region output is a store of the step computing it, in the layout the program gave it.
+//   column sum node      (Params::sums) no step: a ColSum of the step computing its operand;
+//                        its result is the eager column sum of the kernel's partials
+// Every other region output is a store of the step computing it, in the layout the program gave
+// it.
 //   optimized: the generated kernel (NVRTC at bind time, jit.hpp): one launch;
 //   baseline:  the same nodes through the eager executor's launches (lower_node), the
 //              intermediates in workspaces: one launch per op.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -59,6 +63,7 @@ int alignment(const void* p) {
 struct Chain {
   KernelSpec spec;
   KernelArgs args;
+  std::vector<int> sum_out;  ///< per spec.sums entry: the sum node's result value
   std::string unsupported;
 };
 
@@ -93,6 +98,17 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
         else  // an identity of an input the region absorbed (its clone)
           alias_src[v] = n.operands[0].value;
       }
+      continue;
+    }
+    if (n.outputs.size() == 1 &&
+        std::find(p.sums.begin(), p.sums.end(), n.outputs[0]) != p.sums.end()) {
+      auto it = n.operands.empty() || !n.operands[0].is_tensor()
+                    ? step_of.end()
+                    : step_of.find(n.operands[0].value);
+      if (it == step_of.end())
+        return fail("column sum '" + n.id + "' sums a value no step of the chain computes");
+      s.sums.push_back(ColSum{it->second, 0});
+      c.sum_out.push_back(n.outputs.at(0));
       continue;
     }
     if (low.kernel != EagerLowering::kPointwise)
@@ -172,7 +188,9 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
     s.steps.push_back(st);
     step_of[n.outputs[0]] = static_cast<int>(s.steps.size()) - 1;
   }
+  const std::set<int> sum_outs(c.sum_out.begin(), c.sum_out.end());
   for (int v : r.outputs) {
+    if (sum_outs.count(v)) continue;  // written by the partials' column sum
     auto it = step_of.find(v);
     if (it == step_of.end())
       return fail("output '" + g.values[v].name + "' is computed by no step of the chain");
@@ -192,6 +210,16 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
     s.stores.push_back(st);
     s.store_align.push_back(alignment(t.ptr));
     c.args.out[slot] = t.ptr;
+  }
+  if (!s.sums.empty()) {
+    s.sum_cols = p.sum_cols;
+    for (size_t k = 0; k < s.sums.size(); ++k) {
+      s.sums[k].slot = static_cast<int>(s.stores.size() + k);
+      if (s.sums[k].slot >= kMaxOutputs)
+        return fail("more than " + std::to_string(kMaxOutputs) + " outputs and column sums");
+    }
+    if (!chunked(s))
+      return fail("the column sums need every tensor's innermost run a multiple of 8");
   }
   return c;
 }
@@ -293,11 +321,45 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     b.unsupported = std::string("the generated kernel: ") + e.what();
     return b;
   }
-  const int per_thread = chunked(c.spec) ? kChunk : 1;
   const int64_t numel = c.spec.numel;
+  if (c.spec.sums.empty()) {
+    const int per_thread = chunked(c.spec) ? kChunk : 1;
+    const KernelArgs args = c.args;
+    b.launch = [kernel, args, numel, per_thread](const LaunchContext& lc) {
+      launch(kernel, args, numel, per_thread, lc.stream);
+    };
+    return b;
+  }
+  // The column-sum form: float32 partials [row blocks, C] per sum, then one eager column sum of
+  // them into the sum's result (its dtype, its layout: [C] or keepdim [1, C]).
+  const int64_t C = c.spec.sum_cols, rows = numel / C;
+  const int64_t strips = (C / kChunk + kSumLanes - 1) / kSumLanes;
+  std::vector<EagerLaunch> finals;
+  int64_t row_blocks = 0;
+  try {
+    row_blocks = colsum_row_blocks(kernel, rows, strips);
+    for (size_t k = 0; k < c.spec.sums.size(); ++k) {
+      const TensorMeta pm{{row_blocks, C}, {C, 1}, DType::kFloat32};
+      void* part = ctx.workspace(pm.nbytes());
+      c.args.out[c.spec.sums[k].slot] = part;
+      const BoundTensor t = ctx.tensor(c.sum_out[k]);
+      if (t.layout.numel() != C)
+        throw std::runtime_error("column sum result '" + g.values[c.sum_out[k]].name + "' has " +
+                                 std::to_string(t.layout.numel()) + " elements, not " +
+                                 std::to_string(C));
+      const TensorMeta om{
+          {C}, {t.layout.stride.empty() ? 1 : t.layout.stride.back()}, t.layout.dtype};
+      finals.push_back(prepare_reduction(ReduceFn::kSum, device_tensor(part, pm), {0},
+                                         device_tensor(t.ptr, om), nullptr, 0));
+    }
+  } catch (const std::exception& e) {
+    b.unsupported = std::string("the column sums: ") + e.what();
+    return b;
+  }
   const KernelArgs args = c.args;
-  b.launch = [kernel, args, numel, per_thread](const LaunchContext& lc) {
-    launch(kernel, args, numel, per_thread, lc.stream);
+  b.launch = [kernel, args, strips, row_blocks, finals](const LaunchContext& lc) {
+    launch_colsum(kernel, args, strips, row_blocks, lc.stream);
+    for (const auto& f : finals) f(lc.stream);
   };
   return b;
 }

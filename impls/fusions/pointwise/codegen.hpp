@@ -63,11 +63,24 @@ struct Store {
   Geometry geo;
 };
 
+/// A column sum: step `step`'s values (as rounded to its dtype, widened to float32) summed over
+/// the rows of the iteration space seen as [numel / sum_cols, sum_cols], one float32 partial per
+/// row block (gridDim.y) into kernel output `slot`, laid out [gridDim.y, sum_cols]. Summing the
+/// partials over the row blocks (the binder: one eager column sum) gives the column sums.
+struct ColSum {
+  int step = 0;
+  int slot = 0;
+};
+
 struct KernelSpec {
   int64_t numel = 0;
   std::vector<Load> loads;
   std::vector<Step> steps;
   std::vector<Store> stores;
+  /// Column sums (at most 4, one column count `sum_cols` for all). Non-empty: the kernel takes
+  /// the column-sum form (`generate`), which needs `chunked` and sum_cols a multiple of 8.
+  std::vector<ColSum> sums;
+  int64_t sum_cols = 0;
   /// Per load / store: the base pointer's alignment in bytes (a power of two; 16 or more lets an
   /// 8-element chunk of a unit-stride row be one or two 16-byte accesses).
   std::vector<int> load_align, store_align;
@@ -79,10 +92,23 @@ inline constexpr const char* kEntry = "replay_pointwise";
 inline constexpr int kChunk = 8;
 inline constexpr int kThreads = 256;
 
+/// Threads of a column-sum block: kSumLanes column chunks (8 columns each) by kSumRows row lanes.
+inline constexpr int kSumLanes = 32;
+inline constexpr int kSumRows = 8;
+
 /// The kernel's source (self-contained: pw_math.cuh's text and the chain). Deterministic: equal
 /// specs give equal text (the JIT cache key). Throws std::invalid_argument for a spec that breaks
 /// its own invariants (an arg naming a later step, a slot out of range, a dtype other than
-/// float32 / bfloat16 / float16 / bool).
+/// float32 / bfloat16 / float16 / bool; column sums without the chunked form, sum_cols not a
+/// multiple of 8 or not dividing numel, more than 4 sums).
+///
+/// Without sums: a grid-stride loop over chunks (or elements), launched by `launch` (jit.hpp).
+/// With sums (the column-sum form): block (kSumLanes * kSumRows threads) = 32 chunks of 8
+/// consecutive columns by 8 row lanes, gridDim.x = ceil(sum_cols / 256) column strips, gridDim.y
+/// row blocks of ceil(rows / gridDim.y) rows; each thread computes the chain at its chunk of rows
+/// r0 + lane, r0 + lane + 8, ... in order, adding each summed value to a float32 accumulator per
+/// column; the 8 lanes are added by a fixed tree in shared memory (lane l + 4 into l, then + 2,
+/// + 1); lane 0 writes the block's partials. Same grid, same bits, run to run.
 std::string generate(const KernelSpec& spec);
 
 /// Whether the chunked path (8 consecutive iteration indices per thread, unit-stride rows as

@@ -163,4 +163,27 @@ void launch(const void* k, const KernelArgs& args, int64_t numel, int per_thread
       cudaLaunchKernel(k, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), params, 0, stream));
 }
 
+int64_t colsum_row_blocks(const void* k, int64_t rows, int64_t strips) {
+  int per_sm = 0;
+  // A library kernel handle (cudaLibraryGetKernel) where a runtime older than 12.x took only a
+  // function symbol: on an error, 4 blocks an SM (the kernel's 32 KiB of shared memory at most).
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kSumLanes * kSumRows, 0) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 4;
+  }
+  const int64_t wave = int64_t(device_sms()) * std::max(per_sm, 1);
+  const int64_t most = (rows + kSumRows - 1) / kSumRows;
+  return std::clamp<int64_t>(wave / std::max<int64_t>(strips, 1), 1, std::max<int64_t>(most, 1));
+}
+
+void launch_colsum(const void* k, const KernelArgs& args, int64_t strips, int64_t row_blocks,
+                   cudaStream_t stream) {
+  KernelArgs a = args;
+  void* params[] = {&a};
+  REPLAY_CUDA(
+      cudaLaunchKernel(k, dim3(static_cast<unsigned>(strips), static_cast<unsigned>(row_blocks)),
+                       dim3(kSumLanes * kSumRows), params, 0, stream));
+}
+
 }  // namespace replay::pointwise

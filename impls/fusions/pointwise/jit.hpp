@@ -44,4 +44,15 @@ const void* load_kernel(const std::string& source);
 void launch(const void* k, const KernelArgs& args, int64_t numel, int per_thread,
             cudaStream_t stream);
 
+/// Row blocks (gridDim.y) of a column-sum kernel (codegen.hpp, the column-sum form) over `rows`
+/// rows in `strips` column strips: as many as fill one wave of the blocks of `k` resident per SM
+/// (cudaOccupancyMaxActiveBlocksPerMultiprocessor), no more, and at most one per 8 rows (each row
+/// lane then has a row). Where the occupancy query fails, 4 blocks an SM.
+int64_t colsum_row_blocks(const void* k, int64_t rows, int64_t strips);
+
+/// Launches the column-sum kernel `k` on grid (strips, row_blocks) of kSumLanes * kSumRows
+/// threads. Throws RuntimeFailure on a launch error.
+void launch_colsum(const void* k, const KernelArgs& args, int64_t strips, int64_t row_blocks,
+                   cudaStream_t stream);
+
 }  // namespace replay::pointwise

@@ -17,6 +17,11 @@
 // the tensor once. A group needs two compute members (one op is already one eager launch)
 // and fits the kernel's limits (kMaxInputs tensors read, kMaxOutputs written, kMaxOps ops), or it
 // is declined saying which.
+//
+// Column sums (a bias gradient: sum over every dim but the last of a value the chain computes,
+// directly or through reshape views) join a linear group: its kernel sums the value as it
+// writes it, so the value is not read back. The region then runs at the chain's last member,
+// not at the sum (the dW / dX GEMMs that read the same value come between them in the graph).
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -235,10 +240,78 @@ class Grouper {
     }
   }
 
+  // Why sum node `si`, reading value `v` of a linear chain of `numel` elements, cannot be one of
+  // its column sums ("" when it can): a sum over every dim but the last of a row-major value whose
+  // last dim C is a multiple of 8 (the kernel's chunks of 8 columns), float results, the same C
+  // as the sums taken before.
+  std::string sum_decline(int si, int v, int64_t numel, int64_t cols) const {
+    const Node& sn = g_.nodes[si];
+    const TensorMeta& ms = g_.meta(v);
+    if (sn.operands.empty() || !sn.operands[0].is_tensor() || sn.operands[0].value != v)
+      return "it does not sum the chain's value as its first operand";
+    const int64_t nd = static_cast<int64_t>(ms.shape.size());
+    std::vector<int64_t> lead;
+    for (int64_t d = 0; d + 1 < nd; ++d) lead.push_back(d);
+    std::vector<int64_t> dims = sn.dims;
+    for (int64_t& d : dims)
+      if (d < 0) d += nd;
+    std::sort(dims.begin(), dims.end());
+    if (nd < 2 || dims != lead)
+      return "it sums " + ms.str() + " over dims " + shape_str(sn.dims) +
+             ", not over every dim but the last";
+    if (!ms.is_contiguous() || ms.numel() != numel) return "the summed value is not row-major";
+    if (ms.shape.back() % 8 != 0)
+      return "its last dim " + std::to_string(ms.shape.back()) +
+             " is not a multiple of 8 (the kernel sums chunks of 8 columns)";
+    if (cols != 0 && ms.shape.back() != cols)
+      return "the chain already sums columns of " + std::to_string(cols) + ", this one " +
+             std::to_string(ms.shape.back());
+    if (!float_type(g_.meta(sn.outputs[0]).dtype))
+      return "its result is " + std::string(dtype_name(g_.meta(sn.outputs[0]).dtype));
+    return "";
+  }
+
+  // Takes the column sums of a linear group's values into `nodes` and `p` (Params::sums), with
+  // the reshape views between them; says why a sum of one of its values cannot be taken.
+  void take_sums(std::vector<int>& nodes, Params& p) {
+    const std::set<int> in(nodes.begin(), nodes.end());
+    std::set<int> add;
+    std::function<void(int, std::vector<int>)> walk = [&](int v, std::vector<int> views) {
+      for (int u : g_.values[v].users) {
+        if (in.count(u) || add.count(u) || claimed_[u] || grouped_.count(u)) continue;
+        const Node& un = g_.nodes[u];
+        if (view_[u] && views.size() < 4) {
+          std::vector<int> w = views;
+          w.push_back(u);
+          walk(un.outputs[0], w);
+          continue;
+        }
+        if (un.op != Op::kSumDim || un.outputs.size() != 1) continue;
+        std::string why = sum_decline(u, v, p.numel, p.sum_cols);
+        if (why.empty() && static_cast<int>(p.sums.size()) >= kMaxSums)
+          why = "the kernel takes at most " + std::to_string(kMaxSums) + " column sums";
+        if (!why.empty()) {
+          out_.decline(u, "column sum not fused into the pointwise chain: " + why);
+          continue;
+        }
+        p.sum_cols = g_.meta(v).shape.back();
+        p.sums.push_back(un.outputs[0]);
+        add.insert(u);
+        add.insert(views.begin(), views.end());
+      }
+    };
+    for (int n : nodes)
+      for (int v : g_.nodes[n].outputs) walk(v, {});
+    nodes.insert(nodes.end(), add.begin(), add.end());
+    std::sort(nodes.begin(), nodes.end());
+    std::sort(p.sums.begin(), p.sums.end());
+  }
+
   // A kept set as a region, if it has two compute members and fits the kernel's limits.
-  void emit(const std::vector<int>& nodes) {
-    if (compute_count(nodes) < 2) return;
-    const int anchor = anchor_and_first_reader(nodes).first;
+  void emit(const std::vector<int>& chain) {
+    if (compute_count(chain) < 2) return;
+    const int anchor = anchor_and_first_reader(chain).first;
+    std::vector<int> nodes = chain;
     Params p;
     p.numel = g_.meta(g_.nodes[anchor].outputs[0]).numel();
     p.linear = true;
@@ -250,8 +323,11 @@ class Grouper {
     if (!p.linear) {
       p.order_shape = g_.meta(g_.nodes[anchor].outputs[0]).shape;
       p.order_stride = g_.meta(g_.nodes[anchor].outputs[0]).stride;
+    } else {
+      take_sums(nodes, p);
     }
     Region r = make_region(g_, nodes, std::any());
+    if (!p.sums.empty()) r.anchor = anchor;  // the chain's last member, before the GEMMs
     std::vector<int> roots;
     const std::vector<int> views = outside_views(g_, r.nodes, roots);
     if (!views.empty()) set_region_views(r, g_, views, roots);

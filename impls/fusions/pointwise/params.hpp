@@ -27,6 +27,8 @@ namespace replay::pointwise {
 inline constexpr int kMaxInputs = 16;
 inline constexpr int kMaxOutputs = 16;
 inline constexpr int kMaxOps = 96;
+/// Column sums one kernel computes beside its chain (codegen.hpp, KernelSpec::sums).
+inline constexpr int kMaxSums = 4;
 
 /// A matched group. The binder reads the region's captured nodes; these are for `replay plan`.
 struct Params {
@@ -36,6 +38,13 @@ struct Params {
   /// The members' one dense layout when not `linear`: the order every value of the chain is
   /// visited in (a linear chain visits each value in the row-major order of its own shape).
   std::vector<int64_t> order_shape, order_stride;
+  /// Column sums taken with the chain (bias gradients; linear chains only): the results (value
+  /// indices) of the `aten.sum.dim_IntList` nodes over every dim but the last of a row-major value
+  /// the chain computes, read directly or through reshape views; `sum_cols` = that last dim (C, a
+  /// multiple of 8, one C for all of them). The kernel sums each value as it stores it
+  /// (TUNING.md, "Column sums"). Empty: none.
+  std::vector<int> sums;
+  int64_t sum_cols = 0;
 };
 
 void match_rest(const Graph& g, const std::vector<char>& claimed, Matches& out);

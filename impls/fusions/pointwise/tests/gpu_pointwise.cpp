@@ -5,7 +5,9 @@
 // op with eager's own expression and rounding), the graph's outputs passing the numerics check
 // against the float64 reference. Mutants of the generated kernel that must differ from eager: the
 // bfloat16 roundings between ops dropped (kept in float32), x ** 3 computed as 3 ** x, a broadcast
-// bias read along the wrong dim; the last two must fail the numerics check as well.
+// bias read along the wrong dim; the last two must fail the numerics check as well. Column sums
+// taken with a chain (bias gradients): held to the reference and to their own bits run to run; a
+// sum of the wrong value must fail the check.
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -60,18 +62,46 @@ const std::vector<GpuCase>& cases() {
 
 class PointwiseGpu : public ::testing::TestWithParam<std::tuple<size_t, std::string>> {};
 
+// The results of the column sums the pointwise regions of `plan` take (Params::sums).
+std::vector<int> column_sum_outputs(const Plan& plan) {
+  std::vector<int> out;
+  for (const Region& r : plan.regions)
+    if (r.fusion->name == "pointwise")
+      for (int v : std::any_cast<const pointwise::Params&>(r.params).sums) out.push_back(v);
+  return out;
+}
+
 }  // namespace
 
+// The optimized variant's column sums add the same rounded values in another order than eager's
+// column reduction (row lanes, then row blocks): they are held to the float64 reference (the
+// numerics check of every graph output, which they are) and to their own bits run to run, not to
+// eager's bits; every other value the region writes is eager's bits.
 TEST_P(PointwiseGpu, BitIdenticalToEagerAndPassesNumerics) {
   REQUIRE_GPU();
   const auto& [ci, variant] = GetParam();
   const GpuCase& c = cases()[ci];
   Graph g = c.load();
   const Plan plan = make_plan(g, fusion_registry());
-  const std::vector<int> outs = fusion_region_outputs(plan, "pointwise");
+  std::vector<int> outs = fusion_region_outputs(plan, "pointwise");
   ASSERT_FALSE(outs.empty()) << c.name << ": no pointwise region";
+  const std::vector<int> sums = column_sum_outputs(plan);
+  if (variant == "optimized")
+    outs.erase(
+        std::remove_if(outs.begin(), outs.end(),
+                       [&](int v) { return std::find(sums.begin(), sums.end(), v) != sums.end(); }),
+        outs.end());
   for (uint64_t seed : {41u, 42u})
     expect_bit_identical_to_eager(g, plan, variant, outs, seed, true, c.name);
+  if (sums.empty() || variant != "optimized") return;
+  const auto inputs = generate_inputs(g, 43);
+  GpuProgram a(g, plan, variant, inputs, nullptr), b(g, plan, variant, inputs, nullptr);
+  b.poison_outputs(nullptr);
+  a.run_all(LaunchContext{});
+  b.run_all(LaunchContext{});
+  b.run_all(LaunchContext{});  // the partials and the final sum's workspace reused
+  REPLAY_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(first_bit_difference(g, a, b, sums), "") << c.name << ": column sums run to run";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PointwiseGpu,
@@ -158,3 +188,39 @@ TEST_P(PointwiseMutant, DiffersFromEagerAndFailsTheCheck) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, PointwiseMutant, ::testing::Range<size_t>(0, std::size(kMutants)),
                          [](const auto& info) { return std::string(kMutants[info.param].name); });
+
+// A column sum of the wrong value (the chain's first op, the upcast tangent, instead of the
+// gradient it writes) on BERT's intermediate backward: the bias gradient must fail the numerics
+// check, and the values the chain writes stay eager's bits.
+TEST(PointwiseColumnSumMutant, SumOfTheWrongValueFailsTheCheck) {
+  REQUIRE_GPU();
+  Graph g = load_trace(trace_path("byog/linear/bert_intermediate_default_train_bwd_2x8x128"),
+                       cut_options());
+  const Plan plan = make_plan(g, fusion_registry());
+  const std::vector<int> sums = column_sum_outputs(plan);
+  ASSERT_EQ(sums.size(), 1u) << "the bias gradient joins the chain";
+  struct Hook {
+    Hook() {
+      pointwise::set_spec_mutator([](pointwise::KernelSpec& s) {
+        for (auto& c : s.sums) c.step = 0;
+      });
+    }
+    ~Hook() { pointwise::set_spec_mutator(nullptr); }
+  } hook;
+  const auto inputs = generate_inputs(g, 41);
+  GpuProgram prog(g, plan, "optimized", inputs, nullptr);
+  for (size_t r = 0; r < plan.regions.size(); ++r)
+    ASSERT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << "the mutant must run fused";
+  prog.poison_outputs(nullptr);
+  prog.run_all(LaunchContext{});
+  REPLAY_CUDA(cudaDeviceSynchronize());
+  const auto ref = run_reference(g, inputs);
+  const auto bounds = default_value_bounds(g);
+  bool sum_fails = false;
+  for (int v : g.outputs)
+    if (!check_value(g, v, prog.download(v, nullptr), ref.at(v), ref,
+                     output_bounds(g, plan, bounds, v))
+             .pass())
+      sum_fails = true;
+  EXPECT_TRUE(sum_fails) << "a bias gradient summed from the tangent passed the numerics check";
+}

@@ -113,6 +113,32 @@ TEST(PointwiseCodegen, RefusesSpecsThatBreakTheirInvariants) {
   EXPECT_THROW(generate(s), std::invalid_argument);
 }
 
+// The column-sum form: a 2-D grid of 32 chunks by 8 row lanes, each sum's float32 accumulators
+// added in row order, a fixed tree over the lanes in shared memory, the partials written by lane
+// 0; it needs the chunked form and a column count of chunks that divides the elements.
+TEST(PointwiseCodegen, ColumnSumFormAccumulatesInRowOrderAndReducesByAFixedTree) {
+  KernelSpec s = two_op_spec(64, 128, DType::kBFloat16, 16);
+  s.sums = {ColSum{1, 1}};
+  s.sum_cols = 128;
+  const std::string src = generate(s);
+  EXPECT_NE(src.find("__shared__ float red[2048]"), std::string::npos) << src;
+  EXPECT_NE(src.find("acc0[e] = __fadd_rn(acc0[e], v1[e])"), std::string::npos);
+  EXPECT_NE(src.find("for (unsigned h = 4u; h > 0u; h /= 2u)"), std::string::npos);
+  EXPECT_NE(src.find("static_cast<float*>(a.out[1]) + ix_t(blockIdx.y) * 128u"), std::string::npos);
+  EXPECT_NE(src.find("*reinterpret_cast<uint4*>"), std::string::npos) << "vector store of y";
+  EXPECT_NO_THROW(compile_cubin(src, 90));
+  KernelSpec bad = s;
+  bad.sum_cols = 100;  // not chunks of 8
+  EXPECT_THROW(generate(bad), std::invalid_argument);
+  bad = s;
+  bad.sums[0].step = 2;  // no such step
+  EXPECT_THROW(generate(bad), std::invalid_argument);
+  bad = two_op_spec(64, 100, DType::kFloat32, 16);  // not chunked
+  bad.sums = {ColSum{1, 1}};
+  bad.sum_cols = 6400;
+  EXPECT_THROW(generate(bad), std::invalid_argument);
+}
+
 TEST(PointwiseCodegen, GeneratedKernelCompilesWithNvrtc) {
   ASSERT_EQ(nvrtc_status(), "");
   for (DType dt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16, DType::kBool}) {

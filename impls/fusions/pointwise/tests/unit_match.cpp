@@ -288,12 +288,100 @@ TEST(PointwiseMatch, EveryBundledTraceTakesOnlyWhatTheOthersLeave) {
       EXPECT_GE(params(r).ops.size(), 2u) << e.path();
       EXPECT_LE(r->inputs.size(), size_t(pointwise::kMaxInputs)) << e.path();
       EXPECT_LE(r->outputs.size(), size_t(pointwise::kMaxOutputs)) << e.path();
+      const auto& sums = params(r).sums;
       for (int n : r->nodes) {
         const auto k = op_def(g.nodes[n].op).eager.kernel;
-        EXPECT_TRUE(k == EagerLowering::kPointwise || k == EagerLowering::kAlias)
+        const bool sum = g.nodes[n].outputs.size() == 1 &&
+                         std::find(sums.begin(), sums.end(), g.nodes[n].outputs[0]) != sums.end();
+        EXPECT_TRUE(k == EagerLowering::kPointwise || k == EagerLowering::kAlias ||
+                    (sum && g.nodes[n].op == Op::kSumDim))
             << e.path() << ": " << g.nodes[n].id;
       }
     }
   }
   EXPECT_GT(regions, 10) << "the bundled traces hold chains no other fusion claims";
+}
+
+// The bias gradient of a backward chain matmul_epilogue does not take (BERT: the GELU's gradient
+// straight from the tangent; GPT-2: gelu_new's backward in bfloat16 op by op) joins the chain:
+// sum(view(chain), [0]) over every dim but the last, through the [tokens, N] reshape the GEMMs
+// also read. The region runs at the chain's last op, before the dW / dX GEMMs that come between
+// the chain and the sum in the graph.
+TEST(PointwiseMatch, TheBiasGradientColumnSumJoinsTheChain) {
+  struct Case {
+    const char* trace;
+    const char* sum;
+    int64_t cols;
+  };
+  for (const Case& c :
+       {Case{"byog/linear/bert_intermediate_default_train_bwd_2x8x128", "sum_1", 256},
+        Case{"byog/linear/bert_intermediate_default_train_bwd_32x512x1024", "sum_1", 4096},
+        Case{"byog/linear/gpt2_mlp_default_train_bwd_2x8x128", "sum_2", 256},
+        Case{"byog/linear/gpt2_mlp_default_train_bwd_8x1024x1024", "sum_2", 4096}}) {
+    Graph g = load_trace(trace_path(c.trace));
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u) << c.trace << "\n" << pw_declines(g, p);
+    const Region& r = *regs[0];
+    ASSERT_EQ(params(&r).sums.size(), 1u) << c.trace << "\n" << pw_declines(g, p);
+    EXPECT_EQ(g.values[params(&r).sums[0]].name, c.sum) << c.trace;
+    EXPECT_EQ(params(&r).sum_cols, c.cols) << c.trace;
+    const auto& out = r.outputs;
+    EXPECT_TRUE(std::any_of(out.begin(), out.end(), [&](int v) {
+      return g.values[v].name == c.sum;
+    })) << c.trace;
+    // runs before every GEMM reading the chain's result
+    int first_mm = static_cast<int>(g.nodes.size());
+    for (int n = 0; n < static_cast<int>(g.nodes.size()); ++n)
+      if (g.nodes[n].op == Op::kMm && n > r.nodes.front()) first_mm = std::min(first_mm, n);
+    EXPECT_LT(r.anchor, first_mm) << c.trace;
+    EXPECT_LT(r.anchor, g.values[params(&r).sums[0]].producer) << c.trace;
+    for (const auto& d : p.dropped) EXPECT_NE(d.fusion, "pointwise") << d.reason;
+  }
+}
+
+// Column sums the kernel cannot compute stay eager, saying why: a sum over the last dim (a row
+// sum), over columns of 12 (not chunks of 8).
+TEST(PointwiseMatch, ColumnSumsItCannotTakeAreDeclinedWithTheReason) {
+  auto chain = [](int64_t cols, json dims) {
+    return synthetic(
+        {input("x", {16, cols}), input("y", {16, cols})},
+        {node("m", "aten.mul.Tensor", {ref("x"), ref("y")}, tensor({16, cols}, "float32")),
+         node("a", "aten.add.Tensor", {ref("m"), 1.0}, tensor({16, cols}, "float32")),
+         node(
+             "s", "aten.sum.dim_IntList", {ref("a"), dims, true},
+             tensor(dims == json({0}) ? std::vector<int64_t>{1, cols} : std::vector<int64_t>{16, 1},
+                    "float32"))},
+        {"a", "s"});
+  };
+  {
+    Graph g = chain(64, {0});
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u) << pw_declines(g, p);
+    EXPECT_EQ(ids(g, *regs[0]), (V{"m", "a", "s"}));
+    EXPECT_EQ(params(regs[0]).sum_cols, 64);
+    EXPECT_EQ(names(g, regs[0]->outputs), (V{"a", "s"}));
+  }
+  {
+    Graph g = chain(64, {1});
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u);
+    EXPECT_TRUE(params(regs[0]).sums.empty());
+    EXPECT_NE(pw_declines(g, p).find("s: column sum not fused into the pointwise chain: it sums "
+                                     "float32[16, 64] over dims [1]"),
+              std::string::npos)
+        << pw_declines(g, p);
+    EXPECT_NE(pw_declines(g, p).find("not over every dim but the last"), std::string::npos);
+  }
+  {
+    Graph g = chain(12, {0});
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u);
+    EXPECT_TRUE(params(regs[0]).sums.empty());
+    EXPECT_NE(pw_declines(g, p).find("its last dim 12 is not a multiple of 8"), std::string::npos)
+        << pw_declines(g, p);
+  }
 }
