@@ -46,6 +46,11 @@
 #   ropegeo         rope fixed-form geometry sweep (REPLAY_ROPE_GEOMETRY: packed bf16 math, persistent
 #                   pipelined grid) on the all-bf16 rotate-half traces and litgpt's forward
 #                   -> ropegeo/sweep.txt: ~1 min per geometry.
+#   pwsum           pointwise column-sum form sweep (REPLAY_POINTWISE_SUM_FORM: launch-bounds
+#                   blocks, accumulators in shared memory) on three backward chains with a fused
+#                   bias gradient -> pwsum/sweep.txt: ~30 s per form.
+#   redsplit        eager column reduction sweep (REPLAY_OUTER_MIN_ROWS) on HotCases' reductions
+#                   -> redsplit/sweep.txt: ~5 s per value.
 #   fp8rows         fp8_quantize's one-pass rowwise kernel geometry sweep (REPLAY_FP8_ROWWISE:
 #                   threads per row, vectors per thread) on two rowwise float8 forwards
 #                   -> fp8rows/sweep.txt: ~25 s per geometry.
@@ -421,6 +426,29 @@ phase_ropegeo() {
   # shellcheck disable=SC2046  # one trace per word
   geometry_sweep REPLAY_ROPE_GEOMETRY "${ROPEGEO_GEOMETRIES:-heuristic 0,0 1,1 1,2 1,3}" \
     rope_fixed_kernel $(traces_or echo $default_traces)
+}
+phase_pwsum() {
+  # pointwise column-sum form: REPLAY_POINTWISE_SUM_FORM=MIN_BLOCKS,SMEM (codegen.hpp) over
+  # $PWSUM_FORMS on the backward chains with a fused bias gradient ($TRACES or the three below);
+  # the default first. -> pwsum/sweep.txt
+  local default_traces="traces/byog/linear/gpt2_mlp_default_train_bwd_8x1024x1024.json
+    traces/byog/linear/gpt2_mlp_mincut_train_bwd_8x1024x1024.json
+    traces/byog/linear/bert_intermediate_default_train_bwd_32x512x1024.json"
+  # shellcheck disable=SC2046  # one trace per word
+  geometry_sweep REPLAY_POINTWISE_SUM_FORM "${PWSUM_FORMS:-heuristic 8,0 0,1 8,1 4,0}" \
+    replay_pointwise $(traces_or echo $default_traces)
+}
+phase_redsplit() {
+  # eager column reduction: REPLAY_OUTER_MIN_ROWS (rows per thread a split keeps, kernels.cu)
+  # over $REDSPLIT_ROWS, EagerKernelsBench.HotCases' reductions (the bias-gradient shapes).
+  # -> redsplit/sweep.txt
+  local m rc=0
+  for m in ${REDSPLIT_ROWS:-8 16 32 64 128}; do
+    echo "== REPLAY_OUTER_MIN_ROWS=$m" | tee -a "$D/sweep.txt"
+    REPLAY_OUTER_MIN_ROWS=$m timeout 60 "$BUILD/tests/replay_gpu_tests" \
+      --gtest_filter=EagerKernelsBench.HotCases 2>&1 | grep -E "bench.*(sum|copy)" | tee -a "$D/sweep.txt" || rc=$?
+  done
+  return $rc
 }
 phase_fp8rows() {
   # fp8_quantize's one-pass rowwise kernel: REPLAY_FP8_ROWWISE=THREADS,V (kernels.cu) over

@@ -1673,6 +1673,17 @@ int blocks_per_sm(const void* kernel, int threads) {
   return n;
 }
 
+// Rows per thread a split of the outer path keeps at least: 8, or REPLAY_OUTER_MIN_ROWS (a sweep
+// knob, read once: TUNING notes in reports/current/h200/linear, job 13).
+int64_t outer_min_rows() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("REPLAY_OUTER_MIN_ROWS");
+    const long n = e ? std::strtol(e, nullptr, 10) : 0;
+    return n >= 1 && n <= 4096 ? int64_t(n) : int64_t(8);
+  }();
+  return v;
+}
+
 template <typename acc_t>
 FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vector<int64_t>& dims,
                              const DeviceTensor& out0, const DeviceTensor* out1,
@@ -1779,8 +1790,9 @@ FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vec
         int64_t(device_sms()) *
         blocks_per_sm(reinterpret_cast<const void*>(outer_kernel_of<acc_t>(occ_kind)), bx * by);
     int64_t splits = 1;
-    if (blocks < wave && Nr >= int64_t(by) * 16 && blocks <= kMaxCounters)
-      splits = std::min({wave / blocks, ceil_div(Nr, int64_t(by) * 8), int64_t(65535)});
+    const int64_t min_rows = outer_min_rows();
+    if (blocks < wave && Nr >= int64_t(by) * 2 * min_rows && blocks <= kMaxCounters)
+      splits = std::min({wave / blocks, ceil_div(Nr, int64_t(by) * min_rows), int64_t(65535)});
     a.per_split = ceil_div(Nr, splits);
     a.splits = static_cast<int>(ceil_div(Nr, a.per_split));
     if (kind == RK::kVar) kind = RK::kSqDev;  // launch_fast: sums first

@@ -15,6 +15,8 @@
 //              intermediates in workspaces: one launch per op.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -213,6 +215,13 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
   }
   if (!s.sums.empty()) {
     s.sum_cols = p.sum_cols;
+    if (const char* e = std::getenv("REPLAY_POINTWISE_SUM_FORM")) {  // "MIN_BLOCKS,SMEM"
+      int mb = 0, sm = 0;
+      if (std::sscanf(e, "%d,%d", &mb, &sm) == 2 && mb >= 0 && mb <= 8) {
+        s.sum_min_blocks = mb;
+        s.sum_acc_smem = sm != 0;
+      }
+    }
     for (size_t k = 0; k < s.sums.size(); ++k) {
       s.sums[k].slot = static_cast<int>(s.stores.size() + k);
       if (s.sums[k].slot >= kMaxOutputs)

@@ -356,8 +356,9 @@ struct Emitter {
     const int64_t C = s.sum_cols, R = s.numel / C, CC = C / kChunk;
     const size_t ns = s.sums.size();
     const int threads = kSumLanes * kSumRows;
-    o << "extern \"C\" __global__ void __launch_bounds__(" << threads << ") " << kEntry
-      << "(PwKernelArgs a) {\n  typedef " << ix_type() << " ix_t;\n";
+    o << "extern \"C\" __global__ void __launch_bounds__(" << threads;
+    if (s.sum_min_blocks > 0) o << ", " << s.sum_min_blocks;
+    o << ") " << kEntry << "(PwKernelArgs a) {\n  typedef " << ix_type() << " ix_t;\n";
     o << "  __shared__ float red[" << ns * kChunk * threads << "];\n";
     o << "  const unsigned tx = threadIdx.x % " << kSumLanes << "u, ty = threadIdx.x / "
       << kSumLanes << "u;\n";
@@ -368,20 +369,31 @@ struct Emitter {
       << ix() << "(gridDim.y);\n";
     o << "  const " << ix() << " r0 = " << ix() << "(blockIdx.y) * rpb;\n";
     o << "  const " << ix() << " r1 = r0 + rpb < " << lit(R) << " ? r0 + rpb : " << lit(R) << ";\n";
-    for (size_t k = 0; k < ns; ++k)
-      o << "  float acc" << k << "[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};\n";
+    // accumulator e of sum k: acc<k>[e], or red[(k * 8 + e) * threads + threadIdx.x]
+    auto acc = [&](size_t k, const char* e) {
+      if (!s.sum_acc_smem) return id("acc", k) + "[" + e + "]";
+      return "red[(" + std::to_string(k) + " * 8 + " + e + ") * " + std::to_string(threads) +
+             " + threadIdx.x]";
+    };
+    for (size_t k = 0; k < ns; ++k) {
+      if (s.sum_acc_smem)
+        o << "  _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << acc(k, "e") << " = 0.0f;\n";
+      else
+        o << "  float acc" << k << "[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};\n";
+    }
     o << "  if (valid) for (" << ix() << " r = r0 + " << ix()
       << "(ty); r < r1; r += " << lit(kSumRows) << ") {\n";
     o << "    const " << ix() << " s0 = r * " << lit(C) << " + cc * " << lit(kChunk) << ";\n";
     emit_chunk_body();
     for (size_t k = 0; k < ns; ++k)
-      o << "    _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) acc" << k << "[e] = __fadd_rn(acc"
-        << k << "[e], v" << s.sums[k].step << "[e]);\n";
+      o << "    _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << acc(k, "e") << " = __fadd_rn("
+        << acc(k, "e") << ", v" << s.sums[k].step << "[e]);\n";
     o << "  }\n";
     // red[(k * 8 + e) * threads + ty * 32 + tx]
-    for (size_t k = 0; k < ns; ++k)
-      o << "  _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) red[(" << k << " * 8 + e) * "
-        << threads << " + threadIdx.x] = acc" << k << "[e];\n";
+    if (!s.sum_acc_smem)
+      for (size_t k = 0; k < ns; ++k)
+        o << "  _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) red[(" << k << " * 8 + e) * "
+          << threads << " + threadIdx.x] = acc" << k << "[e];\n";
     o << "  __syncthreads();\n";
     o << "  for (unsigned h = " << kSumRows / 2 << "u; h > 0u; h /= 2u) {\n";
     o << "    if (ty < h) { _Pragma(\"unroll\") for (int i = 0; i < " << ns * kChunk

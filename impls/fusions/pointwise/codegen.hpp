@@ -81,6 +81,12 @@ struct KernelSpec {
   /// the column-sum form (`generate`), which needs `chunked` and sum_cols a multiple of 8.
   std::vector<ColSum> sums;
   int64_t sum_cols = 0;
+  /// Column-sum form only: __launch_bounds__'s minimum blocks per SM (0: none given) and whether
+  /// each thread's accumulators live in its shared-memory slots instead of registers (the same
+  /// additions in the same order: the same bits). The binder's default is (0, false);
+  /// REPLAY_POINTWISE_SUM_FORM="MIN_BLOCKS,SMEM" overrides it (a sweep knob, TUNING.md).
+  int sum_min_blocks = 0;
+  bool sum_acc_smem = false;
   /// Per load / store: the base pointer's alignment in bytes (a power of two; 16 or more lets an
   /// 8-element chunk of a unit-stride row be one or two 16-byte accesses).
   std::vector<int> load_align, store_align;

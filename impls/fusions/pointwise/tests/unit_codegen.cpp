@@ -127,6 +127,16 @@ TEST(PointwiseCodegen, ColumnSumFormAccumulatesInRowOrderAndReducesByAFixedTree)
   EXPECT_NE(src.find("static_cast<float*>(a.out[1]) + ix_t(blockIdx.y) * 128u"), std::string::npos);
   EXPECT_NE(src.find("*reinterpret_cast<uint4*>"), std::string::npos) << "vector store of y";
   EXPECT_NO_THROW(compile_cubin(src, 90));
+  KernelSpec sm = s;  // the accumulators in shared memory, 8 blocks an SM asked for
+  sm.sum_acc_smem = true;
+  sm.sum_min_blocks = 8;
+  const std::string src_sm = generate(sm);
+  EXPECT_NE(src_sm.find("__launch_bounds__(256, 8)"), std::string::npos);
+  EXPECT_NE(src_sm.find("red[(0 * 8 + e) * 256 + threadIdx.x] = __fadd_rn(red[(0 * 8 + e) * 256 "
+                        "+ threadIdx.x], v1[e])"),
+            std::string::npos)
+      << src_sm;
+  EXPECT_NO_THROW(compile_cubin(src_sm, 90));
   KernelSpec bad = s;
   bad.sum_cols = 100;  // not chunks of 8
   EXPECT_THROW(generate(bad), std::invalid_argument);
