@@ -1739,8 +1739,8 @@ FastReduction fast_reduction(ReduceFn op, const DeviceTensor& in, const std::vec
         int64_t(device_sms()) *
         blocks_per_sm(reinterpret_cast<const void*>(inner_kernel_of<acc_t>(occ_kind)), 256);
     // target / blocks, not rounded up: a grid of blocks * splits must not spill into a second,
-    // nearly empty wave (Hopper: 16 column blocks x 25 splits = 400 blocks on 396 slots ran 36 us
-    // where one wave takes ~19).
+    // nearly empty wave (Hopper: 16 column blocks x 25 splits = 400 blocks on 396 slots left 4
+    // blocks for a second wave).
     if (blocks * 2 <= target && nvec >= int64_t(bx) * 16 && blocks <= kMaxCounters)
       splits = std::min({target / blocks, ceil_div(nvec, int64_t(bx) * 8), int64_t(65535)});
     a.per_split = ceil_div(nvec, splits);
