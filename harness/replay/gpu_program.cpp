@@ -86,9 +86,11 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
       const int anchor = reg.anchor >= 0 ? reg.anchor : reg.nodes.back();
       if (static_cast<int>(ni) != anchor) continue;
       if (add_fused_step(r)) {
-        alias_absorbed_sources(reg);
-        for (int n : reg.views) add_view(n);  // aliases of what the step wrote (Region::views)
-        for (const TailAlias& t : reg.tail)   // (an alias of a view reads the view's slot)
+        for (int n : reg.views) {  // aliases of what the step wrote (Region::views), in order
+          alias_absorbed_source(reg, n);
+          add_view(n);
+        }
+        for (const TailAlias& t : reg.tail)  // (an alias of a view reads the view's slot)
           slots_[g.nodes[t.node].outputs.at(0)] = slot(t.source, g.nodes[t.node].id);
         continue;
       }
@@ -125,13 +127,13 @@ bool GpuProgram::alias_clone(int ni) {
   return true;
 }
 
-void GpuProgram::alias_absorbed_sources(const Region& r) {
-  for (int ni : r.views) {
+void GpuProgram::alias_absorbed_source(const Region& r, int ni) {
+  {
     const int v = g_.nodes[ni].operands.at(0).value;
     const int p = g_.values[v].producer;
     if (slots_.count(v) || p < 0 ||
         std::find(r.absorbed.begin(), r.absorbed.end(), p) == r.absorbed.end())
-      continue;
+      return;
     int src = -1, tensors = 0;
     for (const auto& o : g_.nodes[p].operands)
       if (o.is_tensor()) {
@@ -139,7 +141,7 @@ void GpuProgram::alias_absorbed_sources(const Region& r) {
         ++tensors;
       }
     auto it = slots_.find(src);
-    if (tensors != 1 || g_.nodes[p].outputs.size() != 1 || it == slots_.end()) continue;
+    if (tensors != 1 || g_.nodes[p].outputs.size() != 1 || it == slots_.end()) return;
     const TensorMeta want = dense_layout(g_.meta(v));
     const TensorMeta& have = it->second.layout;
     if (have.shape == want.shape && have.stride == want.stride && have.dtype == want.dtype)

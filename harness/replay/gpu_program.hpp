@@ -90,11 +90,12 @@ class GpuProgram {
   /// A node of Plan::elided_clones whose operand's buffer has the output's recorded dense layout:
   /// its output becomes an alias of that buffer (true), no step. Else false (it runs eagerly).
   bool alias_clone(int node);
-  /// Before region `r`'s views are made: an absorbed identity (a clone the canonical form
-  /// removed) between what the fused step wrote and a view of the region gets the slot of its
-  /// operand, when the layouts agree (nanoGPT's dropout backward: view(clone(mul)) summed by the
-  /// chain's column sum). Else nothing: add_view then says which operand is missing.
-  void alias_absorbed_sources(const Region& r);
+  /// Before region `r`'s view node `view` is made: an absorbed identity (a clone the canonical
+  /// form removed) between what the fused step wrote (or an earlier view of the region) and the
+  /// view gets the slot of its operand, when the layouts agree (nanoGPT's dropout backward:
+  /// view(clone(mul)) summed by the chain's column sum). Else nothing: add_view then says which
+  /// operand is missing.
+  void alias_absorbed_source(const Region& r, int view);
 
   const Graph& g_;
   const Plan& plan_;

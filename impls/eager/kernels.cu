@@ -1674,7 +1674,8 @@ int blocks_per_sm(const void* kernel, int threads) {
 }
 
 // Rows per thread a split of the outer path keeps at least: 8, or REPLAY_OUTER_MIN_ROWS (a sweep
-// knob, read once: TUNING notes in reports/current/h200/linear, job 13).
+// knob, read once: reports/current/h200/linear, job 13). It changes the split count, so the
+// order of the additions and with it eager's bits: for sweeps only.
 int64_t outer_min_rows() {
   static const int64_t v = [] {
     const char* e = std::getenv("REPLAY_OUTER_MIN_ROWS");

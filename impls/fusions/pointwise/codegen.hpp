@@ -83,7 +83,9 @@ struct KernelSpec {
   int64_t sum_cols = 0;
   /// Column-sum form only: __launch_bounds__'s minimum blocks per SM (0: none given) and whether
   /// each thread's accumulators live in its shared-memory slots instead of registers (the same
-  /// additions in the same order: the same bits). The binder's default is (0, false);
+  /// additions in the same order for a given grid; the binder sizes the grid from the loaded
+  /// kernel's occupancy, which these change, so the bits may change with them: deterministic for
+  /// one build, device and setting, not across them). The binder's default is (0, false);
   /// REPLAY_POINTWISE_SUM_FORM="MIN_BLOCKS,SMEM" overrides it (a sweep knob, TUNING.md).
   int sum_min_blocks = 0;
   bool sum_acc_smem = false;
@@ -114,7 +116,8 @@ inline constexpr int kSumRows = 8;
 /// row blocks of ceil(rows / gridDim.y) rows; each thread computes the chain at its chunk of rows
 /// r0 + lane, r0 + lane + 8, ... in order, adding each summed value to a float32 accumulator per
 /// column; the 8 lanes are added by a fixed tree in shared memory (lane l + 4 into l, then + 2,
-/// + 1); lane 0 writes the block's partials. Same grid, same bits, run to run.
+/// + 1); lane 0 writes the block's partials. Same grid, same bits, run to run (the binder's grid
+/// follows the loaded kernel's occupancy).
 std::string generate(const KernelSpec& spec);
 
 /// Whether the chunked path (8 consecutive iteration indices per thread, unit-stride rows as

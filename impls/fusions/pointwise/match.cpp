@@ -266,8 +266,12 @@ class Grouper {
     if (cols != 0 && ms.shape.back() != cols)
       return "the chain already sums columns of " + std::to_string(cols) + ", this one " +
              std::to_string(ms.shape.back());
-    if (!float_type(g_.meta(sn.outputs[0]).dtype))
-      return "its result is " + std::string(dtype_name(g_.meta(sn.outputs[0]).dtype));
+    const DType od = g_.meta(sn.outputs[0]).dtype;
+    if (!float_type(od)) return "its result is " + std::string(dtype_name(od));
+    if (dtype_size(od) < dtype_size(ms.dtype))
+      return "it sums " + std::string(dtype_name(ms.dtype)) + " values into " +
+             std::string(dtype_name(od)) +
+             " (a narrower dtype= casts each value first; the kernel sums them as computed)";
     return "";
   }
 
@@ -307,8 +311,10 @@ class Grouper {
     std::sort(p.sums.begin(), p.sums.end());
   }
 
-  // A kept set as a region, if it has two compute members and fits the kernel's limits.
-  void emit(const std::vector<int>& chain) {
+  // A kept set as a region, if it has two compute members and fits the kernel's limits; its
+  // column sums with it where the region then still fits (else the chain alone, the sums eager,
+  // said in `declined`).
+  void emit(const std::vector<int>& chain, bool with_sums = true) {
     if (compute_count(chain) < 2) return;
     const int anchor = anchor_and_first_reader(chain).first;
     std::vector<int> nodes = chain;
@@ -323,7 +329,7 @@ class Grouper {
     if (!p.linear) {
       p.order_shape = g_.meta(g_.nodes[anchor].outputs[0]).shape;
       p.order_stride = g_.meta(g_.nodes[anchor].outputs[0]).stride;
-    } else {
+    } else if (with_sums) {
       take_sums(nodes, p);
     }
     Region r = make_region(g_, nodes, std::any());
@@ -332,6 +338,17 @@ class Grouper {
     const std::vector<int> views = outside_views(g_, r.nodes, roots);
     if (!views.empty()) set_region_views(r, g_, views, roots);
     const int first = nodes.front();
+    if (!p.sums.empty() && (static_cast<int>(r.inputs.size()) > kMaxInputs ||
+                            static_cast<int>(r.outputs.size()) > kMaxOutputs)) {
+      for (int v : p.sums)
+        out_.decline(g_.values[v].producer,
+                     "column sum not fused into the pointwise chain: with it the chain would "
+                     "read " +
+                         std::to_string(r.inputs.size()) + " and write " +
+                         std::to_string(r.outputs.size()) + " tensors (at most " +
+                         std::to_string(kMaxInputs) + " and " + std::to_string(kMaxOutputs) + ")");
+      return emit(chain, false);
+    }
     if (static_cast<int>(r.inputs.size()) > kMaxInputs)
       return (void)out_.decline(first, "a pointwise chain of " + std::to_string(p.ops.size()) +
                                            " ops reads " + std::to_string(r.inputs.size()) +

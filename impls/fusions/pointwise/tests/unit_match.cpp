@@ -375,6 +375,21 @@ TEST(PointwiseMatch, ColumnSumsItCannotTakeAreDeclinedWithTheReason) {
         << pw_declines(g, p);
     EXPECT_NE(pw_declines(g, p).find("not over every dim but the last"), std::string::npos);
   }
+  {  // a narrower dtype= than the summed value: PyTorch casts each value before it sums
+    Graph g =
+        synthetic({input("x", {16, 64}), input("y", {16, 64})},
+                  {node("m", "aten.mul.Tensor", {ref("x"), ref("y")}, tensor({16, 64}, "float32")),
+                   node("a", "aten.add.Tensor", {ref("m"), 1.0}, tensor({16, 64}, "float32")),
+                   node("s", "aten.sum.dim_IntList", {ref("a"), {0}, true},
+                        tensor({1, 64}, "bfloat16"), {{"dtype", "bfloat16"}})},
+                  {"a", "s"});
+    Plan p = make_plan(g, fusion_registry());
+    const auto regs = pw_regions(p);
+    ASSERT_EQ(regs.size(), 1u);
+    EXPECT_TRUE(params(regs[0]).sums.empty());
+    EXPECT_NE(pw_declines(g, p).find("it sums float32 values into bfloat16"), std::string::npos)
+        << pw_declines(g, p);
+  }
   {
     Graph g = chain(12, {0});
     Plan p = make_plan(g, fusion_registry());
