@@ -49,6 +49,9 @@
 #   pwsum           pointwise column-sum form sweep (REPLAY_POINTWISE_SUM_FORM: launch-bounds
 #                   blocks, accumulators in shared memory) on three backward chains with a fused
 #                   bias gradient -> pwsum/sweep.txt: ~30 s per form.
+#   pwpairs         pointwise bfloat16 pair math on (heuristic) and off (REPLAY_POINTWISE_PAIRS=0)
+#                   on five bfloat16 chains (GPT-2's MLP, BERT's backward) -> pwpairs/sweep.txt:
+#                   ~30 s per setting.
 #   redsplit        eager column reduction sweep (REPLAY_OUTER_MIN_ROWS) on HotCases' reductions
 #                   -> redsplit/sweep.txt: ~5 s per value.
 #   fp8rows         fp8_quantize's one-pass rowwise kernel geometry sweep (REPLAY_FP8_ROWWISE:
@@ -436,6 +439,18 @@ phase_pwsum() {
     traces/byog/linear/bert_intermediate_default_train_bwd_32x512x1024.json"
   # shellcheck disable=SC2046  # one trace per word
   geometry_sweep REPLAY_POINTWISE_SUM_FORM "${PWSUM_FORMS:-heuristic 8,0 0,1 8,1 4,0}" \
+    replay_pointwise $(traces_or echo $default_traces)
+}
+phase_pwpairs() {
+  # pointwise bfloat16 pair math (codegen.hpp, bf16_pairs) on and off (REPLAY_POINTWISE_PAIRS=0)
+  # on the bfloat16 chains of $TRACES or the five below. -> pwpairs/sweep.txt
+  local default_traces="traces/byog/linear/gpt2_mlp_default_train_bwd_8x1024x1024.json
+    traces/byog/linear/gpt2_mlp_mincut_train_bwd_8x1024x1024.json
+    traces/byog/linear/gpt2_mlp_mincut_train_fwd_8x1024x1024.json
+    traces/byog/linear/gpt2_mlp_default_train_fwd_8x1024x1024.json
+    traces/byog/linear/bert_intermediate_default_train_bwd_32x512x1024.json"
+  # shellcheck disable=SC2046  # one trace per word
+  geometry_sweep REPLAY_POINTWISE_PAIRS "${PWPAIRS_FORMS:-heuristic 0}" \
     replay_pointwise $(traces_or echo $default_traces)
 }
 phase_redsplit() {

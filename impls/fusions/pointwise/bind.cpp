@@ -213,6 +213,8 @@ Chain build(const Graph& g, const Region& r, BindContext& ctx) {
     s.store_align.push_back(alignment(t.ptr));
     c.args.out[slot] = t.ptr;
   }
+  if (const char* e = std::getenv("REPLAY_POINTWISE_PAIRS"); e && std::string(e) == "0")
+    s.bf16_pairs = false;
   if (!s.sums.empty()) {
     s.sum_cols = p.sum_cols;
     if (const char* e = std::getenv("REPLAY_POINTWISE_SUM_FORM")) {  // "MIN_BLOCKS,SMEM"
@@ -288,11 +290,16 @@ Binding bind_baseline(const Graph& g, const Region& r, BindContext& ctx) {
 }
 
 SpecMutator g_mutator = nullptr;
+SourceMutator g_source_mutator = nullptr;
 
 }  // namespace
 
 void set_spec_mutator(SpecMutator m) {
   g_mutator = m;
+}
+
+void set_source_mutator(SourceMutator m) {
+  g_source_mutator = m;
 }
 
 // build, its failures (a value without a buffer, a layout it cannot visit) as the reason.
@@ -325,7 +332,9 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
   if (g_mutator) g_mutator(c.spec);
   const void* kernel = nullptr;
   try {
-    kernel = load_kernel(generate(c.spec));
+    std::string source = generate(c.spec);
+    if (g_source_mutator) g_source_mutator(source);
+    kernel = load_kernel(source);
   } catch (const std::exception& e) {
     b.unsupported = std::string("the generated kernel: ") + e.what();
     return b;

@@ -194,12 +194,46 @@ __device__ __forceinline__ void st_f16(void* p, long long i, float v) {
 __device__ __forceinline__ void st_b8(void* p, long long i, float v) {
   static_cast<unsigned char*>(p)[i] = v != 0.0f ? 1 : 0;
 }
+// Two bfloat16 values in one word, element 2j in the low half (the order of a row in memory).
+// pk_bf16 rounds both as cvt.rn.bf16.f32 does; lo_bf16 / hi_bf16 widen them back exactly.
+__device__ __forceinline__ unsigned pk_bf16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+__device__ __forceinline__ float lo_bf16(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+// a * b + c on two pairs of bfloat16 values, rounded once to bfloat16 (sm_80 and later).
+__device__ __forceinline__ unsigned fma_bf16x2(unsigned a, unsigned b, unsigned c) {
+  unsigned r;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+  return r;
+}
 )";
+
+// The bfloat16 bits of `v` as the eager kernel takes it ((float)v), when that float is a finite
+// bfloat16 value (0.5, 1, 3; not 0.044715), else -1.
+int bf16_bits(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  if (!std::isfinite(f) || (b & 0xffffu) != 0) return -1;
+  return static_cast<int>(b >> 16);
+}
+
+std::string pair_lit(int bits) {
+  char c[16];
+  std::snprintf(c, sizeof c, "0x%04x%04xu", bits, bits);
+  return c;
+}
 
 struct Emitter {
   const KernelSpec& s;
   bool i32 = false;  // 32-bit index arithmetic
   std::ostringstream o;
+  // Chunked forms: whether a load / step also has its 8 values as 4 bfloat16 pairs (pl<i>[4],
+  // pv<k>[4]): every value that is a bfloat16 (`bf16_pairs` in generate's comment).
+  std::vector<char> load_pairs, step_pairs;
 
   const char* ix() const { return "ix_t"; }  // typedef'd at the kernel's top
   const char* ix_type() const { return i32 ? "unsigned" : "long long"; }
@@ -237,12 +271,67 @@ struct Emitter {
     return "0.0f";
   }
 
-  // The step's value: "rd_<dt>(replay::pw_kX(a0, a1, a2, alpha, 0))".
-  std::string step_expr(const Step& st, const std::string& e) const {
+  // The step's value before its rounding: "replay::pw_kX(a0, a1, a2, alpha, 0)".
+  std::string raw_expr(const Step& st, const std::string& e) const {
     std::string a[3] = {"0.0f", "0.0f", "0.0f"};
     for (size_t k = 0; k < st.args.size(); ++k) a[k] = arg(st.args[k], e);
-    return std::string("rd_") + suffix(st.dtype) + "(replay::pw_" + fn_name(st.fn) + "(" + a[0] +
-           ", " + a[1] + ", " + a[2] + ", " + float_lit(st.alpha) + ", 0))";
+    return std::string("replay::pw_") + fn_name(st.fn) + "(" + a[0] + ", " + a[1] + ", " + a[2] +
+           ", " + float_lit(st.alpha) + ", 0)";
+  }
+  // The step's value: "rd_<dt>(replay::pw_kX(a0, a1, a2, alpha, 0))".
+  std::string step_expr(const Step& st, const std::string& e) const {
+    return std::string("rd_") + suffix(st.dtype) + "(" + raw_expr(st, e) + ")";
+  }
+
+  // Operand `a` as a bfloat16 pair at word j ("pl0[j]", "pv3[j]", a literal), "" if it has none.
+  std::string pair_arg(const Arg& a) const {
+    switch (a.kind) {
+      case Arg::kLoad:
+        return load_pairs.at(a.index) ? id("pl", a.index) + "[j]" : "";
+      case Arg::kStep:
+        return step_pairs.at(a.index) ? id("pv", a.index) + "[j]" : "";
+      case Arg::kNumber: {
+        const int b = bf16_bits(a.number);
+        return b < 0 ? "" : pair_lit(b);
+      }
+    }
+    return "";
+  }
+
+  // A bfloat16 step that one fma.rn.bf16x2 computes with the eager kernel's bits, as that
+  // expression of word j, else "". Its operands are bfloat16 values, so the float32 product is
+  // exact and the float32 sum or difference rounded to bfloat16 is the correctly rounded one (a
+  // double rounding from 24 to 8 bits is innocuous: 24 >= 2 * 8 + 2; Figueroa, "When is double
+  // rounding innocuous?", SIGNUM 1995): one correctly rounded bfloat16 fma gives the same value.
+  // -0 as the addend keeps a product's sign of zero; 1 as the multiplier keeps a sum's.
+  std::string pair_expr(const Step& st) const {
+    if (st.dtype != DType::kBFloat16) return "";
+    std::string a[2];
+    for (size_t k = 0; k < st.args.size() && k < 2; ++k) a[k] = pair_arg(st.args[k]);
+    const bool two = st.args.size() == 2 && !a[0].empty() && !a[1].empty();
+    auto fma = [](const std::string& x, const std::string& y, const std::string& z) {
+      return "fma_bf16x2(" + x + ", " + y + ", " + z + ")";
+    };
+    const std::string neg0 = "0x80008000u", one = "0x3f803f80u", minus1 = "0xbf80bf80u";
+    switch (st.fn) {
+      case PointwiseFn::kCopy:  // a bfloat16 value into a bfloat16 value
+        return st.args.size() == 1 && !a[0].empty() ? a[0] : "";
+      case PointwiseFn::kMul:
+        return two ? fma(a[0], a[1], neg0) : "";
+      case PointwiseFn::kAdd:  // x + alpha * y, alpha 1
+        return two && st.alpha == 1 ? fma(a[1], one, a[0]) : "";
+      case PointwiseFn::kSub:  // x - alpha * y
+        return two && st.alpha == 1 ? fma(a[1], minus1, a[0]) : "";
+      case PointwiseFn::kRsub:  // y - alpha * x
+        return two && st.alpha == 1 ? fma(a[0], minus1, a[1]) : "";
+      case PointwiseFn::kPow:  // pw_pow: x * x for the exponent 2
+        return st.args.size() == 2 && !a[0].empty() && st.args[1].kind == Arg::kNumber &&
+                       static_cast<float>(st.args[1].number) == 2.0f
+                   ? fma(a[0], a[0], neg0)
+                   : "";
+      default:
+        return "";
+    }
   }
 
   bool vec_ok(const Geometry& g, DType t, int align) const {
@@ -264,9 +353,17 @@ struct Emitter {
     o << "    float " << n << "[8];\n";
     const int64_t inner = l.geo.stride.back();
     const std::string rnd = l.round ? std::string("rd_") + suffix(l.round_to) : std::string("");
+    const bool pairs = load_pairs.at(li);
+    auto pack = [&] {  // the pairs of a load that is a bfloat16 (exact: each is one already)
+      if (pairs)
+        o << "    unsigned " << id("pl", li) << "[4];\n    _Pragma(\"unroll\") for (int j = 0; j < "
+          << "4; ++j) " << id("pl", li) << "[j] = pk_bf16(" << n << "[2 * j], " << n
+          << "[2 * j + 1]);\n";
+    };
     if (inner == 0) {
       o << "    { const float t = " << rnd << "(ld_" << sx << "(" << p << ", " << off
         << ")); _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << n << "[e] = t; }\n";
+      pack();
       return;
     }
     if (vec_ok(l.geo, l.dtype, s.load_align.at(li))) {
@@ -277,12 +374,19 @@ struct Emitter {
           << "const float t[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w}; "
           << "_Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << n << "[e] = " << rnd
           << "(t[e]); }\n";
+        pack();
       } else if (ds == 2) {
+        const bool raw = pairs && !l.round;  // the loaded words are the pairs
+        if (raw) o << "    unsigned " << id("pl", li) << "[4];\n";
         o << "    { const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const unsigned "
              "short*>("
-          << p << ") + " << off << "); const unsigned w[4] = {u.x, u.y, u.z, u.w}; "
-          << "_Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << n << "[e] = " << rnd << "(bits_"
+          << p << ") + " << off << "); const unsigned w[4] = {u.x, u.y, u.z, u.w}; ";
+        if (raw)
+          o << "_Pragma(\"unroll\") for (int j = 0; j < 4; ++j) " << id("pl", li) << "[j] = w[j]; ";
+        o << "_Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << n << "[e] = " << rnd << "(bits_"
           << sx << "(static_cast<unsigned short>(w[e / 2] >> (16 * (e % 2))))); }\n";
+        if (!raw) pack();
+        return;
       } else {
         o << "    { const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const unsigned "
              "char*>("
@@ -294,6 +398,7 @@ struct Emitter {
     }
     o << "    _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << n << "[e] = " << rnd << "(ld_"
       << sx << "(" << p << ", " << off << " + " << ix() << "(e) * " << lit(inner) << "));\n";
+    pack();
   }
 
   void emit_chunk_store(size_t si) {
@@ -310,6 +415,10 @@ struct Emitter {
           << off << "); q[0] = make_float4(" << v << "[0], " << v << "[1], " << v << "[2], " << v
           << "[3]); q[1] = make_float4(" << v << "[4], " << v << "[5], " << v << "[6], " << v
           << "[7]); }\n";
+      } else if (ds == 2 && st.dtype == DType::kBFloat16 && step_pairs.at(st.step)) {
+        const std::string pv = id("pv", st.step);
+        o << "    *reinterpret_cast<uint4*>(static_cast<unsigned short*>(" << p << ") + " << off
+          << ") = make_uint4(" << pv << "[0], " << pv << "[1], " << pv << "[2], " << pv << "[3]);\n";
       } else if (ds == 2) {
         const std::string to = std::string("to_") + sx;
         o << "    { unsigned w[4]; for (int k = 0; k < 4; ++k) w[k] = static_cast<unsigned>(" << to
@@ -344,9 +453,27 @@ struct Emitter {
   // The loads, steps and stores of the chunk at iteration index s0.
   void emit_chunk_body() {
     for (size_t li = 0; li < s.loads.size(); ++li) emit_chunk_load(li);
-    for (size_t k = 0; k < s.steps.size(); ++k)
-      o << "    float v" << k << "[8];\n    _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) v" << k
-        << "[e] = " << step_expr(s.steps[k], "[e]") << ";\n";
+    for (size_t k = 0; k < s.steps.size(); ++k) {
+      const Step& st = s.steps[k];
+      const std::string v = id("v", k), pv = id("pv", k);
+      if (!step_pairs.at(k)) {
+        o << "    float " << v << "[8];\n    _Pragma(\"unroll\") for (int e = 0; e < 8; ++e) " << v
+          << "[e] = " << step_expr(st, "[e]") << ";\n";
+        continue;
+      }
+      // A bfloat16 step: its pairs by one fma.rn.bf16x2 each, or its float32 values rounded in
+      // pairs; then the values widened from the pairs (unused ones the compiler drops).
+      const std::string px = pair_expr(st);
+      o << "    unsigned " << pv << "[4];\n    float " << v << "[8];\n";
+      o << "    _Pragma(\"unroll\") for (int j = 0; j < 4; ++j) {\n";
+      if (!px.empty())
+        o << "      " << pv << "[j] = " << px << ";\n";
+      else
+        o << "      " << pv << "[j] = pk_bf16(" << raw_expr(st, "[2 * j]") << ", "
+          << raw_expr(st, "[2 * j + 1]") << ");\n";
+      o << "      " << v << "[2 * j] = lo_bf16(" << pv << "[j]); " << v << "[2 * j + 1] = hi_bf16("
+        << pv << "[j]);\n    }\n";
+    }
     for (size_t si = 0; si < s.stores.size(); ++si) emit_chunk_store(si);
   }
 
@@ -554,6 +681,14 @@ std::string generate(const KernelSpec& spec) {
   em.i32 = reach < (int64_t(1) << 31) - int64_t(kThreads) * 65536 * kChunk;
   em.o << "// generated by impls/fusions/pointwise/codegen.cpp: " << spec.steps.size()
        << " ops over " << spec.numel << " elements\n";
+  // bf16_pairs: a load read as (or rounded to) bfloat16 and every bfloat16 step carry their
+  // values as pairs too, so that bfloat16 ops of bfloat16 values run two at a time
+  // (Emitter::pair_expr) and the others round two at a time.
+  for (const Load& l : spec.loads)
+    em.load_pairs.push_back(spec.bf16_pairs &&
+                            (l.round ? l.round_to : l.dtype) == DType::kBFloat16);
+  for (const Step& st : spec.steps)
+    em.step_pairs.push_back(spec.bf16_pairs && st.dtype == DType::kBFloat16);
   em.o << kPwMathSource << kAccessors;
   if (!spec.sums.empty())
     em.emit_colsum();

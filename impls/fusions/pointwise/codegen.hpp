@@ -89,6 +89,11 @@ struct KernelSpec {
   /// REPLAY_POINTWISE_SUM_FORM="MIN_BLOCKS,SMEM" overrides it (a sweep knob, TUNING.md).
   int sum_min_blocks = 0;
   bool sum_acc_smem = false;
+  /// Chunked forms: bfloat16 values also carried as pairs, the bfloat16 ops of bfloat16 values
+  /// computed two at a time by fma.rn.bf16x2 and the other bfloat16 results rounded two at a
+  /// time (the same bits: codegen.cpp, Emitter::pair_expr). false: every op in float32, rounded
+  /// one element at a time (REPLAY_POINTWISE_PAIRS=0, the comparison knob of TUNING.md).
+  bool bf16_pairs = true;
   /// Per load / store: the base pointer's alignment in bytes (a power of two; 16 or more lets an
   /// 8-element chunk of a unit-stride row be one or two 16-byte accesses).
   std::vector<int> load_align, store_align;

@@ -6,6 +6,10 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -122,6 +126,16 @@ std::vector<char> compile(const std::string& source, const std::string& gpu, boo
 }  // namespace
 
 std::vector<char> compile_cubin(const std::string& source, int arch) {
+  if (const char* dir = std::getenv("REPLAY_POINTWISE_DUMP"); dir && *dir) {
+    // Each generated kernel's text, named by its hash, for a reproducer or a look at its SASS
+    // (nvcc -cubin -arch=sm_90 --fmad=false, then cuobjdump -sass).
+    char name[32];
+    std::snprintf(name, sizeof name, "/pw_%016zx.cu", std::hash<std::string>{}(source));
+    std::ofstream f(std::string(dir) + name);
+    f << source;
+    if (!f)
+      throw std::runtime_error(std::string("REPLAY_POINTWISE_DUMP: cannot write ") + dir + name);
+  }
   return compile(source, "sm_" + std::to_string(arch), false, false);
 }
 

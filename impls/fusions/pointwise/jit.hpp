@@ -24,8 +24,10 @@ std::string nvrtc_status();
 
 /// `source` compiled for sm_<arch> (90 for Hopper) into a CUBIN, with the options every generated
 /// kernel takes: --fmad=false (each op rounds as its eager kernel stores it, no contraction
-/// across ops), C++17, unannotated functions as device code. Throws std::runtime_error with
-/// NVRTC's log on a compile error, or when NVRTC is unavailable.
+/// across ops), C++17, unannotated functions as device code. With REPLAY_POINTWISE_DUMP=DIR set,
+/// the source is first written to DIR/pw_<hash>.cu (a reproducer; std::runtime_error when it
+/// cannot be). Throws std::runtime_error with NVRTC's log on a compile error, or when NVRTC is
+/// unavailable.
 std::vector<char> compile_cubin(const std::string& source, int arch);
 
 /// `source` compiled to PTX for compute_<arch> with compile_cubin's options, but --fmad as `fmad`

@@ -63,6 +63,11 @@ KernelSpec chain_spec(const Graph& g, const Region& r, BindContext& ctx, KernelA
 using SpecMutator = void (*)(KernelSpec&);
 void set_spec_mutator(SpecMutator m);
 
+/// Test hook (the GPU mutants of the generated text: a changed instruction or constant): called
+/// on every generated source the optimized variant loads; null (the default) in production.
+using SourceMutator = void (*)(std::string&);
+void set_source_mutator(SourceMutator m);
+
 /// Why node `ni` of `g` cannot be a member of a pointwise group, or "" when it can: its op runs
 /// on the eager executor's generic pointwise kernel (not a creation or random function), one
 /// output of a dense layout, every tensor and the compute type float32 / bfloat16 / float16 (or

@@ -5,10 +5,12 @@
 // op with eager's own expression and rounding), the graph's outputs passing the numerics check
 // against the float64 reference. Mutants of the generated kernel that must differ from eager: the
 // bfloat16 roundings between ops dropped (kept in float32), x ** 3 computed as 3 ** x, a broadcast
-// bias read along the wrong dim; the last two must fail the numerics check as well. Column sums
-// taken with a chain (bias gradients): held to the reference and to their own bits run to run; a
-// sum of the wrong value must fail the check.
+// bias read along the wrong dim; the last two must fail the numerics check as well. Mutants of the
+// generated text of the bfloat16 pair math (a product's zero sign, the pairs' rounding mode) must
+// differ from eager. Column sums taken with a chain (bias gradients): held to the reference and
+// to their own bits run to run; a sum of the wrong value must fail the check.
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -41,6 +43,7 @@ const std::vector<GpuCase>& cases() {
     c.push_back({"synthetic_silu_f32_1024x1024", silu_f32});
     c.push_back({"synthetic_transposed_64x96", transposed_chain});
     c.push_back({"synthetic_sliced_64x100", sliced_input});
+    c.push_back({"synthetic_bf16_pairs_512x1024", bf16_pairs});
     std::vector<std::string> names;
     for (const char* dir : {"", "byog/linear", "byog/rope", "byog/float8", "byog/decoder"}) {
       const std::filesystem::path d = std::filesystem::path(REPLAY_TRACES_DIR) / dir;
@@ -199,6 +202,66 @@ TEST_P(PointwiseMutant, DiffersFromEagerAndFailsTheCheck) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, PointwiseMutant, ::testing::Range<size_t>(0, std::size(kMutants)),
                          [](const auto& info) { return std::string(kMutants[info.param].name); });
+
+namespace {
+
+struct SourceMutant {
+  const char* name;
+  const char* from;  ///< text of the generated source, replaced everywhere by `to`
+  const char* to;
+};
+
+// Mutants of the bfloat16 pair math (codegen.cpp, pair_expr) that a bit check must catch:
+// a product's addend +0 instead of -0 (x * 0 of a negative x gives +0, eager -0), and the pairs
+// rounded toward zero instead of to nearest. Both stay within the numerics check's tolerance, so
+// only the bits show them.
+const SourceMutant kSourceMutants[] = {
+    {"pair_product_addend_plus_zero", "0x80008000u", "0x00000000u"},
+    {"pair_rounding_toward_zero", "cvt.rn.bf16x2.f32", "cvt.rz.bf16x2.f32"},
+};
+
+class PointwiseSourceMutant : public ::testing::TestWithParam<size_t> {};
+
+struct SourceMutatorHook {
+  explicit SourceMutatorHook(pointwise::SourceMutator f) { pointwise::set_source_mutator(f); }
+  ~SourceMutatorHook() { pointwise::set_source_mutator(nullptr); }
+};
+
+size_t g_source_mutant = 0;
+
+}  // namespace
+
+TEST_P(PointwiseSourceMutant, DiffersFromEager) {
+  REQUIRE_GPU();
+  g_source_mutant = GetParam();
+  const SourceMutant& m = kSourceMutants[g_source_mutant];
+  Graph g = bf16_pairs();
+  const Plan plan = make_plan(g, fusion_registry());
+  const std::vector<int> outs = fusion_region_outputs(plan, "pointwise");
+  ASSERT_FALSE(outs.empty());
+  const SourceMutatorHook hook([](std::string& src) {
+    const SourceMutant& mm = kSourceMutants[g_source_mutant];
+    size_t n = 0;
+    for (size_t at = src.find(mm.from); at != std::string::npos;
+         at = src.find(mm.from, at + std::strlen(mm.to)), ++n)
+      src.replace(at, std::strlen(mm.from), mm.to);
+    if (n == 0) src = "#error the mutant's text is not in the generated source\n" + src;
+  });
+  const auto inputs = generate_inputs(g, 41);
+  GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
+  eager.run_all(LaunchContext{});
+  GpuProgram prog(g, plan, "optimized", inputs, nullptr);
+  for (size_t r = 0; r < plan.regions.size(); ++r)
+    ASSERT_EQ(prog.fallback_reason(static_cast<int>(r)), "") << m.name << " must run fused";
+  prog.poison_outputs(nullptr);
+  prog.run_all(LaunchContext{});
+  REPLAY_CUDA(cudaDeviceSynchronize());
+  EXPECT_NE(first_bit_difference(g, prog, eager, outs), "") << m.name << ": bit-identical";
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, PointwiseSourceMutant,
+                         ::testing::Range<size_t>(0, std::size(kSourceMutants)),
+                         [](const auto& info) { return std::string(kSourceMutants[info.param].name); });
 
 // A column sum of the wrong value (the chain's first op, the upcast tangent, instead of the
 // gradient it writes) on BERT's intermediate backward: the graph's outputs must fail the numerics

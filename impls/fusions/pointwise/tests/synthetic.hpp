@@ -97,6 +97,41 @@ inline Graph transposed_chain() {
                       {"c", "y"});
 }
 
+// The bfloat16 ops the generated kernel computes in pairs (fma.rn.bf16x2: codegen.cpp, pair_expr)
+// on bfloat16 values that reach the edge cases: products of ~1e-20 and ~1e-20 (subnormals,
+// flushes to zero), x * 0 (a zero's sign), x - y and 1 - x (cancellation), x ** 2, a sum with a
+// scalar, a cast that keeps the dtype; beside them the ops that stay in float32 (x * 1e-20,
+// tanh) and a float32 tail rounded back.
+inline Graph bf16_pairs() {
+  const auto t = tensor({512, 1024}, "bfloat16");
+  const auto f = tensor({512, 1024}, "float32");
+  nlohmann::json x = pw_input("x", {512, 1024}, "bfloat16");
+  x["stats"] = {{"mean", 0.0}, {"std", 3.0}, {"min", -60.0}, {"max", 60.0}};
+  nlohmann::json y = pw_input("y", {512, 1024}, "bfloat16");
+  y["stats"] = {{"mean", 0.5}, {"std", 1.0}, {"min", -4.0}, {"max", 4.0}};
+  return pw_synthetic(
+      "pointwise_bf16_pairs", {x, y},
+      {pw_node("a", "aten.mul.Tensor", {ref("x"), 1e-20}, t),
+       pw_node("b", "aten.mul.Tensor", {ref("y"), 1e-20}, t),
+       pw_node("p", "aten.mul.Tensor", {ref("a"), ref("b")}, t),
+       pw_node("z", "aten.mul.Tensor", {ref("x"), 0.0}, t),
+       pw_node("s", "aten.add.Tensor", {ref("x"), ref("y")}, t),
+       pw_node("d", "aten.sub.Tensor", {ref("s"), ref("y")}, t),
+       pw_node("r", "aten.rsub.Scalar", {ref("x"), 1.0}, t),
+       pw_node("q", "aten.pow.Tensor_Scalar", {ref("d"), 2.0}, t),
+       pw_node("h", "aten.add.Tensor", {ref("q"), 0.5}, t),
+       pw_node("th", "aten.tanh.default", {ref("r")}, t),
+       pw_node("m", "aten.mul.Tensor", {ref("th"), ref("h")}, t),
+       pw_node("c", "prims.convert_element_type.default", {ref("m"), {{"dtype", "bfloat16"}}},
+               t),
+       pw_node("w", "prims.convert_element_type.default", {ref("c"), {{"dtype", "float32"}}},
+               f),
+       pw_node("u", "aten.mul.Tensor", {ref("w"), ref("w")}, f),
+       pw_node("o", "prims.convert_element_type.default", {ref("u"), {{"dtype", "bfloat16"}}},
+               t)},
+      {"p", "z", "d", "c", "o"});
+}
+
 // A sliced input (a view at an offset, rows 128 apart, 100 wide: the single-element kernel).
 inline Graph sliced_input() {
   const auto t = tensor({64, 100}, "bfloat16");

@@ -5,6 +5,9 @@
 // compile error in generated code fails here, not on the GPU host).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -86,8 +89,11 @@ TEST(PointwiseCodegen, ChunkedKernelUsesVectorAccessesWhereRowsAllow) {
   EXPECT_NE(src.find(kEntry), std::string::npos);
   EXPECT_NE(src.find("*reinterpret_cast<const uint4*>"), std::string::npos) << "vector load of x";
   EXPECT_NE(src.find("*reinterpret_cast<uint4*>"), std::string::npos) << "vector store of y";
-  EXPECT_NE(src.find("replay::pw_kAdd("), std::string::npos);
-  EXPECT_NE(src.find("rd_bf16(replay::pw_kTanh("), std::string::npos) << "rounded as bfloat16";
+  // x + bias of two bfloat16 loads in pairs; tanh in float32, rounded to bfloat16 in pairs
+  EXPECT_NE(src.find("pv0[j] = fma_bf16x2(pl1[j], 0x3f803f80u, pl0[j])"), std::string::npos) << src;
+  EXPECT_NE(src.find("pv1[j] = pk_bf16(replay::pw_kTanh(v0[2 * j]"), std::string::npos) << src;
+  EXPECT_NE(src.find("make_uint4(pv1[0], pv1[1], pv1[2], pv1[3])"), std::string::npos)
+      << "y stored from its pairs";
   EXPECT_NE(src.find("typedef unsigned ix_t"), std::string::npos) << "32-bit indices fit";
   // the same spec at an 8-byte alignment: element accesses, still chunked
   const std::string src8 = generate(two_op_spec(64, 128, DType::kBFloat16, 8));
@@ -98,6 +104,124 @@ TEST(PointwiseCodegen, ChunkedKernelUsesVectorAccessesWhereRowsAllow) {
   EXPECT_NE(generate(odd).find("const float v1 = rd_f32(replay::pw_kTanh("), std::string::npos);
   // equal specs give equal text (the JIT cache's key)
   EXPECT_EQ(generate(s), src);
+}
+
+// Which bfloat16 steps run as fma.rn.bf16x2 pairs: a product, sum or difference (alpha 1) of
+// bfloat16 values or numbers that are bfloat16 values, x ** 2, a same-dtype cast; not a number
+// that bfloat16 cannot hold (0.044715: the eager kernel multiplies by the float), not alpha 2,
+// not float32 steps, not the single-element kernel.
+TEST(PointwiseCodegen, BFloat16OpsOfBFloat16ValuesRunInPairs) {
+  auto one_step = [](PointwiseFn fn, Arg b, double alpha, DType dt) {
+    KernelSpec s = two_op_spec(64, 128, dt, 16);
+    s.steps[0].fn = fn;
+    s.steps[0].args[1] = b;
+    s.steps[0].alpha = alpha;
+    return generate(s);
+  };
+  const Arg bias{Arg::kLoad, 1, 0};
+  const auto bf = DType::kBFloat16;
+  EXPECT_NE(one_step(PointwiseFn::kMul, bias, 1, bf).find("pv0[j] = fma_bf16x2(pl0[j], pl1[j], "
+                                                            "0x80008000u)"),
+            std::string::npos);
+  EXPECT_NE(one_step(PointwiseFn::kMul, Arg{Arg::kNumber, 0, 0.5}, 1, bf)
+                .find("pv0[j] = fma_bf16x2(pl0[j], 0x3f003f00u, 0x80008000u)"),
+            std::string::npos);
+  EXPECT_NE(one_step(PointwiseFn::kSub, bias, 1, bf)
+                .find("pv0[j] = fma_bf16x2(pl1[j], 0xbf80bf80u, pl0[j])"),
+            std::string::npos);
+  EXPECT_NE(one_step(PointwiseFn::kRsub, Arg{Arg::kNumber, 0, 1.0}, 1, bf)
+                .find("pv0[j] = fma_bf16x2(pl0[j], 0xbf80bf80u, 0x3f803f80u)"),
+            std::string::npos);
+  EXPECT_NE(one_step(PointwiseFn::kPow, Arg{Arg::kNumber, 0, 2.0}, 1, bf)
+                .find("pv0[j] = fma_bf16x2(pl0[j], pl0[j], 0x80008000u)"),
+            std::string::npos);
+  EXPECT_NE(one_step(PointwiseFn::kMul, Arg{Arg::kNumber, 0, 0.044715}, 1, bf)
+                .find("pv0[j] = pk_bf16(replay::pw_kMul("),
+            std::string::npos)
+      << "0.044715 is no bfloat16";
+  EXPECT_NE(one_step(PointwiseFn::kPow, Arg{Arg::kNumber, 0, 3.0}, 1, bf)
+                .find("pv0[j] = pk_bf16(replay::pw_kPow("),
+            std::string::npos)
+      << "x * x * x is exact in float32: one rounding";
+  EXPECT_NE(one_step(PointwiseFn::kAdd, bias, 2, bf).find("pv0[j] = pk_bf16(replay::pw_kAdd("),
+            std::string::npos);
+  const std::string f32 = one_step(PointwiseFn::kMul, bias, 1, DType::kFloat32);
+  EXPECT_EQ(f32.find("pv0["), std::string::npos) << "float32 steps have no pairs";
+  EXPECT_EQ(f32.find("pl0["), std::string::npos);
+  KernelSpec odd = two_op_spec(64, 100, bf, 16);
+  EXPECT_EQ(generate(odd).find("pv0["), std::string::npos) << "the single-element kernel";
+  for (PointwiseFn fn : {PointwiseFn::kMul, PointwiseFn::kAdd, PointwiseFn::kSub})
+    EXPECT_NO_THROW(compile_cubin(one_step(fn, bias, 1, bf), 90));
+  // a vector bfloat16 load's words are its pairs; a float32 load rounded to bfloat16 (a 0-dim
+  // operand) packs its values
+  KernelSpec s = two_op_spec(64, 128, bf, 16);
+  s.steps[0].fn = PointwiseFn::kMul;
+  EXPECT_NE(generate(s).find("pl1[j] = w[j];"), std::string::npos);
+  s.loads[1].dtype = DType::kFloat32;
+  s.loads[1].round = true;
+  s.loads[1].round_to = bf;
+  const std::string src = generate(s);
+  EXPECT_NE(src.find("pl1[j] = pk_bf16(l1[2 * j], l1[2 * j + 1])"), std::string::npos) << src;
+  EXPECT_NE(src.find("pv0[j] = fma_bf16x2(pl0[j], pl1[j], 0x80008000u)"), std::string::npos);
+  EXPECT_NO_THROW(compile_cubin(src, 90));
+}
+
+// The claim pair_expr rests on, checked on the host without float32 in the exact path: for
+// bfloat16 a and b, rounding the float32 product, sum and difference to bfloat16 (what the eager
+// kernel stores) gives the correctly rounded bfloat16 result (the exact value, in double, rounded
+// once to nearest even, subnormals included). All 65536 a (NaN and inf left out) against 96
+// values of b spread over the binades, and a and b both tiny (the subnormal products).
+TEST(PointwiseCodegen, Float32RoundedToBFloat16IsTheCorrectlyRoundedBFloat16Op) {
+  auto bf = [](uint16_t h) {
+    const uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  };
+  auto rn_f32 = [](float f) {  // cvt.rn.bf16.f32 of a finite float
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  };
+  auto rn_exact = [&](double x) -> uint16_t {  // x rounded once to bfloat16, to nearest even
+    const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+    const double m = std::fabs(x);
+    if (m == 0) return sign;
+    const int e = std::max(std::ilogb(m), -126);
+    const double ulp = std::ldexp(1.0, e - 7);
+    const double q = std::nearbyint(m / ulp);  // exact scaling; round half to even
+    const double r = q * ulp;
+    if (r >= std::ldexp(2.0, 127)) return sign | 0x7f80;  // past the largest finite: inf
+    float f = static_cast<float>(r);  // exactly a bfloat16 value
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(sign | ((u >> 16) & 0x7fff));
+  };
+  std::vector<uint16_t> bs;
+  for (int k = 0; k < 96; ++k)
+    bs.push_back(static_cast<uint16_t>((k * 0x2ab5 + 0x1f3) & 0xffff));
+  for (uint16_t t : {0x0001, 0x0080, 0x007f, 0x3f80, 0x3f81, 0xbf80, 0x0000, 0x8000})
+    bs.push_back(t);
+  int64_t checked = 0;
+  auto same = [&](uint16_t a, uint16_t b) {
+    const float fa = bf(a), fb = bf(b);
+    if (!std::isfinite(fa) || !std::isfinite(fb)) return;
+    const double da = fa, db = fb;
+    // the product of two 8-bit significands is exact in double; the sum and difference are
+    // when the exponents are within 40 (the others: the smaller is below half an ulp of both)
+    const float pm = fa * fb, ps = fa + fb, pd = fa - fb;
+    if (std::isfinite(pm)) EXPECT_EQ(rn_f32(pm), rn_exact(da * db)) << a << " * " << b;
+    if (std::abs(std::ilogb(da == 0 ? 1 : da) - std::ilogb(db == 0 ? 1 : db)) < 40) {
+      if (std::isfinite(ps)) EXPECT_EQ(rn_f32(ps), rn_exact(da + db)) << a << " + " << b;
+      if (std::isfinite(pd)) EXPECT_EQ(rn_f32(pd), rn_exact(da - db)) << a << " - " << b;
+    }
+    ++checked;
+  };
+  for (uint32_t a = 0; a < 65536; ++a)
+    for (uint16_t b : bs) same(static_cast<uint16_t>(a), b);
+  for (uint32_t a = 0; a < 0x2000; a += 7)  // tiny times tiny: [2^-133, 2^-70)
+    for (uint32_t b = 0; b < 0x2000; b += 13) same(static_cast<uint16_t>(a + 0x1c00), b + 0x1c00);
+  EXPECT_GT(checked, 6000000);
 }
 
 TEST(PointwiseCodegen, RefusesSpecsThatBreakTheirInvariants) {
