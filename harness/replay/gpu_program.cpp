@@ -76,6 +76,7 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
     REPLAY_CUDA(cudaStreamSynchronize(stream));  // `bytes` is pageable and goes out of scope
   }
   const bool fuse = variant_ != kEagerVariant;
+  if (fuse) place_cats();
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const int r = plan.node_region[ni];
     if (fuse && r >= 0) {  // every node of a region is emitted at its anchor
@@ -100,6 +101,7 @@ GpuProgram::GpuProgram(const Graph& g, const Plan& plan, std::string variant,
       continue;
     }
     if (fuse && alias_clone(static_cast<int>(ni))) continue;
+    if (fuse && placed_cat(static_cast<int>(ni))) continue;
     add_eager_step(static_cast<int>(ni));
   }
   for (int v : g.outputs)
@@ -124,6 +126,44 @@ bool GpuProgram::alias_clone(int ni) {
       x.layout.dtype != want.dtype)
     return false;
   slots_[n.outputs[0]] = x;
+  return true;
+}
+
+void GpuProgram::place_cats() {
+  for (int ni : plan_.placed_cats) {
+    const Node& n = g_.nodes[ni];
+    const int out = n.outputs.at(0);
+    Slot cat;
+    cat.layout = dense_layout(g_.meta(out));
+    cat.storage = std::make_shared<DeviceBuffer>(std::max<size_t>(
+        static_cast<size_t>(cat.layout.storage_elems()) * dtype_size(cat.layout.dtype), 16));
+    placement_[out] = cat;
+    const size_t d = static_cast<size_t>(n.dim);
+    int64_t at = 0;  // along the cat's dim
+    for (const Operand& o : n.operands) {
+      Slot part = cat;
+      part.layout.shape = g_.meta(o.value).shape;
+      part.offset = at * cat.layout.stride.at(d);
+      at += part.layout.shape.at(d);
+      placement_[o.value] = part;
+    }
+  }
+}
+
+bool GpuProgram::placed_cat(int ni) {
+  if (std::find(plan_.placed_cats.begin(), plan_.placed_cats.end(), ni) ==
+      plan_.placed_cats.end())
+    return false;
+  const Node& n = g_.nodes[ni];
+  for (const Operand& o : n.operands) {
+    auto it = slots_.find(o.value);
+    const Slot& want = placement_.at(o.value);
+    if (it == slots_.end() || it->second.storage != want.storage ||
+        it->second.offset != want.offset)
+      return false;  // that operand's region ran eagerly into its own buffer
+  }
+  slots_[n.outputs.at(0)] = placement_.at(n.outputs.at(0));
+  placed_done_.push_back(ni);
   return true;
 }
 
@@ -214,6 +254,10 @@ bool GpuProgram::add_fused_step(int r) {
     return false;
   }
   for (int out : reg.outputs) {
+    if (auto it = placement_.find(out); it != placement_.end()) {  // a slice of a placed cat
+      slots_[out] = it->second;
+      continue;
+    }
     // A tail identity that records another dense layout of the same tensor (a contiguous clone
     // of a strided value: a per-head norm's dx) passes this buffer on as that value, and later
     // views of it expect that layout: the output is allocated so (binders read the actual

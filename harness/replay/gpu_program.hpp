@@ -25,7 +25,9 @@ class GpuProgram {
   /// runs every op as its own launch; a fusion variant name runs each region through its fusion's
   /// variant of that name, or eagerly when the fusion lacks it or the variant cannot run the region
   /// (fallback_reason says why); a fusion variant also passes the operand's buffer on as the output
-  /// of each node of plan.elided_clones instead of copying it (when the layouts agree). `dist`:
+  /// of each node of plan.elided_clones instead of copying it (when the layouts agree), and
+  /// places each cat of plan.placed_cats: its output allocated before its operands' regions run,
+  /// each operand's region writing into its slice, no copy (placed_cats() lists those). `dist`:
   /// this rank's multi-process context (one process per rank, harness/dist/rank_session.hpp), given
   /// to binders (BindContext::dist) and used by the eager collectives (NCCL on dist->comm,
   /// impls/eager/collective.hpp); it must outlive the program. Null: a single process, where a
@@ -66,6 +68,9 @@ class GpuProgram {
   const std::string& step_label(size_t i) const { return steps_.at(i).label; }
   /// The region step `i` belongs to (-1: none).
   int step_region(size_t i) const { return steps_.at(i).region; }
+  /// The nodes of Plan::placed_cats this program runs as a placement (no step): every operand's
+  /// region ran fused into its slice. A cat whose operand fell back to eager is copied instead.
+  const std::vector<int>& placed_cats() const { return placed_done_; }
 
  private:
   struct Slot {  // where a value lives
@@ -96,11 +101,18 @@ class GpuProgram {
   /// view(clone(mul)) summed by the chain's column sum). Else nothing: add_view then says which
   /// operand is missing.
   void alias_absorbed_source(const Region& r, int view);
+  /// Plan::placed_cats: each cat's output buffer, and each operand's slice of it (placement_).
+  void place_cats();
+  /// A node of Plan::placed_cats whose operands all live in their slices (their regions ran
+  /// fused): its output is the placed buffer (true), no step. Else false (it copies eagerly).
+  bool placed_cat(int node);
 
   const Graph& g_;
   const Plan& plan_;
   std::string variant_;
   std::map<int, Slot> slots_;
+  std::map<int, Slot> placement_;  // Plan::placed_cats: a cat's output, and each operand's slice
+  std::vector<int> placed_done_;
   std::vector<Step> steps_;
   std::map<int, std::string> fallback_;
   std::map<int, std::vector<GemmChoice>> gemm_choices_;

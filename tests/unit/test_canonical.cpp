@@ -4,6 +4,7 @@
 // (absorbed aliases, tails) and a fusion's declines carry a reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -443,4 +444,36 @@ TEST(Canonical, TrailingClonesWithPrivateStorageAreElided) {
   ASSERT_EQ(p.elided_clones.size(), 1u);
   EXPECT_EQ(gpt2.nodes[p.elided_clones[0]].id, "clone");
   EXPECT_EQ(plan_to_json(gpt2, p)["elided_clones"], json::array({"clone"}));
+}
+
+// Plan::placed_cats (placeable_cats): Phi-3's fused gate_up backward writes d_up and d_gate, and
+// the graph cats them into d_gate_up for the dX / dW GEMMs: both are matmul_epilogue outputs (a
+// fusion that writes through strides), so the cat is placed. Not when an operand is a graph output
+// too, is no region's own output, or comes from a fusion that writes dense outputs only.
+TEST(Canonical, CatsOfStridedRegionOutputsArePlaced) {
+  const Graph g = load_trace(trace_path("byog/linear/phi3_mlp_default_train_bwd_2x8x128"));
+  const Plan p = make_plan(g, fusion_registry());
+  ASSERT_EQ(p.placed_cats.size(), 1u);
+  const Node& cat = g.nodes[p.placed_cats[0]];
+  EXPECT_EQ(cat.op, Op::kCat);
+  EXPECT_EQ(plan_to_json(g, p)["placed_cats"], json::array({cat.id}));
+  const int v = cat.operands[0].value;
+  const int r = p.node_region[g.values[v].producer];
+  ASSERT_GE(r, 0);
+  EXPECT_EQ(p.regions[r].fusion->name, "matmul_epilogue");
+  Graph returned = g;  // the operand also returned
+  returned.outputs.push_back(v);
+  EXPECT_TRUE(placeable_cats(returned, p).empty());
+  Plan not_output = p;  // the operand no output of its region
+  auto& outs = not_output.regions[r].outputs;
+  outs.erase(std::remove(outs.begin(), outs.end(), v), outs.end());
+  EXPECT_TRUE(placeable_cats(g, not_output).empty());
+  FusionSpec dense_only = *p.regions[r].fusion;
+  dense_only.strided_outputs = false;
+  Plan dense = p;
+  dense.regions[r].fusion = &dense_only;
+  EXPECT_TRUE(placeable_cats(g, dense).empty());
+  // a trace without such a cat places nothing
+  const Graph gpt2 = load_trace(trace_path("byog/linear/gpt2_mlp_default_train_bwd_2x8x128"));
+  EXPECT_TRUE(make_plan(gpt2, fusion_registry()).placed_cats.empty());
 }

@@ -81,6 +81,10 @@ struct FusionSpec {
   /// pointwise fusion, last in the registry): `claimed` has one entry per node of `g` (the
   /// canonical form), nonzero where an earlier fusion's region holds the node.
   void (*match_rest)(const Graph& g, const std::vector<char>& claimed, Matches& out) = nullptr;
+  /// Whether every variant's binder writes each region output through the strides of its bound
+  /// layout (rows any distance apart), so that the output may be a slice of a larger buffer: a
+  /// cat of such outputs is then placed, not copied (Plan::placed_cats).
+  bool strided_outputs = false;
 
   /// The variant named `name`, or nullptr.
   const VariantSpec* find_variant(std::string_view name) const;

@@ -161,7 +161,42 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
   for (const auto& [k, rule] : p.canonical_removed)
     if (rule == canon_rule_name(CanonRule::kIdentity)) identities.push_back(k);
   p.elided_clones = elidable_clones(g, p.node_region, identities);
+  p.placed_cats = placeable_cats(g, p);
   return p;
+}
+
+std::vector<int> placeable_cats(const Graph& g, const Plan& plan) {
+  std::vector<char> graph_output(g.values.size(), 0);
+  for (int v : g.outputs) graph_output[v] = 1;
+  auto dense = [](const TensorMeta& m) { return m.storage_elems() == m.numel(); };
+  std::vector<int> out;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (n.op != Op::kCat || plan.node_region[ni] >= 0 || n.outputs.size() != 1 ||
+        n.operands.size() < 2)
+      continue;
+    const TensorMeta& om = g.meta(n.outputs[0]);
+    bool ok = dense(om) && !graph_output[n.outputs[0]];
+    std::vector<int> seen;
+    for (const Operand& o : n.operands) {
+      if (!ok) break;
+      const int v = o.value;
+      const int prod = o.is_tensor() ? g.values[v].producer : -1;
+      const int r = prod >= 0 ? plan.node_region[prod] : -1;
+      ok = r >= 0 && plan.regions[r].fusion->strided_outputs && !graph_output[v] &&
+           std::find(seen.begin(), seen.end(), v) == seen.end() &&
+           g.meta(v).dtype == om.dtype && g.meta(v).shape.size() == om.shape.size() &&
+           dense(g.meta(v));
+      if (!ok) break;
+      const Region& reg = plan.regions[r];
+      ok = std::find(reg.outputs.begin(), reg.outputs.end(), v) != reg.outputs.end() &&
+           std::none_of(reg.tail.begin(), reg.tail.end(),
+                        [&](const TailAlias& t) { return t.source == v; });
+      seen.push_back(v);
+    }
+    if (ok) out.push_back(static_cast<int>(ni));
+  }
+  return out;
 }
 
 std::vector<int> elidable_clones(const Graph& g, const std::vector<int>& node_region,
@@ -266,11 +301,14 @@ nlohmann::json plan_to_json(const Graph& g, const Plan& p) {
     removed.push_back({{"node", g.nodes[n].id}, {"rule", rule}});
   json elided = json::array();
   for (int n : p.elided_clones) elided.push_back(g.nodes[n].id);
+  json placed = json::array();
+  for (int n : p.placed_cats) placed.push_back(g.nodes[n].id);
   return {{"trace", g.name},
           {"file", g.file},
           {"regions", regions},
           {"eager_nodes", eager},
           {"elided_clones", elided},
+          {"placed_cats", placed},
           {"dropped_matches", dropped},
           {"declined", declined},
           {"canonical", {{"removed", removed}, {"reordered", p.canonical_reordered}}}};

@@ -39,7 +39,20 @@ struct Plan {
   /// that no region claims, laid out as their operand, whose storage nothing else returns. The
   /// eager variant still copies, as PyTorch does.
   std::vector<int> elided_clones;
+  /// Captured cat nodes the fused variants run as a placement instead of a copy (placeable_cats):
+  /// the cat's output buffer is allocated first and each operand's region writes its result
+  /// straight into its slice of it. The eager variant still copies, as PyTorch does.
+  std::vector<int> placed_cats;
 };
+
+/// The cat nodes of `plan` (over `g`) whose copy a GPU program may skip (Plan::placed_cats): an
+/// `aten.cat` no region claims, of two or more distinct operands of its output's dtype, each the
+/// output of a region whose fusion writes outputs through their strides (FusionSpec::
+/// strided_outputs), that region's own value (no tail alias passes it on), no graph output, and
+/// laid out dense as recorded, like the cat's output. Each operand is then that output's slice
+/// along the cat's dim (what Inductor does for a cat of its kernels' outputs); its other readers
+/// read the slice's strides. Where a region falls back to eager, the GPU program copies after all.
+std::vector<int> placeable_cats(const Graph& g, const Plan& plan);
 
 /// The captured nodes of `g` that a program may run as an alias of their operand (Plan::
 /// elided_clones), given the regions' claims (`node_region`, -1: eager) and the nodes the canonical

@@ -28,6 +28,10 @@ extern const FusionSpec matmul_epilogue = {
     matmul_epilogue::cost,
     matmul_epilogue::describe,
     matmul_epilogue::bind,
+    /*tolerance=*/nullptr,
+    /*min_world_size=*/1,
+    /*match_rest=*/nullptr,
+    /*strided_outputs=*/true,  // every output through as_rows: its row stride from the layout
 };
 
 }  // namespace replay::fusions

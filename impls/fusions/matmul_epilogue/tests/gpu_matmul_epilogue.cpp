@@ -507,6 +507,40 @@ TEST(MatmulEpilogueBackwardGpu, VariantsBitIdenticalAndDeterministic) {
   }
 }
 
+// Phi-3's d_gate_up = cat(d_gate, d_up) is placed (Plan::placed_cats): the fused backward writes
+// both into their slices of the cat's buffer and no copy runs. The placed program's cat and graph
+// outputs must be the bits of the same variant with the cat copied (the plan without placements):
+// a slice at the wrong offset or stride would differ. The eager variant copies.
+TEST(MatmulEpilogueBackwardGpu, CatOfTheGateAndUpGradientsIsPlaced) {
+  REQUIRE_GPU();
+  for (const char* t : {"byog/linear/phi3_mlp_default_train_bwd_2x8x128",
+                        "byog/linear/phi3_mlp_mincut_train_bwd_2x8x128"}) {
+    const Graph g = bundled(t);
+    const Plan plan = make_plan(g, fusion_registry());
+    ASSERT_EQ(plan.placed_cats.size(), 1u) << t;
+    Plan copied = plan;
+    copied.placed_cats.clear();
+    const auto inputs = generate_inputs(g, 44);
+    std::vector<int> values = g.outputs;
+    values.push_back(g.nodes[plan.placed_cats[0]].outputs.at(0));
+    for (const char* variant : {"optimized", "baseline"}) {
+      GpuProgram placed(g, plan, variant, inputs, nullptr);
+      GpuProgram copy(g, copied, variant, inputs, nullptr);
+      EXPECT_EQ(placed.placed_cats(), plan.placed_cats) << t << " " << variant;
+      EXPECT_TRUE(copy.placed_cats().empty());
+      EXPECT_EQ(placed.num_steps() + 1, copy.num_steps()) << t << ": one copy fewer";
+      for (GpuProgram* p : {&placed, &copy}) {
+        p->poison_outputs(nullptr);
+        p->run_all(LaunchContext{});
+      }
+      REPLAY_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(first_bit_difference(g, placed, copy, values), "") << t << " " << variant;
+    }
+    GpuProgram eager(g, plan, std::string(kEagerVariant), inputs, nullptr);
+    EXPECT_TRUE(eager.placed_cats().empty()) << t;
+  }
+}
+
 // The dW / dX GEMMs of the backward graphs read their `t`/`permute` views in place (cuBLASLt's
 // transpose flags): the eager executor copies no operand.
 TEST(MatmulEpilogueBackwardGpu, EagerGemmsReadTransposesInPlace) {
