@@ -468,6 +468,19 @@ TEST(Canonical, CatsOfStridedRegionOutputsArePlaced) {
   auto& outs = not_output.regions[r].outputs;
   outs.erase(std::remove(outs.begin(), outs.end(), v), outs.end());
   EXPECT_TRUE(placeable_cats(g, not_output).empty());
+  Graph two_readers = g;  // a second node reads the operand (a view, a clone, another cat)
+  for (Node& n : two_readers.nodes)
+    if (n.op == Op::kMm) {
+      n.operands.push_back({v});
+      break;
+    }
+  EXPECT_TRUE(placeable_cats(two_readers, p).empty());
+  Graph twice = g;  // cat([a, a, ...])
+  twice.nodes[p.placed_cats[0]].operands.push_back({v});
+  EXPECT_TRUE(placeable_cats(twice, p).empty());
+  Graph middle = g;  // not along the last dim
+  middle.nodes[p.placed_cats[0]].dim = 0;
+  EXPECT_TRUE(placeable_cats(middle, p).empty());
   FusionSpec dense_only = *p.regions[r].fusion;
   dense_only.strided_outputs = false;
   Plan dense = p;

@@ -168,6 +168,15 @@ Plan make_plan(const Graph& g, std::span<const FusionSpec* const> fusions) {
 std::vector<int> placeable_cats(const Graph& g, const Plan& plan) {
   std::vector<char> graph_output(g.values.size(), 0);
   for (int v : g.outputs) graph_output[v] = 1;
+  std::vector<int> readers(g.values.size(), 0);  // nodes reading each value (once per node)
+  for (const Node& n : g.nodes) {
+    std::vector<int> seen;
+    for (const Operand& o : n.operands)
+      if (o.is_tensor() && std::find(seen.begin(), seen.end(), o.value) == seen.end()) {
+        seen.push_back(o.value);
+        ++readers[o.value];
+      }
+  }
   auto dense = [](const TensorMeta& m) { return m.storage_elems() == m.numel(); };
   std::vector<int> out;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
@@ -176,23 +185,31 @@ std::vector<int> placeable_cats(const Graph& g, const Plan& plan) {
         n.operands.size() < 2)
       continue;
     const TensorMeta& om = g.meta(n.outputs[0]);
-    bool ok = dense(om) && !graph_output[n.outputs[0]];
-    std::vector<int> seen;
+    // along the last dim only: each slice keeps the rows of a 2-D [rows, width] matrix
+    bool ok = dense(om) && !graph_output[n.outputs[0]] &&
+              n.dim == static_cast<int>(om.shape.size()) - 1;
     for (const Operand& o : n.operands) {
-      if (!ok) break;
+      if (!ok || !o.is_tensor()) {
+        ok = false;
+        break;
+      }
       const int v = o.value;
-      const int prod = o.is_tensor() ? g.values[v].producer : -1;
+      const int prod = g.values[v].producer;
       const int r = prod >= 0 ? plan.node_region[prod] : -1;
+      // read by the cat alone (no view, as_strided or clone of it sees the slice), its width a
+      // whole number of 16-byte vectors (every slice starts aligned)
+      const TensorMeta& m = g.meta(v);
       ok = r >= 0 && plan.regions[r].fusion->strided_outputs && !graph_output[v] &&
-           std::find(seen.begin(), seen.end(), v) == seen.end() &&
-           g.meta(v).dtype == om.dtype && g.meta(v).shape.size() == om.shape.size() &&
-           dense(g.meta(v));
+           readers[v] == 1 &&
+           std::count_if(n.operands.begin(), n.operands.end(),
+                         [&](const Operand& q) { return q.value == v; }) == 1 &&
+           m.dtype == om.dtype && m.shape.size() == om.shape.size() &&
+           dense(m) && (m.shape.back() * static_cast<int64_t>(dtype_size(m.dtype))) % 16 == 0;
       if (!ok) break;
       const Region& reg = plan.regions[r];
       ok = std::find(reg.outputs.begin(), reg.outputs.end(), v) != reg.outputs.end() &&
            std::none_of(reg.tail.begin(), reg.tail.end(),
                         [&](const TailAlias& t) { return t.source == v; });
-      seen.push_back(v);
     }
     if (ok) out.push_back(static_cast<int>(ni));
   }

@@ -46,12 +46,14 @@ struct Plan {
 };
 
 /// The cat nodes of `plan` (over `g`) whose copy a GPU program may skip (Plan::placed_cats): an
-/// `aten.cat` no region claims, of two or more distinct operands of its output's dtype, each the
-/// output of a region whose fusion writes outputs through their strides (FusionSpec::
-/// strided_outputs), that region's own value (no tail alias passes it on), no graph output, and
-/// laid out dense as recorded, like the cat's output. Each operand is then that output's slice
-/// along the cat's dim (what Inductor does for a cat of its kernels' outputs); its other readers
-/// read the slice's strides. Where a region falls back to eager, the GPU program copies after all.
+/// `aten.cat` along the last dim that no region claims, of two or more operands of its output's
+/// dtype, each the output of a region whose fusion writes outputs through their strides
+/// (FusionSpec::strided_outputs), that region's own value (no tail alias passes it on), read by
+/// the cat alone (so by no view, clone or second cat), no graph output, laid out dense as
+/// recorded like the cat's output, and a whole number of 16-byte vectors wide (every slice starts
+/// aligned). Each operand is then that output's slice along the cat's dim (what Inductor does for
+/// a cat of its kernels' outputs). Where a region falls back to eager, the GPU program copies
+/// after all.
 std::vector<int> placeable_cats(const Graph& g, const Plan& plan);
 
 /// The captured nodes of `g` that a program may run as an alias of their operand (Plan::

@@ -170,7 +170,8 @@ TEST(PointwiseCodegen, BFloat16OpsOfBFloat16ValuesRunInPairs) {
 // bfloat16 a and b, rounding the float32 product, sum and difference to bfloat16 (what the eager
 // kernel stores) gives the correctly rounded bfloat16 result (the exact value, in double, rounded
 // once to nearest even, subnormals included). All 65536 a (NaN and inf left out) against 96
-// values of b spread over the binades, and a and b both tiny (the subnormal products).
+// values of b spread over the binades, and a and b both small positive values (products from
+// 2^-142 up: the subnormals and the flushes to zero).
 TEST(PointwiseCodegen, Float32RoundedToBFloat16IsTheCorrectlyRoundedBFloat16Op) {
   auto bf = [](uint16_t h) {
     const uint32_t u = uint32_t(h) << 16;
@@ -219,7 +220,7 @@ TEST(PointwiseCodegen, Float32RoundedToBFloat16IsTheCorrectlyRoundedBFloat16Op) 
   };
   for (uint32_t a = 0; a < 65536; ++a)
     for (uint16_t b : bs) same(static_cast<uint16_t>(a), b);
-  for (uint32_t a = 0; a < 0x2000; a += 7)  // tiny times tiny: [2^-133, 2^-70)
+  for (uint32_t a = 0; a < 0x2000; a += 7)  // in [2^-71, 2^-7): products down to the subnormals
     for (uint32_t b = 0; b < 0x2000; b += 13) same(static_cast<uint16_t>(a + 0x1c00), b + 0x1c00);
   EXPECT_GT(checked, 6000000);
 }
