@@ -151,8 +151,7 @@ void GpuProgram::place_cats() {
 }
 
 bool GpuProgram::placed_cat(int ni) {
-  if (std::find(plan_.placed_cats.begin(), plan_.placed_cats.end(), ni) ==
-      plan_.placed_cats.end())
+  if (std::find(plan_.placed_cats.begin(), plan_.placed_cats.end(), ni) == plan_.placed_cats.end())
     return false;
   const Node& n = g_.nodes[ni];
   for (const Operand& o : n.operands) {

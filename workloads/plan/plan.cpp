@@ -186,8 +186,8 @@ std::vector<int> placeable_cats(const Graph& g, const Plan& plan) {
       continue;
     const TensorMeta& om = g.meta(n.outputs[0]);
     // along the last dim only: each slice keeps the rows of a 2-D [rows, width] matrix
-    bool ok = dense(om) && !graph_output[n.outputs[0]] &&
-              n.dim == static_cast<int>(om.shape.size()) - 1;
+    bool ok =
+        dense(om) && !graph_output[n.outputs[0]] && n.dim == static_cast<int>(om.shape.size()) - 1;
     for (const Operand& o : n.operands) {
       if (!ok || !o.is_tensor()) {
         ok = false;
@@ -203,8 +203,8 @@ std::vector<int> placeable_cats(const Graph& g, const Plan& plan) {
            readers[v] == 1 &&
            std::count_if(n.operands.begin(), n.operands.end(),
                          [&](const Operand& q) { return q.value == v; }) == 1 &&
-           m.dtype == om.dtype && m.shape.size() == om.shape.size() &&
-           dense(m) && (m.shape.back() * static_cast<int64_t>(dtype_size(m.dtype))) % 16 == 0;
+           m.dtype == om.dtype && m.shape.size() == om.shape.size() && dense(m) &&
+           (m.shape.back() * static_cast<int64_t>(dtype_size(m.dtype))) % 16 == 0;
       if (!ok) break;
       const Region& reg = plan.regions[r];
       ok = std::find(reg.outputs.begin(), reg.outputs.end(), v) != reg.outputs.end() &&

@@ -418,7 +418,8 @@ struct Emitter {
       } else if (ds == 2 && st.dtype == DType::kBFloat16 && step_pairs.at(st.step)) {
         const std::string pv = id("pv", st.step);
         o << "    *reinterpret_cast<uint4*>(static_cast<unsigned short*>(" << p << ") + " << off
-          << ") = make_uint4(" << pv << "[0], " << pv << "[1], " << pv << "[2], " << pv << "[3]);\n";
+          << ") = make_uint4(" << pv << "[0], " << pv << "[1], " << pv << "[2], " << pv
+          << "[3]);\n";
       } else if (ds == 2) {
         const std::string to = std::string("to_") + sx;
         o << "    { unsigned w[4]; for (int k = 0; k < 4; ++k) w[k] = static_cast<unsigned>(" << to

@@ -261,7 +261,9 @@ TEST_P(PointwiseSourceMutant, DiffersFromEager) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, PointwiseSourceMutant,
                          ::testing::Range<size_t>(0, std::size(kSourceMutants)),
-                         [](const auto& info) { return std::string(kSourceMutants[info.param].name); });
+                         [](const auto& info) {
+                           return std::string(kSourceMutants[info.param].name);
+                         });
 
 // A column sum of the wrong value (the chain's first op, the upcast tangent, instead of the
 // gradient it writes) on BERT's intermediate backward: the graph's outputs must fail the numerics

@@ -122,13 +122,10 @@ inline Graph bf16_pairs() {
        pw_node("h", "aten.add.Tensor", {ref("q"), 0.5}, t),
        pw_node("th", "aten.tanh.default", {ref("r")}, t),
        pw_node("m", "aten.mul.Tensor", {ref("th"), ref("h")}, t),
-       pw_node("c", "prims.convert_element_type.default", {ref("m"), {{"dtype", "bfloat16"}}},
-               t),
-       pw_node("w", "prims.convert_element_type.default", {ref("c"), {{"dtype", "float32"}}},
-               f),
+       pw_node("c", "prims.convert_element_type.default", {ref("m"), {{"dtype", "bfloat16"}}}, t),
+       pw_node("w", "prims.convert_element_type.default", {ref("c"), {{"dtype", "float32"}}}, f),
        pw_node("u", "aten.mul.Tensor", {ref("w"), ref("w")}, f),
-       pw_node("o", "prims.convert_element_type.default", {ref("u"), {{"dtype", "bfloat16"}}},
-               t)},
+       pw_node("o", "prims.convert_element_type.default", {ref("u"), {{"dtype", "bfloat16"}}}, t)},
       {"p", "z", "d", "c", "o"});
 }
 

@@ -120,8 +120,9 @@ TEST(PointwiseCodegen, BFloat16OpsOfBFloat16ValuesRunInPairs) {
   };
   const Arg bias{Arg::kLoad, 1, 0};
   const auto bf = DType::kBFloat16;
-  EXPECT_NE(one_step(PointwiseFn::kMul, bias, 1, bf).find("pv0[j] = fma_bf16x2(pl0[j], pl1[j], "
-                                                            "0x80008000u)"),
+  EXPECT_NE(one_step(PointwiseFn::kMul, bias, 1, bf)
+                .find("pv0[j] = fma_bf16x2(pl0[j], pl1[j], "
+                      "0x80008000u)"),
             std::string::npos);
   EXPECT_NE(one_step(PointwiseFn::kMul, Arg{Arg::kNumber, 0, 0.5}, 1, bf)
                 .find("pv0[j] = fma_bf16x2(pl0[j], 0x3f003f00u, 0x80008000u)"),
@@ -193,14 +194,13 @@ TEST(PointwiseCodegen, Float32RoundedToBFloat16IsTheCorrectlyRoundedBFloat16Op) 
     const double q = std::nearbyint(m / ulp);  // exact scaling; round half to even
     const double r = q * ulp;
     if (r >= std::ldexp(2.0, 127)) return sign | 0x7f80;  // past the largest finite: inf
-    float f = static_cast<float>(r);  // exactly a bfloat16 value
+    float f = static_cast<float>(r);                      // exactly a bfloat16 value
     uint32_t u;
     std::memcpy(&u, &f, 4);
     return static_cast<uint16_t>(sign | ((u >> 16) & 0x7fff));
   };
   std::vector<uint16_t> bs;
-  for (int k = 0; k < 96; ++k)
-    bs.push_back(static_cast<uint16_t>((k * 0x2ab5 + 0x1f3) & 0xffff));
+  for (int k = 0; k < 96; ++k) bs.push_back(static_cast<uint16_t>((k * 0x2ab5 + 0x1f3) & 0xffff));
   for (uint16_t t : {0x0001, 0x0080, 0x007f, 0x3f80, 0x3f81, 0xbf80, 0x0000, 0x8000})
     bs.push_back(t);
   int64_t checked = 0;
