@@ -254,6 +254,9 @@ struct GemmSpec {
   const void* bias = nullptr;
   DType bias_dtype = DType::kFloat32;
   int64_t bias_bstride = 0;
+  // bias gradient epilogue (prepare_matmul): cuBLASLt's BGRADA (over our b) or BGRADB (our a)
+  void* bias_grad = nullptr;
+  BiasGrad bias_grad_of = BiasGrad::kNone;
 };
 
 struct LtCall {
@@ -267,8 +270,9 @@ struct LtCall {
   float alpha_f = 1, beta_f = 0;
   double alpha_d = 1, beta_d = 0;
   uint32_t align_a = 256, align_b = 256, align_d = 256;
-  std::string key;      // problem key of the algorithm cache (device prepended at resolve())
-  std::string problem;  // the problem in words (GemmChoice::problem)
+  bool no_split_k = false;  // only candidates with one K split (the bias gradient epilogues)
+  std::string key;          // problem key of the algorithm cache (device prepended at resolve())
+  std::string problem;      // the problem in words (GemmChoice::problem)
   // The workspace handed to cublasLtMatmul: the whole device workspace, or what the algorithm
   // chose_algo kept asks for (the heuristic's workspaceSize for it).
   size_t ws_bytes = kWorkspaceBytes;
@@ -330,6 +334,15 @@ struct LtCall {
       return r.state != CUBLAS_STATUS_SUCCESS || (scheme != CUBLASLT_REDUCTION_SCHEME_NONE &&
                                                   scheme != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
     };
+    auto split = [](const cublasLtMatmulHeuristicResult_t& r) {
+      uint32_t splits = 1;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                           sizeof(splits), &written);
+      return splits > 1;
+    };
+    if (no_split_k)
+      results.erase(std::remove_if(results.begin(), results.end(), split), results.end());
     results.erase(std::remove_if(results.begin(), results.end(), undeterministic), results.end());
     return results;
   }
@@ -470,6 +483,18 @@ std::unique_ptr<LtCall> build_call(const std::string& node, const GemmSpec& g) {
     c->problem += ", bias";
     c->key += "|bias" + std::to_string(bias_type) + "@" + std::to_string(alignment(g.bias, 0)) +
               "s" + std::to_string(g.bias_bstride);
+  }
+  if (g.bias_grad) {  // cuBLASLt's A is our b (BGRADA: over N), its B our a (BGRADB: over M)
+    const bool of_a = g.bias_grad_of == BiasGrad::kRowsOfA;
+    const uint32_t epilogue = of_a ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BGRADA;
+    const int32_t bias_type = cuda_type(g.d.dtype);
+    set_desc(*c, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(g.bias_grad));
+    set_desc(*c, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+    c->no_split_k = true;
+    c->problem += of_a ? ", bias gradient of a (BGRADB)" : ", bias gradient of b (BGRADA)";
+    c->key += std::string("|bgrad") + (of_a ? "B" : "A") + "@" +
+              std::to_string(alignment(g.bias_grad, 0));
   }
   return c;
 }
@@ -920,6 +945,9 @@ EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
          std::string(dtype_name(b.dtype)) + " -> " + std::string(dtype_name(d.dtype)) +
          " (needs one 16- or 32-bit float dtype, the output that or float32)");
   if (m.bias && m.bias_dtype != d.dtype) fail("the bias must have the output's dtype");
+  const bool bgrad = m.bias_grad_of != BiasGrad::kNone;
+  if (bgrad && (m.bias || !m.bias_grad || d.dtype == DType::kFloat32 || !m.tune))
+    fail("a bias gradient needs its pointer, no bias, a 16-bit output and tune");
   auto plan = std::make_shared<GemmPlan>();
   plan->node = name;
   DeviceTensor bias_t;
@@ -930,6 +958,8 @@ EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
     bias_t.shape[0] = N;
     bias_t.stride[0] = N == 1 ? 1 : m.bias_stride;
   }
+  if (bgrad && (M == 0 || N == 0 || K == 0))
+    fail("a bias gradient epilogue on an empty problem (M, N or K is 0)");
   if (M == 0 || N == 0) return [](cudaStream_t) {};
   if (K == 0) {  // an empty sum: the bias, or 0
     plan->pre.push_back(
@@ -950,11 +980,17 @@ EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m) {
     g.bias = m.bias;
     g.bias_dtype = m.bias_dtype;
   }
+  if (bgrad) {
+    g.bias_grad = m.bias_grad;
+    g.bias_grad_of = m.bias_grad_of;
+  }
   st.call = build_call(name, g);
   if (m.tune) {  // chosen now, timed among the heuristic's candidates (a launch then only runs
     // it); with none, the call stays unresolved and its launch fails as an untuned one does
     GemmChoice rec;
-    choose_algo(*st.call, true, kTuneCandidates, "no algorithm", rec);
+    const std::string none = choose_algo(*st.call, true, kTuneCandidates, "no algorithm", rec);
+    if (bgrad && !none.empty())
+      fail("cuBLASLt has no algorithm without split-K for " + st.call->problem);
   }
   plan->direct = std::move(st);
   return [plan](cudaStream_t s) { plan->run(s); };

@@ -71,6 +71,14 @@ EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
 ///    (any row stride), else computed into a temporary and copied.
 ///  - bias: a [N] vector of d's dtype (unit stride, or N == 1): CUBLASLT_EPILOGUE_BIAS,
 ///    d = round(acc + bias) with one rounding (PyTorch's gemm_and_bias); nullptr: no epilogue.
+///  - bias_grad (nullptr bias only): the bias gradient of a weight-gradient GEMM, reduced by
+///    cuBLASLt over the GEMM's K in the same call and written to `bias_grad` in d's dtype (a
+///    16-bit d only, unit stride): kRowsOfA, bias_grad[m] = sum over k of a[m, k] (nn.Linear's dW
+///    = dY^T @ X with a = dY^T: CUBLASLT_EPILOGUE_BGRADB, cuBLASLt's B being our a);
+///    kColsOfB, bias_grad[n] = sum over k of b[k, n] (GPT-2 Conv1D's dW = X^T @ dY with b = dY:
+///    CUBLASLT_EPILOGUE_BGRADA). Its candidates are those without split-K (how cuBLASLt would add
+///    split partials of the bias gradient is not documented), so the sums are in one fixed order.
+///    When cuBLASLt has no such algorithm for the problem, throws std::invalid_argument saying so.
 /// Float32 operands accumulate in float32 without TF32. `name` names the call in errors.
 /// With `tune`, the algorithm is chosen now among the heuristic's first 16 deterministic
 /// candidates, each timed (as prepare_scaled_matmul times its candidates; the buffers must be
@@ -78,11 +86,14 @@ EagerLaunch lower_gemm(const Node& n, const std::vector<DeviceTensor>& in,
 /// (gemm_choice.hpp); without, at the first launch, the heuristic's first (what PyTorch eager
 /// runs). Throws std::invalid_argument for ranks, shapes or dtypes outside this; the launch throws
 /// RuntimeFailure with the cuBLASLt status as lower_gemm's does.
+enum class BiasGrad { kNone, kRowsOfA, kColsOfB };
 struct MatmulOperands {
   DeviceTensor a, b, d;
   const void* bias = nullptr;
   DType bias_dtype = DType::kFloat32;
   int64_t bias_stride = 1;
+  BiasGrad bias_grad_of = BiasGrad::kNone;
+  void* bias_grad = nullptr;  ///< [M] (kRowsOfA) or [N] (kColsOfB), d's dtype, unit stride
   bool tune = false;
 };
 EagerLaunch prepare_matmul(const std::string& name, const MatmulOperands& m);

@@ -7,12 +7,14 @@
 //              + one kernel per step: bias, activation, gating
 // Both compute what the graph computes with its roundings (the GEMM output rounded to its dtype,
 // each cast a rounding); TUNING.md says why cuBLASLt's GELU epilogues are not used.
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/eager/gemm.hpp"
+#include "impls/eager/gemm_choice.hpp"
 #include "impls/eager/lower.hpp"
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/matmul_epilogue/params.hpp"
@@ -223,6 +225,126 @@ Binding bind_backward(const Graph& g, const Params& p, bool optimized, BindConte
   return b;
 }
 
+// µs per launch of `run` on a stream of its own: one warm-up, then 5 launches between events
+// (warm L2, as prepare_matmul times its candidates).
+double time_launch(const EagerLaunch& run) {
+  cudaStream_t s = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  REPLAY_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  REPLAY_CUDA(cudaEventCreate(&start));
+  REPLAY_CUDA(cudaEventCreate(&stop));
+  constexpr int kReps = 5;
+  float ms = 0;
+  try {
+    run(s);
+    REPLAY_CUDA(cudaEventRecord(start, s));
+    for (int r = 0; r < kReps; ++r) run(s);
+    REPLAY_CUDA(cudaEventRecord(stop, s));
+    REPLAY_CUDA(cudaEventSynchronize(stop));
+    REPLAY_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  } catch (...) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaStreamDestroy(s);
+    throw;
+  }
+  REPLAY_CUDA(cudaEventDestroy(start));
+  REPLAY_CUDA(cudaEventDestroy(stop));
+  REPLAY_CUDA(cudaStreamDestroy(s));
+  return 1e3 * ms / kReps;
+}
+
+// A dW GEMM with its bias gradient (params.hpp, WeightGradBias): the GEMM writes dW; then
+//   baseline:  the GEMM, then the column-sum kernel over the tangent T [K, F] (a second read);
+//   optimized: the faster, timed here once per region, of the same cuBLASLt call summing the
+//              bias gradient over K (BGRADB / BGRADA: no second read of T) and the baseline's
+//              two steps (cuBLASLt's bias gradient kernels are not free: TUNING.md). The choice
+//              and both times are recorded with the GEMM choices (results.json).
+Binding bind_weight_grad(const Graph& g, const Params& p, bool optimized, BindContext& ctx) {
+  Binding b;
+  const WeightGradBias& w = p.wgrad;
+  const int64_t M = p.M, N = p.N, K = p.K, F = w.of_a ? M : N;
+  const EpiMat z = as_rows(ctx.tensor(p.gemm.out), M, N);
+  if (!z.ptr) {
+    b.unsupported = "GEMM output '" + g.values[p.gemm.out].name + "' is not a row-major [M, N]";
+    return b;
+  }
+  BoundTensor db = ctx.tensor(w.dbias);
+  if (db.layout.numel() != F || (F > 1 && db.layout.stride.back() != 1) ||
+      db.layout.dtype != p.gemm_dtype) {
+    b.unsupported = "bias gradient '" + g.values[w.dbias].name + "' is not a unit-stride [" +
+                    std::to_string(F) + "] " + std::string(dtype_name(p.gemm_dtype)) + " vector";
+    return b;
+  }
+  MatmulOperands mo;
+  mo.tune = true;
+  BoundTensor ta = ctx.tensor(p.gemm.a), tb = ctx.tensor(p.gemm.b);
+  mo.a = device_tensor(ta.ptr, ta.layout);
+  mo.b = device_tensor(tb.ptr, tb.layout);
+  mo.d = dev2(z, M, N);
+  const std::string name = g.nodes[g.values[p.gemm.out].producer].id;
+  // The two steps: the GEMM, then the column sum over T.
+  const EpiMat t = as_rows(ctx.tensor(w.summed), K, F);
+  EagerLaunch split;
+  std::string split_why;
+  if (column_sum_vectorized(t, F)) {
+    auto* partial = static_cast<float*>(
+        ctx.workspace(static_cast<size_t>(backward_partial_floats(K, F)) * sizeof(float)));
+    const EagerLaunch gemm = prepare_matmul(name, mo);
+    const DType dt = db.layout.dtype;
+    void* out = db.ptr;
+    split = [=](cudaStream_t s) {
+      gemm(s);
+      launch_column_sum(t, K, F, out, dt, partial, s);
+    };
+  } else {
+    split_why = "the column sum over '" + g.values[w.summed].name +
+                "' needs a row-major [K, F] with F and its row stride multiples of 8 elements, "
+                "16-byte aligned";
+  }
+  EagerLaunch fused;
+  std::string fused_why;
+  if (optimized) {
+    MatmulOperands mf = mo;
+    mf.bias_grad_of = w.of_a ? BiasGrad::kRowsOfA : BiasGrad::kColsOfB;
+    mf.bias_grad = db.ptr;
+    try {
+      fused = prepare_matmul(name, mf);
+    } catch (const std::invalid_argument& e) {
+      fused_why = e.what();
+    }
+  }
+  // REPLAY_MATMUL_BGRAD=1: the bias gradient in the GEMM whenever cuBLASLt has it; =0: never;
+  // unset: timed (tests pin each form; TUNING.md's measurements use both).
+  const char* force = std::getenv("REPLAY_MATMUL_BGRAD");
+  if (force && std::string(force) == "0") fused = nullptr;
+  if (force && std::string(force) == "1" && fused) split = nullptr;
+  EagerLaunch run = split;
+  if (fused && split) {  // both run: keep the faster (the two steps unless the fused is faster)
+    GemmChoice rec;
+    rec.name = name + " bias gradient";
+    rec.problem = std::string("bias gradient of ") + (w.of_a ? "a" : "b") +
+                  " over K = " + std::to_string(K) + ": [0] the GEMM with " +
+                  (w.of_a ? "CUBLASLT_EPILOGUE_BGRADB" : "CUBLASLT_EPILOGUE_BGRADA") +
+                  ", [1] the GEMM then the column-sum kernel";
+    rec.tuned = true;
+    rec.candidates = 2;
+    rec.candidate_us = {time_launch(fused), time_launch(split)};
+    rec.chosen = rec.candidate_us[0] < rec.candidate_us[1] ? 0 : 1;
+    rec.algo = rec.chosen == 0 ? "bias gradient in the GEMM" : "GEMM, then the column sum";
+    record_gemm_choice(rec);
+    if (rec.chosen == 0) run = fused;
+  } else if (fused) {
+    run = fused;
+  }
+  if (!run) {
+    b.unsupported = optimized && !fused_why.empty() ? fused_why + "; and " + split_why : split_why;
+    return b;
+  }
+  b.launch = [run](const LaunchContext& c) { run(c.stream); };
+  return b;
+}
+
 }  // namespace
 
 Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext& ctx) {
@@ -301,6 +423,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
     return true;
   };
 
+  if (p.wgrad.on) return bind_weight_grad(g, p, optimized, ctx);
   EpiMat z, up, y;
   EpiMat res;
   if (p.residual >= 0) {

@@ -15,6 +15,9 @@ Cost cost(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
   Cost c;
   c.bytes = region_io_bytes(g, r);
+  // The bias gradient's sum reads the GEMM operand's elements (T beside its transpose view): once.
+  if (p.wgrad.on && p.wgrad.summed != p.gemm.a && p.wgrad.summed != p.gemm.b)
+    c.bytes -= value_bytes(g, {p.wgrad.summed});
   for (const Gemm* gm : {&p.gemm, &p.up}) {
     if (gm->out < 0) continue;
     const Node& n = g.nodes[g.values[gm->out].producer];
@@ -131,11 +134,37 @@ nlohmann::json describe_backward(const Graph& g, const Params& p) {
   return d;
 }
 
+nlohmann::json describe_weight_grad(const Graph& g, const Params& p) {
+  const WeightGradBias& w = p.wgrad;
+  const std::string op = w.of_a ? "CUBLASLT_EPILOGUE_BGRADB" : "CUBLASLT_EPILOGUE_BGRADA";
+  nlohmann::json d = {{"M", p.M},
+                      {"N", p.N},
+                      {"K", p.K},
+                      {"dtype", dtype_name(p.gemm_dtype)},
+                      {"gemm", gemm_json(g, p.gemm)},
+                      {"out", g.values[p.out].name}};
+  d["epilogue"] =
+      nlohmann::json::array({{{"op", std::string("bias gradient: sum over K of the GEMM's ") +
+                                         (w.of_a ? "a" : "b") + " (the tangent's rows)"},
+                              {"summed", g.values[w.summed].name},
+                              {"value", g.values[w.dbias].name},
+                              {"round", dtype_name(g.meta(w.dbias).dtype)}}});
+  d["optimized"] =
+      "the faster, timed at bind (results.json's GEMM choices), of one cuBLASLt "
+      "matmul with " +
+      op +
+      " (the bias gradient summed by the GEMM over the operand it reads, no second "
+      "pass over the tangent; candidates without split-K only: one order of the sum, "
+      "the same bits run to run) and the baseline's GEMM then column-sum kernel";
+  return d;
+}
+
 }  // namespace
 
 nlohmann::json describe(const Graph& g, const Region& r) {
   const auto& p = std::any_cast<const Params&>(r.params);
   if (p.bwd.on) return describe_backward(g, p);
+  if (p.wgrad.on) return describe_weight_grad(g, p);
   nlohmann::json d = {{"M", p.M},
                       {"N", p.N},
                       {"K", p.K},

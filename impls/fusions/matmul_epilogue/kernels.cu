@@ -685,10 +685,14 @@ void launch_backward(const BackwardArgs& a, cudaStream_t stream) {
     reduce_partials(a.partial, static_cast<int>(grid.y), a.N, a.dbias, a.dbias_dtype, stream);
 }
 
+bool column_sum_vectorized(const EpiMat& src, int64_t N) {
+  return N % kV == 0 && src.ptr && vec_ok(src);
+}
+
 void launch_column_sum(const EpiMat& src, int64_t M, int64_t N, void* dbias, DType dbias_dtype,
                        float* partial, cudaStream_t stream) {
   if (M == 0 || N == 0) return;
-  if (N % kV != 0 || !vec_ok(src) || !src.ptr || reinterpret_cast<uintptr_t>(partial) % 16 != 0)
+  if (!column_sum_vectorized(src, N) || reinterpret_cast<uintptr_t>(partial) % 16 != 0)
     throw RuntimeFailure("matmul_epilogue: the column sum's layout is not vectorizable");
   const dim3 grid = backward_grid(M, N);
   column_sum_kernel<<<grid, kBwdThreads, 0, stream>>>(src, M, N, partial);

@@ -149,6 +149,10 @@ int64_t backward_partial_floats(int64_t M, int64_t N);
 /// backward_vectorized.
 void launch_backward(const BackwardArgs& a, cudaStream_t stream);
 
+/// True when launch_column_sum can read `src` as [.., N]: N and its row stride multiples of 8
+/// elements, its base 16-byte aligned, a float32, bfloat16 or float16 dtype.
+bool column_sum_vectorized(const EpiMat& src, int64_t N);
+
 /// The bias gradient alone (the baseline's separate reduction): dbias[n] = round(dbias_dtype,
 /// sum over m of src[m, n]) with the same fixed-order float32 summation as launch_backward.
 /// `partial`: backward_partial_floats(M, N) floats. Throws RuntimeFailure as launch_backward.

@@ -3,7 +3,9 @@
 // Backward first (match_backward, TUNING.md "Backward epilogues"): an mm whose output g feeds an
 // elementwise chain that also reads tensors the forward saved, computing g * act'(x) (GELU erf /
 // tanh, SiLU) or a gated pair's d_gate and d_up, recognized by value and checked for the graph's
-// roundings, with the bias gradient sum(d_pre, rows) after it. Otherwise the forward forms:
+// roundings, with the bias gradient sum(d_pre, rows) after it. Otherwise the forward forms below;
+// and when these take nothing, a weight-gradient mm whose tangent's bias gradient (a sum over its
+// rows) the graph computes beside it (match_weight_grad: the sum rides on the GEMM). The forms:
 //
 // Candidates: every aten.mm / aten.addmm of the canonical graph. A region is
 //   z = mm(a, b) | addmm(bias, a, b)            2-D, one dtype (bf16, f16, f32); addmm with
@@ -763,6 +765,129 @@ void add_backward(const Graph& g, int root, Params& p, std::vector<int> nodes, M
   out.regions.push_back(std::move(r));
 }
 
+// --- the bias gradient on the dW GEMM --------------------------------------------------------
+
+// The value `v` comes from through flat reshapes of contiguous tensors (the same elements in the
+// same order): the first value back whose producer is no such reshape.
+int flat_base(const Graph& g, int v) {
+  for (int hops = 0; hops < 16; ++hops) {
+    const int pr = g.values[v].producer;
+    if (pr < 0 || !is_flat_reshape(g.nodes[pr].op) || !g.meta(v).is_contiguous() ||
+        g.nodes[pr].operands.empty() || !g.nodes[pr].operands[0].is_tensor())
+      break;
+    const int src = g.nodes[pr].operands[0].value;
+    if (!g.meta(src).is_contiguous()) break;
+    v = src;
+  }
+  return v;
+}
+
+// The 2-D value the GEMM operand `v` is the transpose view of (`t`, permute [1, 0], transpose
+// 0 1: each a permutation [1, 0] of a 2-D tensor), or -1.
+int transposed_source(const Graph& g, int v) {
+  const int pr = g.values[v].producer;
+  if (pr < 0) return -1;
+  const Node& n = g.nodes[pr];
+  if ((n.op != Op::kT && n.op != Op::kPermute && n.op != Op::kTranspose) || n.operands.empty() ||
+      !n.operands[0].is_tensor())
+    return -1;
+  const int src = n.operands[0].value;
+  if (g.meta(src).shape.size() != 2 || n.dims != std::vector<int64_t>{1, 0}) return -1;
+  return src;
+}
+
+// The sum over the rows of T's elements ([K, F] contiguous): an aten.sum over every dim but the
+// last of T or of a flat reshape of what T reshapes (the 3-D tangent summed over [0, 1] beside
+// its [B T, F] view), F values. Its node, or -1.
+int row_sum_of(const Graph& g, int t, int64_t F) {
+  const int base = flat_base(g, t);
+  std::vector<int> same{base};  // values holding T's elements in T's order, last dim F or not
+  for (size_t i = 0; i < same.size() && same.size() < 32; ++i)
+    for (int u : g.values[same[i]].users)
+      if (is_flat_reshape(g.nodes[u].op) && g.nodes[u].outputs.size() == 1 &&
+          g.meta(g.nodes[u].outputs[0]).is_contiguous() &&
+          std::find(same.begin(), same.end(), g.nodes[u].outputs[0]) == same.end())
+        same.push_back(g.nodes[u].outputs[0]);
+  for (int s : same) {
+    const TensorMeta& ms = g.meta(s);
+    if (ms.shape.size() < 2 || ms.shape.back() != F || !ms.is_contiguous()) continue;
+    std::vector<int64_t> lead;
+    for (int64_t d = 0; d + 1 < static_cast<int64_t>(ms.shape.size()); ++d) lead.push_back(d);
+    for (int u : g.values[s].users) {
+      const Node& n = g.nodes[u];
+      if (n.op == Op::kSumDim && n.outputs.size() == 1 && n.operands[0].value == s &&
+          n.dims == lead && g.meta(n.outputs[0]).numel() == F)
+        return u;
+    }
+  }
+  return -1;
+}
+
+// A plain mm that is a weight gradient (K = tokens) of a tangent T whose bias gradient the graph
+// sums beside it: nn.Linear's mm(T^T, X) with sum(T, rows) [F = M], GPT-2 Conv1D's mm(X^T, T)
+// [F = N]. The region {mm, sum} writes both, the sum through cuBLASLt's BGRADB / BGRADA. Not
+// taken: a T that a pointwise op computes (the chain's fused kernel sums it as it writes it:
+// this fusion's backward epilogue, the pointwise fusion's column sums), a sum already in a region,
+// a sum whose dtype is not the GEMM's. True when a region was added.
+bool match_weight_grad(const Graph& g, int root, Matches& out) {
+  Params p;
+  if (!read_gemm(g, root, p.gemm, p.M, p.N, p.K, p.gemm_dtype).empty() || p.gemm.bias >= 0 ||
+      p.gemm_dtype == DType::kFloat32)
+    return false;
+  for (bool of_a : {true, false}) {
+    const int t = of_a ? transposed_source(g, p.gemm.a) : p.gemm.b;
+    const int64_t F = of_a ? p.M : p.N;
+    if (t < 0) continue;
+    const TensorMeta& mt = g.meta(t);
+    if (mt.shape.size() != 2 || mt.shape[0] != p.K || mt.shape[1] != F || !mt.is_contiguous())
+      continue;
+    const int si = row_sum_of(g, t, F);
+    if (si < 0) continue;
+    const int sv = g.nodes[si].outputs[0];
+    const std::string what = "bias gradient " + vname(g, sv) + " not fused with the dW GEMM: ";
+    const bool taken = std::any_of(out.regions.begin(), out.regions.end(), [&](const Region& r) {
+      return std::find(r.nodes.begin(), r.nodes.end(), si) != r.nodes.end();
+    });
+    if (taken) continue;  // the backward epilogue of the chain computing T sums it
+    const int base = flat_base(g, t);
+    const int bp = g.values[base].producer;
+    if (bp >= 0 && pointwise_op(g.nodes[bp].op)) {
+      out.decline(root, what + vname(g, base) + " is computed by the pointwise node '" +
+                            g.nodes[bp].id +
+                            "', whose fused kernel adds its column sums as it writes it");
+      continue;
+    }
+    if (g.meta(sv).dtype != p.gemm_dtype) {
+      out.decline(root, what + "it is " + std::string(dtype_name(g.meta(sv).dtype)) +
+                            ", cuBLASLt's bias gradient is written here in the GEMM's dtype " +
+                            std::string(dtype_name(p.gemm_dtype)));
+      continue;
+    }
+    p.wgrad = {true, of_a, g.nodes[si].operands[0].value, sv};
+    p.out = p.gemm.out;
+    std::vector<int> nodes{root, si};
+    std::sort(nodes.begin(), nodes.end());
+    const std::set<int> in(nodes.begin(), nodes.end());
+    const auto& us = g.values[p.gemm.out].users;
+    p.gemm.exported = g.values[p.gemm.out].graph_output ||
+                      std::any_of(us.begin(), us.end(), [&](int u) { return !in.count(u); });
+    Region r = make_region(g, nodes, p);
+    // Run at the first node where every input is ready; no reader of a result before it.
+    int ready = -1;
+    for (int v : r.inputs) ready = std::max(ready, g.values[v].producer);
+    const int anchor = *std::lower_bound(nodes.begin(), nodes.end(), ready + 1);
+    for (int e : r.outputs)
+      for (int u : g.values[e].users)
+        if (!in.count(u) && u < anchor)
+          return out.decline(root, what + "its result " + vname(g, e) + " is read by node '" +
+                                       g.nodes[u].id + "' before every input is ready");
+    r.anchor = anchor;
+    out.regions.push_back(std::move(r));
+    return true;
+  }
+  return false;
+}
+
 void match_gemm(const Graph& g, int root, std::set<int>& claimed_up, Matches& out) {
   Params p;
   const std::string bad = read_gemm(g, root, p.gemm, p.M, p.N, p.K, p.gemm_dtype);
@@ -1003,6 +1128,7 @@ void match(const Graph& g, Matches& out) {
     // with an activation, gating or residual took the GEMM instead.
     const size_t before = out.regions.size();
     match_gemm(g, i, claimed_up, out);
+    if (out.regions.size() == before && op == Op::kMm) match_weight_grad(g, i, out);
     bool forward = false;
     if (out.regions.size() > before) {
       const auto& f = std::any_cast<const Params&>(out.regions.back().params);

@@ -59,6 +59,18 @@ struct Backward {
   std::vector<int> chain;  ///< the pointwise nodes of the chain (for describe)
 };
 
+/// The bias gradient of a weight-gradient GEMM (match.cpp, "bias gradient on the dW GEMM"): the
+/// GEMM sums over K = tokens, and the graph sums the same tangent T [tokens, F] over its rows,
+///   nn.Linear:    dW [F, in]  = mm(T^T, X)   db[F] = sum(T, rows)  T^T is the GEMM's a
+///   GPT-2 Conv1D: dW [in, F]  = mm(X^T, T)   db[F] = sum(T, rows)  T   is the GEMM's b
+/// so the column sum rides on the GEMM (cuBLASLt's BGRADB / BGRADA) instead of reading T again.
+struct WeightGradBias {
+  bool on = false;
+  bool of_a = true;  ///< T^T is the GEMM's a (db over M, BGRADB); false: T is its b (BGRADA)
+  int summed = -1;   ///< value index: what the graph's sum reads (T, or a flat reshape of it)
+  int dbias = -1;    ///< value index: the sum's result ([F] or [1, F]), the GEMM's dtype
+};
+
 /// A matched region. Value indices, not names. What the epilogue computes per element, in float32
 /// with the graph's roundings (each `round` is a cast to that dtype):
 ///   v = gemm.out                                       (addmm: round(acc + bias), one rounding)
@@ -98,7 +110,8 @@ struct Params {
   /// Gated (or split halves): the activation's rounded result act(gate), written too because it
   /// is read outside the region (the default partitioner saves it for the backward); -1: private.
   int act_out = -1;
-  Backward bwd;  ///< a backward epilogue (then only gemm, M, N, K, out are set)
+  Backward bwd;          ///< a backward epilogue (then only gemm, M, N, K, out are set)
+  WeightGradBias wgrad;  ///< a dW GEMM with its bias gradient (then only gemm, M, N, K, out)
 };
 
 void match(const Graph& g, Matches& out);

@@ -73,6 +73,13 @@ std::vector<std::pair<std::string, nlohmann::json>> rescaled_backwards() {
   out.push_back({"llama_swiglu_mlp_train_bwd_rescaled_1024x512",
                  rescaled_trace("llama_swiglu_mlp_train_bwd_2x8x64x176",
                                 {{8, 512}, {16, 1024}, {64, 512}, {176, 512}})});
+  // dW GEMMs with the bias gradient on them (K = 1024 tokens): nn.Linear's and Conv1D's.
+  out.push_back({"qwen2_q_proj_mincut_train_bwd_rescaled_1024x512",
+                 rescaled_trace("byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128",
+                                {{8, 512}, {16, 1024}, {128, 512}})});
+  out.push_back({"gpt2_c_attn_mincut_train_bwd_rescaled_1024x768",
+                 rescaled_trace("byog/linear/gpt2_c_attn_mincut_train_bwd_2x8x128",
+                                {{8, 512}, {16, 1024}, {128, 256}, {384, 768}})});
   return out;
 }
 
@@ -94,6 +101,11 @@ std::vector<GpuCase> cases() {
         "byog/linear/gemma_mlp_default_train_bwd_2x8x128",
         "byog/linear/phi3_mlp_mincut_train_bwd_2x8x128",
         "byog/linear/phi3_mlp_default_train_bwd_2x8x128",
+        // dW GEMMs with the bias gradient (BGRADB: nn.Linear; BGRADA: GPT-2 Conv1D)
+        "byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128",
+        "byog/linear/qwen2_q_proj_default_train_bwd_2x8x128",
+        "byog/linear/gpt2_c_attn_mincut_train_bwd_2x8x128",
+        "byog/linear/gpt2_mlp_mincut_train_bwd_2x8x128",
         // default-partition forwards: saved views of the GEMM outputs left as aliases, the gated
         // activation written too; GPT-2's bf16 gelu_new tabulated
         "byog/linear/llama_mlp_default_train_fwd_2x8x128",
@@ -194,6 +206,7 @@ enum class Mutant {
   kBiasGradDropped,       ///< backward: the bias gradient not written (the check must see it)
   kTableShort,            ///< a tabulated chain without its last op
   kActOutDropped,         ///< the saved activation of a gated pair not written
+  kBiasGradOfX,           ///< a dW GEMM's bias gradient summed over its other operand (x)
 };
 Mutant g_mutant = Mutant::kBiasDropped;
 
@@ -208,6 +221,10 @@ Binding mutant_bind(const Graph& g, const Region& r, const VariantSpec& v, BindC
   if (g_mutant == Mutant::kBiasGradDropped) p.bwd.dbias = -1;
   if (g_mutant == Mutant::kTableShort && p.act == Act::kTable) p.act_values.pop_back();
   if (g_mutant == Mutant::kActOutDropped) p.act_out = -1;
+  if (g_mutant == Mutant::kBiasGradOfX && p.wgrad.on) {  // BGRADA for BGRADB; x for the tangent
+    p.wgrad.of_a = !p.wgrad.of_a;
+    p.wgrad.summed = p.wgrad.of_a ? p.wgrad.summed : p.gemm.b;
+  }
   m.params = p;
   if (g_mutant == Mutant::kUntransposedWeight) {
     UntransposedWeight w(ctx, p.gemm.b);
@@ -408,6 +425,15 @@ TEST(MatmulEpilogueMutant, BackwardBiasGradientDroppedFails) {
                         "view_8");
 }
 
+TEST(MatmulEpilogueMutant, BiasGradientOfTheOtherOperandFails) {
+  REQUIRE_GPU();
+  // Qwen2's q_proj: dW [128, 128] = tangent^T [128, 16] @ x [16, 128]; the mutant sums x's rows
+  // (BGRADA in the optimized variant, the column-sum kernel over x in the baseline).
+  for (const char* variant : {"baseline", "optimized"})
+    expect_mutant_fails(bundled("byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128"),
+                        Mutant::kBiasGradOfX, variant, "sum_1");
+}
+
 TEST(MatmulEpilogueMutant, TabulatedChainWithoutItsLastOpFails) {
   REQUIRE_GPU();
   for (const char* variant : {"baseline", "optimized"}) {
@@ -487,11 +513,20 @@ TEST(MatmulEpilogueBackwardGpu, VariantsBitIdenticalAndDeterministic) {
     const FusionSpec* only[] = {&fusions::matmul_epilogue};
     const Plan plan = make_plan(g, only);
     int bwd = 0;
-    for (const Region& r : plan.regions)
-      bwd += std::any_cast<const matmul_epilogue::Params&>(r.params).bwd.on;
+    for (const Region& r : plan.regions) {
+      const auto& p = std::any_cast<const matmul_epilogue::Params&>(r.params);
+      bwd += p.bwd.on || p.wgrad.on;
+    }
     ASSERT_GT(bwd, 0) << g.name;
     const auto inputs = generate_inputs(g, 43);
-    const auto outs = fusion_region_outputs(plan, "matmul_epilogue");
+    const auto all = fusion_region_outputs(plan, "matmul_epilogue");
+    // A dW GEMM's outputs are not compared across variants: the baseline's column sum adds in
+    // another order than cuBLASLt's bias gradient, and the two GEMMs may take other algorithms.
+    std::vector<int> outs;
+    for (const Region& r : plan.regions)
+      if (r.fusion == &fusions::matmul_epilogue &&
+          !std::any_cast<const matmul_epilogue::Params&>(r.params).wgrad.on)
+        outs.insert(outs.end(), r.outputs.begin(), r.outputs.end());
     GpuProgram base(g, plan, "baseline", inputs, nullptr);
     GpuProgram opt(g, plan, "optimized", inputs, nullptr);
     GpuProgram again(g, plan, "optimized", inputs, nullptr);
@@ -503,7 +538,93 @@ TEST(MatmulEpilogueBackwardGpu, VariantsBitIdenticalAndDeterministic) {
     again.run_all(LaunchContext{});  // a second run on the same buffers
     REPLAY_CUDA(cudaDeviceSynchronize());
     EXPECT_EQ(first_bit_difference(g, base, opt, outs), "") << g.name << ": baseline vs optimized";
+    EXPECT_EQ(first_bit_difference(g, opt, again, all), "") << g.name << ": run to run";
+  }
+}
+
+// Sets an environment variable for a scope (the previous value restored).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.empty())
+      unsetenv(name_);
+    else
+      setenv(name_, old_.c_str(), 1);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+};
+
+// The bias gradient in the dW GEMM (REPLAY_MATMUL_BGRAD=1: cuBLASLt's BGRADB / BGRADA, whatever
+// the timing would choose): both variants fused, the optimized one passes the numerics check
+// against the reference (small traces) and gives the same bits run to run (no split-K: one order
+// of the sum) at the captures' own shapes too (Qwen2's 8192 x 3584 tangent: generated inputs).
+TEST(MatmulEpilogueWeightGradGpu, BiasGradientInTheGemmPassesAndIsDeterministic) {
+  REQUIRE_GPU();
+  const ScopedEnv fused("REPLAY_MATMUL_BGRAD", "1");
+  for (const char* t : {"byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128",
+                        "byog/linear/gpt2_c_attn_mincut_train_bwd_2x8x128"}) {
+    const Graph g = bundled(t);
+    const FusionSpec* only[] = {&fusions::matmul_epilogue};
+    const Plan plan = make_plan(g, only);
+    auto ref = run_reference(g, generate_inputs(g, 46));
+    GpuProgram prog(g, plan, "optimized", ref, nullptr);
+    expect_fused_where_available(plan, prog, "optimized", t);
+    prog.poison_outputs(nullptr);
+    prog.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    const auto bounds = default_value_bounds(g);
+    for (int v : g.outputs) {
+      const auto res = check_numerics(g.values[v].name, prog.download(v, nullptr), ref.at(v),
+                                      output_bounds(g, plan, bounds, v));
+      EXPECT_TRUE(res.pass()) << t << " " << g.values[v].name << ": " << res.failure();
+    }
+  }
+  std::vector<Graph> graphs;
+  for (const char* t : {"byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128",
+                        "byog/linear/gpt2_c_attn_mincut_train_bwd_2x8x128",
+                        "byog/linear/qwen2_q_proj_default_train_bwd_1x8192x3584",
+                        "byog/linear/gpt2_c_attn_default_train_bwd_8x1024x1024",
+                        "nanogpt_mlp_train_bwd_8x1024x1600"})
+    graphs.push_back(bundled(t));
+  for (const Graph& g : graphs) {
+    const FusionSpec* only[] = {&fusions::matmul_epilogue};
+    const Plan plan = make_plan(g, only);
+    std::vector<int> dbias;
+    for (const Region& r : plan.regions) {
+      const auto& p = std::any_cast<const matmul_epilogue::Params&>(r.params);
+      if (p.wgrad.on) dbias.push_back(p.wgrad.dbias);
+    }
+    ASSERT_EQ(dbias.size(), 1u) << g.name;
+    const auto inputs = generate_inputs(g, 45);
+    GpuProgram base(g, plan, "baseline", inputs, nullptr);
+    GpuProgram opt(g, plan, "optimized", inputs, nullptr);
+    GpuProgram again(g, plan, "optimized", inputs, nullptr);
+    for (GpuProgram* p : {&base, &opt, &again}) {
+      expect_fused_where_available(plan, *p, p == &base ? "baseline" : "optimized", g.name);
+      p->poison_outputs(nullptr);
+      p->run_all(LaunchContext{});
+    }
+    again.run_all(LaunchContext{});
+    REPLAY_CUDA(cudaDeviceSynchronize());
+    const auto outs = fusion_region_outputs(plan, "matmul_epilogue");
     EXPECT_EQ(first_bit_difference(g, opt, again, outs), "") << g.name << ": run to run";
+    // The two sums of the same bfloat16 tangent, each float32 rounded once to bfloat16: within
+    // an ulp or so of each other (the numerics check holds each against the reference).
+    const HostTensor a = base.download(dbias[0], nullptr), b = opt.download(dbias[0], nullptr);
+    ASSERT_EQ(a.data.size(), b.data.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < a.data.size(); ++i) {
+      worst = std::max(worst, std::abs(a.data[i] - b.data[i]));
+      scale = std::max(scale, std::abs(a.data[i]));
+    }
+    EXPECT_LE(worst, scale * 1.6e-2) << g.name << ": baseline and optimized bias gradients";
   }
 }
 

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <functional>
 
 #include "impls/fusions/matmul_epilogue/params.hpp"
 #include "impls/fusions/matmul_epilogue/tests/synthetic.hpp"
 #include "impls/fusions/registry.hpp"
 #include "workloads/loader/trace_loader.hpp"
+#include "workloads/plan/match_util.hpp"
 #include "workloads/plan/plan.hpp"
 
 using namespace replay;
@@ -139,7 +142,7 @@ TEST(MatmulEpilogueMatch, BackwardGraphsClaimOnlyEpilogues) {
       // Any region found must be a real epilogue (a bias or pointwise step).
       const auto& pr = params(r);
       EXPECT_TRUE(pr.gemm.bias >= 0 || pr.add_bias >= 0 || pr.residual >= 0 || pr.has_act_step ||
-                  pr.bwd.on)
+                  pr.bwd.on || pr.wgrad.on)
           << trace;
     }
   }
@@ -439,6 +442,12 @@ TEST(MatmulEpilogueMatch, HuggingFaceLinearCaptures) {
   const std::string llama_bwd = "mm_4:" + silu_bwd;
   const std::string gemma_bwd =
       "mm_4:backward: d_up = g * gelu (tanh)(gate),backward: d_gate = g * up * gelu (tanh)'(gate),";
+  // dW GEMMs whose tangent's bias gradient rides on them: nn.Linear's (the tangent is a), GPT-2
+  // Conv1D's (it is b).
+  const std::string wgrad_a =
+      "mm_1:bias gradient: sum over K of the GEMM's a (the tangent's rows),";
+  const std::string wgrad_b =
+      "mm_1:bias gradient: sum over K of the GEMM's b (the tangent's rows),";
   const HfCase cases[] = {
       {"bert_intermediate_mincut_train_fwd_2x8x128", {"addmm:bias (addmm),gelu (erf),"}, ""},
       {"bert_intermediate_default_train_fwd_2x8x128", {"addmm:bias (addmm),gelu (erf),"}, ""},
@@ -476,14 +485,28 @@ TEST(MatmulEpilogueMatch, HuggingFaceLinearCaptures) {
       // Phi-3: the pair's results feed a cat (eager) into the fused gate_up weight's dW / dX.
       {"phi3_mlp_mincut_train_bwd_2x8x128", {"mm_3:" + silu_bwd}, ""},
       {"phi3_mlp_default_train_bwd_2x8x128", {"mm_3:" + silu_bwd}, ""},
-      // GPT-2's gelu_new backward runs in bfloat16 op by op, like its forward.
-      {"gpt2_mlp_mincut_train_bwd_2x8x128", {}, "backward chain after the GEMM rounds 'mul' "},
-      {"gpt2_mlp_default_train_bwd_2x8x128", {}, "reads 4 saved tensors"},
-      // BERT's intermediate: the GELU's gradient comes from the tangent, no GEMM before it; the
-      // projections' backward: GEMMs and a column sum of the tangent, nothing after a GEMM.
-      {"bert_intermediate_mincut_train_bwd_2x8x128", {}, ""},
-      {"gpt2_c_attn_mincut_train_bwd_2x8x128", {}, ""},
-      {"qwen2_q_proj_mincut_train_bwd_2x8x128", {}, ""},
+      // GPT-2's gelu_new backward runs in bfloat16 op by op, like its forward; c_proj's bias
+      // gradient rides on its dW GEMM, c_fc's stays with the chain computing its tangent.
+      {"gpt2_mlp_mincut_train_bwd_2x8x128",
+       {wgrad_b},
+       "backward chain after the GEMM rounds 'mul' "},
+      {"gpt2_mlp_default_train_bwd_2x8x128", {wgrad_b}, "reads 4 saved tensors"},
+      {"gpt2_mlp_mincut_train_bwd_2x8x128",
+       {wgrad_b},
+       "bias gradient 'sum_2' not fused with the dW GEMM: 'add_3' is computed by the pointwise "
+       "node"},
+      // BERT's intermediate: the GELU's gradient comes from the tangent, no GEMM before it, and
+      // the bias gradient of what it computes stays with that chain.
+      {"bert_intermediate_mincut_train_bwd_2x8x128",
+       {},
+       "bias gradient 'sum_1' not fused with the dW GEMM: 'convert_element_type_7' is computed by "
+       "the pointwise node"},
+      {"bert_intermediate_default_train_bwd_2x8x128", {}, ""},
+      // The projections' backward: a dX GEMM, and the dW GEMM with the bias gradient.
+      {"gpt2_c_attn_mincut_train_bwd_2x8x128", {wgrad_b}, ""},
+      {"gpt2_c_attn_default_train_bwd_2x8x128", {wgrad_b}, ""},
+      {"qwen2_q_proj_mincut_train_bwd_2x8x128", {wgrad_a}, ""},
+      {"qwen2_q_proj_default_train_bwd_2x8x128", {wgrad_a}, ""},
   };
   for (const HfCase& c : cases) {
     Graph g = load_trace(trace_path(std::string("byog/linear/") + c.trace));
@@ -546,8 +569,9 @@ TEST(MatmulEpilogueBackward, NanoGPTGeluBackwardWithBiasGradient) {
         std::pair{"nanogpt_mlp_gelu_tanh_train_bwd_8x1024x1600", Act::kGeluTanh}}) {
     Graph g = load_trace(trace_path(trace));
     Plan p = plan_of(g);
-    ASSERT_EQ(p.regions.size(), 1u) << trace;
+    ASSERT_EQ(p.regions.size(), 2u) << trace;
     const Region& r = p.regions[0];
+    EXPECT_TRUE(params(p.regions[1]).wgrad.on) << trace;
     const auto& b = params(r).bwd;
     ASSERT_TRUE(b.on) << trace;
     EXPECT_FALSE(b.gated);
@@ -566,8 +590,9 @@ TEST(MatmulEpilogueBackward, NanoGPTGeluBackwardWithBiasGradient) {
     json d = r.fusion->describe(g, r);
     EXPECT_NE(d["optimized"].get<std::string>().find("not CUBLASLT_EPILOGUE_BGRADB"),
               std::string::npos);
-    // The dW / dX GEMMs and the tangent's own column sum stay eager.
-    for (const char* n : {"mm_1", "mm_2", "mm_3", "sum_1"})
+    // The dX GEMMs and c_fc's dW stay eager; c_proj's dW takes the tangent's own column sum
+    // (MatmulEpilogueWeightGrad below).
+    for (const char* n : {"mm_2", "mm_3"})
       EXPECT_EQ(p.node_region[node_index(g, n)], -1) << trace << " " << n;
   }
 }
@@ -699,4 +724,123 @@ TEST(MatmulEpilogueBackward, ActGradReferenceIsTheDerivative) {
       const double fd = (act_reference(a, x + h) - act_reference(a, x - h)) / (2 * h);
       EXPECT_NEAR(act_grad_reference(a, x), fd, 1e-8) << act_name(a) << " at " << x;
     }
+}
+
+// --- the bias gradient on the dW GEMM -----------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> output_names(const Graph& g, const Region& r) {
+  std::vector<std::string> v;
+  for (int o : r.outputs) v.push_back(name(g, o));
+  return v;
+}
+
+}  // namespace
+
+TEST(MatmulEpilogueWeightGrad, BiasGradientRidesOnTheDwGemm) {
+  struct Case {
+    const char* trace;
+    bool of_a;
+    const char* a;
+    const char* b;
+    const char* summed;
+  };
+  const Case cases[] = {
+      // nn.Linear: dW = mm(permute(view(tangent)), x), db = sum(view(tangent), [0], keepdim).
+      {"byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128", true, "permute_2", "view", "view_2"},
+      {"byog/linear/qwen2_q_proj_default_train_bwd_1x8192x3584", true, "permute_2", "view",
+       "view_2"},
+      {"nanogpt_mlp_train_bwd_8x1024x1600", true, "permute_3", "view_2", "view_4"},
+      // GPT-2 Conv1D: dW = mm(permute(x), view(tangent)).
+      {"byog/linear/gpt2_c_attn_default_train_bwd_8x1024x1024", false, "permute_1", "view_2",
+       "view_2"},
+      {"byog/linear/gpt2_mlp_mincut_train_bwd_8x1024x1024", false, "permute_1", "view_4", "view_4"},
+  };
+  for (const Case& c : cases) {
+    Graph g = load_trace(trace_path(c.trace));
+    Plan p = plan_of(g);
+    const Region* r = region_of(g, p, "mm_1");
+    ASSERT_NE(r, nullptr) << c.trace;
+    const auto& w = params(*r).wgrad;
+    ASSERT_TRUE(w.on) << c.trace;
+    EXPECT_EQ(w.of_a, c.of_a) << c.trace;
+    EXPECT_EQ(name(g, params(*r).gemm.a), c.a) << c.trace;
+    EXPECT_EQ(name(g, params(*r).gemm.b), c.b) << c.trace;
+    EXPECT_EQ(name(g, w.summed), c.summed) << c.trace;
+    EXPECT_EQ(name(g, w.dbias), "sum_1") << c.trace;
+    EXPECT_EQ(node_ids(g, *r), (std::vector<std::string>{"mm_1", "sum_1"})) << c.trace;
+    EXPECT_EQ(output_names(g, *r), (std::vector<std::string>{"mm_1", "sum_1"})) << c.trace;
+    // It runs where its inputs are ready: at the GEMM, before the sum's place in the graph.
+    EXPECT_EQ(g.nodes[r->anchor].id, "mm_1") << c.trace;
+    const json d = r->fusion->describe(g, *r);
+    EXPECT_NE(d["optimized"].get<std::string>().find(c.of_a ? "BGRADB" : "BGRADA"),
+              std::string::npos)
+        << c.trace;
+    // The sum reads the GEMM operand's elements: counted once (nn.Linear's sum reads the
+    // tangent beside the GEMM's transpose view of it; Conv1D's the GEMM's b itself).
+    const Cost cost = r->fusion->cost(g, *r);
+    const double io = value_bytes(g, r->inputs) + value_bytes(g, r->outputs);
+    EXPECT_DOUBLE_EQ(cost.bytes, io - (c.of_a ? value_bytes(g, {w.summed}) : 0)) << c.trace;
+    EXPECT_GT(cost.flops, 0) << c.trace;
+  }
+}
+
+TEST(MatmulEpilogueWeightGrad, TheFullGraphLeavesTheTangentsSumToTheDwGemm) {
+  // With every fusion: Qwen2's q_proj backward is the dX GEMM (eager) and one region.
+  Graph g = load_trace(trace_path("byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128"));
+  Plan p = make_plan(g, fusion_registry());
+  ASSERT_EQ(p.regions.size(), 1u);
+  EXPECT_EQ(p.regions[0].fusion->name, std::string("matmul_epilogue"));
+  EXPECT_TRUE(params(p.regions[0]).wgrad.on);
+  EXPECT_EQ(p.node_region[node_index(g, "mm")], -1);
+}
+
+namespace {
+
+// The small Qwen2 q_proj backward ([16, 128] tangent) with `edit` applied to sum_1 and view_3
+// (the view of sum_1 the graph returns).
+Graph edited_qwen2(const std::function<void(json& sum, json& view)>& edit) {
+  std::ifstream f(trace_path("byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128"));
+  json t = json::parse(f);
+  json *sum = nullptr, *view = nullptr;
+  for (json& n : t["nodes"]) {
+    if (n["id"] == "sum_1") sum = &n;
+    if (n["id"] == "view_3") view = &n;
+  }
+  EXPECT_TRUE(sum && view);
+  edit(*sum, *view);
+  return parse_trace(t, "qwen2_edited");
+}
+
+}  // namespace
+
+TEST(MatmulEpilogueWeightGrad, DeclinesOrLeavesWhatIsNoBiasGradientOfTheGemm) {
+  // A sum over the wrong dim (per-token sums, [16, 1]) is no bias gradient: nothing taken.
+  {
+    Graph g = edited_qwen2([](json& sum, json& view) {
+      sum["args"][1] = json::array({1});
+      sum["outputs"][0]["shape"] = json::array({16, 1});
+      sum["outputs"][0]["stride"] = json::array({1, 1});
+      view["args"][1] = json::array({16});
+      view["outputs"][0]["shape"] = json::array({16});
+    });
+    Plan p = plan_of(g);
+    EXPECT_EQ(region_of(g, p, "mm_1"), nullptr);
+  }
+  // The bias gradient summed in float32 (sum(..., dtype=torch.float32)): declined, with why.
+  {
+    Graph g = edited_qwen2([](json& sum, json& view) {
+      sum["kwargs"]["dtype"] = json{{"dtype", "float32"}};
+      sum["outputs"][0]["dtype"] = "float32";
+      view["outputs"][0]["dtype"] = "float32";
+    });
+    Plan p = plan_of(g);
+    EXPECT_EQ(region_of(g, p, "mm_1"), nullptr);
+    std::string all;
+    for (const auto& d : p.declined) all += d.reason + "; ";
+    EXPECT_NE(all.find("bias gradient 'sum_1' not fused with the dW GEMM: it is float32"),
+              std::string::npos)
+        << all;
+  }
 }
