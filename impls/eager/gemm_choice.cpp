@@ -46,7 +46,8 @@ std::string describe(const GemmChoice& c) {
   if (!c.tuned || c.candidate_us.empty())
     return s + " (the heuristic's first of " + std::to_string(c.candidates) + ", not timed)";
   s += ", " + us_str(c.chosen_us());
-  if (c.chosen != 0 && c.first_us() > 0) s += " (heuristic's first " + us_str(c.first_us()) + ")";
+  if (c.chosen != 0 && c.first_us() > 0)
+    s += " (" + c.first_name + " " + us_str(c.first_us()) + ")";
   return s + " (" + std::to_string(c.candidate_us.size()) + " candidates timed)";
 }
 

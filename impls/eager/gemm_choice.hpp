@@ -25,6 +25,9 @@ struct GemmChoice {
   /// launches; -1 for a candidate cuBLASLt refused at launch. Empty when not tuned.
   std::vector<double> candidate_us;
   int chosen = 0;                ///< index of the kept candidate in that order
+  /// What candidate 0 is, in describe(): the heuristic's first, or another form a fusion timed
+  /// (matmul_epilogue's bias gradient: "the epilogue in the GEMM").
+  std::string first_name = "heuristic's first";
   uint64_t workspace_bytes = 0;  ///< the workspace the kept algorithm asks for (what it is given)
   /// µs of the kept candidate, and of the heuristic's first (0 when not timed).
   double chosen_us() const;

@@ -328,6 +328,7 @@ Binding bind_weight_grad(const Graph& g, const Params& p, bool optimized, BindCo
                   (w.of_a ? "CUBLASLT_EPILOGUE_BGRADB" : "CUBLASLT_EPILOGUE_BGRADA") +
                   ", [1] the GEMM then the column-sum kernel";
     rec.tuned = true;
+    rec.first_name = "the epilogue in the GEMM";
     rec.candidates = 2;
     rec.candidate_us = {time_launch(fused), time_launch(split)};
     rec.chosen = rec.candidate_us[0] < rec.candidate_us[1] ? 0 : 1;
