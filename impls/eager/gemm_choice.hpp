@@ -24,7 +24,7 @@ struct GemmChoice {
   /// µs per launch of each candidate in the heuristic's order, warm L2, mean of the timed
   /// launches; -1 for a candidate cuBLASLt refused at launch. Empty when not tuned.
   std::vector<double> candidate_us;
-  int chosen = 0;                ///< index of the kept candidate in that order
+  int chosen = 0;  ///< index of the kept candidate in that order
   /// What candidate 0 is, in describe(): the heuristic's first, or another form a fusion timed
   /// (matmul_epilogue's bias gradient: "the epilogue in the GEMM").
   std::string first_name = "heuristic's first";
