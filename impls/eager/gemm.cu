@@ -326,20 +326,22 @@ struct LtCall {
     st = CUBLAS_STATUS_SUCCESS;
     results.resize(static_cast<size_t>(std::max(returned, 0)));
     // Belt and braces: only the deterministic reduction schemes, whatever the mask did.
+    // A configuration that cannot be read counts as excluded (fails closed).
     auto undeterministic = [](const cublasLtMatmulHeuristicResult_t& r) {
       uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
       size_t written = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                           sizeof(scheme), &written);
-      return r.state != CUBLAS_STATUS_SUCCESS || (scheme != CUBLASLT_REDUCTION_SCHEME_NONE &&
-                                                  scheme != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+      const cublasStatus_t q = cublasLtMatmulAlgoConfigGetAttribute(
+          &r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme), &written);
+      return r.state != CUBLAS_STATUS_SUCCESS || q != CUBLAS_STATUS_SUCCESS ||
+             (scheme != CUBLASLT_REDUCTION_SCHEME_NONE &&
+              scheme != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
     };
     auto split = [](const cublasLtMatmulHeuristicResult_t& r) {
       uint32_t splits = 1;
       size_t written = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                           sizeof(splits), &written);
-      return splits > 1;
+      const cublasStatus_t q = cublasLtMatmulAlgoConfigGetAttribute(
+          &r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written);
+      return q != CUBLAS_STATUS_SUCCESS || splits > 1;
     };
     if (no_split_k)
       results.erase(std::remove_if(results.begin(), results.end(), split), results.end());

@@ -254,12 +254,51 @@ double time_launch(const EagerLaunch& run) {
   return 1e3 * ms / kReps;
 }
 
+// REPLAY_MATMUL_BGRAD: "1", the bias gradient in the GEMM (the region falls back with cuBLASLt's
+// reason when it has no such algorithm); "0", never; unset or empty, timed. Anything else throws
+// std::invalid_argument naming the variable.
+enum class BgradForce { kTimed, kFused, kSplit };
+BgradForce bgrad_force() {
+  const char* e = std::getenv("REPLAY_MATMUL_BGRAD");
+  if (!e || !*e) return BgradForce::kTimed;
+  const std::string v = e;
+  if (v == "1") return BgradForce::kFused;
+  if (v == "0") return BgradForce::kSplit;
+  throw std::invalid_argument("REPLAY_MATMUL_BGRAD='" + v +
+                              "': expected 1 (the bias gradient in the GEMM), 0 (the GEMM, then "
+                              "the column-sum kernel) or unset (the faster of the two, timed)");
+}
+
+// A later-timed form must be this much faster to be kept over the two steps (as gemm.cu's
+// kTuneMargin among algorithms): a choice between near-equal forms does not flip on noise.
+constexpr double kFusedMargin = 0.97;
+
+// The fused-or-split decision per problem for the process (device and the key bind_weight_grad
+// builds), so every program bound in it runs the same form and gives the same bits.
+struct BgradDecision {
+  bool fused = false;
+  double fused_us = 0, split_us = 0;
+};
+std::map<std::string, BgradDecision>& bgrad_decisions() {
+  static std::map<std::string, BgradDecision> m;
+  return m;
+}
+
+std::string layout_key(const TensorMeta& l) {
+  std::string s = std::string(dtype_name(l.dtype)) + "[";
+  for (size_t i = 0; i < l.shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(l.shape[i]) + ":" + std::to_string(l.stride[i]);
+  return s + "]";
+}
+
 // A dW GEMM with its bias gradient (params.hpp, WeightGradBias): the GEMM writes dW; then
 //   baseline:  the GEMM, then the column-sum kernel over the tangent T [K, F] (a second read);
-//   optimized: the faster, timed here once per region, of the same cuBLASLt call summing the
-//              bias gradient over K (BGRADB / BGRADA: no second read of T) and the baseline's
-//              two steps (cuBLASLt's bias gradient kernels are not free: TUNING.md). The choice
-//              and both times are recorded with the GEMM choices (results.json).
+//   optimized: the faster of the same cuBLASLt call summing the bias gradient over K (BGRADB /
+//              BGRADA: no second read of T) and the baseline's two steps (cuBLASLt's bias
+//              gradient kernels are not free: TUNING.md), timed once per problem for the process,
+//              the epilogue kept only when it is 3 % faster. The decision and both times are
+//              recorded with the GEMM choices (results.json), with the choice of the GEMM that
+//              runs (not of the form left aside).
 Binding bind_weight_grad(const Graph& g, const Params& p, bool optimized, BindContext& ctx) {
   Binding b;
   const WeightGradBias& w = p.wgrad;
@@ -276,6 +315,7 @@ Binding bind_weight_grad(const Graph& g, const Params& p, bool optimized, BindCo
                     std::to_string(F) + "] " + std::string(dtype_name(p.gemm_dtype)) + " vector";
     return b;
   }
+  const BgradForce force = optimized ? bgrad_force() : BgradForce::kSplit;
   MatmulOperands mo;
   mo.tune = true;
   BoundTensor ta = ctx.tensor(p.gemm.a), tb = ctx.tensor(p.gemm.b);
@@ -286,62 +326,95 @@ Binding bind_weight_grad(const Graph& g, const Params& p, bool optimized, BindCo
   // The two steps: the GEMM, then the column sum over T.
   const EpiMat t = as_rows(ctx.tensor(w.summed), K, F);
   EagerLaunch split;
+  std::vector<GemmChoice> split_choices, fused_choices;
   std::string split_why;
-  if (column_sum_vectorized(t, F)) {
-    auto* partial = static_cast<float*>(
-        ctx.workspace(static_cast<size_t>(backward_partial_floats(K, F)) * sizeof(float)));
-    const EagerLaunch gemm = prepare_matmul(name, mo);
-    const DType dt = db.layout.dtype;
-    void* out = db.ptr;
-    split = [=](cudaStream_t s) {
-      gemm(s);
-      launch_column_sum(t, K, F, out, dt, partial, s);
-    };
-  } else {
+  if (force == BgradForce::kFused) {
+    split_why = "REPLAY_MATMUL_BGRAD=1 asks for the bias gradient in the GEMM";
+  } else if (!column_sum_vectorized(t, F)) {
     split_why = "the column sum over '" + g.values[w.summed].name +
                 "' needs a row-major [K, F] with F and its row stride multiples of 8 elements, "
                 "16-byte aligned";
+  } else {
+    try {
+      GemmChoiceLog log;  // recorded in the region's log only if this form runs
+      const EagerLaunch gemm = prepare_matmul(name, mo);
+      split_choices = log.take();
+      auto* partial = static_cast<float*>(
+          ctx.workspace(static_cast<size_t>(backward_partial_floats(K, F)) * sizeof(float)));
+      const DType dt = db.layout.dtype;
+      void* out = db.ptr;
+      split = [=](cudaStream_t s) {
+        gemm(s);
+        launch_column_sum(t, K, F, out, dt, partial, s);
+      };
+    } catch (const std::exception& e) {
+      split_why = e.what();
+    }
   }
   EagerLaunch fused;
   std::string fused_why;
-  if (optimized) {
+  if (force == BgradForce::kSplit && optimized) {
+    fused_why = "REPLAY_MATMUL_BGRAD=0 asks for the GEMM, then the column-sum kernel";
+  } else if (optimized) {
     MatmulOperands mf = mo;
     mf.bias_grad_of = w.of_a ? BiasGrad::kRowsOfA : BiasGrad::kColsOfB;
     mf.bias_grad = db.ptr;
     try {
+      GemmChoiceLog log;
       fused = prepare_matmul(name, mf);
-    } catch (const std::invalid_argument& e) {
+      fused_choices = log.take();
+    } catch (const std::exception& e) {  // cuBLASLt has no such algorithm, or refused it
       fused_why = e.what();
     }
   }
-  // REPLAY_MATMUL_BGRAD=1: the bias gradient in the GEMM whenever cuBLASLt has it; =0: never;
-  // unset: timed (tests pin each form; TUNING.md's measurements use both).
-  const char* force = std::getenv("REPLAY_MATMUL_BGRAD");
-  if (force && std::string(force) == "0") fused = nullptr;
-  if (force && std::string(force) == "1" && fused) split = nullptr;
-  EagerLaunch run = split;
-  if (fused && split) {  // both run: keep the faster (the two steps unless the fused is faster)
+  bool keep_fused = fused && !split;
+  if (fused && split) {  // both can run: the decision for this problem, timed once
+    int device = 0;
+    REPLAY_CUDA(cudaGetDevice(&device));
+    const std::string key = std::to_string(device) + "|" + (w.of_a ? "a" : "b") + "|" +
+                            std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                            "|" + layout_key(ta.layout) + "|" + layout_key(tb.layout) + "|ld" +
+                            std::to_string(z.ld) + "|t" + std::to_string(t.ld) + "|" +
+                            std::string(dtype_name(t.dtype));
+    auto it = bgrad_decisions().find(key);
+    if (it == bgrad_decisions().end()) {
+      BgradDecision d;
+      try {
+        d.fused_us = time_launch(fused);
+      } catch (const std::exception& e) {  // refused at launch: the two steps
+        d.fused_us = -1;
+        fused_why = e.what();
+      }
+      d.split_us = time_launch(split);
+      d.fused = d.fused_us >= 0 && d.fused_us < d.split_us * kFusedMargin;
+      it = bgrad_decisions().emplace(key, d).first;
+    }
+    keep_fused = it->second.fused;
     GemmChoice rec;
     rec.name = name + " bias gradient";
     rec.problem = std::string("bias gradient of ") + (w.of_a ? "a" : "b") +
                   " over K = " + std::to_string(K) + ": [0] the GEMM with " +
                   (w.of_a ? "CUBLASLT_EPILOGUE_BGRADB" : "CUBLASLT_EPILOGUE_BGRADA") +
-                  ", [1] the GEMM then the column-sum kernel";
+                  ", [1] the GEMM then the column-sum kernel (kept unless [0] is 3 % faster)";
     rec.tuned = true;
     rec.first_name = "the epilogue in the GEMM";
     rec.candidates = 2;
-    rec.candidate_us = {time_launch(fused), time_launch(split)};
-    rec.chosen = rec.candidate_us[0] < rec.candidate_us[1] ? 0 : 1;
-    rec.algo = rec.chosen == 0 ? "bias gradient in the GEMM" : "GEMM, then the column sum";
+    rec.candidate_us = {it->second.fused_us, it->second.split_us};
+    rec.chosen = keep_fused ? 0 : 1;
+    rec.algo = keep_fused ? "bias gradient in the GEMM" : "GEMM, then the column sum";
     record_gemm_choice(rec);
-    if (rec.chosen == 0) run = fused;
-  } else if (fused) {
-    run = fused;
   }
+  const EagerLaunch run = keep_fused ? fused : split;
   if (!run) {
-    b.unsupported = optimized && !fused_why.empty() ? fused_why + "; and " + split_why : split_why;
+    if (!optimized)
+      b.unsupported = split_why;
+    else if (force == BgradForce::kFused)
+      b.unsupported = fused_why;
+    else
+      b.unsupported = fused_why.empty() ? split_why : fused_why + "; and " + split_why;
     return b;
   }
+  for (GemmChoice& c : keep_fused ? fused_choices : split_choices) record_gemm_choice(c);
   b.launch = [run](const LaunchContext& c) { run(c.stream); };
   return b;
 }

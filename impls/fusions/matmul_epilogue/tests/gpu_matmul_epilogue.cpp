@@ -561,10 +561,30 @@ class ScopedEnv {
   std::string old_;
 };
 
+// The GEMM choices a program recorded for its dW-GEMM regions (matmul_epilogue, wgrad.on).
+std::vector<GemmChoice> weight_grad_choices(const Plan& plan, const GpuProgram& prog) {
+  std::vector<GemmChoice> out;
+  for (size_t r = 0; r < plan.regions.size(); ++r) {
+    const Region& reg = plan.regions[r];
+    if (reg.fusion != &fusions::matmul_epilogue ||
+        !std::any_cast<const matmul_epilogue::Params&>(reg.params).wgrad.on)
+      continue;
+    for (const GemmChoice& c : prog.gemm_choices(static_cast<int>(r))) out.push_back(c);
+  }
+  return out;
+}
+
+bool has_bgrad_gemm(const std::vector<GemmChoice>& cs) {
+  for (const GemmChoice& c : cs)
+    if (c.problem.find(", bias gradient of") != std::string::npos) return true;
+  return false;
+}
+
 // The bias gradient in the dW GEMM (REPLAY_MATMUL_BGRAD=1: cuBLASLt's BGRADB / BGRADA, whatever
-// the timing would choose): both variants fused, the optimized one passes the numerics check
-// against the reference (small traces) and gives the same bits run to run (no split-K: one order
-// of the sum) at the captures' own shapes too (Qwen2's 8192 x 3584 tangent: generated inputs).
+// the timing would choose; no fallback to the two steps): the optimized variant runs it (its
+// GEMM choice says so), passes the numerics check against the reference (small traces) and gives
+// the same bits run to run (no split-K: one order of the sum) at the captures' own shapes too
+// (Qwen2's 8192 x 3584 tangent: generated inputs). The baseline runs the two steps.
 TEST(MatmulEpilogueWeightGradGpu, BiasGradientInTheGemmPassesAndIsDeterministic) {
   REQUIRE_GPU();
   const ScopedEnv fused("REPLAY_MATMUL_BGRAD", "1");
@@ -576,6 +596,7 @@ TEST(MatmulEpilogueWeightGradGpu, BiasGradientInTheGemmPassesAndIsDeterministic)
     auto ref = run_reference(g, generate_inputs(g, 46));
     GpuProgram prog(g, plan, "optimized", ref, nullptr);
     expect_fused_where_available(plan, prog, "optimized", t);
+    EXPECT_TRUE(has_bgrad_gemm(weight_grad_choices(plan, prog))) << t;
     prog.poison_outputs(nullptr);
     prog.run_all(LaunchContext{});
     REPLAY_CUDA(cudaDeviceSynchronize());
@@ -611,6 +632,8 @@ TEST(MatmulEpilogueWeightGradGpu, BiasGradientInTheGemmPassesAndIsDeterministic)
       p->poison_outputs(nullptr);
       p->run_all(LaunchContext{});
     }
+    EXPECT_TRUE(has_bgrad_gemm(weight_grad_choices(plan, opt))) << g.name;
+    EXPECT_FALSE(has_bgrad_gemm(weight_grad_choices(plan, base))) << g.name;
     again.run_all(LaunchContext{});
     REPLAY_CUDA(cudaDeviceSynchronize());
     const auto outs = fusion_region_outputs(plan, "matmul_epilogue");
@@ -625,6 +648,58 @@ TEST(MatmulEpilogueWeightGradGpu, BiasGradientInTheGemmPassesAndIsDeterministic)
       scale = std::max(scale, std::abs(a.data[i]));
     }
     EXPECT_LE(worst, scale * 1.6e-2) << g.name << ": baseline and optimized bias gradients";
+  }
+}
+
+// Unset, the optimized variant times the two forms once per problem: every program bound in the
+// process then runs the same one (the same bits), and the region's GEMM choices hold the decision
+// and the GEMM of the form that runs only. =0 runs the two steps; another value is an error.
+TEST(MatmulEpilogueWeightGradGpu, FusedOrSplitIsDecidedOncePerProblem) {
+  REQUIRE_GPU();
+  const Graph g = bundled("byog/linear/gpt2_c_attn_default_train_bwd_8x1024x1024");
+  const FusionSpec* only[] = {&fusions::matmul_epilogue};
+  const Plan plan = make_plan(g, only);
+  const auto inputs = generate_inputs(g, 47);
+  std::vector<std::vector<GemmChoice>> seen;
+  {
+    const ScopedEnv timed("REPLAY_MATMUL_BGRAD", "");
+    for (int i = 0; i < 3; ++i) {
+      GpuProgram prog(g, plan, "optimized", inputs, nullptr);
+      expect_fused_where_available(plan, prog, "optimized", g.name);
+      seen.push_back(weight_grad_choices(plan, prog));
+    }
+  }
+  ASSERT_EQ(seen[0].size(), 2u) << "the decision and the GEMM that runs";
+  const GemmChoice* decision = nullptr;
+  const GemmChoice* gemm = nullptr;
+  for (const GemmChoice& c : seen[0])
+    (c.first_name == "the epilogue in the GEMM" ? decision : gemm) = &c;
+  ASSERT_NE(decision, nullptr);
+  ASSERT_NE(gemm, nullptr);
+  ASSERT_EQ(decision->candidate_us.size(), 2u);
+  EXPECT_EQ(has_bgrad_gemm({*gemm}), decision->chosen == 0) << gemm->problem;
+  if (decision->chosen == 0) EXPECT_LT(decision->candidate_us[0], decision->candidate_us[1] * 0.97);
+  for (const auto& s : seen) {
+    ASSERT_EQ(s.size(), seen[0].size());
+    for (size_t i = 0; i < s.size(); ++i) {
+      EXPECT_EQ(s[i].chosen, seen[0][i].chosen);
+      EXPECT_EQ(s[i].candidate_us, seen[0][i].candidate_us) << "timed again";
+    }
+  }
+  {
+    const ScopedEnv split("REPLAY_MATMUL_BGRAD", "0");
+    GpuProgram prog(g, plan, "optimized", inputs, nullptr);
+    EXPECT_FALSE(has_bgrad_gemm(weight_grad_choices(plan, prog)));
+  }
+  {
+    const ScopedEnv bad("REPLAY_MATMUL_BGRAD", "yes");
+    try {
+      GpuProgram prog(g, plan, "optimized", inputs, nullptr);
+      ADD_FAILURE() << "REPLAY_MATMUL_BGRAD=yes was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("REPLAY_MATMUL_BGRAD='yes'"), std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -813,6 +813,32 @@ Graph edited_qwen2(const std::function<void(json& sum, json& view)>& edit) {
   return parse_trace(t, "qwen2_edited");
 }
 
+// The same trace with `node` inserted before sum_1 and sum_1 reading `node`'s output.
+Graph edited_qwen2_with(json node, const std::function<void(json& sum, json& view)>& edit) {
+  std::ifstream f(trace_path("byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128"));
+  json t = json::parse(f);
+  json nodes = json::array();
+  for (json& n : t["nodes"]) {
+    if (n["id"] == "sum_1") {
+      nodes.push_back(node);
+      n["args"][0] = json{{"ref", node["id"]}};
+    }
+    nodes.push_back(n);
+  }
+  t["nodes"] = nodes;
+  json *sum = nullptr, *view = nullptr;
+  for (json& n : t["nodes"]) {
+    if (n["id"] == "sum_1") sum = &n;
+    if (n["id"] == "view_3") view = &n;
+  }
+  edit(*sum, *view);
+  return parse_trace(t, "qwen2_edited");
+}
+
+json out_meta(std::vector<int64_t> shape, std::vector<int64_t> stride) {
+  return json::array({json{{"shape", shape}, {"stride", stride}, {"dtype", "bfloat16"}}});
+}
+
 }  // namespace
 
 TEST(MatmulEpilogueWeightGrad, DeclinesOrLeavesWhatIsNoBiasGradientOfTheGemm) {
@@ -842,5 +868,81 @@ TEST(MatmulEpilogueWeightGrad, DeclinesOrLeavesWhatIsNoBiasGradientOfTheGemm) {
     EXPECT_NE(all.find("bias gradient 'sum_1' not fused with the dW GEMM: it is float32"),
               std::string::npos)
         << all;
+  }
+  // The 3-D tangent summed over the batch only ([1, 8, 128]: a per-position sum, not over every
+  // token the GEMM reduces): nothing taken.
+  {
+    Graph g = edited_qwen2([](json& sum, json& view) {
+      sum["args"][0] = json{{"ref", "tangents_1"}};
+      sum["args"][1] = json::array({0});
+      sum["outputs"] = out_meta({1, 8, 128}, {1024, 128, 1});
+      view["args"][1] = json::array({1024});
+      view["outputs"] = out_meta({1024}, {1});
+    });
+    Plan p = plan_of(g);
+    EXPECT_EQ(region_of(g, p, "mm_1"), nullptr);
+  }
+  // A flat reshape of the tangent whose last dim is not the GEMM's F ([32, 64]) summed over its
+  // rows: 64 sums of other elements, nothing taken.
+  {
+    json v{{"id", "view_9"},
+           {"op", "aten.view.default"},
+           {"args", json::array({json{{"ref", "tangents_1"}}, json::array({32, 64})})},
+           {"kwargs", json::object()},
+           {"outputs", out_meta({32, 64}, {64, 1})}};
+    Graph g = edited_qwen2_with(v, [](json& sum, json& view) {
+      sum["outputs"] = out_meta({1, 64}, {64, 1});
+      view["args"][1] = json::array({64});
+      view["outputs"] = out_meta({64}, {1});
+    });
+    Plan p = plan_of(g);
+    EXPECT_EQ(region_of(g, p, "mm_1"), nullptr);
+  }
+  // The sum over the first 8 of the GEMM's 16 rows (a slice, not a reshape): nothing taken.
+  {
+    json v{{"id", "slice_9"},
+           {"op", "aten.slice.Tensor"},
+           {"args", json::array({json{{"ref", "view_2"}}, 0, 0, 8})},
+           {"kwargs", json::object()},
+           {"outputs", out_meta({8, 128}, {128, 1})}};
+    Graph g = edited_qwen2_with(v, [](json&, json&) {});
+    Plan p = plan_of(g);
+    EXPECT_EQ(region_of(g, p, "mm_1"), nullptr);
+  }
+  // The sum over the rows of the GEMM's other operand x (the saved activation [K, N], its b):
+  // that is the column sum over K of b, what BGRADA computes, so it is taken as such.
+  {
+    Graph g = edited_qwen2([](json& sum, json&) { sum["args"][0] = json{{"ref", "view"}}; });
+    Plan p = plan_of(g);
+    const Region* r = region_of(g, p, "mm_1");
+    ASSERT_NE(r, nullptr);
+    EXPECT_FALSE(params(*r).wgrad.of_a);
+    EXPECT_EQ(name(g, params(*r).wgrad.summed), "view");
+  }
+  // The GEMM's a a contiguous clone of the tangent's transpose: the canonical form drops the
+  // copy (the GEMM reads the permute view), so nn.Linear's form is still found.
+  {
+    json c{{"id", "clone_9"},
+           {"op", "aten.clone.default"},
+           {"args", json::array({json{{"ref", "permute_2"}}})},
+           {"kwargs", json{{"memory_format", json{{"enum", "torch.contiguous_format"}}}}},
+           {"outputs", out_meta({128, 16}, {16, 1})}};
+    std::ifstream f(trace_path("byog/linear/qwen2_q_proj_mincut_train_bwd_2x8x128"));
+    json t = json::parse(f);
+    json nodes = json::array();
+    for (json& n : t["nodes"]) {
+      if (n["id"] == "mm_1") {
+        nodes.push_back(c);
+        n["args"][0] = json{{"ref", "clone_9"}};
+      }
+      nodes.push_back(n);
+    }
+    t["nodes"] = nodes;
+    Graph g = parse_trace(t, "qwen2_edited");
+    Plan p = plan_of(g);
+    const Region* r = region_of(g, p, "mm_1");
+    ASSERT_NE(r, nullptr);
+    EXPECT_TRUE(params(*r).wgrad.of_a);
+    EXPECT_EQ(name(g, params(*r).gemm.a), "permute_2");
   }
 }
