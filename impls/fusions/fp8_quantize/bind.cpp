@@ -157,8 +157,8 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       return b;
     }
     b.launch = [a, slots, all](const LaunchContext& c) {
-      launch_amax(a, slots, c.stream);
-      launch_cast(a, all, /*fold_scales=*/true, c.stream);
+      const bool after_amax = launch_amax(a, slots, c.stream);
+      launch_cast(a, all, /*fold_scales=*/true, c.stream, after_amax);
     };
     return b;
   }

@@ -21,7 +21,10 @@
 //                     Row-major dests straight from registers (8-byte stores, a warp writes two
 //                     full 128-byte rows); column-major ones through a swizzled shared-memory tile
 //                     (conflict-free both ways), transposed 4 x 4 bytes at a time in registers
-//                     (byte_perm) and written as 16-byte stores, 8 lanes per 128-byte column run
+//                     (byte_perm) and written as 16-byte stores, 8 lanes per 128-byte column run.
+//                     After the amax pass (optimized) it is that pass's programmatic dependent
+//                     (impls/cuda/pdl.cuh): its tiles' loads of x overlap the pass's tail, and
+//                     it waits for the pass before it reads an amax
 //   cast_fast_kernel  the same for the common groups (CastFast: one or two quantizations, one
 //                     row-major and one column-major dest each): static parameter offsets, no
 //                     per-row dest loop or layout tests (generic kernel: REPLAY_FP8_CAST=generic)
@@ -51,6 +54,7 @@
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/dtype_device.cuh"
+#include "impls/cuda/pdl.cuh"
 #include "impls/cuda/vec16.cuh"
 #include "impls/fusions/amax_reuse/multi_amax.cuh"
 #include "impls/fusions/fp8_quantize/kernels.hpp"
@@ -215,6 +219,7 @@ struct Mag {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     amax_all_kernel(const uint4* __restrict__ x, int64_t n16, uint32_t* glob_ws) {
+  pdl_launch_dependents();  // the cast may launch now; it waits for this grid before its scales
   using M = Mag<T>;
   __shared__ uint32_t part[kWarps];
   constexpr uint32_t kMask = M::k16 ? 0x7FFF7FFFu : 0x7FFFFFFFu;
@@ -250,6 +255,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     amax_packed_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, uint32_t* row_ws,
                        uint32_t* col_ws, uint32_t* glob_ws) {
+  pdl_launch_dependents();
   amax_reuse::device::tiles_packed_body<T>(x, rows, cols, cols, row_ws, col_ws, glob_ws);
 }
 
@@ -257,6 +263,7 @@ template <typename T, bool kAbs>
 __global__ void __launch_bounds__(kThreads)
     amax_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, bool vec, uint32_t* row_ws,
                 uint32_t* col_ws, uint32_t* glob_ws) {
+  pdl_launch_dependents();
   using M = Mag<T>;
   __shared__ uint32_t col_part[kWarps][kAmaxCols];
   __shared__ uint32_t glob_part[kWarps];
@@ -501,6 +508,9 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)  // 96 KiB o
     const int64_t r = rb + rt0 + i * kCastRowStep;
     if (r < rows && n) ch[i].load(x + r * cols, c0, cols, vec);
   }
+  // Launched as the amax pass's programmatic dependent (launch_cast's after_amax), the tile's
+  // loads of x above overlap that pass's tail; its amaxes are read only after this.
+  pdl_wait();
   if (fold) fold_tile_scales(a, quants, tile, tile_scales);  // while the loads are in flight
   // Quantization by quantization (one or two in practice), the tile's rows unrolled inside: the
   // tensorwise and columnwise scales are read once per tile.
@@ -577,6 +587,7 @@ __global__ void __launch_bounds__(kThreads, sizeof(T) == 2 ? 3 : 2)
     const int64_t r = rb + rt0 + i * kCastRowStep;
     if ((full_rows || r < rows) && in) ch[i].raw_load(x + r * cols + c0);
   }
+  pdl_wait();  // as cast_kernel: the loads of x above may overlap the amax pass's tail
   if (fold) fold_tile_scales(a, f.quants, tile, tile_scales);
   if (in) {
 #pragma unroll
@@ -697,8 +708,11 @@ __device__ __forceinline__ void key_needs(const QuantizeArgs& a, unsigned quants
 // Rows of up to kV x 256 elements: a warp per row, grid-stride over rows. The row stays in the
 // lane's registers (kV chunks of 8, 16-byte loads all in flight), its amaxes take warp
 // reductions only (no barrier), then the cast: x is read once, and ~20 warps per SM each keep a
-// whole row of loads in flight.
-template <typename T, int kV>
+// whole row of loads in flight. kReload: the last cast pass over a chunk loads the warp's next
+// row into that chunk's registers once the chunk is stored, so the next row's loads are in flight
+// while the rest of this row casts (the warps start in step: without it, every warp's loads
+// wait, then every warp casts with the memory idle).
+template <typename T, int kV, bool kReload>
 __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
     rowwise_warp_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
   const int64_t rows = a.rows, cols = a.cols;
@@ -706,14 +720,23 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   bool need_x, need_abs;
   key_needs(a, quants, need_x, need_abs);
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-       r < rows; r += warps) {
-    Chunk<T> ch[kV];
+  int last_q = -1;  // the last quantization with a dest: its last dest's pass reloads
+  for (int qi = 0; qi < a.n_quants; ++qi)
+    if (((quants >> qi) & 1u) && a.q[qi].n_dests > 0) last_q = qi;
+  Chunk<T> ch[kV];
+  auto load_row = [&](int64_t r) {
 #pragma unroll
     for (int j = 0; j < kV; ++j) {
       const int64_t c0 = static_cast<int64_t>(j * 32 + lane) * 8;
       if (c0 < cols) ch[j].load(x + r * cols, c0, cols, vec);
     }
+  };
+  int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (kReload && r < rows) load_row(r);
+  for (; r < rows; r += warps) {
+    if (!kReload) load_row(r);
+    const int64_t rn = r + warps;
+    bool reloaded = false;
     uint32_t k[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < kV; ++j)
@@ -739,18 +762,23 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
       for (int e = 0; e < 8; ++e) s8[e] = sc;
       for (int d = 0; d < q.n_dests; ++d) {
         uint8_t* base = q.dests[d].ptr + r * q.dests[d].rs + lane * 8;
+        const bool reload = kReload && qi == last_q && d == q.n_dests - 1 && rn < rows;
+        reloaded |= reload;
 #pragma unroll
         for (int j = 0; j < kV; ++j) ch[j].pin();
 #pragma unroll
         for (int j = 0; j < kV; ++j) {
-          const int n = chunk_len(static_cast<int64_t>(j * 32 + lane) * 8, cols);
+          const int64_t c0 = static_cast<int64_t>(j * 32 + lane) * 8;
+          const int n = chunk_len(c0, cols);
           if (!n) continue;
           float v[8];
           ch[j].unpack(v);
           store8(base + j * 256, 1, n, pack8(v, s8, q.e5m2));
+          if (reload) ch[j].load(x + rn * cols, c0, cols, vec);
         }
       }
     }
+    if (kReload && !reloaded && rn < rows) load_row(rn);
   }
 }
 
@@ -937,7 +965,8 @@ bool cast_fast_plan(const QuantizeArgs& a, unsigned quants, CastFast& f) {
 namespace {
 
 template <typename T>
-void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
+bool amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
+  bool launched = false;  // the last work put in s is an amax kernel
   static const int64_t resident = resident_ctas(amax_kernel<T, true>, kThreads);
   const int64_t strips = (a.cols + kAmaxCols - 1) / kAmaxCols;
   const int64_t bands = (a.rows + kAmaxBand - 1) / kAmaxBand;
@@ -962,6 +991,7 @@ void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
           static_cast<unsigned>(std::min<int64_t>(all_resident, (n16 + kThreads - 1) / kThreads));
       amax_all_kernel<T><<<g, kThreads, 0, s>>>(static_cast<const uint4*>(a.x), n16, gw);
       REPLAY_CUDA_LAUNCH("fp8_quantize amax_all_kernel");
+      launched = true;
       continue;
     }
     if constexpr (sizeof(T) == 2) {
@@ -971,6 +1001,7 @@ void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
         amax_packed_kernel<T>
             <<<pg, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols, rw, cw, gw);
         REPLAY_CUDA_LAUNCH("fp8_quantize amax_packed_kernel");
+        launched = true;
         continue;
       }
     }
@@ -981,26 +1012,29 @@ void amax_typed(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
       amax_kernel<T, false><<<grid, kThreads, 0, s>>>(static_cast<const T*>(a.x), a.rows, a.cols,
                                                       vec_ok(a), rw, cw, gw);
     REPLAY_CUDA_LAUNCH("fp8_quantize amax_kernel");
+    launched = true;
   }
+  return launched;
 }
 
 template <typename T>
-void cast_typed(const QuantizeArgs& a, unsigned quants, bool fold, cudaStream_t s) {
+void cast_typed(const QuantizeArgs& a, unsigned quants, bool fold, bool pdl, cudaStream_t s) {
   const int64_t tiles =
       ((a.cols + kCastTile - 1) / kCastTile) * ((a.rows + kCastTile - 1) / kCastTile);
   if (tiles > 0x7FFFFFFF) throw std::runtime_error("fp8_quantize: more than 2^31 cast tiles");
+  const dim3 grid(static_cast<unsigned>(tiles)), block(kThreads);
+  const auto* xp = static_cast<const T*>(a.x);
   CastFast f;
   if (!cast_generic() && cast_fast_plan(a, quants, f)) {
-    const auto* xp = static_cast<const T*>(a.x);
-    if (f.nq == 1)
-      cast_fast_kernel<T, 1><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(xp, a, f, fold);
-    else
-      cast_fast_kernel<T, 2><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(xp, a, f, fold);
+    REPLAY_CUDA(
+        f.nq == 1
+            ? launch_maybe_pdl(cast_fast_kernel<T, 1>, grid, block, 0, s, pdl, xp, a, f, fold)
+            : launch_maybe_pdl(cast_fast_kernel<T, 2>, grid, block, 0, s, pdl, xp, a, f, fold));
     REPLAY_CUDA_LAUNCH("fp8_quantize cast_fast_kernel");
     return;
   }
-  cast_kernel<T><<<static_cast<unsigned>(tiles), kThreads, 0, s>>>(static_cast<const T*>(a.x), a,
-                                                                   quants, vec_ok(a), fold);
+  REPLAY_CUDA(
+      launch_maybe_pdl(cast_kernel<T>, grid, block, 0, s, pdl, xp, a, quants, vec_ok(a), fold));
   REPLAY_CUDA_LAUNCH("fp8_quantize cast_kernel");
 }
 
@@ -1017,12 +1051,33 @@ void rowwise_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_kernel");
 }
 
+// REPLAY_FP8_RELOAD=0: rowwise_warp_kernel without kReload (an A/B switch for a device job:
+// TUNING.md v4); unset or 1: with it.
+bool warp_reload() {
+  static const bool on = [] {
+    const char* e = std::getenv("REPLAY_FP8_RELOAD");
+    if (!e || !*e || std::string(e) == "1") return true;
+    if (std::string(e) == "0") return false;
+    throw std::invalid_argument(std::string("REPLAY_FP8_RELOAD='") + e + "': expected 0 or 1");
+  }();
+  return on;
+}
+
+template <typename T, int kV, bool kReload>
+void rowwise_warp_launch_as(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
+  static const int64_t resident = resident_ctas(rowwise_warp_kernel<T, kV, kReload>, 128);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((a.rows + 3) / 4, resident));
+  rowwise_warp_kernel<T, kV, kReload>
+      <<<grid, 128, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
+  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_warp_kernel");
+}
+
 template <typename T, int kV>
 void rowwise_warp_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  static const int64_t resident = resident_ctas(rowwise_warp_kernel<T, kV>, 128);
-  const auto grid = static_cast<unsigned>(std::min<int64_t>((a.rows + 3) / 4, resident));
-  rowwise_warp_kernel<T, kV><<<grid, 128, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
-  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_warp_kernel");
+  if (warp_reload())
+    rowwise_warp_launch_as<T, kV, true>(a, quants, s);
+  else
+    rowwise_warp_launch_as<T, kV, false>(a, quants, s);
 }
 
 // REPLAY_FP8_ROWWISE=THREADS,V (a device sweep, scripts/device.sh fp8rows): the one-pass rowwise
@@ -1117,7 +1172,7 @@ int64_t vec_len(const QuantizeArgs& a, Granularity g) {
   return g == Granularity::kTensorwise ? 1 : g == Granularity::kRowwise ? a.rows : a.cols;
 }
 
-void launch_amax(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
+bool launch_amax(const QuantizeArgs& a, unsigned slots, cudaStream_t s) {
   switch (a.x_dtype) {
     case DType::kBFloat16:
       return amax_typed<__nv_bfloat16>(a, slots, s);
@@ -1138,14 +1193,28 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   REPLAY_CUDA_LAUNCH("fp8_quantize scales_kernel");
 }
 
-void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s) {
+// REPLAY_FP8_PDL=0: the cast a plain launch after the amax pass too (an A/B switch for a device
+// job: TUNING.md v4); unset or 1: its programmatic dependent.
+static bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("REPLAY_FP8_PDL");
+    if (!e || !*e || std::string(e) == "1") return true;
+    if (std::string(e) == "0") return false;
+    throw std::invalid_argument(std::string("REPLAY_FP8_PDL='") + e + "': expected 0 or 1");
+  }();
+  return on;
+}
+
+void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s,
+                 bool after_amax) {
+  after_amax = after_amax && pdl_enabled();
   switch (a.x_dtype) {
     case DType::kBFloat16:
-      return cast_typed<__nv_bfloat16>(a, quants, fold_scales, s);
+      return cast_typed<__nv_bfloat16>(a, quants, fold_scales, after_amax, s);
     case DType::kFloat16:
-      return cast_typed<__half>(a, quants, fold_scales, s);
+      return cast_typed<__half>(a, quants, fold_scales, after_amax, s);
     default:
-      return cast_typed<float>(a, quants, fold_scales, s);
+      return cast_typed<float>(a, quants, fold_scales, after_amax, s);
   }
 }
 

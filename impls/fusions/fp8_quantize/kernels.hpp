@@ -93,8 +93,9 @@ struct QuantizeArgs {
 int64_t vec_len(const QuantizeArgs& a, Granularity g);
 
 /// Sets the amax slots in `slots` (a bit per slot) to the empty max and takes every amax they
-/// stand for in one read of x.
-void launch_amax(const QuantizeArgs& a, unsigned slots, cudaStream_t s);
+/// stand for in one read of x. Returns true when the last work it put in `s` is an amax kernel
+/// (false: no slot, nothing launched), which a following launch_cast may overlap (after_amax).
+bool launch_amax(const QuantizeArgs& a, unsigned slots, cudaStream_t s);
 /// For each quantization in `quants` (a bit each): its scales from its amax slot into scale_ws,
 /// and its scale, reciprocal and amax outputs.
 void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
@@ -103,7 +104,12 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 /// scale_ws (launch_scales before), or, when `fold_scales`, computed by each CTA from the amax
 /// slots (or given amaxes) for its tile, the scale, reciprocal and amax outputs written on the
 /// way (then no launch_scales: one launch fewer, ~3-4 µs per quantized tensor on the H200).
-void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s);
+/// `after_amax`: the previous work in `s` is launch_amax's kernel (its return value), so the cast
+/// is launched as its programmatic dependent (impls/cuda/pdl.cuh): each CTA's loads of x are
+/// issued before it waits for the amax pass. Never set it after other work: x itself may be what
+/// that work writes.
+void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s,
+                 bool after_amax = false);
 /// The cast pass's specialized groups: one or two quantizations, each with at most one row-major
 /// dest (8-byte aligned rows) and one column-major dest staged in shared memory (smem_slot), x in
 /// 16-byte vectors: the float8 linears' groups (a tensorwise x with its row-major and

@@ -39,6 +39,7 @@
 #include "impls/cuda/cp_async.cuh"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/dtype_device.cuh"
+#include "impls/cuda/pdl.cuh"
 #include "impls/cuda/vec16.cuh"
 
 namespace replay {
@@ -238,8 +239,7 @@ __global__ void __launch_bounds__(block_of(G),
   // follows the wait and precedes the next copy into a stage (TUNING.md, issue 25 step 4).
   constexpr bool kPairX = NX == 2, kPairS = NS == 2, kPaired = kPairX || kPairS;
   const bool odd = tid & 1;
-  auto copy_paired = [&](uint4* own_lo, uint4* own_hi, const uint4* src, int v, bool in,
-                         bool pin) {
+  auto copy_paired = [&](uint4* own_lo, uint4* own_hi, const uint4* src, int v, bool in, bool pin) {
     // own_lo / own_hi: this thread's slots of the part's halves; the partner's are one thread
     // over. First copy, the even vector's sector: the even lane its own lower half, the odd lane
     // the partner's upper; second, the odd vector's: the even lane the partner's lower, the odd
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(block_of(G),
 
   // The finalize (a programmatic dependent) may launch once every block of this grid has
   // started; it waits for this grid's completion before it reads (norm_bwd_finalize_kernel).
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  pdl_launch_dependents();
   int64_t row = row0 + grp;
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue(row + i * step, i);  // in flight during staging
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(block_of(G),
     issue(row + (kStages - 1) * step, st_issue);
     float m = nm, s = ns;
     load_stats(row + step, nm, ns);
-    cp_async_wait<kStages - 1>();  // this row's copies (this thread's own) have landed
+    cp_async_wait<kStages - 1>();         // this row's copies (this thread's own) have landed
     if constexpr (kPaired) __syncwarp();  // and the partner's, into this thread's slots
     const bool valid = row < a.rows;
     // Row statistics: xhat = (x - m) * s; rs is the rstd of dx.
@@ -656,7 +656,7 @@ __global__ void __launch_bounds__(kFinCols* kFinSlices)
   __shared__ float buf[kFinSlices][kFinCols + 1];
   // Launched as a programmatic dependent of the row kernel (optimized variant): wait until that
   // grid has completed and its partial rows are visible (a no-op for a plain launch).
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  pdl_wait();
   const int64_t c = int64_t(blockIdx.x) * kFinCols + threadIdx.x;
   for (int q = 0; q < 2; ++q) {
     const float* part = q == 0 ? part_dw : part_db;
@@ -687,17 +687,10 @@ __global__ void __launch_bounds__(kFinCols* kFinSlices)
 // griddepcontrol.wait still orders every read of the partial rows after the row kernel.
 void launch_finalize(const NormBwdArgs& a, const float* part_dw, const float* part_db,
                      int64_t nparts, cudaStream_t s, bool pdl = false) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((a.cols + kFinCols - 1) / kFinCols));
-  cfg.blockDim = dim3(kFinCols, kFinSlices);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  REPLAY_CUDA(cudaLaunchKernelEx(&cfg, norm_bwd_finalize_kernel, part_dw, part_db, nparts, a.cols,
-                                 a.dw, a.dw_dtype, a.dw_round, a.db, a.db_dtype, a.db_round));
+  const dim3 grid(static_cast<unsigned>((a.cols + kFinCols - 1) / kFinCols));
+  REPLAY_CUDA(launch_maybe_pdl(norm_bwd_finalize_kernel, grid, dim3(kFinCols, kFinSlices), 0, s,
+                               pdl, part_dw, part_db, nparts, a.cols, a.dw, a.dw_dtype, a.dw_round,
+                               a.db, a.db_dtype, a.db_round));
   REPLAY_CUDA_LAUNCH("norm_bwd_finalize_kernel");
 }
 
