@@ -79,6 +79,10 @@
 #                   the small traces) in one job, medians side by side (scripts/medians.py);
 #                   RUN_ARGS are passed to both (e.g. '--modes cold --variants optimized'),
 #                   COMPARE_ROUNDS (default 2) sets the rounds.
+#   knobs="V=X ..."  those environment settings (A) against the defaults (B), `replay run`
+#                   alternated COMPARE_ROUNDS (default 2) times on $TRACES (default: the small
+#                   traces), RUN_ARGS passed to both; medians side by side (scripts/medians.py),
+#                   results.json gzipped (e.g. knobs="REPLAY_FP8_PDL=0": an A/B of one change).
 #   tour            README's 5-minute tour as a newcomer runs it: capture_script.py on
 #                   traces/capture/examples/train_tiny.py, validate, plan, run, compare, repro and
 #                   repro.py -> tour/tour.tgz (logs, traces, report): ~2 min.
@@ -619,6 +623,21 @@ phase_compare() {  # OTHER_REPLAY
   done
   python3 scripts/medians.py "${files[@]}" | tee "$D/medians.txt"
 }
+phase_knobs() {  # "VAR=VALUE ...": those settings (A) against the defaults (B), alternated
+  local knobs=${1:?knobs="VAR=VALUE ..."} t i files=()
+  mapfile -t t < <(traces_or small)
+  for i in $(seq 1 "${COMPARE_ROUNDS:-2}"); do
+    # shellcheck disable=SC2086
+    env $knobs "$R" run "${t[@]}" ${RUN_ARGS:-} --out "$D/A_$i" > "$D/A_$i.log" 2>&1
+    echo "round $i: $knobs rc=$?"
+    # shellcheck disable=SC2086
+    "$R" run "${t[@]}" ${RUN_ARGS:-} --out "$D/B_$i" > "$D/B_$i.log" 2>&1
+    echo "round $i: defaults rc=$?"
+    files+=("$D/A_$i/results.json" "$D/B_$i/results.json")
+  done
+  python3 scripts/medians.py "${files[@]}" | tee "$D/medians.txt"
+  for i in "${files[@]}"; do gzip -9f "$i"; done
+}
 phase_capture() {
   mkdir -p "$D/cap"
   # shellcheck disable=SC2086
@@ -681,7 +700,7 @@ for p in "$@"; do
     continue
   fi
   D=$OUT/$name${arg:+-${arg//\//-}}
-  [[ $name = compare || $name = normbwd-peers || $name = tp-large ]] && D=$OUT/$name
+  [[ $name = compare || $name = knobs || $name = normbwd-peers || $name = tp-large ]] && D=$OUT/$name
   mkdir -p "$D"
   echo "== $p"
   t0=$SECONDS

@@ -708,11 +708,8 @@ __device__ __forceinline__ void key_needs(const QuantizeArgs& a, unsigned quants
 // Rows of up to kV x 256 elements: a warp per row, grid-stride over rows. The row stays in the
 // lane's registers (kV chunks of 8, 16-byte loads all in flight), its amaxes take warp
 // reductions only (no barrier), then the cast: x is read once, and ~20 warps per SM each keep a
-// whole row of loads in flight. kReload: the last cast pass over a chunk loads the warp's next
-// row into that chunk's registers once the chunk is stored, so the next row's loads are in flight
-// while the rest of this row casts (the warps start in step: without it, every warp's loads
-// wait, then every warp casts with the memory idle).
-template <typename T, int kV, bool kReload>
+// whole row of loads in flight.
+template <typename T, int kV>
 __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
     rowwise_warp_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, bool vec) {
   const int64_t rows = a.rows, cols = a.cols;
@@ -720,23 +717,14 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   bool need_x, need_abs;
   key_needs(a, quants, need_x, need_abs);
-  int last_q = -1;  // the last quantization with a dest: its last dest's pass reloads
-  for (int qi = 0; qi < a.n_quants; ++qi)
-    if (((quants >> qi) & 1u) && a.q[qi].n_dests > 0) last_q = qi;
-  Chunk<T> ch[kV];
-  auto load_row = [&](int64_t r) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+       r < rows; r += warps) {
+    Chunk<T> ch[kV];
 #pragma unroll
     for (int j = 0; j < kV; ++j) {
       const int64_t c0 = static_cast<int64_t>(j * 32 + lane) * 8;
       if (c0 < cols) ch[j].load(x + r * cols, c0, cols, vec);
     }
-  };
-  int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  if (kReload && r < rows) load_row(r);
-  for (; r < rows; r += warps) {
-    if (!kReload) load_row(r);
-    const int64_t rn = r + warps;
-    bool reloaded = false;
     uint32_t k[2] = {0, 0};
 #pragma unroll
     for (int j = 0; j < kV; ++j)
@@ -762,23 +750,18 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
       for (int e = 0; e < 8; ++e) s8[e] = sc;
       for (int d = 0; d < q.n_dests; ++d) {
         uint8_t* base = q.dests[d].ptr + r * q.dests[d].rs + lane * 8;
-        const bool reload = kReload && qi == last_q && d == q.n_dests - 1 && rn < rows;
-        reloaded |= reload;
 #pragma unroll
         for (int j = 0; j < kV; ++j) ch[j].pin();
 #pragma unroll
         for (int j = 0; j < kV; ++j) {
-          const int64_t c0 = static_cast<int64_t>(j * 32 + lane) * 8;
-          const int n = chunk_len(c0, cols);
+          const int n = chunk_len(static_cast<int64_t>(j * 32 + lane) * 8, cols);
           if (!n) continue;
           float v[8];
           ch[j].unpack(v);
           store8(base + j * 256, 1, n, pack8(v, s8, q.e5m2));
-          if (reload) ch[j].load(x + rn * cols, c0, cols, vec);
         }
       }
     }
-    if (kReload && !reloaded && rn < rows) load_row(rn);
   }
 }
 
@@ -1051,33 +1034,12 @@ void rowwise_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_kernel");
 }
 
-// REPLAY_FP8_RELOAD=0: rowwise_warp_kernel without kReload (an A/B switch for a device job:
-// TUNING.md v4); unset or 1: with it.
-bool warp_reload() {
-  static const bool on = [] {
-    const char* e = std::getenv("REPLAY_FP8_RELOAD");
-    if (!e || !*e || std::string(e) == "1") return true;
-    if (std::string(e) == "0") return false;
-    throw std::invalid_argument(std::string("REPLAY_FP8_RELOAD='") + e + "': expected 0 or 1");
-  }();
-  return on;
-}
-
-template <typename T, int kV, bool kReload>
-void rowwise_warp_launch_as(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  static const int64_t resident = resident_ctas(rowwise_warp_kernel<T, kV, kReload>, 128);
-  const auto grid = static_cast<unsigned>(std::min<int64_t>((a.rows + 3) / 4, resident));
-  rowwise_warp_kernel<T, kV, kReload>
-      <<<grid, 128, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
-  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_warp_kernel");
-}
-
 template <typename T, int kV>
 void rowwise_warp_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
-  if (warp_reload())
-    rowwise_warp_launch_as<T, kV, true>(a, quants, s);
-  else
-    rowwise_warp_launch_as<T, kV, false>(a, quants, s);
+  static const int64_t resident = resident_ctas(rowwise_warp_kernel<T, kV>, 128);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((a.rows + 3) / 4, resident));
+  rowwise_warp_kernel<T, kV><<<grid, 128, 0, s>>>(static_cast<const T*>(a.x), a, quants, vec_ok(a));
+  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_warp_kernel");
 }
 
 // REPLAY_FP8_ROWWISE=THREADS,V (a device sweep, scripts/device.sh fp8rows): the one-pass rowwise
