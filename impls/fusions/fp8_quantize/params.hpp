@@ -32,7 +32,7 @@ struct Quantization {
   /// The float32 scale is rounded down to a power of two: exp2(floor(log2(s))) (torchao's
   /// round_scales_to_power_of_2, the default of its rowwise recipes); `scale` is the rounded one.
   bool pow2 = false;
-  int amax = -1;                   ///< the amax value (aten.amax or aten.max.default), in its dtype
+  int amax = -1;  ///< the amax value (aten.amax or aten.max.default), in its dtype
   /// The amax is given (a region input, e.g. the amax the forward saved), not computed from x:
   /// the region reads it, and x only once (tensorwise only).
   bool given = false;
