@@ -24,9 +24,10 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
-/// Launches kernel<<<grid, block, smem, s>>>(args...), as a programmatic dependent of the
-/// previous work in `s` when `pdl` (the kernel must pdl_wait() before it reads anything the
-/// previous kernel writes, or writes anything it reads). Returns cudaLaunchKernelEx's status.
+/// Launches kernel<<<grid, block, smem, s>>>(args...) (smem: dynamic shared memory, bytes), as a
+/// programmatic dependent of the previous work in `s` when `pdl` (the kernel must pdl_wait() before
+/// it reads anything the previous kernel writes, or writes anything it reads). Returns
+/// cudaLaunchKernelEx's status.
 template <typename... KArgs, typename... Args>
 cudaError_t launch_maybe_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                              cudaStream_t s, bool pdl, Args&&... args) {

@@ -156,6 +156,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       b.launch = [a, all](const LaunchContext& c) { launch_rowwise(a, all, c.stream); };
       return b;
     }
+    (void)pdl_enabled();  // a bad REPLAY_FP8_PDL is an error at bind, not at the first launch
     b.launch = [a, slots, all](const LaunchContext& c) {
       const bool after_amax = launch_amax(a, slots, c.stream);
       launch_cast(a, all, /*fold_scales=*/true, c.stream, after_amax);

@@ -1155,9 +1155,7 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   REPLAY_CUDA_LAUNCH("fp8_quantize scales_kernel");
 }
 
-// REPLAY_FP8_PDL=0: the cast a plain launch after the amax pass too (an A/B switch for a device
-// job: TUNING.md v4); unset or 1: its programmatic dependent.
-static bool pdl_enabled() {
+bool pdl_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("REPLAY_FP8_PDL");
     if (!e || !*e || std::string(e) == "1") return true;
@@ -1169,7 +1167,7 @@ static bool pdl_enabled() {
 
 void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s,
                  bool after_amax) {
-  after_amax = after_amax && pdl_enabled();
+  after_amax = pdl_enabled() && after_amax;
   switch (a.x_dtype) {
     case DType::kBFloat16:
       return cast_typed<__nv_bfloat16>(a, quants, fold_scales, after_amax, s);

@@ -110,6 +110,10 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 /// that work writes.
 void launch_cast(const QuantizeArgs& a, unsigned quants, bool fold_scales, cudaStream_t s,
                  bool after_amax = false);
+/// REPLAY_FP8_PDL: unset, empty or 1 -> true (launch_cast's after_amax honoured); 0 -> false (the
+/// cast a plain launch everywhere: the A/B switch of TUNING.md v4). Read once per process.
+/// Throws std::invalid_argument naming the variable for any other value.
+bool pdl_enabled();
 /// The cast pass's specialized groups: one or two quantizations, each with at most one row-major
 /// dest (8-byte aligned rows) and one column-major dest staged in shared memory (smem_slot), x in
 /// 16-byte vectors: the float8 linears' groups (a tensorwise x with its row-major and

@@ -269,15 +269,16 @@ BgradForce bgrad_force() {
                               "the column-sum kernel) or unset (the faster of the two, timed)");
 }
 
-// A later-timed form must be this much faster to be kept over the two steps (as gemm.cu's
-// kTuneMargin among algorithms): a choice between near-equal forms does not flip on noise.
+// The epilogue in the GEMM must be this much faster than the two steps (the GEMM, then the
+// column sum) to be kept over them (as gemm.cu's kTuneMargin among algorithms): a choice between
+// near-equal forms does not flip on noise.
 constexpr double kFusedMargin = 0.97;
 
 // The fused-or-split decision per problem for the process (device and the key bind_weight_grad
 // builds), so every program bound in it runs the same form and gives the same bits.
 struct BgradDecision {
-  bool fused = false;
-  double fused_us = 0, split_us = 0;
+  bool fused = false;                 ///< the epilogue in the GEMM is kept
+  double fused_us = 0, split_us = 0;  ///< µs per launch, warm L2; fused_us -1: refused at launch
 };
 std::map<std::string, BgradDecision>& bgrad_decisions() {
   static std::map<std::string, BgradDecision> m;
@@ -384,6 +385,7 @@ Binding bind_weight_grad(const Graph& g, const Params& p, bool optimized, BindCo
       } catch (const std::exception& e) {  // refused at launch: the two steps
         d.fused_us = -1;
         fused_why = e.what();
+        (void)cudaGetLastError();  // a launch error left set must not fail the split's timing
       }
       d.split_us = time_launch(split);
       d.fused = d.fused_us >= 0 && d.fused_us < d.split_us * kFusedMargin;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 
 #include "impls/fusions/matmul_epilogue/params.hpp"
 #include "impls/fusions/matmul_epilogue/tests/synthetic.hpp"
@@ -809,6 +810,7 @@ Graph edited_qwen2(const std::function<void(json& sum, json& view)>& edit) {
     if (n["id"] == "view_3") view = &n;
   }
   EXPECT_TRUE(sum && view);
+  if (!sum || !view) throw std::runtime_error("qwen2_q_proj capture: no sum_1 or view_3 to edit");
   edit(*sum, *view);
   return parse_trace(t, "qwen2_edited");
 }
@@ -831,6 +833,7 @@ Graph edited_qwen2_with(json node, const std::function<void(json& sum, json& vie
     if (n["id"] == "sum_1") sum = &n;
     if (n["id"] == "view_3") view = &n;
   }
+  if (!sum || !view) throw std::runtime_error("qwen2_q_proj capture: no sum_1 or view_3 to edit");
   edit(*sum, *view);
   return parse_trace(t, "qwen2_edited");
 }
@@ -870,7 +873,7 @@ TEST(MatmulEpilogueWeightGrad, DeclinesOrLeavesWhatIsNoBiasGradientOfTheGemm) {
         << all;
   }
   // The 3-D tangent summed over the batch only ([1, 8, 128]: a per-position sum, not over every
-  // token the GEMM reduces): nothing taken.
+  // token the GEMM reduces): nothing taken (its 1024 sums are not the GEMM's F = 128 columns).
   {
     Graph g = edited_qwen2([](json& sum, json& view) {
       sum["args"][0] = json{{"ref", "tangents_1"}};
@@ -883,7 +886,7 @@ TEST(MatmulEpilogueWeightGrad, DeclinesOrLeavesWhatIsNoBiasGradientOfTheGemm) {
     EXPECT_EQ(region_of(g, p, "mm_1"), nullptr);
   }
   // A flat reshape of the tangent whose last dim is not the GEMM's F ([32, 64]) summed over its
-  // rows: 64 sums of other elements, nothing taken.
+  // rows: 64 sums of other elements, nothing taken (64 is not the GEMM's F = 128).
   {
     json v{{"id", "view_9"},
            {"op", "aten.view.default"},
