@@ -7,6 +7,8 @@
 //              + one kernel per step: bias, activation, gating
 // Both compute what the graph computes with its roundings (the GEMM output rounded to its dtype,
 // each cast a rounding); TUNING.md says why cuBLASLt's GELU epilogues are not used.
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -285,6 +287,13 @@ std::map<std::string, BgradDecision>& bgrad_decisions() {
   return m;
 }
 
+// The pointer's alignment in bytes, up to 256 (cuBLASLt picks algorithms by it, as gemm.cu's
+// cache key does): a decision timed on aligned buffers is not reused for less aligned ones.
+std::string align_key(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  return std::to_string(v ? std::min<uintptr_t>(v & (~v + 1), 256) : 256);
+}
+
 std::string layout_key(const TensorMeta& l) {
   std::string s = std::string(dtype_name(l.dtype)) + "[";
   for (size_t i = 0; i < l.shape.size(); ++i)
@@ -372,11 +381,12 @@ Binding bind_weight_grad(const Graph& g, const Params& p, bool optimized, BindCo
   if (fused && split) {  // both can run: the decision for this problem, timed once
     int device = 0;
     REPLAY_CUDA(cudaGetDevice(&device));
-    const std::string key = std::to_string(device) + "|" + (w.of_a ? "a" : "b") + "|" +
-                            std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
-                            "|" + layout_key(ta.layout) + "|" + layout_key(tb.layout) + "|ld" +
-                            std::to_string(z.ld) + "|t" + std::to_string(t.ld) + "|" +
-                            std::string(dtype_name(t.dtype));
+    const std::string key =
+        std::to_string(device) + "|" + (w.of_a ? "a" : "b") + "|" + std::to_string(M) + "x" +
+        std::to_string(N) + "x" + std::to_string(K) + "|" + layout_key(ta.layout) + "|" +
+        layout_key(tb.layout) + "|ld" + std::to_string(z.ld) + "|t" + std::to_string(t.ld) + "|" +
+        std::string(dtype_name(t.dtype)) + "|al" + align_key(ta.ptr) + "," + align_key(tb.ptr) +
+        "," + align_key(z.ptr) + "," + align_key(t.ptr) + "," + align_key(db.ptr);
     auto it = bgrad_decisions().find(key);
     if (it == bgrad_decisions().end()) {
       BgradDecision d;

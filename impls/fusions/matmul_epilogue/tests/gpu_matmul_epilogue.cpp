@@ -678,7 +678,14 @@ TEST(MatmulEpilogueWeightGradGpu, FusedOrSplitIsDecidedOncePerProblem) {
   ASSERT_NE(gemm, nullptr);
   ASSERT_EQ(decision->candidate_us.size(), 2u);
   EXPECT_EQ(has_bgrad_gemm({*gemm}), decision->chosen == 0) << gemm->problem;
-  if (decision->chosen == 0) EXPECT_LT(decision->candidate_us[0], decision->candidate_us[1] * 0.97);
+  // The margin both ways: the epilogue kept only when 3 % faster, the two steps kept otherwise
+  // (or when the epilogue was refused at launch: its time then negative).
+  if (decision->chosen == 0)
+    EXPECT_LT(decision->candidate_us[0], decision->candidate_us[1] * 0.97);
+  else
+    EXPECT_TRUE(decision->candidate_us[0] < 0 ||
+                decision->candidate_us[0] >= decision->candidate_us[1] * 0.97)
+        << decision->candidate_us[0] << " vs " << decision->candidate_us[1];
   for (const auto& s : seen) {
     ASSERT_EQ(s.size(), seen[0].size());
     for (size_t i = 0; i < s.size(); ++i) {
