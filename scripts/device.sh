@@ -624,7 +624,7 @@ phase_compare() {  # OTHER_REPLAY
   python3 scripts/medians.py "${files[@]}" | tee "$D/medians.txt"
 }
 phase_knobs() {  # "VAR=VALUE ...": those settings (A) against the defaults (B), alternated
-  local knobs=${1:-} t i k rc=0 files=() unset_b=()
+  local knobs=${1:-} t i k st rc=0 files=() f unset_b=()
   for k in $knobs; do  # only VAR=VALUE words: anything else would be run by env as a command
     [[ $k =~ ^[A-Z_][A-Z0-9_]*=.*$ ]] || { echo "knobs: '$k' is not VAR=VALUE" >&2; return 2; }
     unset_b+=(-u "${k%%=*}")  # B runs with these unset: the defaults, whatever the caller exported
@@ -634,20 +634,20 @@ phase_knobs() {  # "VAR=VALUE ...": those settings (A) against the defaults (B),
   for i in $(seq 1 "${COMPARE_ROUNDS:-2}"); do
     # shellcheck disable=SC2086
     env $knobs "$R" run "${t[@]}" ${RUN_ARGS:-} --out "$D/A_$i" > "$D/A_$i.log" 2>&1
-    k=$?
-    echo "round $i: A ($knobs) rc=$k"
-    ((k == 0)) || rc=1
+    st=$?
+    echo "round $i: A ($knobs) rc=$st"
+    ((st == 0)) || rc=1
     # shellcheck disable=SC2086
     env "${unset_b[@]}" "$R" run "${t[@]}" ${RUN_ARGS:-} --out "$D/B_$i" > "$D/B_$i.log" 2>&1
-    k=$?
-    echo "round $i: B (defaults) rc=$k"
-    ((k == 0)) || rc=1
+    st=$?
+    echo "round $i: B (defaults) rc=$st"
+    ((st == 0)) || rc=1
     files+=("$D/A_$i/results.json" "$D/B_$i/results.json")
   done
   echo "columns: run 1 = A, run 2 = B, alternating" | tee "$D/medians.txt"
   python3 scripts/medians.py "${files[@]}" | tee -a "$D/medians.txt"
   ((PIPESTATUS[0] == 0)) || rc=1
-  for i in "${files[@]}"; do [ -f "$i" ] && gzip -9f "$i"; done
+  for f in "${files[@]}"; do [ -f "$f" ] && gzip -9f "$f"; done
   return $rc
 }
 phase_capture() {
