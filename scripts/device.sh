@@ -59,8 +59,9 @@
 #                   -> fp8rows/sweep.txt: ~25 s per geometry.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
-#   ncu=REGEX       Nsight Compute on the first optimized-variant launch of each kernel whose name
-#                   matches REGEX, per trace of $TRACES (default: the Llama-3-8B rope forward):
+#   ncu=REGEX       Nsight Compute on the first optimized-variant launch (NCU_COUNT: the first
+#                   N launches) of each kernel whose name matches REGEX, per trace of $TRACES
+#                   (default: the Llama-3-8B rope forward):
 #                   speed of light, memory workload, occupancy, launch, warp state sections
 #                   -> ncu/<trace>.txt: ~20-40 s per trace.
 #   tp              the multi-process path on this host's GPUs: the NCCL and chunked-pipeline GPU
@@ -495,7 +496,7 @@ phase_ncu() {  # REGEX
   for f in $(traces_or echo traces/byog/rope/llama_rope_table_mincut_train_fwd_1x8192x32x128.json); do
     # One launch profiled (after 2 skipped: warm-up), the replay kept short; CUPTI off (ncu owns
     # the profiler interface).
-    timeout 240 ncu --kernel-name "regex:$regex" --launch-skip 2 --launch-count 1 \
+    timeout 240 ncu --kernel-name "regex:$regex" --launch-skip 2 --launch-count "${NCU_COUNT:-1}" \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section LaunchStats --section WarpStateStats --section SchedulerStats \
       --section InstructionStats --section ComputeWorkloadAnalysis \
@@ -503,7 +504,7 @@ phase_ncu() {  # REGEX
       --min-samples 3 --max-time 0.2 --no-repro --out "$D/run_$(basename "$f" .json)" \
       > "$D/$(basename "$f" .json).txt" 2>&1 || rc=$?
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Theoretical Occ|Block Limit|L2 Hit|L1/TEX Hit|Warp Cycles Per Issued|No Eligible" \
-      "$D/$(basename "$f" .json).txt" | head -30
+      "$D/$(basename "$f" .json).txt" | head -$((30 * ${NCU_COUNT:-1}))
   done
   return $rc
 }

@@ -51,6 +51,7 @@
 #include <string>
 #include <type_traits>
 
+#include "impls/cuda/bulk_copy.cuh"
 #include "impls/cuda/cuda_check.hpp"
 #include "impls/cuda/device_sms.hpp"
 #include "impls/cuda/dtype_device.cuh"
@@ -705,6 +706,20 @@ __device__ __forceinline__ void key_needs(const QuantizeArgs& a, unsigned quants
     if ((quants >> qi) & 1u) (a.q[qi].abs ? need_abs : need_x) = true;
 }
 
+// Quantization q's scale of row r from the row's warp-reduced keys (k[0]: of x, k[1]: of |x|);
+// the `writer` lane stores its scale, reciprocal and amax outputs.
+__device__ __forceinline__ float warp_row_scale(const QuantArgs& q, int64_t r,
+                                                const uint32_t (&k)[2], bool writer) {
+  const float amax = from_max_key(q.abs ? k[1] : k[0]);
+  const float sc = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
+  if (writer) {
+    for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, sc);
+    for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / sc);
+    for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
+  }
+  return sc;
+}
+
 // Rows of up to kV x 256 elements: a warp per row, grid-stride over rows. The row stays in the
 // lane's registers (kV chunks of 8, 16-byte loads all in flight), its amaxes take warp
 // reductions only (no barrier), then the cast: x is read once, and ~20 warps per SM each keep a
@@ -738,13 +753,7 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
     for (int qi = 0; qi < a.n_quants; ++qi) {
       if (!((quants >> qi) & 1u)) continue;
       const QuantArgs& q = a.q[qi];
-      const float amax = from_max_key(q.abs ? k[1] : k[0]);
-      const float sc = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
-      if (lane == 0) {
-        for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, sc);
-        for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / sc);
-        for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
-      }
+      const float sc = warp_row_scale(q, r, k, lane == 0);
       float s8[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) s8[e] = sc;
@@ -762,6 +771,128 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
         }
       }
     }
+  }
+}
+
+// v5 (TUNING.md): rows of up to kV x 256 16-bit elements, a warp per row as in
+// rowwise_warp_kernel, but the rows come through shared memory. Each warp owns a ring of `stages`
+// row slots; its lane 0 fills a slot with one bulk copy of the whole row (cp.async.bulk, completed
+// on the slot's mbarrier) as soon as the warp has cast the row the slot held, so a warp has
+// `stages` rows in flight while it reduces and casts, and the bytes in flight cost shared memory
+// instead of registers. The warps are independent (no CTA barrier). Needs 16-byte aligned rows
+// of a multiple of 8 elements (ring_fits). Dynamic shared memory: ring_smem_bytes().
+constexpr int kRingBarBytes = 1024;  // the warps' mbarriers, 8 bytes each, ahead of the slots
+
+__host__ __device__ constexpr uint32_t ring_slot_bytes(int64_t cols, int elem_bytes) {
+  return static_cast<uint32_t>((cols * elem_bytes + 127) / 128 * 128);
+}
+
+// The float8 row of `row` (a slot: cols 16-bit elements) times sc, lane `lane`'s chunks, to base
+// (8-byte aligned): one 8-byte store per chunk.
+template <typename T, int kV, bool kE5M2>
+__device__ __forceinline__ void cast_smem_row(const T* row, int64_t cols, int lane, float sc,
+                                              uint8_t* base) {
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int c0 = (j * 32 + lane) * 8;
+    if (c0 >= cols) continue;
+    Chunk<T> ch;
+    ch.raw_load(row + c0);
+    float v[8];
+    ch.unpack(v);
+    *reinterpret_cast<uint2*>(base + c0) = pack8_sat<kE5M2>(v, sc);
+  }
+}
+
+template <typename T, int kV>
+__global__ void __launch_bounds__(512, 1)
+    rowwise_ring_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, int stages) {
+  extern __shared__ __align__(128) unsigned char ring_smem[];
+  const int64_t rows = a.rows, cols = a.cols;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const uint32_t row_bytes = static_cast<uint32_t>(cols * sizeof(T));
+  const uint32_t slot_bytes = ring_slot_bytes(cols, sizeof(T));
+  uint64_t* bar = reinterpret_cast<uint64_t*>(ring_smem) + warp * stages;
+  unsigned char* ring =
+      ring_smem + kRingBarBytes + static_cast<size_t>(warp) * stages * slot_bytes;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * warps + warp;
+  bool need_x, need_abs;
+  key_needs(a, quants, need_x, need_abs);
+  const auto issue = [&](int slot, int64_t r) {  // lane 0
+    mbar_arrive_expect_tx(&bar[slot], row_bytes);
+    bulk_load(ring + static_cast<size_t>(slot) * slot_bytes, x + r * cols, row_bytes, &bar[slot]);
+  };
+  if (lane == 0) {
+    for (int i = 0; i < stages; ++i) mbar_init(&bar[i], 1);
+    mbar_fence_init();
+    for (int i = 0; i < stages && first + i * stride < rows; ++i) issue(i, first + i * stride);
+  }
+  __syncwarp();
+  int slot = 0;
+  uint32_t parity = 0;
+  for (int64_t r = first; r < rows; r += stride) {
+    mbar_wait(&bar[slot], parity);
+    const T* row = reinterpret_cast<const T*>(ring + static_cast<size_t>(slot) * slot_bytes);
+    uint32_t k[2] = {0, 0};
+    if (!need_x) {  // torchao's recipes: amaxes of |x| only, one packed max per chunk
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const int c0 = (j * 32 + lane) * 8;
+        if (c0 >= cols) continue;
+        Chunk<T> ch;
+        ch.raw_load(row + c0);
+        k[1] = Mag<T>::combine(k[1], Mag<T>(ch).all());
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const int c0 = (j * 32 + lane) * 8;
+        if (c0 >= cols) continue;
+        Chunk<T> ch;
+        ch.raw_load(row + c0);
+        add_keys(ch, 8, need_x, need_abs, k);
+      }
+    }
+    if (need_abs) k[1] = Mag<T>::key(k[1]);
+    k[0] = __reduce_max_sync(0xffffffffu, k[0]);
+    k[1] = __reduce_max_sync(0xffffffffu, k[1]);
+    for (int qi = 0; qi < a.n_quants; ++qi) {
+      if (!((quants >> qi) & 1u)) continue;
+      const QuantArgs& q = a.q[qi];
+      const float sc = warp_row_scale(q, r, k, lane == 0);
+      for (int d = 0; d < q.n_dests; ++d) {
+        uint8_t* base = q.dests[d].ptr + r * q.dests[d].rs;
+        // The float8 dtype and the 8-byte stores decided once per row and dest, not per chunk.
+        if ((reinterpret_cast<uintptr_t>(base) & 7) == 0) {
+          if (q.e5m2)
+            cast_smem_row<T, kV, true>(row, cols, lane, sc, base);
+          else
+            cast_smem_row<T, kV, false>(row, cols, lane, sc, base);
+          continue;
+        }
+        float s8[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s8[e] = sc;
+#pragma unroll
+        for (int j = 0; j < kV; ++j) {
+          const int c0 = (j * 32 + lane) * 8;
+          if (c0 >= cols) continue;
+          Chunk<T> ch;
+          ch.raw_load(row + c0);
+          float v[8];
+          ch.unpack(v);
+          store8(base + c0, 1, 8, pack8(v, s8, q.e5m2));
+        }
+      }
+    }
+    __syncwarp();  // every lane's reads of the slot are done before lane 0 refills it
+    const int64_t next = r + static_cast<int64_t>(stages) * stride;
+    if (lane == 0 && next < rows) {
+      fence_proxy_async_smem();
+      issue(slot, next);
+    }
+    if (++slot == stages) slot = 0, parity ^= 1u;
   }
 }
 
@@ -1042,19 +1173,92 @@ void rowwise_warp_launch(const QuantizeArgs& a, unsigned quants, cudaStream_t s)
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_warp_kernel");
 }
 
+bool& ring_flag() {
+  static bool on = [] {
+    const char* e = std::getenv("REPLAY_FP8_RING");
+    if (!e || !*e || std::string(e) == "1") return true;
+    if (std::string(e) == "0") return false;
+    throw std::invalid_argument(std::string("REPLAY_FP8_RING='") + e + "': expected 0 or 1");
+  }();
+  return on;
+}
+
+// The ring kernel's default geometry: 8 warps of 3 row slots (192 KB of 8 KB rows: one CTA per
+// SM at 4096 columns, more CTAs for shorter rows).
+constexpr int kRingWarps = 8, kRingStages = 3;
+
+int64_t ring_smem_bytes(const QuantizeArgs& a, int warps, int stages) {
+  return kRingBarBytes + static_cast<int64_t>(warps) * stages * ring_slot_bytes(a.cols, 2);
+}
+
+// Whether the ring kernel takes x: 16-bit rows of up to 4096 elements in whole 16-byte vectors
+// (the bulk copy's unit), and the ring's shared memory within the device's opt-in limit.
+bool ring_fits(const QuantizeArgs& a, int warps, int stages) {
+  if (!vec_ok(a) || a.cols > 4096 || a.cols == 0 || warps < 1 || warps > 16 || stages < 1 ||
+      warps * stages * 8 > kRingBarBytes)
+    return false;
+  static const int64_t optin = [] {
+    int dev = 0, v = 0;
+    REPLAY_CUDA(cudaGetDevice(&dev));
+    REPLAY_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return static_cast<int64_t>(v);
+  }();
+  return ring_smem_bytes(a, warps, stages) <= optin;
+}
+
+template <typename T, int kV>
+void rowwise_ring_launch(const QuantizeArgs& a, unsigned quants, int warps, int stages,
+                         cudaStream_t s) {
+  const auto kernel = rowwise_ring_kernel<T, kV>;
+  const int64_t smem = ring_smem_bytes(a, warps, stages);
+  static const bool attr_set = [&] {  // once per instance: the opt-in maximum
+    int dev = 0, v = 0;
+    REPLAY_CUDA(cudaGetDevice(&dev));
+    REPLAY_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    REPLAY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
+    return true;
+  }();
+  (void)attr_set;
+  int per_sm = 0;
+  REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32,
+                                                            static_cast<size_t>(smem)));
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * device_sms();
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((a.rows + warps - 1) / warps, resident));
+  kernel<<<grid, warps * 32, static_cast<size_t>(smem), s>>>(static_cast<const T*>(a.x), a,
+                                                               quants, stages);
+  REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_ring_kernel");
+}
+
+// The ring kernel for a's rows at `warps` x `stages` (ring_fits must hold).
+template <typename T>
+void rowwise_ring(const QuantizeArgs& a, unsigned quants, int warps, int stages, cudaStream_t s) {
+  const int64_t chunks = a.cols / 8;
+  if (chunks <= 32) return rowwise_ring_launch<T, 1>(a, quants, warps, stages, s);
+  if (chunks <= 64) return rowwise_ring_launch<T, 2>(a, quants, warps, stages, s);
+  if (chunks <= 128) return rowwise_ring_launch<T, 4>(a, quants, warps, stages, s);
+  if (chunks <= 256) return rowwise_ring_launch<T, 8>(a, quants, warps, stages, s);
+  return rowwise_ring_launch<T, 16>(a, quants, warps, stages, s);
+}
+
 // REPLAY_FP8_ROWWISE=THREADS,V (a device sweep, scripts/device.sh fp8rows): the one-pass rowwise
 // kernel for 16-bit rows of up to THREADS x V x 8 elements: THREADS 32 = a warp per row
 // (rowwise_warp_kernel, V 4, 8 or 16), else a CTA of THREADS per row (rowwise_kernel: 128,4
-// 256,2 256,4 448,4 512,4 1024,4). Unset, another pair or rows too wide: the heuristic below.
+// 256,2 256,4 448,4 512,4 1024,4). rW,S: the ring kernel at W warps per CTA of S row slots each
+// (rows of up to 4096 elements). Unset, another pair or rows too wide: the heuristic below.
 struct RowwiseGeometry {
   int threads = 0, v = 0;
+  bool ring = false;  ///< then threads = warps per CTA, v = slots per warp
 };
 const RowwiseGeometry& rowwise_geometry() {
   static const RowwiseGeometry g = [] {
     RowwiseGeometry r;
     const char* e = std::getenv("REPLAY_FP8_ROWWISE");
+    if (!e) return r;
+    r.ring = *e == 'r';
     int used = 0;
-    if (e && std::sscanf(e, "%d,%d%n", &r.threads, &r.v, &used) == 2 && e[used] == '\0') return r;
+    if (std::sscanf(e + r.ring, "%d,%d%n", &r.threads, &r.v, &used) == 2 &&
+        e[r.ring + used] == '\0')
+      return r;
     return RowwiseGeometry{};
   }();
   return g;
@@ -1066,6 +1270,10 @@ template <typename T>
 bool rowwise_swept(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const RowwiseGeometry& g = rowwise_geometry();
   if (static_cast<int64_t>(g.threads) * g.v * 8 < a.cols) return false;
+  if (g.ring) {
+    if (!ring_fits(a, g.threads, g.v)) return false;
+    return rowwise_ring<T>(a, quants, g.threads, g.v, s), true;
+  }
   const auto is = [&](int t, int v) { return g.threads == t && g.v == v; };
   if (is(32, 4)) return rowwise_warp_launch<T, 4>(a, quants, s), true;
   if (is(32, 8)) return rowwise_warp_launch<T, 8>(a, quants, s), true;
@@ -1084,6 +1292,10 @@ void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const int64_t chunks = (a.cols + 7) / 8;  // 8 columns per chunk
   if constexpr (sizeof(T) == 2)
     if (rowwise_geometry().threads && rowwise_swept<T>(a, quants, s)) return;
+  // 16-bit rows of up to 4096 elements in 16-byte vectors: the ring kernel (v5, TUNING.md).
+  if constexpr (sizeof(T) == 2)
+    if (ring_flag() && ring_fits(a, kRingWarps, kRingStages))
+      return rowwise_ring<T>(a, quants, kRingWarps, kRingStages, s);
   // A warp per row up to 16 chunks per lane (8 for float32: registers), then a CTA per row.
   if (chunks <= 32) return rowwise_warp_launch<T, 1>(a, quants, s);
   if (chunks <= 64) return rowwise_warp_launch<T, 2>(a, quants, s);
@@ -1153,6 +1365,13 @@ void launch_scales(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
                   static_cast<unsigned>(a.n_quants));
   scales_kernel<<<grid, 256, 0, s>>>(a, quants, a.rows, a.cols);
   REPLAY_CUDA_LAUNCH("fp8_quantize scales_kernel");
+}
+
+bool rowwise_ring_enabled() {
+  return ring_flag();
+}
+void set_rowwise_ring(bool on) {
+  ring_flag() = on;
 }
 
 bool pdl_enabled() {

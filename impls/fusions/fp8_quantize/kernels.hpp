@@ -147,8 +147,16 @@ void set_cast_generic(bool generic);
 /// hook is set): launch_rowwise then does the whole work in one read of x.
 bool rowwise_one_pass(const QuantizeArgs& a, unsigned quants);
 /// One read of x: the row amaxes, scales (and their outputs) and row-major float8 rows of the
-/// rowwise quantizations in `quants` (rowwise_one_pass must hold; no workspaces needed).
+/// rowwise quantizations in `quants` (rowwise_one_pass must hold; no workspaces needed). 16-bit
+/// rows of up to 4096 elements in 16-byte vectors take the ring kernel (rows through shared
+/// memory by cp.async.bulk, TUNING.md v5) unless rowwise_ring_enabled() is false.
 void launch_rowwise(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
+/// REPLAY_FP8_RING: unset, empty or 1 -> true; 0 -> false (those rows take the warp-per-row
+/// register kernel of v3: the A/B switch of TUNING.md v5). Read once per process; throws
+/// std::invalid_argument naming the variable for any other value. set_rowwise_ring changes it
+/// (the GPU tests run both kernels). Not thread-safe: set it between replays.
+bool rowwise_ring_enabled();
+void set_rowwise_ring(bool on);
 /// dst = src, both [rows, cols] float8 in their strides (the baseline's column-major copy), through
 /// 32 x 32 shared-memory tiles.
 void launch_transpose_copy(Fp8Dest src, Fp8Dest dst, int64_t rows, int64_t cols, cudaStream_t s);

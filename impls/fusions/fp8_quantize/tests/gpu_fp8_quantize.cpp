@@ -182,7 +182,9 @@ class Fp8QuantizeGpu : public ::testing::TestWithParam<std::tuple<size_t, std::s
 }  // namespace
 
 // "optimized_generic_cast": the optimized variant with the generic cast kernel for every group
-// (fp8_quantize::set_cast_generic), so that both cast kernels are held to eager's bits.
+// (fp8_quantize::set_cast_generic); "optimized_warp_rows": with the rowwise one-pass groups in
+// the warp-per-row register kernel instead of the ring kernel (set_rowwise_ring(false)). So every
+// cast and rowwise kernel is held to eager's bits.
 TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
   REQUIRE_GPU();
   const auto& [ci, param] = GetParam();
@@ -192,12 +194,20 @@ TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
   const std::vector<int> outs = region_outputs(plan);
   ASSERT_FALSE(outs.empty()) << c.name << ": no fp8_quantize region";
   const bool generic = param == "optimized_generic_cast";
-  const std::string variant = generic ? "optimized" : param;
-  struct CastChoice {  // restores the process-wide choice however the test ends
-    bool before = fp8_quantize::cast_generic();
-    explicit CastChoice(bool g) { fp8_quantize::set_cast_generic(g); }
-    ~CastChoice() { fp8_quantize::set_cast_generic(before); }
-  } choice(generic);
+  const bool warp_rows = param == "optimized_warp_rows";
+  const std::string variant = generic || warp_rows ? "optimized" : param;
+  struct KernelChoice {  // restores the process-wide choices however the test ends
+    bool cast_before = fp8_quantize::cast_generic();
+    bool ring_before = fp8_quantize::rowwise_ring_enabled();
+    KernelChoice(bool generic, bool ring) {
+      fp8_quantize::set_cast_generic(generic);
+      fp8_quantize::set_rowwise_ring(ring);
+    }
+    ~KernelChoice() {
+      fp8_quantize::set_cast_generic(cast_before);
+      fp8_quantize::set_rowwise_ring(ring_before);
+    }
+  } choice(generic, !warp_rows);
   for (uint64_t seed : {41u, 42u, 43u}) {
     expect_bit_identical_to_eager(g, plan, variant, outs, seed, c.reference, c.name);
   }
@@ -206,7 +216,8 @@ TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
 INSTANTIATE_TEST_SUITE_P(Traces, Fp8QuantizeGpu,
                          ::testing::Combine(::testing::Range<size_t>(0, cases().size()),
                                             ::testing::Values("baseline", "optimized",
-                                                              "optimized_generic_cast")),
+                                                              "optimized_generic_cast",
+                                                              "optimized_warp_rows")),
                          [](const auto& info) {
                            return test_name(cases()[std::get<0>(info.param)].name + "_" +
                                             std::get<1>(info.param));
