@@ -28,6 +28,11 @@
 //   cast_fast_kernel  the same for the common groups (CastFast: one or two quantizations, one
 //                     row-major and one column-major dest each): static parameter offsets, no
 //                     per-row dest loop or layout tests (generic kernel: REPLAY_FP8_CAST=generic)
+//   rowwise_ring_kernel  rowwise quantizations only, row-major dests, 16-bit rows of up to 4096
+//                     elements: a warp per row, each warp's rows through its own ring of
+//                     shared-memory slots filled by cp.async.bulk (impls/cuda/bulk_copy.cuh), the
+//                     float8 dtype and store width chosen once per row (v5; REPLAY_FP8_RING=0:
+//                     rowwise_warp_kernel, the row in the lane's registers)
 //   rowwise_kernel    rowwise quantizations only, row-major dests: a CTA per row holds the whole
 //                     row in registers (up to kRowwiseMaxCols elements) and loads the next row
 //                     while it reduces and casts this one: x leaves DRAM once, read once
