@@ -55,8 +55,10 @@
 #   redsplit        eager column reduction sweep (REPLAY_OUTER_MIN_ROWS) on HotCases' reductions
 #                   -> redsplit/sweep.txt: ~5 s per value.
 #   fp8rows         fp8_quantize's one-pass rowwise kernel geometry sweep (REPLAY_FP8_ROWWISE:
-#                   threads per row, vectors per thread) on two rowwise float8 forwards
-#                   -> fp8rows/sweep.txt: ~25 s per geometry.
+#                   threads per row, vectors per thread; rW,S: the ring kernel's warps per CTA
+#                   and row slots per warp) on two rowwise float8 forwards, each line naming the
+#                   kernels that ran (block, dynamic smem) -> fp8rows/sweep.txt: ~25 s per
+#                   geometry.
 #   normbwd-peers=DIR  Inductor with mix-order reduction off and on, and eager, on the norm
 #                   backwards (DIR/anchors.py normbwd: a copy of ../shared/peers): ~9 min.
 #   ncu=REGEX       Nsight Compute on the first optimized-variant launch (NCU_COUNT: the first
@@ -397,8 +399,12 @@ for r in t["regions"]:
             continue
         k_us = sum(k["total_us"] for k in v.get("cupti", {}).get("kernels", [])
                    if kernel in k["name"])
+        # Which kernels of the kind ran, at what block and dynamic shared memory: a geometry
+        # that did not take the rows shows here as the heuristic's kernel.
+        ran = sorted({f"{k['name'].split('<')[0].split('::')[-1]}<<<{k['block'][0]}, {k['dynamic_smem']}>>>"
+                      for k in v.get("cupti", {}).get("timeline", []) if kernel in k["name"]})
         cells.append(f"{v['variant']} {v['stats']['median_us']:8.1f} ({kernel} {k_us:6.1f}) "
-                     f"{v.get('verdict', '?')}")
+                     f"{v.get('verdict', '?')}" + (f" [{' '.join(ran)}]" if ran else ""))
     print(f"{g:10s} {t['name'][:46]:46s} " + "  ".join(cells))
 PY
     done

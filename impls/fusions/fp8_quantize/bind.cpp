@@ -153,7 +153,7 @@ Binding bind(const Graph& g, const Region& r, const VariantSpec& v, BindContext&
       for (int d = 0; d < a.q[i].n_dests; ++d)
         if (a.q[i].dests[d].cs != 1 && smem < kMaxColMajor) a.q[i].dests[d].smem_slot = smem++;
     if (rowwise_one_pass(a, all)) {
-      (void)rowwise_ring_enabled();  // a bad REPLAY_FP8_RING is an error at bind
+      validate_rowwise_env();  // a bad REPLAY_FP8_RING or _ROWWISE is an error at bind
       b.launch = [a, all](const LaunchContext& c) { launch_rowwise(a, all, c.stream); };
       return b;
     }

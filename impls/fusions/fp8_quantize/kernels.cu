@@ -50,10 +50,14 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "impls/cuda/bulk_copy.cuh"
@@ -782,10 +786,11 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
 // v5 (TUNING.md): rows of up to kV x 256 16-bit elements, a warp per row as in
 // rowwise_warp_kernel, but the rows come through shared memory. Each warp owns a ring of `stages`
 // row slots; its lane 0 fills a slot with one bulk copy of the whole row (cp.async.bulk, completed
-// on the slot's mbarrier) as soon as the warp has cast the row the slot held, so a warp has
-// `stages` rows in flight while it reduces and casts, and the bytes in flight cost shared memory
-// instead of registers. The warps are independent (no CTA barrier). Needs 16-byte aligned rows
-// of a multiple of 8 elements (ring_fits). Dynamic shared memory: ring_smem_bytes().
+// on the slot's mbarrier) as soon as the warp has cast the row the slot held, so the copies of
+// a warp's next stages - 1 rows are in flight while it reduces and casts one, and the bytes in
+// flight cost shared memory instead of registers. The warps are independent (no CTA barrier). Needs
+// 16-byte aligned rows of a multiple of 8 elements (ring_fits). Dynamic shared memory:
+// ring_smem_bytes().
 constexpr int kRingBarBytes = 1024;  // the warps' mbarriers, 8 bytes each, ahead of the slots
 
 __host__ __device__ constexpr uint32_t ring_slot_bytes(int64_t cols, int elem_bytes) {
@@ -818,8 +823,7 @@ __global__ void __launch_bounds__(512, 1)
   const uint32_t row_bytes = static_cast<uint32_t>(cols * sizeof(T));
   const uint32_t slot_bytes = ring_slot_bytes(cols, sizeof(T));
   uint64_t* bar = reinterpret_cast<uint64_t*>(ring_smem) + warp * stages;
-  unsigned char* ring =
-      ring_smem + kRingBarBytes + static_cast<size_t>(warp) * stages * slot_bytes;
+  unsigned char* ring = ring_smem + kRingBarBytes + static_cast<size_t>(warp) * stages * slot_bytes;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * warps + warp;
   bool need_x, need_abs;
@@ -1193,63 +1197,94 @@ bool& ring_flag() {
 constexpr int kRingWarps = 8, kRingStages = 3;
 
 int64_t ring_smem_bytes(const QuantizeArgs& a, int warps, int stages) {
-  return kRingBarBytes + static_cast<int64_t>(warps) * stages * ring_slot_bytes(a.cols, 2);
+  return kRingBarBytes + int64_t{warps} * stages * ring_slot_bytes(a.cols, 2);
 }
 
-// Whether the ring kernel takes x: 16-bit rows of up to 4096 elements in whole 16-byte vectors
-// (the bulk copy's unit), and the ring's shared memory within the device's opt-in limit.
+// Whether the ring kernel can take x at warps x stages: 16-bit rows (the callers' dtype) of up to
+// 4096 elements in whole 16-byte vectors (the bulk copy's unit), the barriers within
+// kRingBarBytes. The device's shared-memory limit is checked by ring_resident.
 bool ring_fits(const QuantizeArgs& a, int warps, int stages) {
-  if (!vec_ok(a) || a.cols > 4096 || a.cols == 0 || warps < 1 || warps > 16 || stages < 1 ||
-      warps * stages * 8 > kRingBarBytes)
-    return false;
-  static const int64_t optin = [] {
-    int dev = 0, v = 0;
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    REPLAY_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    return static_cast<int64_t>(v);
-  }();
-  return ring_smem_bytes(a, warps, stages) <= optin;
+  return vec_ok(a) && a.cols > 0 && a.cols <= 4096 && warps >= 1 && warps <= 16 && stages >= 1 &&
+         int64_t{warps} * stages * 8 <= kRingBarBytes;
 }
+
+// CTAs of the ring kernel `fn` at `warps` x 32 threads and `smem` bytes of dynamic shared memory
+// resident on the current device; 0 when the device cannot run it (smem above its opt-in limit,
+// or the opt-in or the occupancy query refused: the caller then takes the warp kernel). The
+// opt-in (to the device's maximum) is set once per device and kernel, the occupancy asked once
+// per device, kernel, warps and smem: a timed launch stays a launch.
+int64_t ring_resident(const void* fn, int warps, int64_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, const void*, int, int64_t>, int64_t> resident;
+  static std::map<std::pair<int, const void*>, int> optin;  // the limit set, or 0: refused
+  int dev = 0;
+  REPLAY_CUDA(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, fn, warps, smem);
+  if (const auto it = resident.find(key); it != resident.end()) return it->second;
+  auto o = optin.find({dev, fn});
+  if (o == optin.end()) {
+    int limit = 0;
+    if (cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, limit) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();  // a refusal is a fallback, not a pending error
+      limit = 0;
+    }
+    o = optin.emplace(std::make_pair(dev, fn), limit).first;
+  }
+  int per_sm = 0;
+  if (smem > o->second || cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                              &per_sm, fn, warps * 32, static_cast<size_t>(smem)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    per_sm = 0;
+  }
+  return resident[key] = int64_t{per_sm} * device_sms();
+}
+
+std::atomic<uint64_t> g_ring_launches{0};
 
 template <typename T, int kV>
-void rowwise_ring_launch(const QuantizeArgs& a, unsigned quants, int warps, int stages,
+bool rowwise_ring_launch(const QuantizeArgs& a, unsigned quants, const RingGeometry& g,
                          cudaStream_t s) {
+  static_assert(sizeof(T) == 2, "the ring kernel takes 16-bit rows (ring_smem_bytes)");
   const auto kernel = rowwise_ring_kernel<T, kV>;
-  const int64_t smem = ring_smem_bytes(a, warps, stages);
-  static const bool attr_set = [&] {  // once per instance: the opt-in maximum
-    int dev = 0, v = 0;
-    REPLAY_CUDA(cudaGetDevice(&dev));
-    REPLAY_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    REPLAY_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v));
-    return true;
-  }();
-  (void)attr_set;
-  int per_sm = 0;
-  REPLAY_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * 32,
-                                                            static_cast<size_t>(smem)));
-  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * device_sms();
-  const auto grid = static_cast<unsigned>(std::min<int64_t>((a.rows + warps - 1) / warps, resident));
-  kernel<<<grid, warps * 32, static_cast<size_t>(smem), s>>>(static_cast<const T*>(a.x), a,
-                                                               quants, stages);
+  const int64_t smem = ring_smem_bytes(a, g.warps, g.stages);
+  int64_t ctas = ring_resident(reinterpret_cast<const void*>(kernel), g.warps, smem);
+  if (ctas == 0) return false;
+  if (g.max_ctas > 0) ctas = std::min<int64_t>(ctas, g.max_ctas);
+  const auto grid =
+      static_cast<unsigned>(std::min<int64_t>((a.rows + g.warps - 1) / g.warps, ctas));
+  kernel<<<grid, g.warps * 32, static_cast<size_t>(smem), s>>>(static_cast<const T*>(a.x), a,
+                                                               quants, g.stages);
   REPLAY_CUDA_LAUNCH("fp8_quantize rowwise_ring_kernel");
+  g_ring_launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
-// The ring kernel for a's rows at `warps` x `stages` (ring_fits must hold).
+// The ring kernel for a's rows at geometry g (ring_fits must hold); false when the device cannot
+// run it (nothing launched).
 template <typename T>
-void rowwise_ring(const QuantizeArgs& a, unsigned quants, int warps, int stages, cudaStream_t s) {
+bool rowwise_ring(const QuantizeArgs& a, unsigned quants, const RingGeometry& g, cudaStream_t s) {
   const int64_t chunks = a.cols / 8;
-  if (chunks <= 32) return rowwise_ring_launch<T, 1>(a, quants, warps, stages, s);
-  if (chunks <= 64) return rowwise_ring_launch<T, 2>(a, quants, warps, stages, s);
-  if (chunks <= 128) return rowwise_ring_launch<T, 4>(a, quants, warps, stages, s);
-  if (chunks <= 256) return rowwise_ring_launch<T, 8>(a, quants, warps, stages, s);
-  return rowwise_ring_launch<T, 16>(a, quants, warps, stages, s);
+  if (chunks <= 32) return rowwise_ring_launch<T, 1>(a, quants, g, s);
+  if (chunks <= 64) return rowwise_ring_launch<T, 2>(a, quants, g, s);
+  if (chunks <= 128) return rowwise_ring_launch<T, 4>(a, quants, g, s);
+  if (chunks <= 256) return rowwise_ring_launch<T, 8>(a, quants, g, s);
+  return rowwise_ring_launch<T, 16>(a, quants, g, s);
 }
+
+std::mutex g_ring_geometry_mu;
+RingGeometry g_ring_geometry;  // the test hook's (warps 0: none)
 
 // REPLAY_FP8_ROWWISE=THREADS,V (a device sweep, scripts/device.sh fp8rows): the one-pass rowwise
 // kernel for 16-bit rows of up to THREADS x V x 8 elements: THREADS 32 = a warp per row
 // (rowwise_warp_kernel, V 4, 8 or 16), else a CTA of THREADS per row (rowwise_kernel: 128,4
-// 256,2 256,4 448,4 512,4 1024,4). rW,S: the ring kernel at W warps per CTA of S row slots each
-// (rows of up to 4096 elements). Unset, another pair or rows too wide: the heuristic below.
+// 256,2 256,4 448,4 512,4 1024,4); such a geometry wins over the ring kernel. rW,S: the ring
+// kernel at W warps per CTA of S row slots each (where it takes the rows and REPLAY_FP8_RING is
+// not 0). Another pair or rows too wide: the heuristic below. A value of another form is an
+// error (validate_rowwise_env, at bind).
 struct RowwiseGeometry {
   int threads = 0, v = 0;
   bool ring = false;  ///< then threads = warps per CTA, v = slots per warp
@@ -1258,27 +1293,35 @@ const RowwiseGeometry& rowwise_geometry() {
   static const RowwiseGeometry g = [] {
     RowwiseGeometry r;
     const char* e = std::getenv("REPLAY_FP8_ROWWISE");
-    if (!e) return r;
+    if (!e || !*e) return r;
     r.ring = *e == 'r';
     int used = 0;
     if (std::sscanf(e + r.ring, "%d,%d%n", &r.threads, &r.v, &used) == 2 &&
-        e[r.ring + used] == '\0')
+        e[r.ring + used] == '\0' && r.threads > 0 && r.v > 0)
       return r;
-    return RowwiseGeometry{};
+    throw std::invalid_argument(std::string("REPLAY_FP8_ROWWISE='") + e +
+                                "': expected THREADS,V or rWARPS,SLOTS (positive integers)");
   }();
   return g;
 }
 
-// Launches the geometry asked for by REPLAY_FP8_ROWWISE when it is one of the list and holds the
-// row; false otherwise.
+// The ring's geometry: the test hook's (set_rowwise_ring_geometry), else REPLAY_FP8_ROWWISE=rW,S,
+// else 8 x 3.
+RingGeometry ring_geometry() {
+  {
+    const std::lock_guard<std::mutex> lock(g_ring_geometry_mu);
+    if (g_ring_geometry.warps > 0) return g_ring_geometry;
+  }
+  const RowwiseGeometry& e = rowwise_geometry();
+  if (e.ring) return RingGeometry{e.threads, e.v, 0};
+  return RingGeometry{kRingWarps, kRingStages, 0};
+}
+
 template <typename T>
 bool rowwise_swept(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const RowwiseGeometry& g = rowwise_geometry();
   if (static_cast<int64_t>(g.threads) * g.v * 8 < a.cols) return false;
-  if (g.ring) {
-    if (!ring_fits(a, g.threads, g.v)) return false;
-    return rowwise_ring<T>(a, quants, g.threads, g.v, s), true;
-  }
+  if (g.ring) return false;  // the ring's geometry: ring_geometry()
   const auto is = [&](int t, int v) { return g.threads == t && g.v == v; };
   if (is(32, 4)) return rowwise_warp_launch<T, 4>(a, quants, s), true;
   if (is(32, 8)) return rowwise_warp_launch<T, 8>(a, quants, s), true;
@@ -1295,12 +1338,14 @@ bool rowwise_swept(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
 template <typename T>
 void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const int64_t chunks = (a.cols + 7) / 8;  // 8 columns per chunk
-  if constexpr (sizeof(T) == 2)
+  if constexpr (sizeof(T) == 2) {
     if (rowwise_geometry().threads && rowwise_swept<T>(a, quants, s)) return;
-  // 16-bit rows of up to 4096 elements in 16-byte vectors: the ring kernel (v5, TUNING.md).
-  if constexpr (sizeof(T) == 2)
-    if (ring_flag() && ring_fits(a, kRingWarps, kRingStages))
-      return rowwise_ring<T>(a, quants, kRingWarps, kRingStages, s);
+    // 16-bit rows of up to 4096 elements in 16-byte vectors: the ring kernel (v5, TUNING.md).
+    if (ring_flag()) {
+      const RingGeometry g = ring_geometry();
+      if (ring_fits(a, g.warps, g.stages) && rowwise_ring<T>(a, quants, g, s)) return;
+    }
+  }
   // A warp per row up to 16 chunks per lane (8 for float32: registers), then a CTA per row.
   if (chunks <= 32) return rowwise_warp_launch<T, 1>(a, quants, s);
   if (chunks <= 64) return rowwise_warp_launch<T, 2>(a, quants, s);
@@ -1377,6 +1422,17 @@ bool rowwise_ring_enabled() {
 }
 void set_rowwise_ring(bool on) {
   ring_flag() = on;
+}
+void set_rowwise_ring_geometry(RingGeometry g) {
+  const std::lock_guard<std::mutex> lock(g_ring_geometry_mu);
+  g_ring_geometry = g;
+}
+uint64_t rowwise_ring_launches() {
+  return g_ring_launches.load(std::memory_order_relaxed);
+}
+void validate_rowwise_env() {
+  (void)ring_flag();
+  (void)rowwise_geometry();
 }
 
 bool pdl_enabled() {

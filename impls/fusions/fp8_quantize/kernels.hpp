@@ -157,6 +157,21 @@ void launch_rowwise(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 /// (the GPU tests run both kernels). Not thread-safe: set it between replays.
 bool rowwise_ring_enabled();
 void set_rowwise_ring(bool on);
+/// The ring kernel's geometry: warps per CTA (1-16), row slots per warp, and a cap on its CTAs
+/// (0: the resident count). Default 8 x 3, no cap.
+struct RingGeometry {
+  int warps = 0, stages = 0, max_ctas = 0;
+};
+/// Test hook: launch_rowwise's ring kernel at `g` instead of the default (or of
+/// REPLAY_FP8_ROWWISE=rW,S); warps = 0 restores them. A geometry that does not fit (ring_fits: at
+/// most 16 warps, 128 slots per CTA; the device's shared memory) leaves those rows to the warp
+/// kernel. Thread-safe; set it between replays.
+void set_rowwise_ring_geometry(RingGeometry g);
+/// Ring kernel launches since the process started (the GPU tests check the kernel they meant ran).
+uint64_t rowwise_ring_launches();
+/// Reads REPLAY_FP8_RING and REPLAY_FP8_ROWWISE (once per process); throws std::invalid_argument
+/// naming the variable for a value of the wrong form. Called at bind.
+void validate_rowwise_env();
 /// dst = src, both [rows, cols] float8 in their strides (the baseline's column-major copy), through
 /// 32 x 32 shared-memory tiles.
 void launch_transpose_copy(Fp8Dest src, Fp8Dest dst, int64_t rows, int64_t cols, cudaStream_t s);

@@ -183,8 +183,8 @@ class Fp8QuantizeGpu : public ::testing::TestWithParam<std::tuple<size_t, std::s
 
 // "optimized_generic_cast": the optimized variant with the generic cast kernel for every group
 // (fp8_quantize::set_cast_generic); "optimized_warp_rows": with the rowwise one-pass groups in
-// the warp-per-row register kernel instead of the ring kernel (set_rowwise_ring(false)). So every
-// cast and rowwise kernel is held to eager's bits.
+// the warp-per-row register kernel instead of the ring kernel (set_rowwise_ring(false)). The ring
+// kernel's geometries, float16 rows and the amax of x: Fp8QuantizeRingGpu below.
 TEST_P(Fp8QuantizeGpu, BitIdenticalToEagerAndPassesNumerics) {
   REQUIRE_GPU();
   const auto& [ci, param] = GetParam();
@@ -222,6 +222,78 @@ INSTANTIATE_TEST_SUITE_P(Traces, Fp8QuantizeGpu,
                            return test_name(cases()[std::get<0>(info.param)].name + "_" +
                                             std::get<1>(info.param));
                          });
+
+// --- the ring kernel's geometries ------------------------------------------------------------
+
+namespace {
+
+// Rowwise-only groups the ring kernel takes (16-bit rows of <= 4096 columns in 16-byte vectors):
+// rows not a multiple of any geometry's warps or slots, float16 as well as bfloat16, and an amax
+// of x itself (no abs) beside one of |x|.
+std::vector<std::pair<std::string, QuantForm>> ring_forms() {
+  std::vector<std::pair<std::string, QuantForm>> out;
+  QuantForm f;
+  f.quants = {QuantSpec{}, QuantSpec{}};
+  f.quants[0].gran = f.quants[1].gran = "rowwise";
+  f.quants[0].f32_abs = true;
+  f.quants[1].fp8 = "float8_e5m2";
+  f.quants[1].amax_out = true;
+  f.shape = {67, 4096};
+  out.push_back({"ring_rowwise_67x4096", f});
+  f.shape = {1001, 512};
+  out.push_back({"ring_rowwise_1001x512", f});
+  f.shape = {259, 4096};
+  f.dtype = "float16";
+  out.push_back({"ring_rowwise_259x4096_float16", f});
+  f.dtype = "bfloat16";
+  f.shape = {130, 264};
+  f.quants[0].f32_abs = false;
+  f.quants[0].no_abs = true;  // the amax of x: the kernel's key path for x
+  out.push_back({"ring_rowwise_x_and_abs_130x264", f});
+  return out;
+}
+
+}  // namespace
+
+// Every ring geometry (warps x slots, the grid capped so that each warp walks many rows: every
+// slot refilled, every barrier phase flipped, rows per warp not a multiple of the slots) writes
+// eager's bits, and the ring kernel is what ran (its launch count rises; with the ring switched
+// off it does not, and the warp kernel's bits match too). 1 x 1 on one CTA waits on a refilled
+// slot for every row: a wrong parity or a missing wait reads a stale row there.
+TEST(Fp8QuantizeRingGpu, EveryGeometryBitIdenticalToEager) {
+  REQUIRE_GPU();
+  struct Restore {
+    bool ring = fp8_quantize::rowwise_ring_enabled();
+    ~Restore() {
+      fp8_quantize::set_rowwise_ring(ring);
+      fp8_quantize::set_rowwise_ring_geometry({});
+    }
+  } restore;
+  const fp8_quantize::RingGeometry geometries[] = {
+      {1, 1, 1}, {2, 2, 2}, {3, 5, 1}, {16, 1, 3}, {8, 3, 0}};
+  for (const auto& [name, form] : ring_forms()) {
+    Graph g = parse_trace(quant_trace(form, name), name);
+    const Plan plan = make_plan(g, fusion_registry());
+    const std::vector<int> outs = region_outputs(plan);
+    ASSERT_FALSE(outs.empty()) << name << ": no fp8_quantize region";
+    fp8_quantize::set_rowwise_ring(true);
+    for (const auto& geo : geometries) {
+      fp8_quantize::set_rowwise_ring_geometry(geo);
+      const uint64_t before = fp8_quantize::rowwise_ring_launches();
+      const std::string label = name + " ring " + std::to_string(geo.warps) + "x" +
+                                std::to_string(geo.stages) + " ctas " +
+                                std::to_string(geo.max_ctas);
+      expect_bit_identical_to_eager(g, plan, "optimized", outs, 7, false, label);
+      EXPECT_GT(fp8_quantize::rowwise_ring_launches(), before)
+          << label << ": the ring kernel did not run";
+    }
+    fp8_quantize::set_rowwise_ring_geometry({});
+    fp8_quantize::set_rowwise_ring(false);
+    const uint64_t before = fp8_quantize::rowwise_ring_launches();
+    expect_bit_identical_to_eager(g, plan, "optimized", outs, 7, true, name + " warp kernel");
+    EXPECT_EQ(fp8_quantize::rowwise_ring_launches(), before) << name << ": ring switched off ran";
+  }
+}
 
 // --- mutants ----------------------------------------------------------------------------------
 
