@@ -358,6 +358,14 @@ __device__ void store_vec(const VecOut& o, int64_t i, float v) {
   store_elem<float>(o.ptr, i * o.stride, o.dtype, v);
 }
 
+// Quantization q's outputs at element i: its scale s, the reciprocal and the amax, where asked.
+__device__ __forceinline__ void store_scale_outputs(const QuantArgs& q, int64_t i, float s,
+                                                    float amax) {
+  for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], i, s);
+  for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], i, 1.0f / s);
+  for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], i, amax);
+}
+
 // Element i of quantization q's scales (its amax from the workspace key, or the given amax), and,
 // when `write`, its scale, reciprocal and amax outputs.
 __device__ __forceinline__ float quant_scale(const QuantizeArgs& a, const QuantArgs& q, int64_t i,
@@ -365,11 +373,7 @@ __device__ __forceinline__ float quant_scale(const QuantizeArgs& a, const QuantA
   const float amax = q.given ? load_elem<float>(q.given, i, q.given_dtype)
                              : from_max_key(a.amax_ws[amax_slot(q.gran, q.abs)][i]);
   const float s = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
-  if (write) {
-    for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], i, s);
-    for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], i, 1.0f / s);
-    for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], i, amax);
-  }
+  if (write) store_scale_outputs(q, i, s, amax);
   return s;
 }
 
@@ -667,11 +671,7 @@ __device__ __forceinline__ RowScales row_scales(const QuantizeArgs& a, unsigned 
     const QuantArgs& q = a.q[qi];
     const float amax = from_max_key(q.abs ? k[1] : k[0]);
     out.s[qi] = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
-    if (writer) {
-      for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, out.s[qi]);
-      for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / out.s[qi]);
-      for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
-    }
+    if (writer) store_scale_outputs(q, r, out.s[qi], amax);
   }
   return out;
 }
@@ -721,11 +721,7 @@ __device__ __forceinline__ float warp_row_scale(const QuantArgs& q, int64_t r,
                                                 const uint32_t (&k)[2], bool writer) {
   const float amax = from_max_key(q.abs ? k[1] : k[0]);
   const float sc = quant_scale_of(amax, q.eps, q.scale_mul, q.pow2);
-  if (writer) {
-    for (int j = 0; j < q.n_scales; ++j) store_vec(q.scales[j], r, sc);
-    for (int j = 0; j < q.n_recips; ++j) store_vec(q.recips[j], r, 1.0f / sc);
-    for (int j = 0; j < q.n_amaxes; ++j) store_vec(q.amaxes[j], r, amax);
-  }
+  if (writer) store_scale_outputs(q, r, sc, amax);
   return sc;
 }
 
@@ -797,21 +793,29 @@ __host__ __device__ constexpr uint32_t ring_slot_bytes(int64_t cols, int elem_by
   return static_cast<uint32_t>((cols * elem_bytes + 127) / 128 * 128);
 }
 
-// The float8 row of `row` (a slot: cols 16-bit elements) times sc, lane `lane`'s chunks, to base
-// (8-byte aligned): one 8-byte store per chunk.
-template <typename T, int kV, bool kE5M2>
-__device__ __forceinline__ void cast_smem_row(const T* row, int64_t cols, int lane, float sc,
-                                              uint8_t* base) {
+// f(c0, chunk) for each 8-element chunk of lane `lane` in `row` (a slot: cols 16-bit elements,
+// a multiple of 8), the lane's chunks 256 elements apart.
+template <typename T, int kV, typename F>
+__device__ __forceinline__ void for_each_slot_chunk(const T* row, int64_t cols, int lane, F f) {
 #pragma unroll
   for (int j = 0; j < kV; ++j) {
     const int c0 = (j * 32 + lane) * 8;
     if (c0 >= cols) continue;
     Chunk<T> ch;
     ch.raw_load(row + c0);
+    f(c0, ch);
+  }
+}
+
+// The float8 row of `row` times sc to base (8-byte aligned): one 8-byte store per chunk.
+template <typename T, int kV, bool kE5M2>
+__device__ __forceinline__ void cast_smem_row(const T* row, int64_t cols, int lane, float sc,
+                                              uint8_t* base) {
+  for_each_slot_chunk<T, kV>(row, cols, lane, [&](int c0, const Chunk<T>& ch) {
     float v[8];
     ch.unpack(v);
     *reinterpret_cast<uint2*>(base + c0) = pack8_sat<kE5M2>(v, sc);
-  }
+  });
 }
 
 template <typename T, int kV>
@@ -844,25 +848,13 @@ __global__ void __launch_bounds__(512, 1)
     mbar_wait(&bar[slot], parity);
     const T* row = reinterpret_cast<const T*>(ring + static_cast<size_t>(slot) * slot_bytes);
     uint32_t k[2] = {0, 0};
-    if (!need_x) {  // torchao's recipes: amaxes of |x| only, one packed max per chunk
-#pragma unroll
-      for (int j = 0; j < kV; ++j) {
-        const int c0 = (j * 32 + lane) * 8;
-        if (c0 >= cols) continue;
-        Chunk<T> ch;
-        ch.raw_load(row + c0);
+    if (!need_x)  // torchao's recipes: amaxes of |x| only, one packed max per chunk
+      for_each_slot_chunk<T, kV>(row, cols, lane, [&](int, const Chunk<T>& ch) {
         k[1] = Mag<T>::combine(k[1], Mag<T>(ch).all());
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kV; ++j) {
-        const int c0 = (j * 32 + lane) * 8;
-        if (c0 >= cols) continue;
-        Chunk<T> ch;
-        ch.raw_load(row + c0);
-        add_keys(ch, 8, need_x, need_abs, k);
-      }
-    }
+      });
+    else
+      for_each_slot_chunk<T, kV>(
+          row, cols, lane, [&](int, const Chunk<T>& ch) { add_keys(ch, 8, need_x, need_abs, k); });
     if (need_abs) k[1] = Mag<T>::key(k[1]);
     k[0] = __reduce_max_sync(0xffffffffu, k[0]);
     k[1] = __reduce_max_sync(0xffffffffu, k[1]);
@@ -883,16 +875,11 @@ __global__ void __launch_bounds__(512, 1)
         float s8[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) s8[e] = sc;
-#pragma unroll
-        for (int j = 0; j < kV; ++j) {
-          const int c0 = (j * 32 + lane) * 8;
-          if (c0 >= cols) continue;
-          Chunk<T> ch;
-          ch.raw_load(row + c0);
+        for_each_slot_chunk<T, kV>(row, cols, lane, [&](int c0, const Chunk<T>& ch) {
           float v[8];
           ch.unpack(v);
           store8(base + c0, 1, 8, pack8(v, s8, q.e5m2));
-        }
+        });
       }
     }
     __syncwarp();  // every lane's reads of the slot are done before lane 0 refills it
