@@ -715,6 +715,14 @@ __device__ __forceinline__ void key_needs(const QuantizeArgs& a, unsigned quants
     if ((quants >> qi) & 1u) (a.q[qi].abs ? need_abs : need_x) = true;
 }
 
+// The row's keys from each lane's (k[1] a packed |x| max until here): the warp's maxima.
+template <typename T>
+__device__ __forceinline__ void warp_row_keys(uint32_t (&k)[2], bool need_abs) {
+  if (need_abs) k[1] = Mag<T>::key(k[1]);
+  k[0] = __reduce_max_sync(0xffffffffu, k[0]);
+  k[1] = __reduce_max_sync(0xffffffffu, k[1]);
+}
+
 // Quantization q's scale of row r from the row's warp-reduced keys (k[0]: of x, k[1]: of |x|);
 // the `writer` lane stores its scale, reciprocal and amax outputs.
 __device__ __forceinline__ float warp_row_scale(const QuantArgs& q, int64_t r,
@@ -750,9 +758,7 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
     for (int j = 0; j < kV; ++j)
       add_keys(ch[j], chunk_len(static_cast<int64_t>(j * 32 + lane) * 8, cols), need_x, need_abs,
                k);
-    if (need_abs) k[1] = Mag<T>::key(k[1]);
-    k[0] = __reduce_max_sync(0xffffffffu, k[0]);
-    k[1] = __reduce_max_sync(0xffffffffu, k[1]);
+    warp_row_keys<T>(k, need_abs);
     // Quantization by quantization, dest by dest (one each in practice): the lane's chunks are
     // 256 elements apart, so every store is the dest row's base plus a constant.
     for (int qi = 0; qi < a.n_quants; ++qi) {
@@ -855,9 +861,7 @@ __global__ void __launch_bounds__(512, 1)
     else
       for_each_slot_chunk<T, kV>(
           row, cols, lane, [&](int, const Chunk<T>& ch) { add_keys(ch, 8, need_x, need_abs, k); });
-    if (need_abs) k[1] = Mag<T>::key(k[1]);
-    k[0] = __reduce_max_sync(0xffffffffu, k[0]);
-    k[1] = __reduce_max_sync(0xffffffffu, k[1]);
+    warp_row_keys<T>(k, need_abs);
     for (int qi = 0; qi < a.n_quants; ++qi) {
       if (!((quants >> qi) & 1u)) continue;
       const QuantArgs& q = a.q[qi];
