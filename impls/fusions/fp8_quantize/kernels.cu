@@ -1308,6 +1308,8 @@ RingGeometry ring_geometry() {
   return RingGeometry{kRingWarps, kRingStages, 0};
 }
 
+// Launches the THREADS,V geometry asked for by REPLAY_FP8_ROWWISE when it is one of the list and
+// holds the row; false otherwise (and for a ring geometry: ring_geometry() carries it).
 template <typename T>
 bool rowwise_swept(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const RowwiseGeometry& g = rowwise_geometry();
