@@ -9,6 +9,7 @@
 // scales run the two-pass kernels even on a rowwise-only group: the one-pass kernel computes each
 // row's scale where it casts the row, so it has no index to swap; the other mutants reach it.)
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "harness/replay/variants.hpp"
 #include "impls/fusions/binding.hpp"
 #include "impls/fusions/fp8_quantize/params.hpp"
+#include "impls/fusions/fp8_quantize/tests/model.hpp"
 #include "impls/fusions/fp8_quantize/tests/synthetic.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 #include "tests/unit/test_util.hpp"
@@ -293,6 +295,78 @@ TEST(Fp8QuantizeRingGpu, EveryGeometryBitIdenticalToEager) {
     expect_bit_identical_to_eager(g, plan, "optimized", outs, 7, true, name + " warp kernel");
     EXPECT_EQ(fp8_quantize::rowwise_ring_launches(), before) << name << ": ring switched off ran";
   }
+}
+
+// The one-pass rowwise kernels with float8 rows that are not 8-byte aligned (no capture has them:
+// the byte-store path): launch_rowwise on a hand-built group, dest rows cols + 3 bytes apart from
+// an odd base, against the host model (model.hpp), the ring kernel and the warp kernel in turn.
+TEST(Fp8QuantizeRingGpu, UnalignedDestRowsMatchTheHostModel) {
+  REQUIRE_GPU();
+  struct Restore {
+    bool ring = fp8_quantize::rowwise_ring_enabled();
+    ~Restore() { fp8_quantize::set_rowwise_ring(ring); }
+  } restore;
+  const int64_t rows = 37, cols = 1024, rs = cols + 3;
+  std::vector<uint16_t> xb(static_cast<size_t>(rows * cols));
+  std::vector<float> xf(xb.size());
+  uint32_t state = 12345u;
+  for (size_t i = 0; i < xb.size(); ++i) {  // bfloat16 bits: the top half of a float's
+    state = state * 1664525u + 1013904223u;
+    const float v = (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 8.0f * (1 + i % 7);
+    uint32_t bits = 0;
+    std::memcpy(&bits, &v, 4);
+    xb[i] = static_cast<uint16_t>(bits >> 16);
+    bits = static_cast<uint32_t>(xb[i]) << 16;
+    std::memcpy(&xf[i], &bits, 4);
+  }
+  fp8_quantize::Quantization mq;
+  mq.granularity = Granularity::kRowwise;
+  const test::QuantModel want = test::model_quantize(xf, rows, cols, mq);
+  void *dx = nullptr, *dq = nullptr, *ds = nullptr;
+  ASSERT_EQ(cudaMalloc(&dx, xb.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dq, static_cast<size_t>(rows * rs + 8)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&ds, static_cast<size_t>(rows) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  fp8_quantize::QuantizeArgs a;
+  a.x = dx;
+  a.x_dtype = DType::kBFloat16;
+  a.rows = rows;
+  a.cols = cols;
+  a.n_quants = 1;
+  a.q[0].gran = Granularity::kRowwise;
+  a.q[0].dests[0] = {static_cast<uint8_t*>(dq) + 1, rs, 1};
+  a.q[0].n_dests = 1;
+  a.q[0].scales[0] = {ds, 1, DType::kFloat32};
+  a.q[0].n_scales = 1;
+  ASSERT_TRUE(fp8_quantize::rowwise_one_pass(a, 1u));
+  for (bool ring : {true, false}) {
+    fp8_quantize::set_rowwise_ring(ring);
+    const uint64_t before = fp8_quantize::rowwise_ring_launches();
+    ASSERT_EQ(cudaMemset(dq, 0xAB, static_cast<size_t>(rows * rs + 8)), cudaSuccess);
+    fp8_quantize::launch_rowwise(a, 1u, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(fp8_quantize::rowwise_ring_launches() > before, ring);
+    std::vector<uint8_t> q(static_cast<size_t>(rows * rs + 8));
+    std::vector<float> sc(static_cast<size_t>(rows));
+    ASSERT_EQ(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(sc.data(), ds, sc.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(sc[r], want.scale[r]) << (ring ? "ring" : "warp") << " row " << r << " scale";
+      for (int64_t c = 0; c < cols && bad < 5; ++c)
+        if (q[1 + r * rs + c] != want.q[r * cols + c]) {
+          ++bad;
+          ADD_FAILURE() << (ring ? "ring" : "warp") << " kernel: row " << r << " col " << c << ": "
+                        << int(q[1 + r * rs + c]) << ", model " << int(want.q[r * cols + c]);
+        }
+      for (int64_t c = cols; c < rs && r + 1 < rows; ++c)  // the gaps stay untouched
+        EXPECT_EQ(q[1 + r * rs + c], 0xAB) << "row " << r << " gap byte " << c;
+    }
+    EXPECT_EQ(q[0], 0xAB) << "the byte before the first row";
+  }
+  cudaFree(dx);
+  cudaFree(dq);
+  cudaFree(ds);
 }
 
 // --- mutants ----------------------------------------------------------------------------------
