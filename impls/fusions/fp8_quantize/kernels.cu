@@ -785,50 +785,62 @@ __global__ void __launch_bounds__(128, 4)  // >= 16 warps per SM
   }
 }
 
-// v5 (TUNING.md): rows of up to kV x 256 16-bit elements, a warp per row as in
+// v5/v6 (TUNING.md): rows of up to kV x 256 16-bit elements, a warp per row as in
 // rowwise_warp_kernel, but the rows come through shared memory. Each warp owns a ring of `stages`
 // row slots; its lane 0 fills a slot with one bulk copy of the whole row (cp.async.bulk, completed
-// on the slot's mbarrier) as soon as the warp has cast the row the slot held, so the copies of
-// a warp's next stages - 1 rows are in flight while it reduces and casts one, and the bytes in
-// flight cost shared memory instead of registers. The warps are independent (no CTA barrier). Needs
-// 16-byte aligned rows of a multiple of 8 elements (ring_fits). Dynamic shared memory:
-// ring_smem_bytes().
+// on the slot's mbarrier) as soon as the warp has read the row the slot held into registers (v6;
+// v5 refilled after the cast), so the copies of a warp's next rows are in flight while it
+// reduces and casts one, and the bytes in flight cost shared memory instead of registers. The
+// warps are independent (no CTA barrier). Needs 16-byte aligned rows of a multiple of 8 elements
+// (ring_fits). Dynamic shared memory: ring_smem_bytes().
 constexpr int kRingBarBytes = 1024;  // the warps' mbarriers, 8 bytes each, ahead of the slots
 
 __host__ __device__ constexpr uint32_t ring_slot_bytes(int64_t cols, int elem_bytes) {
   return static_cast<uint32_t>((cols * elem_bytes + 127) / 128 * 128);
 }
 
-// f(c0, chunk) for each 8-element chunk of lane `lane` in `row` (a slot: cols 16-bit elements,
-// a multiple of 8), the lane's chunks 256 elements apart.
+// Lane `lane`'s kV chunks of the 16-bit row `row` (a slot: cols elements, a multiple of 8) into
+// ch, 256 elements apart, with no branch between the loads, so all kV shared-memory loads are in
+// flight at once: a chunk past the row's end loads the row's last chunk instead (harmless to a
+// max; for_each_row_chunk skips it).
+template <typename T, int kV>
+__device__ __forceinline__ void load_slot_row(const T* row, int cols, int lane,
+                                              Chunk<T> (&ch)[kV]) {
+#pragma unroll
+  for (int j = 0; j < kV; ++j) ch[j].raw_load(row + min((j * 32 + lane) * 8, cols - 8));
+}
+
+// f(c0, chunk) for each of ch's chunks that lies in the row (load_slot_row's order).
 template <typename T, int kV, typename F>
-__device__ __forceinline__ void for_each_slot_chunk(const T* row, int64_t cols, int lane, F f) {
+__device__ __forceinline__ void for_each_row_chunk(const Chunk<T> (&ch)[kV], int cols, int lane,
+                                                   F f) {
 #pragma unroll
   for (int j = 0; j < kV; ++j) {
     const int c0 = (j * 32 + lane) * 8;
-    if (c0 >= cols) continue;
-    Chunk<T> ch;
-    ch.raw_load(row + c0);
-    f(c0, ch);
+    if (c0 < cols) f(c0, ch[j]);
   }
 }
 
-// The float8 row of `row` times sc to base (8-byte aligned): one 8-byte store per chunk.
+// The float8 row of ch times sc to base (8-byte aligned): one 8-byte store per chunk.
 template <typename T, int kV, bool kE5M2>
-__device__ __forceinline__ void cast_smem_row(const T* row, int64_t cols, int lane, float sc,
-                                              uint8_t* base) {
-  for_each_slot_chunk<T, kV>(row, cols, lane, [&](int c0, const Chunk<T>& ch) {
+__device__ __forceinline__ void cast_row(const Chunk<T> (&ch)[kV], int cols, int lane, float sc,
+                                         uint8_t* base) {
+  for_each_row_chunk<T, kV>(ch, cols, lane, [&](int c0, const Chunk<T>& c) {
     float v[8];
-    ch.unpack(v);
+    c.unpack(v);
     *reinterpret_cast<uint2*>(base + c0) = pack8_sat<kE5M2>(v, sc);
   });
 }
 
+// v6: a warp's row goes from its slot into the lanes' registers once (kV uint4 per lane), the
+// lanes' keys are taken from the registers, and the slot is refilled right then, before the
+// warp reduction, the scale and the cast, which read only registers.
 template <typename T, int kV>
 __global__ void __launch_bounds__(512, 1)
     rowwise_ring_kernel(const T* __restrict__ x, QuantizeArgs a, unsigned quants, int stages) {
   extern __shared__ __align__(128) unsigned char ring_smem[];
-  const int64_t rows = a.rows, cols = a.cols;
+  const int64_t rows = a.rows;
+  const int cols = static_cast<int>(a.cols);  // <= 4096 (ring_fits)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const uint32_t row_bytes = static_cast<uint32_t>(cols * sizeof(T));
   const uint32_t slot_bytes = ring_slot_bytes(cols, sizeof(T));
@@ -852,15 +864,26 @@ __global__ void __launch_bounds__(512, 1)
   uint32_t parity = 0;
   for (int64_t r = first; r < rows; r += stride) {
     mbar_wait(&bar[slot], parity);
-    const T* row = reinterpret_cast<const T*>(ring + static_cast<size_t>(slot) * slot_bytes);
+    Chunk<T> ch[kV];
+    load_slot_row<T, kV>(reinterpret_cast<const T*>(ring + static_cast<size_t>(slot) * slot_bytes),
+                         cols, lane, ch);
     uint32_t k[2] = {0, 0};
-    if (!need_x)  // torchao's recipes: amaxes of |x| only, one packed max per chunk
-      for_each_slot_chunk<T, kV>(row, cols, lane, [&](int, const Chunk<T>& ch) {
-        k[1] = Mag<T>::combine(k[1], Mag<T>(ch).all());
-      });
-    else
-      for_each_slot_chunk<T, kV>(
-          row, cols, lane, [&](int, const Chunk<T>& ch) { add_keys(ch, 8, need_x, need_abs, k); });
+    if (!need_x) {  // torchao's recipes: amaxes of |x| only, one packed max per chunk
+#pragma unroll
+      for (int j = 0; j < kV; ++j) k[1] = Mag<T>::combine(k[1], Mag<T>(ch[j]).all());
+    } else {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) add_keys(ch[j], 8, need_x, need_abs, k);
+    }
+    // Every lane's keys depend on all of its loads, so the slot has been read: lane 0 refills
+    // it now, and the copy runs while the warp reduces and casts this row from registers.
+    __syncwarp();
+    const int64_t next = r + static_cast<int64_t>(stages) * stride;
+    if (lane == 0 && next < rows) {
+      fence_proxy_async_smem();
+      issue(slot, next);
+    }
+    if (++slot == stages) slot = 0, parity ^= 1u;
     warp_row_keys<T>(k, need_abs);
     for (int qi = 0; qi < a.n_quants; ++qi) {
       if (!((quants >> qi) & 1u)) continue;
@@ -868,31 +891,26 @@ __global__ void __launch_bounds__(512, 1)
       const float sc = warp_row_scale(q, r, k, lane == 0);
       for (int d = 0; d < q.n_dests; ++d) {
         uint8_t* base = q.dests[d].ptr + r * q.dests[d].rs;
+#pragma unroll
+        for (int j = 0; j < kV; ++j) ch[j].pin();  // unpack per dest, not 8 floats per chunk held
         // The float8 dtype and the 8-byte stores decided once per row and dest, not per chunk.
         if ((reinterpret_cast<uintptr_t>(base) & 7) == 0) {
           if (q.e5m2)
-            cast_smem_row<T, kV, true>(row, cols, lane, sc, base);
+            cast_row<T, kV, true>(ch, cols, lane, sc, base);
           else
-            cast_smem_row<T, kV, false>(row, cols, lane, sc, base);
+            cast_row<T, kV, false>(ch, cols, lane, sc, base);
           continue;
         }
         float s8[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e) s8[e] = sc;
-        for_each_slot_chunk<T, kV>(row, cols, lane, [&](int c0, const Chunk<T>& ch) {
+        for_each_row_chunk<T, kV>(ch, cols, lane, [&](int c0, const Chunk<T>& c) {
           float v[8];
-          ch.unpack(v);
+          c.unpack(v);
           store8(base + c0, 1, 8, pack8(v, s8, q.e5m2));
         });
       }
     }
-    __syncwarp();  // every lane's reads of the slot are done before lane 0 refills it
-    const int64_t next = r + static_cast<int64_t>(stages) * stride;
-    if (lane == 0 && next < rows) {
-      fence_proxy_async_smem();
-      issue(slot, next);
-    }
-    if (++slot == stages) slot = 0, parity ^= 1u;
   }
 }
 
