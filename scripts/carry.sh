@@ -18,6 +18,9 @@ mkdir -p "$tmp/tests" .carry
 cp "$build/replay" "$tmp/replay"
 cp "$build/tests/replay_gpu_tests" "$tmp/tests/replay_gpu_tests"
 strip "$tmp/replay" "$tmp/tests/replay_gpu_tests"
-tar -C "$tmp" -cf - replay tests/replay_gpu_tests | xz -9e -T1 > .carry/bins.tar.xz
+# Written beside and renamed: a copy taken while this runs sees the old archive or the new one,
+# never a truncated one.
+tar -C "$tmp" -cf - replay tests/replay_gpu_tests | xz -9e -T1 > .carry/bins.tar.xz.part
+mv .carry/bins.tar.xz.part .carry/bins.tar.xz
 echo "carry: .carry/bins.tar.xz $(du -h .carry/bins.tar.xz | cut -f1) ($("$build/replay" --version | head -1);" \
   "the call's tree and carry together must stay under 64 MiB)"

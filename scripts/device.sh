@@ -115,8 +115,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
   --format=csv | tee "$OUT/gpu.txt"
 lscpu | grep -E "Model name|^CPU\(s\)" | tee "$OUT/cpu.txt"
 if [ ! -x "$BUILD/replay" ] && [ -f .carry/bins.tar.xz ]; then  # made by scripts/carry.sh
+  # A carried archive that does not unpack (e.g. copied while carry.sh was still writing it) ends
+  # the call here: falling back to a build would spend the whole call building.
   python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
-    .carry/bins.tar.xz "$BUILD" && echo "unpacked .carry/bins.tar.xz into $BUILD"
+    .carry/bins.tar.xz "$BUILD" > "$OUT/carry.log" 2>&1 || {
+    tail -2 "$OUT/carry.log"
+    echo "error: .carry/bins.tar.xz did not unpack (truncated?): run scripts/carry.sh again" >&2
+    rm -rf "$BUILD/replay" "$BUILD/tests/replay_gpu_tests"
+    exit 4
+  }
+  echo "unpacked .carry/bins.tar.xz into $BUILD"
 fi
 if [ ! -x "$BUILD/replay" ] || [ ! -x "$BUILD/tests/replay_gpu_tests" ]; then
   t0=$SECONDS

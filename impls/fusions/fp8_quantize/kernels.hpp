@@ -149,7 +149,7 @@ bool rowwise_one_pass(const QuantizeArgs& a, unsigned quants);
 /// One read of x: the row amaxes, scales (and their outputs) and row-major float8 rows of the
 /// rowwise quantizations in `quants` (rowwise_one_pass must hold; no workspaces needed). 16-bit
 /// rows of up to 4096 elements in 16-byte vectors take the ring kernel (rows through shared
-/// memory by cp.async.bulk, TUNING.md v5) unless rowwise_ring_enabled() is false.
+/// memory by cp.async.bulk, TUNING.md v5 and v6) unless rowwise_ring_enabled() is false.
 void launch_rowwise(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 /// REPLAY_FP8_RING: unset, empty or 1 -> true; 0 -> false (those rows take the warp-per-row
 /// register kernel of v3: the A/B switch of TUNING.md v5). Read once per process; throws
@@ -158,7 +158,7 @@ void launch_rowwise(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 bool rowwise_ring_enabled();
 void set_rowwise_ring(bool on);
 /// The ring kernel's geometry: warps per CTA (1-16), row slots per warp, and a cap on its CTAs
-/// (0: the resident count). Default 8 x 3, no cap.
+/// (0: the resident count). Default 16 x 1, no cap.
 struct RingGeometry {
   int warps = 0, stages = 0, max_ctas = 0;
 };
