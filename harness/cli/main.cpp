@@ -297,8 +297,11 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
             [](const auto& a, const auto& b) { return a.median_us < b.median_us; });
         std::printf("(slowest: %s %.1f us)  ", s.step.c_str(), s.median_us);
       }
-      if (v.cupti && v.cupti->error.empty())
-        std::printf("kernels %.2f us  ", v.cupti->kernel_sum_us);
+      if (v.cupti && v.cupti->error.empty()) {
+        std::printf("kernels %.2f us  ", v.cupti->kernel_busy_us);
+        if (v.cupti->kernel_sum_us > v.cupti->kernel_busy_us + 0.005)  // overlapping kernels
+          std::printf("(sum %.2f us)  ", v.cupti->kernel_sum_us);
+      }
       if (!v.vector_widths.empty()) std::printf("vec %s  ", width_range(v.vector_widths).c_str());
       std::printf("numerics %s  ", std::string(verdict_name(v.verdict())).c_str());
       if (!v.skipped.empty()) std::printf("skipped: %s", v.skipped.c_str());

@@ -1,5 +1,6 @@
 #include "harness/measure/cupti_tracer.hpp"
 
+#include "harness/measure/timeline_overlap.hpp"
 #include "harness/measure/timing.hpp"
 
 #include <cuda_runtime.h>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -228,6 +230,11 @@ CuptiSummary trace_kernels(const std::function<void(cudaStream_t)>& enqueue, cud
   }
   std::sort(s.timeline.begin(), s.timeline.end(),
             [](const auto& a, const auto& b) { return a.start_us < b.start_us; });
+  try {
+    s.kernel_busy_us = timeline_kernel_busy_us(s.timeline);
+  } catch (const std::invalid_argument& e) {  // a malformed record: reported, never thrown
+    s.error = e.what();
+  }
   for (auto& [_, rec] : by_name) s.kernels.push_back(rec);
   std::sort(s.kernels.begin(), s.kernels.end(),
             [](const auto& a, const auto& b) { return a.total_us > b.total_us; });

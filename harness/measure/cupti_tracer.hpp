@@ -43,8 +43,11 @@ struct CuptiSummary {
   /// times relative to the first kernel's or copy's start).
   std::vector<KernelEvent> timeline;
   double kernel_sum_us = 0;  ///< sum of kernel durations (copies not included)
-  double span_us = 0;        ///< first kernel start to last kernel end (launches queued ahead)
-  std::string error;         ///< set when CUPTI could not record
+  /// The time at least one kernel ran (timeline_kernel_busy_us): kernel_sum_us minus the
+  /// overlaps, e.g. of a programmatic dependent launch with the kernel before it.
+  double kernel_busy_us = 0;
+  double span_us = 0;  ///< first kernel start to last kernel end (launches queued ahead)
+  std::string error;   ///< set when CUPTI could not record
 };
 
 /// Replay `enqueue` (which enqueues GPU work on the stream it is given) twice with CUPTI

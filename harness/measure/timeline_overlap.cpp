@@ -41,6 +41,17 @@ double timeline_span_us(const std::vector<KernelEvent>& timeline) {
   return last - first;
 }
 
+double timeline_kernel_busy_us(const std::vector<KernelEvent>& timeline) {
+  std::vector<Interval> kernels;
+  for (const KernelEvent& e : timeline) {
+    if (e.kind != KernelEvent::Kind::kKernel) continue;
+    if (!(e.dur_us >= 0))
+      throw std::invalid_argument("timeline record '" + e.name + "' has a negative duration");
+    kernels.push_back({e.start_us, e.start_us + e.dur_us});
+  }
+  return union_length_us(interval_union(std::move(kernels)));
+}
+
 std::optional<RegionOverlap> region_overlap(const std::vector<KernelEvent>& baseline_timeline,
                                             const std::vector<KernelEvent>& variant_timeline,
                                             double comm_bytes) {

@@ -52,6 +52,13 @@ struct RegionOverlap {
 /// First start to last end of a timeline (kernels and copies), µs; 0 when empty.
 double timeline_span_us(const std::vector<KernelEvent>& timeline);
 
+/// The length of the union of the timeline's kernel intervals (copies left out), µs: the time
+/// at least one kernel ran. Kernels that overlap — a programmatic dependent launch running its
+/// prologue under the kernel it depends on, kernels on concurrent streams — count once, where a
+/// sum of their durations counts the overlap twice. 0 when there is no kernel. Throws
+/// std::invalid_argument on a negative or non-finite duration.
+double timeline_kernel_busy_us(const std::vector<KernelEvent>& timeline);
+
 /// The figures above from the baseline's timeline and the overlapped variant's; nullopt when the
 /// baseline's timeline has no communication or no computation, or the variant's is empty.
 std::optional<RegionOverlap> region_overlap(const std::vector<KernelEvent>& baseline_timeline,

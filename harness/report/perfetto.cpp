@@ -55,6 +55,7 @@ nlohmann::json perfetto_trace(const RunResult& run) {
           double end = 0;
           for (const KernelEvent& k : c.timeline) end = std::max(end, k.start_us + k.dur_us);
           nlohmann::json args = {{"kernel_sum_us", c.kernel_sum_us},
+                                 {"kernel_busy_us", c.kernel_busy_us},
                                  {"span_us", c.span_us},
                                  {"launches", c.timeline.size()},
                                  {"verdict", verdict_name(v.verdict())}};

@@ -140,6 +140,7 @@ nlohmann::json cupti_json(const CuptiSummary& c) {
   }
   nlohmann::json j = {{"kernels", ks},
                       {"kernel_sum_us", c.kernel_sum_us},
+                      {"kernel_busy_us", c.kernel_busy_us},
                       {"span_us", c.span_us},
                       {"timeline", tl}};
   if (!c.error.empty()) j["error"] = c.error;

@@ -1,5 +1,7 @@
 #include "harness/report/results_io.hpp"
 
+#include "harness/measure/timeline_overlap.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -203,6 +205,20 @@ CuptiSummary read_cupti(const JNode& c) {
       }
       s.timeline.push_back(std::move(e));
     }
+  // kernel_busy_us came after the timeline: a file without it gets it from its timeline (or,
+  // without one either, the kernel sum: no overlap known).
+  if (c.has("kernel_busy_us")) {
+    s.kernel_busy_us = c.at("kernel_busy_us").num();
+    if (!(s.kernel_busy_us >= 0)) c.at("kernel_busy_us").fail("expected a time >= 0");
+  } else if (!s.timeline.empty()) {
+    try {
+      s.kernel_busy_us = timeline_kernel_busy_us(s.timeline);
+    } catch (const std::invalid_argument& e) {
+      c.at("timeline").fail(e.what());
+    }
+  } else {
+    s.kernel_busy_us = s.kernel_sum_us;
+  }
   return s;
 }
 

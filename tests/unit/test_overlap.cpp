@@ -234,3 +234,17 @@ TEST(TimelineOverlap, RegionFiguresAgainstTheSerialBaseline) {
   EXPECT_FALSE(region_overlap(base, {}, 3e6).has_value());
   EXPECT_DOUBLE_EQ(timeline_span_us(opt), 110);
 }
+
+TEST(TimelineOverlap, KernelBusyTimeCountsOverlappingKernelsOnce) {
+  // fp8_quantize's two-pass group: the amax pass [0, 23) and the cast launched as its
+  // programmatic dependent at 1 µs, running until 64: a sum of 86 µs, a busy time of 64; a
+  // copy [70, 75) is not kernel time, and a later kernel [80, 90) adds its 10 µs.
+  const std::vector<KernelEvent> tl = {kernel("amax_packed_kernel", 0, 23),
+                                       kernel("cast_fast_kernel", 1, 63), copy("DtoD", 70, 5),
+                                       kernel("nvjet_gemm", 80, 10)};
+  EXPECT_DOUBLE_EQ(timeline_kernel_busy_us(tl), 74);
+  EXPECT_DOUBLE_EQ(timeline_kernel_busy_us({kernel("a", 0, 5), kernel("b", 5, 5)}), 10);
+  EXPECT_DOUBLE_EQ(timeline_kernel_busy_us({copy("DtoD", 0, 5)}), 0);
+  EXPECT_DOUBLE_EQ(timeline_kernel_busy_us({}), 0);
+  EXPECT_THROW(timeline_kernel_busy_us({kernel("k", 5, -1)}), std::invalid_argument);
+}

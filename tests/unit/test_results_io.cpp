@@ -91,6 +91,7 @@ RunResult rich_run() {
   CuptiSummary c;
   c.kernels = {{"void k<float>(int)", 2, 30.5}};
   c.kernel_sum_us = 30.5;
+  c.kernel_busy_us = 15.25;  // the timeline's two kernels run at the same time
   c.span_us = 33;
   KernelEvent e;
   e.name = "void k<float>(int)";
@@ -158,6 +159,29 @@ std::string error_of(const nlohmann::json& j) {
 }
 
 }  // namespace
+
+TEST(ResultsIo, KernelBusyTimeFromTheTimelineWhereTheFileHasNone) {
+  nlohmann::json j = to_json(rich_run());
+  nlohmann::json& c = j["traces"][0]["regions"][0]["variants"][1]["cupti"];
+  ASSERT_TRUE(c.contains("kernel_busy_us"));
+  // A file from before the field: the union of its timeline's kernels (the two overlapping
+  // kernels once, the copy left out), not the sum that counts the overlap twice.
+  c.erase("kernel_busy_us");
+  const RunResult back = results_from_json(j, "r.json");
+  EXPECT_DOUBLE_EQ(back.traces[0].regions[0].variants[1].cupti->kernel_busy_us, 15.25);
+  // Without a timeline either: the kernel sum (no overlap known).
+  nlohmann::json no_tl = j;
+  no_tl["traces"][0]["regions"][0]["variants"][1]["cupti"].erase("timeline");
+  EXPECT_DOUBLE_EQ(
+      results_from_json(no_tl, "r.json").traces[0].regions[0].variants[1].cupti->kernel_busy_us,
+      30.5);
+  // A negative busy time, or a timeline record of negative duration, is a named error.
+  nlohmann::json bad = to_json(rich_run());
+  bad["traces"][0]["regions"][0]["variants"][1]["cupti"]["kernel_busy_us"] = -1.0;
+  EXPECT_NE(error_of(bad).find("kernel_busy_us"), std::string::npos) << error_of(bad);
+  c["timeline"][0]["dur_us"] = -2.0;
+  EXPECT_NE(error_of(j).find("negative duration"), std::string::npos) << error_of(j);
+}
 
 TEST(ResultsIo, EveryFieldSurvivesTheRoundTrip) {
   const nlohmann::json first = to_json(rich_run());
