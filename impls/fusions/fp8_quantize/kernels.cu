@@ -31,8 +31,9 @@
 //   rowwise_ring_kernel  rowwise quantizations only, row-major dests, 16-bit rows of up to 4096
 //                     elements: a warp per row, each warp's rows through its own ring of
 //                     shared-memory slots filled by cp.async.bulk (impls/cuda/bulk_copy.cuh), the
-//                     float8 dtype and store width chosen once per row (v5; REPLAY_FP8_RING=0:
-//                     rowwise_warp_kernel, the row in the lane's registers)
+//                     float8 dtype and store width chosen once per row (v5), the row read from its
+//                     slot into registers once and the slot refilled before the cast (v6);
+//                     REPLAY_FP8_RING=0: rowwise_warp_kernel, the row in the lane's registers
 //   rowwise_kernel    rowwise quantizations only, row-major dests: a CTA per row holds the whole
 //                     row in registers (up to kRowwiseMaxCols elements) and loads the next row
 //                     while it reduces and casts this one: x leaves DRAM once, read once
@@ -875,8 +876,9 @@ __global__ void __launch_bounds__(512, 1)
 #pragma unroll
       for (int j = 0; j < kV; ++j) add_keys(ch[j], 8, need_x, need_abs, k);
     }
-    // Every lane's keys depend on all of its loads, so the slot has been read: lane 0 refills
-    // it now, and the copy runs while the warp reduces and casts this row from registers.
+    // The slot has been read: __syncwarp orders every lane's loads of it before lane 0's proxy
+    // fence and the refill (bar.warp.sync's memory ordering; a __reduce_max_sync in its place
+    // would not order them), and the copy runs while the warp reduces and casts from registers.
     __syncwarp();
     const int64_t next = r + static_cast<int64_t>(stages) * stride;
     if (lane == 0 && next < rows) {
@@ -1201,13 +1203,16 @@ bool& ring_flag() {
   return on;
 }
 
-// The ring kernel's default geometry: 16 warps of one row slot (128 KB of 8 KB rows, one CTA per
-// SM at 4096 columns: 120 registers per thread allow 17 warps). From v6's sweep (H200, TUNING.md
-// v6): with the slot refilled as soon as its row is in registers, one slot per warp keeps the
-// next row's copy in flight during the cast, and 4 warps per scheduler beat 8 x 3, 8 x 2 and
-// 12 x 2 (the rowwise kernels of two torchao forwards: 41.3 / 71.2 µs against 45.3 / 75.4 at 8 x
-// 3).
-constexpr int kRingWarps = 16, kRingStages = 1;
+// The ring kernel's default geometry: 16 warps, each with slots for kRingWarpBytes of rows. At
+// 4096 columns that is one 8 KB slot per warp (128 KB: one CTA per SM; 120 registers per thread
+// allow 17 warps), from v6's sweep (H200, TUNING.md v6): with the slot refilled as soon as its row
+// is in registers, one slot per warp keeps the next row's copy in flight during the cast, and 4
+// warps per scheduler beat 8 x 3, 8 x 2 and 12 x 2 (the rowwise kernels of two torchao forwards:
+// 41.3 / 71.2 µs against 45.3 / 75.4 at 8 x 3). Narrower rows get more slots, up to 8 (the
+// barriers' room), so a warp keeps the same bytes in flight: not measured (no bundled graph has
+// such rows); one slot of a 512-column row would leave ~16 KB in flight per SM.
+constexpr int kRingWarps = 16, kRingMaxStages = 8;
+constexpr int64_t kRingWarpBytes = 8192;
 
 int64_t ring_smem_bytes(const QuantizeArgs& a, int warps, int stages) {
   return kRingBarBytes + int64_t{warps} * stages * ring_slot_bytes(a.cols, 2);
@@ -1318,25 +1323,27 @@ const RowwiseGeometry& rowwise_geometry() {
   return g;
 }
 
-// The ring's geometry: the test hook's (set_rowwise_ring_geometry), else REPLAY_FP8_ROWWISE=rW,S,
-// else kRingWarps x kRingStages.
-RingGeometry ring_geometry() {
+// The ring's geometry for a's rows: the test hook's (set_rowwise_ring_geometry), else
+// REPLAY_FP8_ROWWISE=rW,S, else kRingWarps warps of kRingWarpBytes of slots each.
+RingGeometry ring_geometry(const QuantizeArgs& a) {
   {
     const std::lock_guard<std::mutex> lock(g_ring_geometry_mu);
     if (g_ring_geometry.warps > 0) return g_ring_geometry;
   }
   const RowwiseGeometry& e = rowwise_geometry();
   if (e.ring) return RingGeometry{e.threads, e.v, 0};
-  return RingGeometry{kRingWarps, kRingStages, 0};
+  const int64_t slots = kRingWarpBytes / ring_slot_bytes(std::max<int64_t>(a.cols, 1), 2);
+  return RingGeometry{kRingWarps, static_cast<int>(std::clamp<int64_t>(slots, 1, kRingMaxStages)),
+                      0};
 }
 
 // Launches the THREADS,V geometry asked for by REPLAY_FP8_ROWWISE when it is one of the list and
-// holds the row; false otherwise (and for a ring geometry: ring_geometry() carries it).
+// holds the row; false otherwise (and for a ring geometry: ring_geometry(a) carries it).
 template <typename T>
 bool rowwise_swept(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const RowwiseGeometry& g = rowwise_geometry();
   if (static_cast<int64_t>(g.threads) * g.v * 8 < a.cols) return false;
-  if (g.ring) return false;  // the ring's geometry: ring_geometry()
+  if (g.ring) return false;  // the ring's geometry: ring_geometry(a)
   const auto is = [&](int t, int v) { return g.threads == t && g.v == v; };
   if (is(32, 4)) return rowwise_warp_launch<T, 4>(a, quants, s), true;
   if (is(32, 8)) return rowwise_warp_launch<T, 8>(a, quants, s), true;
@@ -1357,7 +1364,7 @@ void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
     if (rowwise_geometry().threads && rowwise_swept<T>(a, quants, s)) return;
     // 16-bit rows of up to 4096 elements in 16-byte vectors: the ring kernel (v5, TUNING.md).
     if (ring_flag()) {
-      const RingGeometry g = ring_geometry();
+      const RingGeometry g = ring_geometry(a);
       if (ring_fits(a, g.warps, g.stages) && rowwise_ring<T>(a, quants, g, s)) return;
     }
   }

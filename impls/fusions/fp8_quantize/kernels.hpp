@@ -158,7 +158,8 @@ void launch_rowwise(const QuantizeArgs& a, unsigned quants, cudaStream_t s);
 bool rowwise_ring_enabled();
 void set_rowwise_ring(bool on);
 /// The ring kernel's geometry: warps per CTA (1-16), row slots per warp, and a cap on its CTAs
-/// (0: the resident count). Default 16 x 1, no cap.
+/// (0: the resident count). Default 16 warps with 8 KB of row slots each (1 slot at 4096 columns,
+/// up to 8 for narrower rows), no cap.
 struct RingGeometry {
   int warps = 0, stages = 0, max_ctas = 0;
 };

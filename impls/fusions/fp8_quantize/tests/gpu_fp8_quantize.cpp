@@ -231,7 +231,10 @@ namespace {
 
 // Rowwise-only groups the ring kernel takes (16-bit rows of <= 4096 columns in 16-byte vectors):
 // rows not a multiple of any geometry's warps or slots, float16 as well as bfloat16, and an amax
-// of x itself (no abs) beside one of |x|.
+// of x itself (no abs) beside one of |x|; every chunk count per lane (kV 1, 2, 4, 8, 16), rows
+// that end inside a lane's last chunk round (the lanes past the end load the row's last chunk
+// again and must not store it), torchao's one |x| quantization alone, and more rows than the
+// default geometry's slots (every warp refills them).
 std::vector<std::pair<std::string, QuantForm>> ring_forms() {
   std::vector<std::pair<std::string, QuantForm>> out;
   QuantForm f;
@@ -252,6 +255,20 @@ std::vector<std::pair<std::string, QuantForm>> ring_forms() {
   f.quants[0].f32_abs = false;
   f.quants[0].no_abs = true;  // the amax of x: the kernel's key path for x
   out.push_back({"ring_rowwise_x_and_abs_130x264", f});
+  QuantForm one;  // torchao's recipe: one rowwise |x| quantization
+  one.quants = {QuantSpec{}};
+  one.quants[0].gran = "rowwise";
+  one.shape = {2500, 2040};  // kV 8, lane 31's last chunk past the row
+  out.push_back({"ring_rowwise_abs_only_2500x2040", one});
+  one.shape = {700, 200};  // kV 1, lanes 25-31 past the row
+  out.push_back({"ring_rowwise_abs_only_700x200", one});
+  // More rows than the default grid's warps x its 8 slots (132 SMs x 16 warps x 8 at 512
+  // columns): every warp refills its slots.
+  one.shape = {17000, 512};
+  out.push_back({"ring_rowwise_abs_only_17000x512", one});
+  one.shape = {1003, 1000};  // kV 4, lanes 29-31's last chunk past the row
+  one.dtype = "float16";
+  out.push_back({"ring_rowwise_abs_only_1003x1000_float16", one});
   return out;
 }
 
@@ -271,8 +288,9 @@ TEST(Fp8QuantizeRingGpu, EveryGeometryBitIdenticalToEager) {
       fp8_quantize::set_rowwise_ring_geometry({});
     }
   } restore;
-  const fp8_quantize::RingGeometry geometries[] = {
-      {1, 1, 1}, {2, 2, 2}, {3, 5, 1}, {16, 1, 3}, {8, 3, 0}};
+  // {0, 0, 0}: the default geometry (16 warps, slots for 8 KB of rows each), uncapped.
+  const fp8_quantize::RingGeometry geometries[] = {{1, 1, 1},  {2, 2, 2},  {3, 5, 1}, {16, 1, 3},
+                                                   {16, 1, 1}, {16, 1, 0}, {8, 3, 0}, {0, 0, 0}};
   for (const auto& [name, form] : ring_forms()) {
     Graph g = parse_trace(quant_trace(form, name), name);
     const Plan plan = make_plan(g, fusion_registry());
@@ -282,9 +300,11 @@ TEST(Fp8QuantizeRingGpu, EveryGeometryBitIdenticalToEager) {
     for (const auto& geo : geometries) {
       fp8_quantize::set_rowwise_ring_geometry(geo);
       const uint64_t before = fp8_quantize::rowwise_ring_launches();
-      const std::string label = name + " ring " + std::to_string(geo.warps) + "x" +
-                                std::to_string(geo.stages) + " ctas " +
-                                std::to_string(geo.max_ctas);
+      const std::string label =
+          name + " ring " +
+          (geo.warps ? std::to_string(geo.warps) + "x" + std::to_string(geo.stages) + " ctas " +
+                           std::to_string(geo.max_ctas)
+                     : std::string("default"));
       expect_bit_identical_to_eager(g, plan, "optimized", outs, 7, false, label);
       EXPECT_GT(fp8_quantize::rowwise_ring_launches(), before)
           << label << ": the ring kernel did not run";
@@ -297,16 +317,15 @@ TEST(Fp8QuantizeRingGpu, EveryGeometryBitIdenticalToEager) {
   }
 }
 
-// The one-pass rowwise kernels with float8 rows that are not 8-byte aligned (no capture has them:
-// the byte-store path): launch_rowwise on a hand-built group, dest rows cols + 3 bytes apart from
-// an odd base, against the host model (model.hpp), the ring kernel and the warp kernel in turn.
-TEST(Fp8QuantizeRingGpu, UnalignedDestRowsMatchTheHostModel) {
-  REQUIRE_GPU();
-  struct Restore {
-    bool ring = fp8_quantize::rowwise_ring_enabled();
-    ~Restore() { fp8_quantize::set_rowwise_ring(ring); }
-  } restore;
-  const int64_t rows = 37, cols = 1024, rs = cols + 3;
+namespace {
+
+// One rowwise |x| quantization of a bfloat16 x [rows, cols] by launch_rowwise, ring and warp
+// kernels, into float8 rows `rs` bytes apart starting `offset` bytes into the buffer, against the
+// host model: every byte of every row, the scales, and the gaps between and after the rows (and
+// the bytes before the first) untouched.
+void expect_dest_rows_match_the_host_model(int64_t rows, int64_t cols, int64_t rs, int offset) {
+  const std::string where = std::to_string(rows) + "x" + std::to_string(cols) + " rs " +
+                            std::to_string(rs) + " offset " + std::to_string(offset);
   std::vector<uint16_t> xb(static_cast<size_t>(rows * cols));
   std::vector<float> xf(xb.size());
   uint32_t state = 12345u;
@@ -322,9 +341,10 @@ TEST(Fp8QuantizeRingGpu, UnalignedDestRowsMatchTheHostModel) {
   fp8_quantize::Quantization mq;
   mq.granularity = Granularity::kRowwise;
   const test::QuantModel want = test::model_quantize(xf, rows, cols, mq);
+  const size_t qbytes = static_cast<size_t>(offset + rows * rs + 8);
   void *dx = nullptr, *dq = nullptr, *ds = nullptr;
   ASSERT_EQ(cudaMalloc(&dx, xb.size() * 2), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dq, static_cast<size_t>(rows * rs + 8)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dq, qbytes), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&ds, static_cast<size_t>(rows) * 4), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(dx, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   fp8_quantize::QuantizeArgs a;
@@ -334,39 +354,73 @@ TEST(Fp8QuantizeRingGpu, UnalignedDestRowsMatchTheHostModel) {
   a.cols = cols;
   a.n_quants = 1;
   a.q[0].gran = Granularity::kRowwise;
-  a.q[0].dests[0] = {static_cast<uint8_t*>(dq) + 1, rs, 1};
+  a.q[0].dests[0] = {static_cast<uint8_t*>(dq) + offset, rs, 1};
   a.q[0].n_dests = 1;
   a.q[0].scales[0] = {ds, 1, DType::kFloat32};
   a.q[0].n_scales = 1;
   ASSERT_TRUE(fp8_quantize::rowwise_one_pass(a, 1u));
   for (bool ring : {true, false}) {
+    const std::string k = where + (ring ? ", ring kernel" : ", warp kernel");
     fp8_quantize::set_rowwise_ring(ring);
     const uint64_t before = fp8_quantize::rowwise_ring_launches();
-    ASSERT_EQ(cudaMemset(dq, 0xAB, static_cast<size_t>(rows * rs + 8)), cudaSuccess);
+    ASSERT_EQ(cudaMemset(dq, 0xAB, qbytes), cudaSuccess);
     fp8_quantize::launch_rowwise(a, 1u, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(fp8_quantize::rowwise_ring_launches() > before, ring);
-    std::vector<uint8_t> q(static_cast<size_t>(rows * rs + 8));
+    EXPECT_EQ(fp8_quantize::rowwise_ring_launches() > before, ring) << k;
+    std::vector<uint8_t> q(qbytes);
     std::vector<float> sc(static_cast<size_t>(rows));
     ASSERT_EQ(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(sc.data(), ds, sc.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     int bad = 0;
     for (int64_t r = 0; r < rows; ++r) {
-      EXPECT_EQ(sc[r], want.scale[r]) << (ring ? "ring" : "warp") << " row " << r << " scale";
+      EXPECT_EQ(sc[r], want.scale[r]) << k << ": row " << r << " scale";
       for (int64_t c = 0; c < cols && bad < 5; ++c)
-        if (q[1 + r * rs + c] != want.q[r * cols + c]) {
+        if (q[offset + r * rs + c] != want.q[r * cols + c]) {
           ++bad;
-          ADD_FAILURE() << (ring ? "ring" : "warp") << " kernel: row " << r << " col " << c << ": "
-                        << int(q[1 + r * rs + c]) << ", model " << int(want.q[r * cols + c]);
+          ADD_FAILURE() << k << ": row " << r << " col " << c << ": " << int(q[offset + r * rs + c])
+                        << ", model " << int(want.q[r * cols + c]);
         }
-      for (int64_t c = cols; c < rs && r + 1 < rows; ++c)  // the gaps stay untouched
-        EXPECT_EQ(q[1 + r * rs + c], 0xAB) << "row " << r << " gap byte " << c;
+      for (int64_t c = cols; c < rs && bad < 5; ++c)  // the gaps stay untouched
+        if (q[offset + r * rs + c] != 0xAB) {
+          ++bad;
+          ADD_FAILURE() << k << ": row " << r << " gap byte " << c << " written";
+        }
     }
-    EXPECT_EQ(q[0], 0xAB) << "the byte before the first row";
+    for (int b = 0; b < offset; ++b)
+      EXPECT_EQ(q[b], 0xAB) << k << ": byte " << b << " before row 0";
+    for (size_t b = offset + rows * rs; b < qbytes; ++b)
+      EXPECT_EQ(q[b], 0xAB) << k << ": byte " << b << " after the last row";
   }
   cudaFree(dx);
   cudaFree(dq);
   cudaFree(ds);
+}
+
+}  // namespace
+
+// The one-pass rowwise kernels with float8 rows that are not 8-byte aligned (no capture has them:
+// the byte-store path): launch_rowwise on a hand-built group, dest rows cols + 3 bytes apart from
+// an odd base, against the host model (model.hpp), the ring kernel and the warp kernel in turn.
+TEST(Fp8QuantizeRingGpu, UnalignedDestRowsMatchTheHostModel) {
+  REQUIRE_GPU();
+  struct Restore {
+    bool ring = fp8_quantize::rowwise_ring_enabled();
+    ~Restore() { fp8_quantize::set_rowwise_ring(ring); }
+  } restore;
+  expect_dest_rows_match_the_host_model(37, 1024, 1027, 1);
+}
+
+// 8-byte aligned dest rows with gaps between them, rows that end inside the lanes' last chunk
+// round (kV 4: 1000 columns; kV 1: 200): the lanes past a row's end load its last chunk again,
+// and a store of it would land in the gap.
+TEST(Fp8QuantizeRingGpu, AlignedDestRowsWithGapsMatchTheHostModel) {
+  REQUIRE_GPU();
+  struct Restore {
+    bool ring = fp8_quantize::rowwise_ring_enabled();
+    ~Restore() { fp8_quantize::set_rowwise_ring(ring); }
+  } restore;
+  expect_dest_rows_match_the_host_model(37, 1000, 1008, 0);
+  expect_dest_rows_match_the_host_model(41, 200, 216, 8);
 }
 
 // --- mutants ----------------------------------------------------------------------------------
