@@ -1362,7 +1362,7 @@ void rowwise_typed(const QuantizeArgs& a, unsigned quants, cudaStream_t s) {
   const int64_t chunks = (a.cols + 7) / 8;  // 8 columns per chunk
   if constexpr (sizeof(T) == 2) {
     if (rowwise_geometry().threads && rowwise_swept<T>(a, quants, s)) return;
-    // 16-bit rows of up to 4096 elements in 16-byte vectors: the ring kernel (v5, TUNING.md).
+    // 16-bit rows of up to 4096 elements in 16-byte vectors: the ring kernel (v5, v6: TUNING.md).
     if (ring_flag()) {
       const RingGeometry g = ring_geometry(a);
       if (ring_fits(a, g.warps, g.stages) && rowwise_ring<T>(a, quants, g, s)) return;
