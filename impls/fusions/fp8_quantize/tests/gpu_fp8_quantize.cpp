@@ -229,6 +229,15 @@ INSTANTIATE_TEST_SUITE_P(Traces, Fp8QuantizeGpu,
 
 namespace {
 
+// The ring switch and the geometry hook as the test found them (the default), on every exit.
+struct RingSettingsRestored {
+  bool ring = fp8_quantize::rowwise_ring_enabled();
+  ~RingSettingsRestored() {
+    fp8_quantize::set_rowwise_ring(ring);
+    fp8_quantize::set_rowwise_ring_geometry({});
+  }
+};
+
 // Rowwise-only groups the ring kernel takes (16-bit rows of <= 4096 columns in 16-byte vectors):
 // rows not a multiple of any geometry's warps or slots, float16 as well as bfloat16, and an amax
 // of x itself (no abs) beside one of |x|; every chunk count per lane (kV 1, 2, 4, 8, 16), rows
@@ -281,13 +290,7 @@ std::vector<std::pair<std::string, QuantForm>> ring_forms() {
 // slot for every row: a wrong parity or a missing wait reads a stale row there.
 TEST(Fp8QuantizeRingGpu, EveryGeometryBitIdenticalToEager) {
   REQUIRE_GPU();
-  struct Restore {
-    bool ring = fp8_quantize::rowwise_ring_enabled();
-    ~Restore() {
-      fp8_quantize::set_rowwise_ring(ring);
-      fp8_quantize::set_rowwise_ring_geometry({});
-    }
-  } restore;
+  const RingSettingsRestored restore;
   // {0, 0, 0}: the default geometry (16 warps, slots for 8 KB of rows each), uncapped.
   const fp8_quantize::RingGeometry geometries[] = {{1, 1, 1},  {2, 2, 2},  {3, 5, 1}, {16, 1, 3},
                                                    {16, 1, 1}, {16, 1, 0}, {8, 3, 0}, {0, 0, 0}};
@@ -403,10 +406,7 @@ void expect_dest_rows_match_the_host_model(int64_t rows, int64_t cols, int64_t r
 // an odd base, against the host model (model.hpp), the ring kernel and the warp kernel in turn.
 TEST(Fp8QuantizeRingGpu, UnalignedDestRowsMatchTheHostModel) {
   REQUIRE_GPU();
-  struct Restore {
-    bool ring = fp8_quantize::rowwise_ring_enabled();
-    ~Restore() { fp8_quantize::set_rowwise_ring(ring); }
-  } restore;
+  const RingSettingsRestored restore;
   expect_dest_rows_match_the_host_model(37, 1024, 1027, 1);
 }
 
@@ -415,10 +415,7 @@ TEST(Fp8QuantizeRingGpu, UnalignedDestRowsMatchTheHostModel) {
 // and a store of it would land in the gap.
 TEST(Fp8QuantizeRingGpu, AlignedDestRowsWithGapsMatchTheHostModel) {
   REQUIRE_GPU();
-  struct Restore {
-    bool ring = fp8_quantize::rowwise_ring_enabled();
-    ~Restore() { fp8_quantize::set_rowwise_ring(ring); }
-  } restore;
+  const RingSettingsRestored restore;
   expect_dest_rows_match_the_host_model(37, 1000, 1008, 0);
   expect_dest_rows_match_the_host_model(41, 200, 216, 8);
 }
