@@ -299,8 +299,7 @@ void print_summary(const TraceResult& t, const Ceilings& c) {
       }
       if (v.cupti && v.cupti->error.empty()) {
         std::printf("kernels %.2f us  ", v.cupti->kernel_busy_us);
-        if (v.cupti->kernel_sum_us > v.cupti->kernel_busy_us + 0.005)  // overlapping kernels
-          std::printf("(sum %.2f us)  ", v.cupti->kernel_sum_us);
+        if (v.cupti->kernels_overlap()) std::printf("(sum %.2f us)  ", v.cupti->kernel_sum_us);
       }
       if (!v.vector_widths.empty()) std::printf("vec %s  ", width_range(v.vector_widths).c_str());
       std::printf("numerics %s  ", std::string(verdict_name(v.verdict())).c_str());

@@ -46,6 +46,9 @@ struct CuptiSummary {
   /// The time at least one kernel ran (timeline_kernel_busy_us): kernel_sum_us minus the
   /// overlaps, e.g. of a programmatic dependent launch with the kernel before it.
   double kernel_busy_us = 0;
+  /// Whether kernels overlapped (the sum exceeds the busy time by more than the 0.01 µs a
+  /// two-decimal print shows): then a report prints the sum beside the busy time.
+  bool kernels_overlap() const { return kernel_sum_us > kernel_busy_us + 0.005; }
   double span_us = 0;  ///< first kernel start to last kernel end (launches queued ahead)
   std::string error;   ///< set when CUPTI could not record
 };

@@ -48,8 +48,7 @@ std::string cupti_cell(const VariantResult& v) {
   // The busy time (kernels overlapping each other counted once), and the plain sum beside it
   // when overlapping kernels (a programmatic dependent launch) make it larger.
   std::string busy = fmt_num(v.cupti->kernel_busy_us, 2);
-  if (v.cupti->kernel_sum_us > v.cupti->kernel_busy_us + 0.005)
-    busy += " (sum " + fmt_num(v.cupti->kernel_sum_us, 2) + ")";
+  if (v.cupti->kernels_overlap()) busy += " (sum " + fmt_num(v.cupti->kernel_sum_us, 2) + ")";
   return std::to_string(launches) + ", " + busy + ", " + fmt_num(v.cupti->span_us, 2);
 }
 
